@@ -1,0 +1,1 @@
+"""How the real services start: locally from this repo, and in production."""

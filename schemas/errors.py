@@ -1,0 +1,51 @@
+"""The one exception hierarchy: every error rewardstream raises derives from RewardstreamError.
+
+Errors caused by a Kafka message carry its topic/partition/offset so an SRE can find it; messages never
+contain secrets.
+"""
+
+from __future__ import annotations
+
+
+class RewardstreamError(Exception):
+    """Root of every rewardstream error."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    def __str__(self) -> str:
+        if self.topic is None:
+            return self.message
+        where = f"{self.topic}[{self.partition}]@{self.offset}"
+        return f"{self.message} (at {where})"
+
+
+class ConfigError(RewardstreamError):
+    """Settings are missing, malformed or point at something unusable."""
+
+
+class PlatformError(RewardstreamError):
+    """A local service could not be installed, started, stopped or reached."""
+
+
+class ValidationError(RewardstreamError):
+    """An event or task does not match its contract; the message names the field path."""
+
+
+class SandboxError(RewardstreamError):
+    """The sandbox infrastructure (not the program under test) failed."""
+
+
+class KafkaError(RewardstreamError):
+    """A Kafka client operation failed."""

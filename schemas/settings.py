@@ -1,0 +1,75 @@
+"""One frozen settings object, read from the environment (prefix ``RS_``) in one place.
+
+Defaults point at the local embedded services started by ``rewardstream up``; production points the same
+fields at real clusters (see README, "Pointing at production").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "rewardstream"
+
+
+class Settings(BaseSettings):
+    """Every endpoint, credential and knob of rewardstream. Immutable once built."""
+
+    model_config = SettingsConfigDict(env_prefix="RS_", frozen=True, extra="ignore")
+
+    # Local platform
+    cache_dir: Path = Field(default_factory=_default_cache_dir, description="downloads, data and logs")
+    maven_url: str = Field("https://repo1.maven.org/maven2", description="Maven repository for service jars")
+    java_home: Path | None = Field(None, description="JDK for Kafka/OpenSearch/S3 (default: java on PATH)")
+    debian_mirror: str = Field("http://deb.debian.org/debian", description="mirror for the sandbox image")
+
+    # Kafka
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    topic_prefix: str = "rs."
+
+    # OpenSearch
+    opensearch_url: str = "http://127.0.0.1:9200"
+    opensearch_username: str | None = None
+    opensearch_password: SecretStr | None = None
+    opensearch_verify_certs: bool = True
+    opensearch_index_prefix: str = "rewardstream-logs"
+
+    # S3 / MinIO
+    s3_endpoint: str = "127.0.0.1:9000"
+    s3_access_key: str = "rewardstream"
+    s3_secret_key: SecretStr = SecretStr("rewardstream-local-secret")
+    s3_secure: bool = False
+    s3_region: str = "us-east-1"
+    s3_bucket: str = "rewardstream-artifacts"
+
+    # Docker / sandboxes
+    docker_host: str | None = Field(None, description="DOCKER_HOST-style URL; default: local socket")
+    sandbox_backend: Literal["process", "docker"] = "process"
+    sandbox_image: str = "rewardstream-sandbox-python:1"
+
+    # Timeouts
+    startup_timeout_s: float = 180.0
+    health_timeout_s: float = 3.0
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """confluent-kafka/librdkafka config for the common connection settings."""
+        config = {
+            "bootstrap.servers": self.kafka_bootstrap,
+            "security.protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            config["sasl.mechanism"] = self.kafka_sasl_mechanism
+        if self.kafka_sasl_username:
+            config["sasl.username"] = self.kafka_sasl_username
+        if self.kafka_sasl_password is not None:
+            config["sasl.password"] = self.kafka_sasl_password.get_secret_value()
+        return config

@@ -1,0 +1,1 @@
+"""The Faust reward processor, the trainer SDK and replay."""

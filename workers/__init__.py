@@ -1,0 +1,1 @@
+"""Stateless Kafka workers: sandboxes, grading, judges, logs and artifacts."""

@@ -1,0 +1,1 @@
+"""Sandboxes that run untrusted code: one interface (``run(spec) -> result``), several backends."""

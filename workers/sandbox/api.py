@@ -1,0 +1,77 @@
+"""The sandbox contract shared by every backend and by the grader.
+
+Outcomes of untrusted code are values (``SandboxResult``), never exceptions: only a failure of the sandbox
+infrastructure itself becomes ``SandboxStatus.SANDBOX_ERROR``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+class SandboxStatus(StrEnum):
+    """How a run ended, decided from outside the sandbox."""
+
+    OK = "ok"
+    NONZERO_EXIT = "nonzero_exit"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    KILLED = "killed"
+    CRASHED = "crashed"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """What to run and within which limits.
+
+    ``files`` are written into the private work dir (relative paths) before ``argv`` starts there.
+    """
+
+    argv: tuple[str, ...]
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    stdin: bytes = b""
+    timeout_s: float = 10.0
+    memory_mb: int = 512
+    pids_limit: int = 64
+    cpus: float = 1.0
+    output_limit_bytes: int = 1 << 20
+    workdir_size_mb: int = 64
+    workdir_inodes: int = 4096
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxResult:
+    """Everything measured about one run. stdout/stderr are capped; ``*_truncated`` says so."""
+
+    status: SandboxStatus
+    exit_code: int | None
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool
+    stderr_truncated: bool
+    wall_ms: float
+    cpu_ms: float
+    max_rss_kb: int
+    backend: str
+    error: str | None = None
+
+
+class Sandbox(Protocol):
+    """A backend. ``run`` must be safe to call from several threads at once."""
+
+    name: str
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        """Run ``spec`` in a pristine sandbox and report what happened."""
+        ...
+
+    def close(self) -> None:
+        """Release pooled resources (warm containers, fork servers)."""
+        ...
