@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 import orjson
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, JsonValue, StringConstraints
 from pydantic_core import PydanticCustomError
 
 from schemas.errors import ValidationError
@@ -71,6 +71,9 @@ def _find_non_finite(value: object, path: str) -> str | None:
                 return found
     return None
 
+
+#: A ``1.x`` version string; checked in Rust (fast path), explained by ``Contract.check_version`` on error.
+SchemaVersion1 = Annotated[str, StringConstraints(pattern=r"^1\.(0|[1-9][0-9]{0,5})$")]
 
 #: Any plain JSON value (null, bool, int, float, str, list, object) with NaN/Infinity rejected.
 Json = Annotated[JsonValue, AfterValidator(_finite_json)]
@@ -156,14 +159,6 @@ def decode(data: bytes, model: type[M], *, max_bytes: int | None = None) -> M:
         return _decode_slow(data, model, exc)
 
 
-def decode_obj(obj: object, model: type[M]) -> M:
-    """Validate an already-parsed JSON value as ``model`` with the same rules and errors as ``decode``."""
-    try:
-        return model.model_validate(obj)
-    except pydantic.ValidationError as exc:
-        return _retry_newer_minor(obj, model, exc)
-
-
 def _decode_slow(data: bytes, model: type[M], exc: pydantic.ValidationError) -> M:
     """The error path: find out precisely what is wrong (or forgive fields from a newer minor version)."""
     try:
@@ -211,17 +206,22 @@ def _retry_newer_minor(obj: object, model: type[M], exc: pydantic.ValidationErro
             if extras and len(extras) == len(errors):
                 pruned = _prune(obj, [tuple(loc) for loc in extras])
                 try:
-                    return model.model_validate(pruned)
+                    return model.model_validate_json(orjson.dumps(pruned))
                 except pydantic.ValidationError as again:
                     errors = again.errors(include_url=False, include_context=True, include_input=False)
             errors = [e for e in errors if e["type"] != "extra_forbidden"] or errors
-    raise DecodeError(model.__name__, [_describe(e, obj) for e in errors]) from None
+    raise DecodeError(model.__name__, [_describe(e, obj, model) for e in errors]) from None
 
 
-def _describe(error: Any, obj: object) -> tuple[str, str]:
+def _describe(error: Any, obj: object, model: type[Contract]) -> tuple[str, str]:
     """(field path, problem) for one pydantic error; discriminator errors point at the tag field."""
     path = format_path(error["loc"], obj)
     kind = error["type"]
+    if kind == "string_pattern_mismatch" and path == model.version_field and isinstance(obj, dict):
+        try:
+            model.check_version(obj[path])
+        except PydanticCustomError as why:
+            return path, why.message()
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         ctx = error.get("ctx", {})
         tag_field = str(ctx.get("discriminator", "kind")).strip("'")

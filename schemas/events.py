@@ -1,0 +1,342 @@
+"""Every event that travels on a rewardstream topic, version ``1.0``.
+
+Why these fields: a trainer must match a reward to the generation it sent (``generation_id``) and see why it
+got it; an SRE must find a run from any id and see what the sandbox did; a reward debugger must know which
+policy, grader and judge produced each number and which events a reward used, so a replay can be diffed.
+
+All events of one episode are keyed by ``episode_id`` (``Event.key()``), so they share a partition number on
+every topic. Large code goes to S3 and travels as ``code_ref`` (claim check), never inline beyond the cap.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
+
+from schemas.codec import Contract, SchemaVersion1
+from schemas.tasks import CaseId, Language, TaskId
+
+#: Inline ``code`` is capped at this many characters (even fully escaped, under the message cap);
+#: larger programs go to S3 (``code_ref``).
+CODE_INLINE_MAX_CHARS = 128 * 1024
+#: Captured stdout/stderr kept in an event (the rest is in S3 or dropped; ``*_truncated`` says so).
+OUTPUT_TAIL_MAX_CHARS = 8 * 1024
+#: Raw payload bytes a dead letter carries inline (base64 makes it 4/3 larger).
+DLQ_PAYLOAD_MAX_BYTES = 512 * 1024
+
+Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+S3Url = Annotated[
+    str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")
+]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Base64 = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=4 * DLQ_PAYLOAD_MAX_BYTES // 3 + 4)
+]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+SandboxStatus = Literal[
+    "ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error"
+]
+SuiteKind = Literal["call", "io", "assert"]
+CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
+
+
+def new_event_id() -> str:
+    """A fresh unique event id (random UUID, hex)."""
+    return uuid.uuid4().hex
+
+
+def utc_now() -> datetime:
+    """Timezone-aware now, for event timestamps."""
+    return datetime.now(UTC)
+
+
+class Envelope(Contract):
+    """Fields every message carries, whatever it is about."""
+
+    schema_version: SchemaVersion1 = Field(
+        "1.0", description="major.minor of this contract; unknown majors rejected"
+    )
+    event_id: Id = Field(default_factory=new_event_id, description="unique id of this message")
+    created_at: AwareDatetime = Field(default_factory=utc_now, description="when the producer made it (UTC)")
+
+
+class Event(Envelope):
+    """An event about one generation; keyed by ``episode_id``."""
+
+    generation_id: Id = Field(description="the generated program this event is about (unique per sample)")
+    episode_id: Id = Field(description="Kafka key; equals generation_id for one-shot generations")
+    run_id: Id = Field(description="training run that produced the generation")
+    task_id: TaskId = Field(description="task the program was generated for")
+
+    def key(self) -> bytes:
+        """The Kafka key: the episode id, so one episode stays on one partition everywhere."""
+        return self.episode_id.encode()
+
+
+class GenerationEvent(Event):
+    """A trainer published code its policy generated; the start of every reward."""
+
+    turn: int = Field(0, ge=0, le=10_000, description="0-based turn within a multi-turn episode")
+    sample_index: int = Field(0, ge=0, le=1_000_000, description="index of this sample within its group")
+    group_id: Id | None = Field(None, description="samples of one prompt (e.g. a GRPO group), if grouped")
+    policy_version: ShortText = Field(description="checkpoint/step of the policy that wrote the code")
+    language: Language = Field("python", description="language of the code")
+    code: str | None = Field(
+        None, max_length=CODE_INLINE_MAX_CHARS, description="the program inline (capped; else use code_ref)"
+    )
+    code_ref: S3Url | None = Field(None, description="s3://bucket/key of the program when it is too large")
+    code_sha256: Sha256 | None = Field(None, description="sha256 of the UTF-8 code; required with code_ref")
+    metadata: dict[str, str] = Field(
+        default_factory=dict, max_length=32, description="trainer tags copied to logs for search"
+    )
+
+    @model_validator(mode="after")
+    def _code_or_ref(self) -> GenerationEvent:
+        if (self.code is None) == (self.code_ref is None):
+            raise PydanticCustomError(
+                "code_or_ref", "exactly one of code and code_ref must be set", {"field": "code"}
+            )
+        if self.code_ref is not None and self.code_sha256 is None:
+            raise PydanticCustomError(
+                "sha_required", "required when code_ref is set", {"field": "code_sha256"}
+            )
+        return self
+
+
+class SandboxRun(Contract):
+    """What the sandbox reported about one run, measured from outside it."""
+
+    status: SandboxStatus = Field(description="how the run ended; sandbox_error is infrastructure's fault")
+    exit_code: int | None = Field(None, description="process exit code, if it exited")
+    signal: int | None = Field(None, ge=1, le=128, description="signal that killed it, if any")
+    wall_ms: float = Field(ge=0, description="wall-clock time of the run")
+    cpu_ms: float = Field(ge=0, description="CPU time of the whole process tree")
+    max_rss_kb: int = Field(ge=0, description="peak memory of the process tree")
+    backend: ShortText = Field(description="sandbox backend that ran it (process, docker)")
+    error: str | None = Field(None, max_length=4096, description="sandbox failure detail for SREs")
+
+
+class CaseResult(Contract):
+    """Outcome of one public test case, with feedback the policy may see."""
+
+    case_id: CaseId = Field(description="id of the test case in the task's suite")
+    status: CaseStatus = Field(description="passed only with positive proof; missing result = missing")
+    message: str | None = Field(None, max_length=1024, description="short feedback, e.g. what differed")
+
+
+class HiddenCaseResult(Contract):
+    """Outcome of one hidden test case: status only, nothing about the hidden inputs or outputs."""
+
+    case_id: CaseId = Field(description="id of the test case in the task's hidden suite")
+    status: CaseStatus = Field(description="passed only with positive proof; missing result = missing")
+
+
+def _check_counts(cases: list[CaseResult] | list[HiddenCaseResult], passed: int, total: int) -> None:
+    """Counts must agree with the per-case results (a producer bug otherwise)."""
+    if total != len(cases):
+        raise PydanticCustomError(
+            "count_mismatch", "{total} does not match {n} case results", {"total": total, "n": len(cases),
+                                                                           "field": "total"}
+        )
+    really = sum(1 for c in cases if c.status == "passed")
+    if passed != really:
+        raise PydanticCustomError(
+            "count_mismatch", "{passed} does not match {really} passed case results",
+            {"passed": passed, "really": really, "field": "passed"},
+        )
+
+
+class ExecutionResult(Event):
+    """An executor ran the public tests; this is the feedback a trainer may see."""
+
+    turn: int = Field(0, ge=0, le=10_000, description="turn of the generation this result is for")
+    attempt: int = Field(1, ge=1, le=100, description="1 + retries after sandbox_error")
+    worker: ShortText = Field(description="host:pid of the executor, for SREs")
+    suite_kind: SuiteKind | None = Field(description="kind of the public suite; None if the task has none")
+    run: SandboxRun = Field(description="what the sandbox reported")
+    cases: list[CaseResult] = Field(default_factory=list, description="one result per public case id")
+    passed: int = Field(ge=0, description="number of cases with status passed")
+    total: int = Field(ge=0, description="number of public cases")
+    stdout: str = Field("", max_length=OUTPUT_TAIL_MAX_CHARS, description="captured stdout (capped)")
+    stderr: str = Field("", max_length=OUTPUT_TAIL_MAX_CHARS, description="captured stderr (capped)")
+    stdout_truncated: bool = Field(False, description="stdout was longer than kept")
+    stderr_truncated: bool = Field(False, description="stderr was longer than kept")
+    feedback: str | None = Field(None, max_length=4096, description="summary for the policy's next turn")
+
+    @model_validator(mode="after")
+    def _counts(self) -> ExecutionResult:
+        _check_counts(self.cases, self.passed, self.total)
+        return self
+
+
+class StaticFlag(Contract):
+    """A static-analysis finding; the reward policy decides what it costs."""
+
+    rule: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")] = Field(
+        description="rule id, e.g. exit_call, frame_introspection, builtins_patch"
+    )
+    message: str = Field(max_length=1024, description="what was found, for the reward's reasons")
+    line: int | None = Field(None, ge=1, description="1-based line in the code, if known")
+
+
+class HiddenVerdict(Event):
+    """A verifier ran the hidden tests and static analysis: the evidence the reward is built on."""
+
+    turn: int = Field(0, ge=0, le=10_000, description="turn of the generation this verdict is for")
+    attempt: int = Field(1, ge=1, le=100, description="1 + retries after sandbox_error")
+    worker: ShortText = Field(description="host:pid of the verifier, for SREs")
+    grader_version: ShortText = Field(description="version of the grader, for replay diffs")
+    suite_kind: SuiteKind = Field(description="kind of the hidden suite")
+    run: SandboxRun = Field(description="what the sandbox reported")
+    cases: list[HiddenCaseResult] = Field(default_factory=list, description="one result per hidden case")
+    passed: int = Field(ge=0, description="number of cases with status passed")
+    total: int = Field(ge=0, description="number of hidden cases")
+    static_flags: list[StaticFlag] = Field(default_factory=list, description="static-analysis findings")
+
+    @model_validator(mode="after")
+    def _counts(self) -> HiddenVerdict:
+        _check_counts(self.cases, self.passed, self.total)
+        return self
+
+
+class JudgeScore(Event):
+    """A judge model scored the code (style, plausibility); a small, gameable signal by design."""
+
+    turn: int = Field(0, ge=0, le=10_000, description="turn of the generation this score is for")
+    status: Literal["ok", "error"] = Field(description="ok with a score, or error with a reason")
+    score: float | None = Field(None, ge=0, le=1, description="judge score in [0, 1]; None on error")
+    judge_model: ShortText = Field(description="model that judged, e.g. its name and revision")
+    prompt_version: ShortText = Field(description="version of the judging prompt, for replay diffs")
+    rationale: str | None = Field(None, max_length=4096, description="the judge's short justification")
+    latency_ms: float = Field(ge=0, description="time the judge took")
+    error: str | None = Field(None, max_length=4096, description="why there is no score")
+
+    @model_validator(mode="after")
+    def _score_iff_ok(self) -> JudgeScore:
+        if (self.status == "ok") != (self.score is not None):
+            raise PydanticCustomError("score_iff_ok", "set exactly when status is ok", {"field": "score"})
+        return self
+
+
+class InputRef(Contract):
+    """One event a reward was computed from."""
+
+    role: Literal["generation", "execution", "verdict", "judgement"] = Field(description="which signal")
+    event_id: Id = Field(description="event_id of that event")
+
+
+class RewardEvent(Event):
+    """The one reward per generation, handed back to the trainer, with everything needed to diff it."""
+
+    turn: int = Field(0, ge=0, le=10_000, description="turn of the generation this reward is for")
+    reward: float = Field(ge=0, le=1, description="the reward in [0, 1]")
+    policy_name: ShortText = Field(description="reward policy that computed it")
+    policy_version: ShortText = Field(description="version of that policy config")
+    components: dict[str, float] = Field(
+        default_factory=dict, max_length=64, description="named parts, e.g. hidden_pass_rate, judge"
+    )
+    reasons: list[Annotated[str, StringConstraints(max_length=1024)]] = Field(
+        default_factory=list, max_length=64, description="human-readable why, one line each"
+    )
+    flags: list[str] = Field(default_factory=list, max_length=64, description="hacking/static flags applied")
+    missing: list[Literal["execution", "verdict", "judgement"]] = Field(
+        default_factory=list, description="signals that had not arrived by the policy deadline"
+    )
+    inputs: list[InputRef] = Field(default_factory=list, description="events this reward was computed from")
+
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+LogValue = str | int | float | bool | None
+
+
+class LogRecord(Envelope):
+    """One structured log line from any component, indexed into OpenSearch for SREs."""
+
+    level: LogLevel = Field(description="severity")
+    component: ShortText = Field(description="executor, verifier, judge, rewards, ...")
+    worker: ShortText = Field(description="host:pid that logged it")
+    logger: str = Field("", max_length=256, description="logger name inside the component")
+    message: str = Field(max_length=8192, description="the log message")
+    generation_id: Id | None = Field(None, description="generation it is about, if any")
+    episode_id: Id | None = Field(None, description="episode it is about, if any (also the Kafka key)")
+    run_id: Id | None = Field(None, description="training run it is about, if any")
+    task_id: TaskId | None = Field(None, description="task it is about, if any")
+    topic: str | None = Field(None, max_length=249, description="topic of the message being handled")
+    partition: int | None = Field(None, ge=0, description="partition of that message")
+    offset: int | None = Field(None, ge=0, description="offset of that message")
+    fields: dict[str, LogValue] = Field(default_factory=dict, max_length=64, description="extra key/values")
+    exc_text: str | None = Field(None, max_length=16384, description="formatted exception, if any")
+
+    def key(self) -> bytes:
+        """Episode id when known (logs of one episode stay ordered), else the component."""
+        return (self.episode_id or self.component).encode()
+
+
+class DeadLetter(Envelope):
+    """A message that could not be decoded or processed, kept with the reason instead of being dropped."""
+
+    source_topic: str = Field(min_length=1, max_length=249, description="topic the message came from")
+    source_partition: int = Field(ge=0, description="its partition")
+    source_offset: int = Field(ge=0, description="its offset")
+    component: ShortText = Field(description="component that gave up on it")
+    error: str = Field(min_length=1, max_length=8192, description="which field and what is wrong")
+    error_type: ShortText = Field(description="class of error, e.g. DecodeError, for grouping")
+    key_b64: Base64 | None = Field(None, description="original Kafka key, base64")
+    payload_b64: Base64 = Field(description="original value, base64 (first bytes if truncated)")
+    payload_size: int = Field(ge=0, description="size of the original value in bytes")
+    payload_truncated: bool = Field(False, description="payload_b64 holds only the first bytes")
+    payload_ref: S3Url | None = Field(None, description="s3:// URL of the full payload when truncated")
+
+    @classmethod
+    def capture(
+        cls,
+        *,
+        source_topic: str,
+        source_partition: int,
+        source_offset: int,
+        component: str,
+        error: BaseException,
+        key: bytes | None,
+        value: bytes,
+        payload_ref: str | None = None,
+    ) -> DeadLetter:
+        """Build a dead letter from a raw Kafka message and the error it caused."""
+        kept = value[:DLQ_PAYLOAD_MAX_BYTES]
+        return cls(
+            source_topic=source_topic,
+            source_partition=source_partition,
+            source_offset=source_offset,
+            component=component,
+            error=(str(error) or type(error).__name__)[:8192],
+            error_type=type(error).__name__,
+            key_b64=None if key is None else base64.b64encode(key).decode("ascii"),
+            payload_b64=base64.b64encode(kept).decode("ascii"),
+            payload_size=len(value),
+            payload_truncated=len(kept) < len(value),
+            payload_ref=payload_ref,
+        )
+
+    def payload(self) -> bytes:
+        """The original value bytes (or their first part when truncated)."""
+        return base64.b64decode(self.payload_b64)
+
+    def original_key(self) -> bytes | None:
+        """The original Kafka key bytes."""
+        return None if self.key_b64 is None else base64.b64decode(self.key_b64)
+
+
+#: Every event model, by name (for the JSON Schema generator and tests).
+EVENT_MODELS: tuple[type[Envelope], ...] = (
+    GenerationEvent,
+    ExecutionResult,
+    HiddenVerdict,
+    JudgeScore,
+    RewardEvent,
+    LogRecord,
+    DeadLetter,
+)
