@@ -35,6 +35,14 @@ class Settings(BaseSettings):
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None
     topic_prefix: str = "rs."
+    topic_partitions: int = Field(6, ge=1, le=10_000, description="partitions of every catalog topic")
+    topic_replication_factor: int = Field(1, ge=1, le=16, description="replicas of every catalog topic")
+
+    # Task registry
+    tasks_dir: Path = Field(
+        default_factory=lambda data: Path(data["cache_dir"]) / "tasks",
+        description="task registry: public/ readable by trainers, hidden/ by verifiers only",
+    )
 
     # OpenSearch
     opensearch_url: str = "http://127.0.0.1:9200"
