@@ -1,0 +1,119 @@
+"""What every local service offers the platform: install, start, health, stop."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from schemas.errors import PlatformError
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+@dataclass(frozen=True)
+class Health:
+    """A service's state as ``rewardstream status`` reports it; ``reason`` says why in plain words."""
+
+    healthy: bool
+    endpoint: str
+    reason: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    fatal: bool = False
+    """Waiting will not help (e.g. the service rejects our credentials): ``up`` stops at once."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "endpoint": self.endpoint, "reason": self.reason, **self.details}
+
+
+@dataclass(frozen=True)
+class PortClaim:
+    """A port a local service listens on, and the setting that moves it."""
+
+    label: str
+    host: str
+    port: int
+    setting: str
+
+
+class LocalService(Protocol):
+    """One of the four services of the local platform."""
+
+    name: str
+    uses_java: bool
+
+    def ports(self) -> list[PortClaim]:
+        """Ports the service needs free before it starts."""
+        ...
+
+    def installed(self) -> bool:
+        """True when ``install`` has nothing left to download."""
+        ...
+
+    @property
+    def endpoint(self) -> str: ...
+
+    def is_local(self) -> bool:
+        """True when the endpoint is on loopback, so ``up`` may install and start it."""
+        ...
+
+    def install(self) -> None:
+        """Download and unpack (idempotent, verified)."""
+        ...
+
+    def start(self) -> None:
+        """Start the process if it is not running (does not wait for health)."""
+        ...
+
+    def health(self) -> Health: ...
+
+    def started_by_us(self) -> int | None:
+        """Pid of the process ``up`` started, if it is running."""
+        ...
+
+    def startup_failure(self) -> str | None:
+        """Why a just-started process died (its log tail), or None while it lives."""
+        ...
+
+    def stop(self) -> bool: ...
+
+
+def split_host_port(endpoint: str, default_port: int) -> tuple[str, int]:
+    """``host:port`` or a URL -> (host, port)."""
+    text = endpoint if "://" in endpoint else f"//{endpoint}"
+    parts = urlsplit(text)
+    try:
+        port = parts.port or default_port
+    except ValueError as exc:
+        raise PlatformError(f"bad port in endpoint {endpoint!r}") from exc
+    return parts.hostname or "127.0.0.1", port
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True if something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def require_port_free(service: str, host: str, port: int, setting: str) -> None:
+    """Fail with what to do when another program already holds a port the service needs."""
+    if port_is_open(host, port):
+        raise PlatformError(
+            f"port {port} on {host} is taken by another program, so {service} cannot start there: "
+            f"stop that program or choose another port with {setting}"
+        )
+
+
+def unreachable_reason(service: str, host: str, port: int) -> str | None:
+    """A plain-words reason when nothing accepts connections at host:port, else None."""
+    if port_is_open(host, port):
+        return None
+    return f"nothing listens on {host}:{port}: {service} is not running (start it with `rewardstream up`)"

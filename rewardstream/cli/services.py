@@ -1,0 +1,49 @@
+"""``rewardstream up | down | status``: the local platform."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+from rich.console import Console
+
+from infra.local.platform import Platform
+from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.main import app
+
+
+@app.command()
+def up() -> None:
+    """Start every local service that is not running (Kafka, OpenSearch, S3, Docker) and wait until healthy."""
+    console = Console(stderr=True)
+    platform = Platform.from_settings(load_settings())
+    started = time.monotonic()
+    with console.status("starting the local platform (first run downloads ~300 MB)..."):
+        health = platform.up(report=console.print)
+    console.print(f"[green]all {len(health)} services healthy[/] in {time.monotonic() - started:.1f}s")
+
+
+@app.command()
+def down() -> None:
+    """Stop every process `up` started; leave anything else alone."""
+    console = Console(stderr=True)
+    platform = Platform.from_settings(load_settings())
+    platform.down(report=console.print)
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="print {'services': {...}} as JSON"),
+) -> None:
+    """Health of each service; an unhealthy one says why. Exit code 1 if any is unhealthy."""
+    platform = Platform.from_settings(load_settings())
+    health = platform.status()
+    if as_json:
+        print_json({"services": {name: h.as_json() for name, h in health.items()}})
+    else:
+        console = Console()
+        for name, h in health.items():
+            mark = "[green]healthy[/]" if h.healthy else f"[red]unhealthy[/]: {h.reason}"
+            console.print(f"{name:<11} {h.endpoint:<32} {mark}")
+    if not all(h.healthy for h in health.values()):
+        raise typer.Exit(1)

@@ -1,0 +1,125 @@
+"""Session fixtures over the real local services, with unique topic/index/bucket names per test.
+
+A service that is not running makes its tests skip with what to start, except under CI (``CI=true``),
+where a missing service fails the run: CI must never skip an integration test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infra.local.platform import Platform
+from infra.local.service import Health
+from schemas.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def platform_health(settings: Settings) -> dict[str, Health]:
+    return Platform.from_settings(settings).status()
+
+
+def _require(platform_health: dict[str, Health], service: str) -> Health:
+    health = platform_health[service]
+    if not health.healthy:
+        message = f"{service} is not available ({health.reason}); start it with `rewardstream up`"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must not skip integration tests: {message}")
+        pytest.skip(message)
+    return health
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A name no other test (or earlier run) uses: lowercase, safe for topics, indices and buckets."""
+    test = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:30]
+    return f"t-{test}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def kafka_config(settings: Settings, platform_health: dict[str, Health]) -> dict[str, str]:
+    _require(platform_health, "kafka")
+    return settings.kafka_client_config()
+
+
+@pytest.fixture
+def kafka_topic(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
+    """A fresh 3-partition topic, deleted after the test."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(kafka_config)
+    topic = f"rs-test.{unique_name}"
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(timeout=30)
+    try:
+        yield topic
+    finally:
+        admin.delete_topics([topic])[topic].result(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def opensearch_client(settings: Settings, platform_health: dict[str, Health]) -> Iterator[Any]:
+    from opensearchpy import OpenSearch
+
+    _require(platform_health, "opensearch")
+    client = OpenSearch(hosts=[settings.opensearch_url], timeout=30)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def opensearch_index(opensearch_client: Any, unique_name: str) -> Iterator[str]:
+    """A unique index name; the index (if created) is deleted after the test."""
+    try:
+        yield unique_name
+    finally:
+        opensearch_client.indices.delete(index=unique_name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def minio_client(settings: Settings, platform_health: dict[str, Health]) -> Any:
+    from minio import Minio
+
+    _require(platform_health, "s3")
+    return Minio(
+        settings.s3_endpoint,
+        access_key=settings.s3_access_key,
+        secret_key=settings.s3_secret_key.get_secret_value(),
+        secure=settings.s3_secure,
+        region=settings.s3_region,
+    )
+
+
+@pytest.fixture
+def s3_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
+    """A fresh bucket, emptied and removed after the test."""
+    minio_client.make_bucket(unique_name)
+    try:
+        yield unique_name
+    finally:
+        for obj in minio_client.list_objects(unique_name, recursive=True):
+            minio_client.remove_object(unique_name, obj.object_name)
+        minio_client.remove_bucket(unique_name)
+
+
+@pytest.fixture(scope="session")
+def docker_client(settings: Settings, platform_health: dict[str, Health]) -> Iterator[Any]:
+    import docker
+
+    _require(platform_health, "docker")
+    client = docker.DockerClient(base_url=settings.docker_host or "unix:///var/run/docker.sock")
+    try:
+        yield client
+    finally:
+        client.close()
