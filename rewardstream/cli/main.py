@@ -22,7 +22,11 @@ app = typer.Typer(
 
 def _register() -> None:
     """Import each command module; each adds its commands to ``app``."""
-    from rewardstream.cli import services  # noqa: F401, PLC0415
+    from rewardstream.cli import (
+        sandbox,  # noqa: F401
+        services,  # noqa: F401
+        topics,  # noqa: F401
+    )
 
 
 def main() -> None:

@@ -1,0 +1,114 @@
+"""The topic catalog: one entry per role, the single source of topic names and their settings.
+
+Pure (no Kafka here): callers pass the prefix and partition count from settings, so tests and tools can
+build a catalog for any prefix. Every joined topic has the same partition count and all are keyed by
+``episode_id``, so one episode lands on the same partition number everywhere and the Faust join needs no
+repartitioning.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from schemas.codec import MAX_MESSAGE_BYTES, Contract
+from schemas.errors import ConfigError
+from schemas.events import (
+    DeadLetter,
+    ExecutionResult,
+    GenerationEvent,
+    HiddenVerdict,
+    JudgeScore,
+    LogRecord,
+    RewardEvent,
+)
+
+Role = Literal["generations", "executions", "verdicts", "judgements", "rewards", "logs", "dlq"]
+
+_DAY_MS = 24 * 60 * 60 * 1000
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
+#: Broker-side cap per message: our codec cap plus room for Kafka's record overhead.
+TOPIC_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES + 48 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """What one topic must look like."""
+
+    role: Role
+    name: str
+    partitions: int
+    replication_factor: int
+    retention_ms: int
+    cleanup_policy: Literal["delete", "compact"]
+    model: type[Contract]
+    joined: bool
+    description: str
+    extra_config: dict[str, str] = field(default_factory=dict)
+
+    def config(self) -> dict[str, str]:
+        """Topic-level Kafka configs this catalog manages (compared against what exists)."""
+        return {
+            "cleanup.policy": self.cleanup_policy,
+            "retention.ms": str(self.retention_ms),
+            "max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES),
+            **self.extra_config,
+        }
+
+    def as_json(self) -> dict[str, object]:
+        """The ``rewardstream topics --json`` form."""
+        return {
+            "role": self.role,
+            "name": self.name,
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "retention_ms": self.retention_ms,
+            "cleanup_policy": self.cleanup_policy,
+            "key": "episode_id" if self.role != "dlq" else "original key",
+            "value": self.model.__name__,
+            "joined": self.joined,
+            "config": self.config(),
+            "description": self.description,
+        }
+
+
+_ROLES: tuple[tuple[Role, type[Contract], int, bool, str], ...] = (
+    ("generations", GenerationEvent, 7, True, "code published by trainers"),
+    ("executions", ExecutionResult, 7, True, "public-test results and feedback from executors"),
+    ("verdicts", HiddenVerdict, 7, True, "hidden-test and static-analysis verdicts from verifiers"),
+    ("judgements", JudgeScore, 7, True, "judge-model scores"),
+    ("rewards", RewardEvent, 30, True, "one reward per generation, back to the trainer"),
+    ("logs", LogRecord, 3, False, "structured logs of every worker, indexed into OpenSearch"),
+    ("dlq", DeadLetter, 30, False, "messages that could not be decoded or processed, with the reason"),
+)
+
+
+def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 1) -> tuple[TopicSpec, ...]:
+    """Every topic rewardstream uses, named ``<prefix><role>``."""
+    if not _PREFIX_RE.match(prefix):
+        raise ConfigError(f"topic prefix {prefix!r} may only contain letters, digits, '.', '_' and '-'")
+    if partitions < 1 or replication_factor < 1:
+        raise ConfigError("partitions and replication factor must be at least 1")
+    return tuple(
+        TopicSpec(
+            role=role,
+            name=f"{prefix}{role}",
+            partitions=partitions,
+            replication_factor=replication_factor,
+            retention_ms=days * _DAY_MS,
+            cleanup_policy="delete",
+            model=model,
+            joined=joined,
+            description=description,
+        )
+        for role, model, days, joined, description in _ROLES
+    )
+
+
+def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:
+    """The spec of ``role`` in ``specs``."""
+    for spec in specs:
+        if spec.role == role:
+            return spec
+    raise ConfigError(f"no topic with role {role!r} in the catalog")
