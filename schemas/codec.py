@@ -117,7 +117,7 @@ class Contract(BaseModel):
         parsed = cls.parse_version(raw)
         if parsed is None:
             raise PydanticCustomError(
-                "schema_version", "malformed version {raw!r} (expected {example!r})",
+                "schema_version", "malformed version '{raw}' (expected '{example}')",
                 {"raw": raw, "example": cls.version_string()},
             )
         if parsed[0] != cls.version[0]:
@@ -175,7 +175,7 @@ def _decode_slow(data: bytes, model: type[M], exc: pydantic.ValidationError) -> 
 
 def _raise_non_finite(text: str, model: type[Contract]) -> None:
     """If NaN/Infinity tokens are what makes ``text`` invalid JSON, raise an error naming their fields."""
-    import json  # noqa: PLC0415  (error path only)
+    import json
 
     try:
         lenient = json.loads(text)

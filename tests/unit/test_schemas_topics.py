@@ -1,0 +1,51 @@
+"""The topic catalog: one topic per role, joined topics co-partitioned, names from the prefix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas.errors import ConfigError
+from schemas.events import GenerationEvent
+from schemas.topics import catalog, topic_for
+
+ROLES = ["generations", "executions", "verdicts", "judgements", "rewards", "logs", "dlq"]
+
+
+def test_one_topic_per_role_with_prefix() -> None:
+    specs = catalog("rs.", partitions=12)
+    assert [s.role for s in specs] == ROLES
+    assert [s.name for s in specs] == [f"rs.{r}" for r in ROLES]
+    assert topic_for("generations", specs).model is GenerationEvent
+
+
+def test_joined_topics_share_the_partition_count() -> None:
+    specs = catalog("x-", partitions=5, replication_factor=3)
+    joined = [s for s in specs if s.joined]
+    assert {s.role for s in joined} == {"generations", "executions", "verdicts", "judgements", "rewards"}
+    assert {s.partitions for s in specs} == {5}
+    assert {s.replication_factor for s in specs} == {3}
+    assert all(s.config()["cleanup.policy"] == "delete" for s in specs)
+
+
+@pytest.mark.parametrize(("prefix", "partitions"), [("bad prefix ", 3), ("rs.", 0)])
+def test_bad_catalog_parameters(prefix: str, partitions: int) -> None:
+    with pytest.raises(ConfigError):
+        catalog(prefix, partitions)
+
+
+def test_cli_topics_json_prints_the_catalog() -> None:
+    cli = str(Path(sys.executable).with_name("rewardstream"))
+    out = subprocess.run([cli, "topics", "--json", "--prefix", "demo.", "--partitions", "4"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    topics = json.loads(out)["topics"]
+    assert [t["role"] for t in topics] == ROLES
+    assert topics[0] | {"config": None, "description": None} == {
+        "role": "generations", "name": "demo.generations", "partitions": 4, "replication_factor": 1,
+        "retention_ms": 7 * 86_400_000, "cleanup_policy": "delete", "key": "episode_id",
+        "value": "GenerationEvent", "joined": True, "config": None, "description": None,
+    }
