@@ -47,7 +47,7 @@ class OpenSearchService:
         self._settings = settings
         self._paths = paths
         self._host, self._port = split_host_port(settings.opensearch_url, 9200)
-        self._base = _service_base(paths.root)
+        self._base = service_base(paths.root)
         base = self._base
         self._home = base / "dist" / f"opensearch-{OPENSEARCH_VERSION}"
         self._conf = base / "data" / "opensearch" / "config"
@@ -178,7 +178,7 @@ class OpenSearchService:
         return self._process.stop()
 
 
-def _service_base(cache_root: Path) -> Path:
+def service_base(cache_root: Path) -> Path:
     """Where OpenSearch's files live: the cache dir, or (as root) a per-cache dir the service user owns."""
     if os.geteuid() != 0:
         return cache_root

@@ -74,10 +74,10 @@ class Platform:
         self.paths.ensure()
         current = self.status()
         pending = [svc for svc in self.services if not current[svc.name].healthy]
+        self._preflight(pending, current)
         for svc in self.services:
             if svc not in pending:
                 report(f"{svc.name}: already healthy at {svc.endpoint}")
-        self._preflight(pending, current)
         with ThreadPoolExecutor(max_workers=4) as pool:
             futures = {svc.name: pool.submit(self._bring_up, svc, report) for svc in pending}
         failures = []

@@ -47,3 +47,24 @@ def status(
             console.print(f"{name:<11} {h.endpoint:<32} {mark}")
     if not all(h.healthy for h in health.values()):
         raise typer.Exit(1)
+
+
+@app.command()
+def smoke() -> None:
+    """One real round trip through each service (Kafka, OpenSearch, S3, Docker); exit 1 if any fails."""
+    from rich.table import Table
+
+    from infra.local.smoke import run_smoke
+
+    console = Console()
+    with console.status("running one round trip through each service..."):
+        results = run_smoke(load_settings())
+    table = Table(title="rewardstream smoke run")
+    for column in ("service", "check", "result", "seconds"):
+        table.add_column(column)
+    for result in results:
+        mark = f"[green]ok[/] {result.detail}" if result.ok else f"[red]FAILED[/] {result.detail}"
+        table.add_row(result.service, result.what, mark, f"{result.seconds:.2f}")
+    console.print(table)
+    if not all(result.ok for result in results):
+        raise typer.Exit(1)

@@ -155,3 +155,16 @@ def test_testcontainers_drives_the_local_sandbox_image(
         assert wrapped.attrs["HostConfig"]["ReadonlyRootfs"] is True
         name = wrapped.name
     assert not docker_client.containers.list(all=True, filters={"name": name})
+
+
+@pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
+def test_smoke_command_round_trips_every_service() -> None:
+    """The README's main job (until the pipeline exists) passes against the running platform."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "rewardstream", "smoke"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(" ok ") == 4, result.stdout

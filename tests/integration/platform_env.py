@@ -1,0 +1,83 @@
+"""An isolated second local platform for lifecycle tests: own cache dir and ports, shared downloads.
+
+Lifecycle tests kill, stop and restart services; doing that to the platform every other test uses would
+break them, so these tests bring up their own copy on other ports.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from infra.local.opensearch import service_base
+from schemas.settings import Settings
+
+SHARED_CACHE_PARTS = ("downloads", "m2", "dist")
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return orjson.loads(self.stdout)
+
+
+@dataclass
+class IsolatedPlatform:
+    cache_dir: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 400) -> CliResult:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rewardstream", *args],
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def purge(self) -> None:
+        """Stop whatever this platform started and remove its files."""
+        self.cli("down")
+        shutil.rmtree(service_base(self.cache_dir), ignore_errors=True)
+
+
+def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:
+    """A platform config on ports base_port+{92,93,200,300,0} sharing the main cache's downloads."""
+    cache = tmp / "cache"
+    cache.mkdir(parents=True)
+    main_cache = Settings().cache_dir
+    for part in SHARED_CACHE_PARTS:
+        (main_cache / part).mkdir(parents=True, exist_ok=True)
+        (cache / part).symlink_to(main_cache / part)
+    env = {
+        **os.environ,
+        "RS_CACHE_DIR": str(cache),
+        "RS_KAFKA_BOOTSTRAP": f"127.0.0.1:{base_port + 92}",
+        "RS_OPENSEARCH_URL": f"http://127.0.0.1:{base_port + 200}",
+        "RS_S3_ENDPOINT": f"127.0.0.1:{base_port}",
+    }
+    return IsolatedPlatform(cache, env)
+
+
+def one_line_error(result: CliResult) -> str:
+    """The CLI's error: exactly one line, the last on stderr (after any progress lines), no traceback."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in lines if line.startswith("rewardstream: error: ")]
+    assert len(errors) == 1, result.stderr
+    assert lines[-1] == errors[0], result.stderr
+    return errors[0]
