@@ -123,6 +123,8 @@ class _TaskBase(Contract):
     """Fields shared by the full task and its public view."""
 
     version_field: ClassVar[str] = "schema"
+    #: Tasks are read from files, not Kafka: one JSONL line may be larger than an event.
+    max_bytes: ClassVar[int] = 16 * 1024 * 1024
 
     schema_: str = Field(TASK_SCHEMA, alias="schema", description="format id, rewardstream.task/v<major>")
     task_id: TaskId = Field(description="unique task id, e.g. HumanEval/0")

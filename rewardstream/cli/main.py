@@ -24,6 +24,7 @@ def _register() -> None:
     """Import each command module; each adds its commands to ``app``."""
     from rewardstream.cli import (
         services,  # noqa: F401
+        tasks,  # noqa: F401
         topics,  # noqa: F401
     )
 

@@ -1,0 +1,70 @@
+"""``rewardstream tasks load | show | list | humaneval``: the task registry."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.main import app
+from schemas.errors import ValidationError
+from workers.tasks.registry import TaskFileError, TaskRegistry
+
+tasks_app = typer.Typer(help="Task registry: load JSONL tasks, show their public part.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+
+_DIR = typer.Option(None, "--dir", help="registry directory (default: RS_TASKS_DIR)")
+_JSON = typer.Option(False, "--json", help="print JSON")
+_FILE = typer.Argument(..., help="JSONL file, one rewardstream.task/v1 per line")
+_TASK_ID = typer.Argument(..., help="task id, e.g. HumanEval/0")
+
+
+def _registry(directory: Path | None) -> TaskRegistry:
+    return TaskRegistry(directory) if directory is not None else TaskRegistry.from_settings(load_settings())
+
+
+@tasks_app.command("load")
+def load(
+    file: Path = _FILE,
+    directory: Path | None = _DIR,
+    as_json: bool = _JSON,
+) -> None:
+    """Validate every task in FILE (all errors, with line and field) and store them; nothing if any fails."""
+    registry = _registry(directory)
+    try:
+        report = registry.load_file(file)
+    except TaskFileError as exc:
+        for error in exc.errors:
+            print(f"{exc.source}: {error}", file=sys.stderr)
+        raise ValidationError(
+            f"{len(exc.errors)} error(s) in {exc.source}, nothing stored; first: {exc.errors[0]}"
+        ) from None
+    if as_json:
+        print_json({**report.as_json(), "dir": str(registry.root)})
+        return
+    typer.echo(
+        f"stored {len(report.added) + len(report.updated) + len(report.unchanged)} tasks in {registry.root} "
+        f"({len(report.added)} added, {len(report.updated)} updated, {len(report.unchanged)} unchanged)"
+    )
+
+
+@tasks_app.command("show")
+def show(
+    task_id: str = _TASK_ID, directory: Path | None = _DIR
+) -> None:
+    """Print the public part of a task (never its hidden tests) as JSON."""
+    public = _registry(directory).public(task_id)
+    print_json(public.model_dump(mode="json", by_alias=True))
+
+
+@tasks_app.command("list")
+def list_(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+    """Print the ids of every stored task."""
+    ids = _registry(directory).ids()
+    if as_json:
+        print_json({"tasks": ids})
+    else:
+        for task_id in ids:
+            typer.echo(task_id)

@@ -1,0 +1,1 @@
+"""Task registry and converters: validated tasks on disk, hidden tests apart from public views."""
