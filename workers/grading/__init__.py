@@ -1,0 +1,26 @@
+"""Grading: run a task's suites in a sandbox, compare outside it, flag hacks, and compute the reward.
+
+Public API: ``Grader``/``grade`` (results), ``run_call_cases`` (plain-JSON return values of a reference
+solution, for task converters), ``analyze`` (static analysis), ``compare_values``/``compare_stdout``.
+"""
+
+from __future__ import annotations
+
+from workers.grading.compare import compare_stdout, compare_values
+from workers.grading.grader import Grader, GraderConfig, GradeResult, grade, run_call_cases
+from workers.grading.static_analysis import Flag, analyze
+from workers.grading.suites import CallArgs, CaseValue
+
+__all__ = [
+    "CallArgs",
+    "CaseValue",
+    "Flag",
+    "GradeResult",
+    "Grader",
+    "GraderConfig",
+    "analyze",
+    "compare_stdout",
+    "compare_values",
+    "grade",
+    "run_call_cases",
+]

@@ -1,0 +1,331 @@
+"""The grader: static analysis + one batched sandbox run of a task's suites + strict comparison + reward.
+
+Why one run for public and hidden: a sandbox start dominates the cost of a HumanEval-sized task; the
+harness isolates suites from each other (fresh candidate process per suite; check code never reachable
+from a candidate process). Infrastructure failures (``SandboxStatus.SANDBOX_ERROR``, a harness that never
+started) are retried with exponential backoff and end as ``sandbox_error``, never as ``fail``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import SandboxError
+from schemas.tasks import Limits, Task
+from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
+from workers.grading.static_analysis import Flag, analyze
+from workers.grading.suites import (
+    DEFAULT_PYTHON_ARGV,
+    AnySuite,
+    CallInput,
+    CaseValue,
+    JobSuite,
+    Records,
+    SuiteOutcome,
+    build_spec,
+    call_job_suite,
+    failed_suite,
+    harness_source,
+    infra_problem,
+    job_suite,
+    new_nonce,
+    order_for_harness,
+    parse_records,
+    score_suite,
+)
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
+
+GRADER_VERSION = "grading/1"
+
+
+@dataclass(frozen=True, slots=True)
+class GraderConfig:
+    """How the grader drives the sandbox. ``python_argv`` is the interpreter inside the sandbox image."""
+
+    python_argv: tuple[str, ...] = DEFAULT_PYTHON_ARGV
+    attempts: int = 3
+    backoff_s: float = 0.25
+    backoff_max_s: float = 4.0
+    startup_grace_s: float = 5.0
+    pids_limit: int = 64
+    max_stdout_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What the sandbox said about the (last) run, for SREs and the result file."""
+
+    status: str
+    exit_code: int | None
+    signal: int | None
+    wall_ms: float
+    cpu_ms: float
+    max_rss_kb: int
+    backend: str
+    attempts: int
+    error: str | None = None
+    hardened: bool | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "wall_ms": round(self.wall_ms, 3),
+            "cpu_ms": round(self.cpu_ms, 3),
+            "max_rss_kb": self.max_rss_kb,
+            "backend": self.backend,
+            "attempts": self.attempts,
+            "error": self.error,
+            "hardened": self.hardened,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SuitesRun:
+    """Outcome of running several suites in one sandbox run. ``infra_error`` set means no verdict."""
+
+    outcomes: tuple[SuiteOutcome, ...]
+    run: RunInfo
+    infra_error: str | None
+    protocol_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GradeResult:
+    """One graded generation; ``to_json`` is the result contract other tools read."""
+
+    generation_id: str
+    task_id: str
+    status: str  # "pass" | "fail" | "sandbox_error"
+    public: SuiteOutcome | None
+    hidden: SuiteOutcome
+    static_flags: tuple[Flag, ...]
+    reward: float
+    flags: tuple[str, ...]
+    reasons: tuple[str, ...]
+    run: RunInfo
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"generation_id", "task_id", "status", "public", "hidden", "flags", "reward", ...}``."""
+        public = self.public
+        return {
+            "generation_id": self.generation_id,
+            "task_id": self.task_id,
+            "status": self.status,
+            "public": {"passed": public.passed if public else 0, "total": public.total if public else 0},
+            "hidden": {"passed": self.hidden.passed, "total": self.hidden.total},
+            "flags": list(self.flags),
+            "reward": self.reward,
+            "reasons": list(self.reasons),
+            "static_flags": [f.to_json() for f in self.static_flags],
+            "cases": {
+                "public": [c.to_json() for c in public.cases] if public else [],
+                "hidden": [c.to_json(with_message=False) for c in self.hidden.cases],
+            },
+            "suite_kinds": {"public": public.kind if public else None, "hidden": self.hidden.kind},
+            "run": self.run.to_json(),
+            "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
+            "grader_version": GRADER_VERSION,
+            **self.extra,
+        }
+
+
+def _error_result(exc: Exception, backend: str) -> SandboxResult:
+    """A backend that raised instead of returning is an infrastructure failure like any other."""
+    return SandboxResult(
+        status=SandboxStatus.SANDBOX_ERROR,
+        exit_code=None,
+        signal=None,
+        stdout=b"",
+        stderr=b"",
+        stdout_truncated=False,
+        stderr_truncated=False,
+        wall_ms=0.0,
+        cpu_ms=0.0,
+        max_rss_kb=0,
+        backend=backend,
+        error=f"{type(exc).__name__}: {exc}"[:4096],
+    )
+
+
+class Grader:
+    """Grades code against tasks with one sandbox backend. Thread-safe: holds no per-call state."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        config: GraderConfig | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.sandbox = sandbox
+        self.config = config or GraderConfig()
+        self._sleep = sleep
+        self._harness = harness_source()
+
+    # ---- running ---------------------------------------------------------------------------------------
+    def _execute(
+        self, code: str, entry_point: str | None, suites: Sequence[JobSuite], limits: Limits
+    ) -> tuple[SandboxResult, Records, int, str | None]:
+        """Run once, retrying infrastructure failures with backoff. Returns (result, records, attempts, infra)."""
+        cfg = self.config
+        problem: str | None = None
+        result: SandboxResult | None = None
+        records: Records | None = None
+        attempt = 0
+        for attempt in range(1, max(1, cfg.attempts) + 1):
+            nonce = new_nonce()
+            spec = build_spec(
+                code=code,
+                entry_point=entry_point,
+                suites=suites,
+                memory_mb=limits.memory_mb,
+                startup_grace_s=cfg.startup_grace_s,
+                harness=self._harness,
+                nonce=nonce,
+                python_argv=cfg.python_argv,
+                pids_limit=cfg.pids_limit,
+            )
+            try:
+                result = self.sandbox.run(spec)
+            except Exception as exc:
+                result = _error_result(exc, getattr(self.sandbox, "name", "?"))
+            records = parse_records(result.stdout, nonce, truncated=result.stdout_truncated)
+            problem = infra_problem(result, records)
+            if problem is None:
+                break
+            if attempt < cfg.attempts:
+                delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1))
+                self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter, not crypto
+        if result is None or records is None:  # the loop always runs at least once
+            raise SandboxError("grader: no sandbox attempt was made")
+        return result, records, attempt, problem
+
+    def run_suites(
+        self, code: str, entry_point: str | None, suites: Sequence[tuple[str, AnySuite]], limits: Limits
+    ) -> SuitesRun:
+        """Run labelled suites in ONE sandbox run and score every case outside the sandbox."""
+        jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=self.config.max_stdout_bytes) for _, s in suites]
+        order = order_for_harness(jobs)
+        result, records, attempts, problem = self._execute(code, entry_point, [jobs[i] for i in order], limits)
+        hardened = records.hello.get("hardened") if records.hello else None
+        run = RunInfo(
+            status=result.status.value,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            wall_ms=result.wall_ms,
+            cpu_ms=result.cpu_ms,
+            max_rss_kb=result.max_rss_kb,
+            backend=result.backend,
+            attempts=attempts,
+            error=problem or result.error,
+            hardened=hardened if isinstance(hardened, bool) else None,
+        )
+        outcomes: list[SuiteOutcome] = []
+        position = {original: ran for ran, original in enumerate(order)}
+        for i, (label, suite) in enumerate(suites):
+            if problem is not None:
+                outcomes.append(failed_suite(suite, label, "error", "sandbox_error"))
+            elif records.protocol_error is not None:
+                outcomes.append(failed_suite(suite, label, "error", f"protocol: {records.protocol_error}"))
+            else:
+                outcomes.append(score_suite(suite, label, records.cases.get(position[i], {})))
+        return SuitesRun(tuple(outcomes), run, problem, records.protocol_error)
+
+    def run_call_cases(
+        self, code: str, entry_point: str, cases: Sequence[CallInput], limits: Limits
+    ) -> dict[str, CaseValue]:
+        """See the module-level ``run_call_cases``."""
+        job = call_job_suite(cases, limits.timeout_s)
+        _result, records, _, problem = self._execute(code, entry_point, [job], limits)
+        if problem is not None:
+            raise SandboxError(f"run_call_cases: {problem}")
+        if records.protocol_error is not None:
+            raise SandboxError(f"run_call_cases: protocol error: {records.protocol_error}")
+        got = records.cases.get(0, {})
+        out: dict[str, CaseValue] = {}
+        for case in job.payload["cases"]:
+            cid = case["id"]
+            recs = got.get(cid, [])
+            if len(recs) != 1:
+                out[cid] = CaseValue(False, None, "missing result" if not recs else "duplicate results")
+            elif recs[0]["ok"] and "value" in recs[0]:
+                out[cid] = CaseValue(True, recs[0]["value"], None)
+            else:
+                out[cid] = CaseValue(False, None, str(recs[0].get("error", "error")))
+        return out
+
+    # ---- grading ---------------------------------------------------------------------------------------
+    def grade(self, task: Task, code: str, *, generation_id: str = "") -> GradeResult:
+        """Static analysis + public and hidden suites in one run + the interim default reward."""
+        flags = tuple(analyze(code))
+        labelled: list[tuple[str, AnySuite]] = []
+        if task.public_tests is not None:
+            labelled.append(("public", task.public_tests))
+        labelled.append(("hidden", task.hidden_tests))
+        ran = self.run_suites(code, task.entry_point, labelled, task.limits)
+        by_label = {o.label: o for o in ran.outcomes}
+        public = by_label.get("public")
+        hidden = by_label["hidden"]
+        if ran.infra_error is not None:
+            status = "sandbox_error"
+        elif hidden.all_passed and (public is None or public.all_passed):
+            status = "pass"
+        else:
+            status = "fail"
+        passed = hidden.passed + (public.passed if public else 0)
+        total = hidden.total + (public.total if public else 0)
+        decision = default_reward(status, passed, total, flags)
+        reasons = list(decision.reasons)
+        if ran.infra_error:
+            reasons.append(ran.infra_error[:1024])
+        if ran.protocol_error:
+            reasons.append(f"harness protocol violated: {ran.protocol_error}")
+        if ran.run.hardened is False:
+            reasons.append("warning: the harness could not make itself non-dumpable")
+        return GradeResult(
+            generation_id=generation_id,
+            task_id=task.task_id,
+            status=status,
+            public=public,
+            hidden=hidden,
+            static_flags=flags,
+            reward=decision.reward,
+            flags=decision.flags,
+            reasons=tuple(reasons),
+            run=ran.run,
+        )
+
+
+def grade(
+    task: Task, code: str, sandbox: Sandbox, *, generation_id: str = "", config: GraderConfig | None = None
+) -> GradeResult:
+    """Grade ``code`` for ``task`` on ``sandbox`` (convenience wrapper around ``Grader``)."""
+    return Grader(sandbox, config).grade(task, code, generation_id=generation_id)
+
+
+def run_call_cases(
+    sandbox: Sandbox,
+    code: str,
+    entry_point: str,
+    cases: Sequence[CallInput],
+    limits: Limits,
+    *,
+    config: GraderConfig | None = None,
+) -> dict[str, CaseValue]:
+    """Run ``entry_point(*args, **kwargs)`` for every case in ONE sandbox run; ``{case_id: CaseValue}``.
+
+    Stable public API (used by task converters to compute expected values from a reference solution).
+    Each ``CaseValue`` holds the plain-JSON return value exactly as the grader will see a candidate's
+    (tuples become lists; sets, non-string dict keys, NaN/inf, custom classes, oversized or cyclic values
+    give ``ok=False`` with an ``error``). Cases need ``id`` (None -> index), ``args`` and ``kwargs``:
+    ``schemas.tasks.CallCase`` or ``workers.grading.CallArgs``. Raises ``SandboxError`` only when the
+    infrastructure failed after retries.
+    """
+    return Grader(sandbox, config).run_call_cases(code, entry_point, cases, limits)

@@ -1,0 +1,308 @@
+"""Turn test suites into ONE sandbox run of the harness, and the run's framed records back into verdicts.
+
+Why here and not in the harness: expected values never enter the sandbox. The job sent in carries only
+inputs (call args, io stdin) or assert check code; the records that come back carry plain JSON values or
+stdout, which are compared here, outside, by ``compare``.
+
+A pass needs positive proof: every case id must have exactly one well-formed record; a missing, duplicate
+or unparsable record is a failure. Records are only accepted on lines framed with this run's random nonce.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, NoReturn, Protocol
+
+from schemas.tasks import AssertSuite, CallSuite, IoSuite
+from workers.grading.compare import compare_stdout, compare_values
+from workers.sandbox.api import SandboxResult, SandboxSpec
+
+MAGIC = b"@@RS1"
+NONCE_HEX_LEN = 32
+#: ``python3 -I`` ignores PYTHON* variables, the user site and the work dir on sys.path (no sitecustomize
+#: planted there is imported); ``-S`` skips site-packages .pth processing; ``-B`` writes no bytecode.
+DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
+HARNESS_FILE = "harness.py"
+HARNESS_OUTPUT_BYTES = 8 * 1024 * 1024
+CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
+AnySuite = CallSuite | IoSuite | AssertSuite
+
+
+class CallInput(Protocol):
+    """What ``run_call_cases`` needs of a case: an id and the arguments (``CallCase`` fits)."""
+
+    @property
+    def id(self) -> str | None: ...
+
+    @property
+    def args(self) -> list[Any]: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallArgs:
+    """A call case without an expected value (for computing expected values from a reference solution)."""
+
+    id: str | None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CaseValue:
+    """The plain-JSON return value of one call, or why there is none."""
+
+    ok: bool
+    value: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CaseOutcome:
+    """Verdict of one case. ``message`` is feedback (never includes expected values)."""
+
+    id: str
+    status: CaseStatus
+    message: str | None = None
+
+    def to_json(self, *, with_message: bool = True) -> dict[str, object]:
+        """Plain JSON; hidden cases are written without messages (they might echo hidden inputs)."""
+        out: dict[str, object] = {"case_id": self.id, "status": self.status}
+        if with_message and self.message:
+            out["message"] = self.message[:1024]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteOutcome:
+    """Verdicts of every case of one suite."""
+
+    label: str
+    kind: str
+    cases: tuple[CaseOutcome, ...]
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for c in self.cases if c.status == "passed")
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    @property
+    def all_passed(self) -> bool:
+        """Positive proof for every case; an empty suite proves nothing."""
+        return self.total > 0 and self.passed == self.total
+
+
+@dataclass(frozen=True, slots=True)
+class JobSuite:
+    """One suite as sent into the sandbox: inputs only."""
+
+    kind: Literal["call", "io", "assert"]
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """What the harness reported, parsed from stdout. ``cases[suite_index][case_id]`` lists records."""
+
+    hello: dict[str, Any] | None
+    done: bool
+    harness_error: str | None
+    protocol_error: str | None
+    cases: dict[int, dict[str, list[dict[str, Any]]]]
+    suites_done: frozenset[int]
+
+
+def harness_source() -> bytes:
+    """The harness program's bytes (read on demand; callers keep it)."""
+    return resources.files("workers.grading").joinpath(HARNESS_FILE).read_bytes()
+
+
+def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 << 20) -> JobSuite:
+    """The sandbox-side form of ``suite``: built field by field so expected values cannot slip in."""
+    if isinstance(suite, CallSuite):
+        cases = [
+            {"id": cid, "args": c.args, "kwargs": c.kwargs}
+            for cid, c in zip(suite.case_ids(), suite.cases, strict=True)
+        ]
+        return JobSuite("call", {"kind": "call", "timeout_s": timeout_s, "cases": cases})
+    if isinstance(suite, IoSuite):
+        cases = [{"id": cid, "stdin": c.stdin} for cid, c in zip(suite.case_ids(), suite.cases, strict=True)]
+        payload = {"kind": "io", "timeout_s": timeout_s, "max_stdout_bytes": max_stdout_bytes, "cases": cases}
+        return JobSuite("io", payload)
+    return JobSuite("assert", {"kind": "assert", "timeout_s": timeout_s, "check": suite.code})
+
+
+def call_job_suite(cases: Sequence[CallInput], timeout_s: float) -> JobSuite:
+    """A call suite from bare inputs (no expected values at all)."""
+    payload = [
+        {"id": c.id if c.id is not None else str(i), "args": list(c.args), "kwargs": dict(c.kwargs)}
+        for i, c in enumerate(cases)
+    ]
+    return JobSuite("call", {"kind": "call", "timeout_s": timeout_s, "cases": payload})
+
+
+def order_for_harness(suites: Sequence[JobSuite]) -> list[int]:
+    """Indices of ``suites`` in run order: call/io first, assert last (the harness forks no candidate
+    process after it has parsed any check code)."""
+    return sorted(range(len(suites)), key=lambda i: suites[i].kind == "assert")
+
+
+def build_spec(
+    *,
+    code: str,
+    entry_point: str | None,
+    suites: Sequence[JobSuite],
+    memory_mb: int,
+    startup_grace_s: float,
+    harness: bytes,
+    nonce: bytes,
+    python_argv: Sequence[str] = DEFAULT_PYTHON_ARGV,
+    pids_limit: int = 64,
+) -> SandboxSpec:
+    """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of stdin."""
+    header = {"code": code, "entry_point": entry_point or ""}
+    segments = [json.dumps(header, allow_nan=False)] + [json.dumps(s.payload, allow_nan=False) for s in suites]
+    stdin = nonce + b"\n" + "\n".join(segments).encode()
+    n_assert = sum(1 for s in suites if s.kind == "assert")
+    timeout = sum(float(s.payload["timeout_s"]) for s in suites) + startup_grace_s
+    return SandboxSpec(
+        argv=(*python_argv, HARNESS_FILE, str(len(stdin)), str(n_assert)),
+        files={HARNESS_FILE: harness},
+        stdin=stdin,
+        timeout_s=timeout,
+        memory_mb=memory_mb,
+        pids_limit=pids_limit,
+        output_limit_bytes=HARNESS_OUTPUT_BYTES + (256 << 10),
+    )
+
+
+def new_nonce() -> bytes:
+    """32 random hex bytes, fresh for every run."""
+    return secrets.token_hex(NONCE_HEX_LEN // 2).encode()
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Records:
+    """Records framed with ``nonce``; lines without the exact frame are ignored (they are not ours).
+
+    A framed line that does not parse is a protocol error, except a cut-off last line of truncated output.
+    """
+    prefix = MAGIC + b" " + nonce + b" "
+    hello: dict[str, Any] | None = None
+    done = False
+    harness_error: str | None = None
+    protocol_error: str | None = None
+    cases: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    suites_done: set[int] = set()
+    lines = stdout.split(b"\n")
+    for n, line in enumerate(lines):
+        if not line.startswith(prefix):
+            continue
+        try:
+            rec = json.loads(line[len(prefix) :], parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            if not (truncated and n == len(lines) - 1):
+                protocol_error = protocol_error or f"unparsable record on line {n + 1}"
+            continue
+        if not isinstance(rec, dict):
+            protocol_error = protocol_error or f"record on line {n + 1} is not an object"
+        elif rec.get("hello") is True:
+            if hello is not None:
+                protocol_error = protocol_error or "two hello records"
+            hello = rec
+        elif rec.get("done") is True:
+            done = True
+        elif "harness_error" in rec:
+            harness_error = harness_error or str(rec["harness_error"])
+        elif rec.get("suite_done") is True and type(rec.get("suite")) is int:
+            suites_done.add(rec["suite"])
+        elif type(rec.get("suite")) is int and type(rec.get("id")) is str and type(rec.get("ok")) is bool:
+            cases.setdefault(rec["suite"], {}).setdefault(rec["id"], []).append(rec)
+        else:
+            protocol_error = protocol_error or f"unknown record on line {n + 1}"
+    return Records(hello, done, harness_error, protocol_error, cases, frozenset(suites_done))
+
+
+def _single(records: Mapping[str, list[dict[str, Any]]], cid: str) -> dict[str, Any] | CaseOutcome:
+    """The one record for ``cid``, or the failing outcome when there is none or more than one."""
+    found = records.get(cid, [])
+    if not found:
+        return CaseOutcome(cid, "missing", "no result for this case")
+    if len(found) > 1:
+        return CaseOutcome(cid, "error", "more than one result for this case")
+    rec = found[0]
+    if not rec["ok"]:
+        error = str(rec.get("error", "error"))
+        return CaseOutcome(cid, "timeout" if error.startswith("timeout") else "error", error)
+    return rec
+
+
+def score_suite(suite: AnySuite, label: str, records: Mapping[str, list[dict[str, Any]]]) -> SuiteOutcome:
+    """Compare each case's record with its expected value, here, outside the sandbox."""
+    outcomes: list[CaseOutcome] = []
+    known = set(suite.case_ids())
+    if set(records) - known:
+        reason = "results for unknown case ids (protocol violation)"
+        return SuiteOutcome(label, suite.kind, tuple(CaseOutcome(cid, "error", reason) for cid in suite.case_ids()))
+    if isinstance(suite, CallSuite):
+        for cid, case in zip(suite.case_ids(), suite.cases, strict=True):
+            rec = _single(records, cid)
+            if isinstance(rec, CaseOutcome):
+                outcomes.append(rec)
+                continue
+            if "value" not in rec:
+                outcomes.append(CaseOutcome(cid, "error", "result without a value"))
+                continue
+            why = compare_values(rec["value"], case.expected, suite.atol)
+            outcomes.append(CaseOutcome(cid, "passed") if why is None else CaseOutcome(cid, "failed", why))
+    elif isinstance(suite, IoSuite):
+        for cid, io_case in zip(suite.case_ids(), suite.cases, strict=True):
+            rec = _single(records, cid)
+            if isinstance(rec, CaseOutcome):
+                outcomes.append(rec)
+                continue
+            stdout = rec.get("stdout")
+            if type(stdout) is not str:
+                outcomes.append(CaseOutcome(cid, "error", "result without stdout"))
+                continue
+            why = compare_stdout(stdout, io_case.expected_stdout)
+            outcomes.append(CaseOutcome(cid, "passed") if why is None else CaseOutcome(cid, "failed", why))
+    else:
+        rec = _single(records, AssertSuite.CASE_ID)
+        outcomes.append(rec if isinstance(rec, CaseOutcome) else CaseOutcome(AssertSuite.CASE_ID, "passed"))
+    return SuiteOutcome(label, suite.kind, tuple(outcomes))
+
+
+def failed_suite(suite: AnySuite, label: str, status: CaseStatus, message: str) -> SuiteOutcome:
+    """Every case of ``suite`` with the same failing status (the run gave no usable evidence)."""
+    return SuiteOutcome(label, suite.kind, tuple(CaseOutcome(cid, status, message) for cid in suite.case_ids()))
+
+
+def infra_problem(result: SandboxResult, records: Records) -> str | None:
+    """Why this run says nothing about the candidate (the infrastructure's fault), or None.
+
+    The harness writes its hello record before any candidate code exists, so a run without it never
+    reached the candidate; a harness error means the job itself was unusable.
+    """
+    if result.status == "sandbox_error":
+        return f"sandbox error: {result.error or 'unknown'}"
+    if records.hello is None:
+        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        return f"harness did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
+    if records.hello.get("stdin_ok") is not True:
+        return "harness received a short job"
+    if records.harness_error is not None:
+        return f"harness error: {records.harness_error}"
+    return None
