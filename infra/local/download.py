@@ -36,6 +36,9 @@ def _fetch_text(url: str, timeout: float) -> str:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (https URL from settings)
             return str(response.read().decode("ascii", "replace"))
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise PlatformError(f"cannot download {url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise PlatformError(f"cannot download {url}: {exc}; check network access to RS_MAVEN_URL") from exc
 

@@ -87,6 +87,10 @@ class Platform:
                 failures.append(f"{name}: {exc}")
         if failures:
             raise PlatformError("; ".join(failures))
+        if self.docker.is_local():
+            # Idempotent and quick when present: the process backend's rootfs may be missing even
+            # when the image exists (e.g. a new cache dir).
+            self.docker.ensure_sandbox_image()
         return self.status()
 
     def _preflight(self, pending: list[LocalService], current: dict[str, Health]) -> None:
@@ -113,7 +117,7 @@ class Platform:
         service.start()
         if isinstance(service, DockerService):
             self._wait_for_docker_daemon(service)
-            report("docker: building the sandbox image if missing")
+            report("docker: building the sandbox rootfs and image if missing (first run: ~1 minute)")
             service.ensure_sandbox_image()
         self._wait_healthy(service)
         report(f"{service.name}: healthy at {service.endpoint} ({time.monotonic() - started:.1f}s)")

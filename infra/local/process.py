@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,9 @@ class ManagedProcess:
             except OSError as exc:
                 raise PlatformError(f"cannot start {self.name}: {exc}") from exc
         self.pidfile.write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
+        # Reap it if it exits while we are still alive (no zombie, no "still running" warning);
+        # the thread dies with the short-lived `up` process, and the service lives on.
+        threading.Thread(target=proc.wait, name=f"reap-{self.name}", daemon=True).start()
         return proc.pid
 
     def exited_early(self) -> str | None:
