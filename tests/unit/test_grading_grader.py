@@ -1,0 +1,307 @@
+"""Grader logic end to end with trusted, benign code only.
+
+``LocalRunner`` executes the harness as a plain subprocess WITHOUT isolation: it is only ever given the
+well-behaved programs written in this file. Hostile programs are tested in tests/sandbox on real backends.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.errors import SandboxError
+from schemas.tasks import Limits, Task
+from workers.grading import CallArgs, Grader, GraderConfig, run_call_cases
+from workers.grading.policy import default_reward
+from workers.grading.static_analysis import analyze
+from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+
+PY = ("/usr/bin/python3", "-I", "-S", "-B")
+
+
+class LocalRunner:
+    """Runs a spec in a temp dir with no isolation (benign test code only)."""
+
+    name = "local"
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        with tempfile.TemporaryDirectory() as tmp:
+            for rel, data in spec.files.items():
+                Path(tmp, rel).write_bytes(data)
+            started = time.monotonic()
+            try:
+                proc = subprocess.run(
+                    list(spec.argv),
+                    input=spec.stdin,
+                    cwd=tmp,
+                    capture_output=True,
+                    timeout=spec.timeout_s,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired as exc:
+                return result(SandboxStatus.TIMEOUT, stdout=exc.stdout or b"")
+            status = SandboxStatus.OK if proc.returncode == 0 else SandboxStatus.NONZERO_EXIT
+            return result(
+                status,
+                stdout=proc.stdout,
+                stderr=proc.stderr,
+                exit_code=proc.returncode,
+                wall_ms=(time.monotonic() - started) * 1000,
+            )
+
+    def close(self) -> None:
+        pass
+
+
+def result(status: SandboxStatus, **kw: Any) -> SandboxResult:
+    base: dict[str, Any] = {
+        "exit_code": 0,
+        "signal": None,
+        "stdout": b"",
+        "stderr": b"",
+        "stdout_truncated": False,
+        "stderr_truncated": False,
+        "wall_ms": 1.0,
+        "cpu_ms": 1.0,
+        "max_rss_kb": 1,
+        "backend": "fake",
+    }
+    base.update(kw)
+    return SandboxResult(status=status, **base)
+
+
+class ScriptedSandbox:
+    """Returns queued outcomes (a result or an exception), then delegates to a real runner."""
+
+    name = "scripted"
+
+    def __init__(self, script: list[SandboxResult | Exception], then: LocalRunner | None = None) -> None:
+        self.script = list(script)
+        self.then = then
+        self.specs: list[SandboxSpec] = []
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        self.specs.append(spec)
+        if self.script:
+            step = self.script.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            return step
+        assert self.then is not None
+        return self.then.run(spec)
+
+    def close(self) -> None:
+        pass
+
+
+def grader(sandbox: Any, sleeps: list[float] | None = None, **cfg: Any) -> Grader:
+    sleep: Callable[[float], None] = sleeps.append if sleeps is not None else (lambda _s: None)
+    return Grader(sandbox, GraderConfig(python_argv=PY, backoff_s=0.01, **cfg), sleep=sleep)
+
+
+def task(**overrides: Any) -> Task:
+    data: dict[str, Any] = {
+        "task_id": "t/1",
+        "prompt": "add",
+        "entry_point": "add",
+        "public_tests": {"kind": "call", "cases": [{"args": [1, 2], "expected": 3}]},
+        "hidden_tests": {
+            "kind": "call",
+            "cases": [
+                {"id": "a", "args": [2, 2], "expected": 4},
+                {"id": "b", "args": [0.5, 0.25], "expected": 0.75},
+                {"id": "c", "args": [[1], [2]], "expected": [1, 2]},
+            ],
+        },
+        "limits": {"timeout_s": 5, "memory_mb": 256},
+    }
+    data.update(overrides)
+    return Task.model_validate(data)
+
+
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+def test_correct_solution_passes_with_reward_one() -> None:
+    res = grader(LocalRunner()).grade(task(), GOOD, generation_id="g1").to_json()
+    assert res["status"] == "pass", res
+    assert res["reward"] == 1.0
+    assert res["public"] == {"passed": 1, "total": 1}
+    assert res["hidden"] == {"passed": 3, "total": 3}
+    assert res["generation_id"] == "g1"
+    assert res["task_id"] == "t/1"
+    assert res["flags"] == []
+    assert res["run"]["attempts"] == 1
+    assert res["run"]["hardened"] is True
+
+
+def test_wrong_and_raising_solutions_fail() -> None:
+    g = grader(LocalRunner())
+    wrong = g.grade(task(), "def add(a, b):\n    return a - b\n").to_json()
+    assert wrong["status"] == "fail"
+    assert wrong["reward"] == 0.0
+    raising = g.grade(task(), "def add(a, b):\n    raise ValueError('no')\n").to_json()
+    assert raising["status"] == "fail"
+    assert {c["status"] for c in raising["cases"]["hidden"]} == {"error"}
+    assert "ValueError" in raising["cases"]["public"][0]["message"]
+    assert all("message" not in c for c in raising["cases"]["hidden"])  # hidden feedback is status only
+    broken = g.grade(task(), "def add(a, b)\n    return a + b\n").to_json()
+    assert broken["status"] == "fail"
+    assert "syntax_error" in {f["rule"] for f in broken["static_flags"]}
+
+
+def test_special_casing_public_tests_fails_hidden() -> None:
+    code = "def add(a, b):\n    if (a, b) == (1, 2):\n        return 3\n    return 0\n"
+    res = grader(LocalRunner()).grade(task(), code).to_json()
+    assert res["public"] == {"passed": 1, "total": 1}
+    assert res["hidden"]["passed"] < res["hidden"]["total"]
+    assert res["status"] == "fail"
+    assert res["reward"] == 0.0
+
+
+def test_tuple_and_list_results_are_the_same_plain_json() -> None:
+    t = task(hidden_tests={"kind": "call", "cases": [{"args": [1, 2], "expected": [1, 2]}]}, public_tests=None)
+    res = grader(LocalRunner()).grade(t, "def add(a, b):\n    return (a, b)\n").to_json()
+    assert res["status"] == "pass"
+    assert res["public"] == {"passed": 0, "total": 0}
+
+
+def test_bool_is_not_int_end_to_end() -> None:
+    t = task(hidden_tests={"kind": "call", "cases": [{"args": [1, 0], "expected": 1}]}, public_tests=None)
+    res = grader(LocalRunner()).grade(t, "def add(a, b):\n    return True\n").to_json()
+    assert res["status"] == "fail"
+
+
+def test_io_suite() -> None:
+    t = task(
+        entry_point=None,
+        public_tests=None,
+        hidden_tests={
+            "kind": "io",
+            "cases": [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "5 5", "expected_stdout": "10"}],
+        },
+    )
+    code = "a, b = map(int, input().split())\nprint(a + b, end='  \\n')\n"
+    assert grader(LocalRunner()).grade(t, code).status == "pass"
+    assert grader(LocalRunner()).grade(t, "print(3)\n").to_json()["hidden"] == {"passed": 1, "total": 2}
+    exits = grader(LocalRunner()).grade(t, "import sys\nprint(3)\nsys.exit(1)\n").to_json()
+    assert exits["hidden"]["passed"] == 0  # a nonzero exit fails the case even with the right output
+
+
+def test_assert_suite_runs_check_outside_the_candidate() -> None:
+    check = (
+        "def check(candidate):\n"
+        "    assert candidate(1, 2) == 3\n"
+        "    assert candidate((1,), (2,)) == (1, 2)\n"
+        "    assert abs(candidate(0.1, 0.2) - 0.3) < 1e-9\n"
+    )
+    t = task(public_tests=None, hidden_tests={"kind": "assert", "code": check})
+    assert grader(LocalRunner()).grade(t, GOOD).status == "pass"
+    res = grader(LocalRunner()).grade(t, "def add(a, b):\n    return 3\n").to_json()
+    assert res["status"] == "fail"
+    assert res["hidden"] == {"passed": 0, "total": 1}
+
+
+def test_check_that_never_calls_the_candidate_proves_nothing() -> None:
+    t = task(public_tests=None, hidden_tests={"kind": "assert", "code": "def check(candidate):\n    pass\n"})
+    assert grader(LocalRunner()).grade(t, GOOD).status == "fail"
+
+
+def test_mixed_suites_in_one_run() -> None:
+    t = task(public_tests={"kind": "assert", "code": "def check(candidate):\n    assert candidate(2, 3) == 5\n"})
+    runner = ScriptedSandbox([], then=LocalRunner())
+    res = grader(runner).grade(t, GOOD).to_json()
+    assert res["status"] == "pass", res
+    assert len(runner.specs) == 1  # public and hidden batched into one sandbox run
+    assert res["suite_kinds"] == {"public": "assert", "hidden": "call"}
+
+
+def test_sandbox_errors_are_retried_with_backoff_then_reported() -> None:
+    sleeps: list[float] = []
+    box = ScriptedSandbox([result(SandboxStatus.SANDBOX_ERROR, error="bwrap failed")] * 3)
+    res = grader(box, sleeps, attempts=3).grade(task(), GOOD).to_json()
+    assert res["status"] == "sandbox_error"
+    assert res["reward"] == 0.0
+    assert res["run"]["attempts"] == 3
+    assert len(box.specs) == 3
+    assert len(sleeps) == 2
+    assert sleeps[1] > sleeps[0]
+    assert any("sandbox_error" in r for r in res["reasons"])
+    assert len({s.stdin[:32] for s in box.specs}) == 3  # a fresh nonce per attempt
+
+
+def test_transient_failures_then_success() -> None:
+    box = ScriptedSandbox(
+        [RuntimeError("daemon went away"), result(SandboxStatus.OK, stdout=b"not a harness record\n")],
+        then=LocalRunner(),
+    )
+    res = grader(box).grade(task(), GOOD).to_json()
+    assert res["status"] == "pass"
+    assert res["run"]["attempts"] == 3
+
+
+def test_harness_that_never_started_is_infrastructure() -> None:
+    box = ScriptedSandbox([result(SandboxStatus.NONZERO_EXIT, exit_code=127, stderr=b"python3: not found")] * 2)
+    res = grader(box, attempts=2).grade(task(), GOOD).to_json()
+    assert res["status"] == "sandbox_error"
+    assert "not found" in " ".join(res["reasons"])
+
+
+def test_run_call_cases_returns_plain_json_values() -> None:
+    code = (
+        "def f(x):\n"
+        "    if x == 'tuple':\n        return (1, (2, 3))\n"
+        "    if x == 'set':\n        return {1}\n"
+        "    if x == 'nan':\n        return float('nan')\n"
+        "    if x == 'raise':\n        raise KeyError(x)\n"
+        "    return {'x': x}\n"
+    )
+    cases = [CallArgs(id=name, args=[name]) for name in ("tuple", "set", "nan", "raise", "ok")]
+    box = ScriptedSandbox([], then=LocalRunner())
+    out = Grader(box, GraderConfig(python_argv=PY)).run_call_cases(code, "f", cases, Limits())
+    assert out["tuple"].ok
+    assert out["tuple"].value == [1, [2, 3]]
+    assert not out["set"].ok
+    assert not out["nan"].ok
+    assert not out["raise"].ok
+    assert "KeyError" in (out["raise"].error or "")
+    assert out["ok"].value == {"x": "ok"}
+
+
+def test_run_call_cases_raises_only_for_infrastructure() -> None:
+    box = ScriptedSandbox([result(SandboxStatus.SANDBOX_ERROR)] * 3)
+    with pytest.raises(SandboxError):
+        run_call_cases(
+            box,
+            "def f():\n    return 1\n",
+            "f",
+            [CallArgs(id="0")],
+            Limits(),
+            config=GraderConfig(python_argv=PY, backoff_s=0.0),
+        )
+
+
+def test_default_policy_gates_on_hack_flags() -> None:
+    assert default_reward("pass", 3, 3, []).reward == 1.0
+    assert default_reward("fail", 2, 3, []).reward == 0.0
+    assert default_reward("sandbox_error", 0, 3, []).reward == 0.0
+    assert default_reward("pass", 0, 0, []).reward == 0.0
+    hacked = default_reward("pass", 3, 3, analyze("import os\ndef f():\n    os._exit(0)\n"))
+    assert hacked.reward == 0.0
+    assert hacked.flags == ("exit_call",)
+    warned = default_reward("pass", 3, 3, analyze("x = eval('1')\n"))
+    assert warned.reward == 1.0
+
+
+def test_hack_flag_gates_a_passing_run() -> None:
+    code = "import gc\ndef add(a, b):\n    return a + b\n"
+    res = grader(LocalRunner()).grade(task(), code).to_json()
+    assert res["status"] == "pass"
+    assert res["reward"] == 0.0
+    assert res["flags"] == ["frame_introspection"]
