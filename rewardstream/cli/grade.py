@@ -1,0 +1,207 @@
+"""``rewardstream grade``: grade one solution, or a JSONL batch of them, in a sandbox backend.
+
+Single: ``--task TASK.json --code FILE`` prints one result JSON. Batch: ``--tasks TASKS.jsonl --solutions
+SOLUTIONS.jsonl --out RESULTS.jsonl`` (solution lines ``{"task_id", "generation_id", "code"}``) writes one
+result line per solution as it finishes, with a progress bar on stderr. The result JSON is a contract:
+``{"generation_id", "task_id", "status": "pass"|"fail"|"sandbox_error", "public": {"passed", "total"},
+"hidden": {"passed", "total"}, "flags", "reward", ...}``. Exit code 0 when every solution got a verdict,
+1 when any ended ``sandbox_error``; bad input is one error line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+import pydantic
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.main import app
+from schemas.errors import ConfigError, ValidationError
+from schemas.tasks import Task
+from workers.grading.grader import Grader, GradeResult
+from workers.sandbox.factory import make_sandbox
+
+MAX_LINE_BYTES = 4 * 1024 * 1024
+
+
+class Solution(pydantic.BaseModel):
+    """One line of a solutions file."""
+
+    model_config = pydantic.ConfigDict(extra="ignore", frozen=True)
+
+    task_id: str
+    generation_id: str = pydantic.Field(min_length=1, max_length=128)
+    code: str = pydantic.Field(max_length=1024 * 1024)
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(line)"
+    return f"{where}: {err['msg']}"
+
+
+def _load_task(path: Path) -> Task:
+    try:
+        return Task.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    except pydantic.ValidationError as exc:
+        raise ValidationError(f"{path}: {_first_error(exc)}") from None
+
+
+def _jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, parsed object) for every non-blank line; a bad line is an error naming it."""
+    out: list[tuple[int, Any]] = []
+    try:
+        with path.open("rb") as fh:
+            for n, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ValidationError(f"{path}:{n}: line longer than {MAX_LINE_BYTES} bytes")
+                try:
+                    out.append((n, orjson.loads(raw)))
+                except orjson.JSONDecodeError as exc:
+                    raise ValidationError(f"{path}:{n}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    return out
+
+
+def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task], list[Solution]]:
+    tasks: dict[str, Task] = {}
+    for n, obj in _jsonl(tasks_path):
+        try:
+            task = Task.model_validate(obj)
+        except pydantic.ValidationError as exc:
+            raise ValidationError(f"{tasks_path}:{n}: {_first_error(exc)}") from None
+        tasks[task.task_id] = task
+    solutions: list[Solution] = []
+    for n, obj in _jsonl(solutions_path):
+        try:
+            sol = Solution.model_validate(obj)
+        except pydantic.ValidationError as exc:
+            raise ValidationError(f"{solutions_path}:{n}: {_first_error(exc)}") from None
+        if sol.task_id not in tasks:
+            raise ValidationError(f"{solutions_path}:{n}: task_id {sol.task_id!r} is not in {tasks_path}")
+        solutions.append(sol)
+    return tasks, solutions
+
+
+def _backend(value: str | None) -> Literal["process", "docker"] | None:
+    if value is None:
+        return None
+    if value == "process":
+        return "process"
+    if value == "docker":
+        return "docker"
+    raise ConfigError(f"--backend must be process or docker, not {value!r}")
+
+
+@app.command("grade")
+def grade_command(
+    *,
+    task: Annotated[Path | None, typer.Option("--task", help="one task JSON file (with --code)")] = None,
+    code: Annotated[Path | None, typer.Option("--code", help="the solution's source file (with --task)")] = None,
+    tasks: Annotated[Path | None, typer.Option("--tasks", help="tasks JSONL (batch mode)")] = None,
+    solutions: Annotated[
+        Path | None, typer.Option("--solutions", help='JSONL of {"task_id","generation_id","code"} (batch)')
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="results JSONL to write (batch mode)")] = None,
+    backend: Annotated[str | None, typer.Option(help="process | docker (default: settings)")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, max=256, help="solutions graded at once (batch)")] = 4,
+    generation_id: Annotated[str, typer.Option(help="generation_id for the single result")] = "",
+) -> None:
+    """Grade one solution (--task/--code) or a batch (--tasks/--solutions/--out) and report results."""
+    chosen = _backend(backend)
+    single = task is not None or code is not None
+    batch = tasks is not None or solutions is not None or out is not None
+    if single == batch:
+        raise ConfigError("give either --task and --code, or --tasks, --solutions and --out")
+    if single:
+        if task is None or code is None:
+            raise ConfigError("--task and --code go together")
+        _grade_one(task, code, chosen, generation_id or code.stem)
+        return
+    if tasks is None or solutions is None or out is None:
+        raise ConfigError("--tasks, --solutions and --out go together")
+    _grade_many(tasks, solutions, out, chosen, concurrency)
+
+
+def _grade_one(task_path: Path, code_path: Path, backend: Literal["process", "docker"] | None, gen: str) -> None:
+    the_task = _load_task(task_path)
+    try:
+        source = code_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {code_path}: {exc}") from exc
+    sandbox = make_sandbox(load_settings(), backend)
+    try:
+        result = Grader(sandbox).grade(the_task, source, generation_id=gen)
+    finally:
+        sandbox.close()
+    print_json(result.to_json())
+    if result.status == "sandbox_error":
+        raise typer.Exit(1)
+
+
+def _grade_many(
+    tasks_path: Path,
+    solutions_path: Path,
+    out_path: Path,
+    backend: Literal["process", "docker"] | None,
+    concurrency: int,
+) -> None:
+    the_tasks, sols = _load_batch(tasks_path, solutions_path)
+    console = Console(stderr=True)
+    counts: Counter[str] = Counter()
+    reward_sum = 0.0
+    lock = threading.Lock()
+    sandbox = make_sandbox(load_settings(), backend)
+    try:
+        grader = Grader(sandbox)
+        with (
+            out_path.open("wb") as fh,
+            Progress(
+                TextColumn("[bold]grading"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[summary]}"),
+                console=console,
+            ) as progress,
+            ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="grade") as pool,
+        ):
+            bar = progress.add_task("grading", total=len(sols), summary="")
+            futures = {
+                pool.submit(grader.grade, the_tasks[s.task_id], s.code, generation_id=s.generation_id): s for s in sols
+            }
+            for fut in as_completed(futures):
+                result: GradeResult = fut.result()
+                with lock:
+                    fh.write(orjson.dumps(result.to_json()) + b"\n")
+                    fh.flush()
+                    counts[result.status] += 1
+                    reward_sum += result.reward
+                summary = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+                progress.update(bar, advance=1, summary=summary)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out_path}: {exc}") from exc
+    finally:
+        sandbox.close()
+    mean = reward_sum / len(sols) if sols else 0.0
+    console.print(
+        f"graded {len(sols)}: pass={counts['pass']} fail={counts['fail']} "
+        f"sandbox_error={counts['sandbox_error']} mean_reward={mean:.3f} -> {out_path}"
+    )
+    if counts["sandbox_error"]:
+        sys.stderr.flush()
+        raise typer.Exit(1)
