@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Literal
 
 import typer
 
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ValidationError
-from workers.tasks.registry import TaskFileError, TaskRegistry
+from workers.tasks.registry import TaskFileError, TaskRegistry, write_jsonl
 
 tasks_app = typer.Typer(help="Task registry: load JSONL tasks, show their public part.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
@@ -68,3 +69,46 @@ def list_(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
     else:
         for task_id in ids:
             typer.echo(task_id)
+
+
+_OUT = typer.Argument(..., help="JSONL file to write the converted tasks to")
+_BACKEND = typer.Option(None, "--backend", help="sandbox backend: process or docker (default: RS_SANDBOX_BACKEND)")
+
+
+@tasks_app.command("humaneval")
+def humaneval(
+    out: Path = _OUT,
+    backend: str | None = _BACKEND,
+    workers: int = typer.Option(4, "--workers", min=1, max=64, help="parallel sandbox runs"),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="grade the canonical solution on each task"),
+    as_json: bool = _JSON,
+) -> None:
+    """Convert the packaged HumanEval set to tasks; expected values come from the canonical solution run
+    in the sandbox."""
+    from workers.sandbox.factory import make_sandbox
+    from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
+
+    if backend not in (None, "process", "docker"):
+        raise ValidationError(f"--backend must be process or docker, not {backend!r}")
+    chosen: Literal["process", "docker"] | None = None if backend is None else (
+        "docker" if backend == "docker" else "process"
+    )
+    settings = load_settings()
+    problems = load_problems()
+    sandbox = make_sandbox(settings, chosen)
+    try:
+        tasks, reports = convert_all(problems, SandboxReference(sandbox), workers=workers, verify=verify)
+    finally:
+        sandbox.close()
+    write_jsonl(out, tasks)
+    if as_json:
+        print_json({"out": str(out), "tasks": len(tasks), "problems": [r.as_json() for r in reports]})
+        return
+    calls = [r for r in reports if r.kind == "call"]
+    dropped = sum(len(r.dropped) for r in reports)
+    mismatches = sum(len(r.literal_mismatches) for r in reports)
+    typer.echo(
+        f"wrote {len(tasks)} tasks to {out}: {len(calls)} call ({sum(r.public for r in calls)} public / "
+        f"{sum(r.hidden for r in calls)} hidden cases), {len(reports) - len(calls)} assert; "
+        f"{dropped} cases dropped, {mismatches} test literals disagreed with the canonical solution"
+    )

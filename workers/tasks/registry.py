@@ -108,6 +108,12 @@ def load_jsonl(path: Path) -> list[Task]:
     return parse_jsonl(data, str(path))
 
 
+def write_jsonl(path: Path, tasks: Iterable[Task]) -> None:
+    """Write tasks as JSONL atomically (readers never see half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, b"".join(encode(t) + b"\n" for t in tasks), 0o600)
+
+
 def file_name(task_id: str) -> str:
     """File name for a task id (ids may contain '/', e.g. HumanEval/0)."""
     return quote(task_id, safe=_SAFE) + ".json"
