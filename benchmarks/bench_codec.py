@@ -91,19 +91,28 @@ def bench_orjson_then_validate(events: Sequence[GenerationEvent]) -> float:
     return time.perf_counter() - start
 
 
-def _pin_one_core() -> str:
-    """Pin to one CPU so the comparison is per core; report which."""
+def _pin_one_core() -> tuple[str, set[int] | None]:
+    """Pin to one CPU so the comparison is per core; return its name and the affinity to restore."""
     try:
-        cpu = min(os.sched_getaffinity(0))
+        before = os.sched_getaffinity(0)
+        cpu = min(before)
         os.sched_setaffinity(0, {cpu})
     except (AttributeError, OSError):
-        return "unpinned"
-    return f"cpu {cpu}"
+        return "unpinned", None
+    return f"cpu {cpu}", before
 
 
 def run(n_events: int, rounds: int) -> dict[str, object]:
     """Interleave the variants for ``rounds`` rounds; return medians in events/s and the ratio."""
-    core = _pin_one_core()
+    core, before = _pin_one_core()
+    try:
+        return _run(n_events, rounds, core)
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
+
+
+def _run(n_events: int, rounds: int, core: str) -> dict[str, object]:
     events = make_events(n_events)
     dicts = [e.model_dump(mode="json") for e in events]
     variants: dict[str, Callable[[], float]] = {
