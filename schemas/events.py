@@ -329,6 +329,10 @@ class DeadLetter(Envelope):
         """The original Kafka key bytes."""
         return None if self.key_b64 is None else base64.b64decode(self.key_b64)
 
+    def key(self) -> bytes | None:
+        """The DLQ message key: the original key, so an episode's dead letters stay in order."""
+        return self.original_key()
+
 
 #: Every event model, by name (for the JSON Schema generator and tests).
 EVENT_MODELS: tuple[type[Envelope], ...] = (
