@@ -61,6 +61,25 @@ class SandboxResult:
     max_rss_kb: int
     backend: str
     error: str | None = None
+    pids_limit_hit: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        """The CLI/JSON shape: bytes decoded as UTF-8 (invalid bytes replaced), status as its string."""
+        return {
+            "status": self.status.value,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "stdout": self.stdout.decode("utf-8", errors="replace"),
+            "stderr": self.stderr.decode("utf-8", errors="replace"),
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "wall_ms": self.wall_ms,
+            "cpu_ms": self.cpu_ms,
+            "max_rss_kb": self.max_rss_kb,
+            "pids_limit_hit": self.pids_limit_hit,
+            "backend": self.backend,
+            "error": self.error,
+        }
 
 
 class Sandbox(Protocol):

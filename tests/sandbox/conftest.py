@@ -1,0 +1,77 @@
+"""Sandbox fixtures: one long-lived instance per backend, plus leftover audits after every test.
+
+Hostile programs only ever run inside the backend under test. A backend that cannot start makes its tests
+skip with what to start (dockerd), except under CI (``CI=true``) where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from schemas.errors import RewardstreamError
+from schemas.settings import Settings
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
+from workers.sandbox.factory import make_sandbox
+
+BACKENDS = ("process", "docker")
+
+
+def _unavailable(what: str, exc: Exception) -> None:
+    message = f"{what} unavailable ({exc}); start it (e.g. `rewardstream up` for dockerd) to run these tests"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def sandbox_settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def process_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
+    try:
+        sandbox = make_sandbox(sandbox_settings, "process")
+    except RewardstreamError as exc:
+        _unavailable("process sandbox", exc)
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+@pytest.fixture(scope="session")
+def docker_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
+    try:
+        sandbox = make_sandbox(sandbox_settings, "docker")
+    except (RewardstreamError, ImportError) as exc:
+        _unavailable("docker sandbox", exc)
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """Each test using this runs once per backend; afterwards nothing of the run may remain."""
+    backend: Sandbox = request.getfixturevalue(f"{request.param}_sandbox")
+    yield backend
+    leftovers = audit(backend)
+    assert not leftovers, f"{request.param} left behind: {leftovers}"
+
+
+def audit(backend: Any) -> list[str]:
+    """What a finished run left behind, per the backend's own audit (no processes, cgroups, mounts...)."""
+    return list(backend.audit(wait_s=10.0))
+
+
+def run_py(sandbox: Sandbox, code: str, **limits: Any) -> SandboxResult:
+    """Run python source as /work/main.py with the given SandboxSpec overrides."""
+    files = {"main.py": code.encode(), **limits.pop("files", {})}
+    spec = SandboxSpec(argv=("python3", "main.py"), files=files, **limits)
+    return sandbox.run(spec)

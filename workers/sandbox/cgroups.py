@@ -1,0 +1,269 @@
+"""Per-run cgroups (v1 and v2, detected at runtime): limits, outside measurement, kill-all, removal.
+
+Why cgroups and not rlimits alone: a cgroup bounds and measures the whole process tree (children, threads,
+tmpfs pages) from outside, and lets the parent kill every process of a run even if it forked or daemonized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas.errors import SandboxError
+
+_V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
+_V2_CONTROLLERS = ("memory", "pids", "cpu")
+_CPU_PERIOD_US = 100_000
+GROUP_NAME = "rewardstream-sandbox"
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupStats:
+    """What a run consumed, read from the kernel's accounting."""
+
+    cpu_ms: float
+    memory_peak_bytes: int
+    oom_kills: int
+    pids_limit_hits: int
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="ascii")
+
+
+def _write(path: Path, value: str) -> None:
+    """Write one value to a cgroup file (open without truncation semantics that cgroupfs dislikes)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+def _kv(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _cgroup_mounts() -> tuple[dict[str, Path], Path | None]:
+    """v1 mount point per controller, and the cgroup2 mount point (if any), from /proc/self/mountinfo."""
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(rfields) < 3:
+            continue
+        mount_point = Path(fields[4].replace("\\040", " "))
+        if rfields[0] == "cgroup2" and v2 is None:
+            v2 = mount_point
+        elif rfields[0] == "cgroup":
+            for opt in rfields[2].split(","):
+                if opt in _V1_CONTROLLERS:
+                    v1.setdefault(opt, mount_point)
+    return v1, v2
+
+
+def _own_paths() -> dict[str, str]:
+    """This process's cgroup path per v1 controller (and '' for the v2 unified hierarchy)."""
+    out: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "":
+            out[""] = path
+        for ctrl in ctrls.split(","):
+            out[ctrl] = path
+    return out
+
+
+class CgroupManager:
+    """Creates run cgroups under one parent directory per controller (or one for v2).
+
+    The parent defaults to a ``rewardstream-sandbox`` child of this process's own cgroup, so nested limits
+    (a container or VM memory cap) still apply and no write outside our delegated subtree is needed.
+    """
+
+    def __init__(self, parent: Path | None = None) -> None:
+        v1, v2 = _cgroup_mounts()
+        own = _own_paths()
+        if all(c in v1 for c in ("memory", "pids", "cpu")):
+            self.version = 1
+            self._parents = {
+                ctrl: (
+                    (mount / parent.relative_to("/")) if parent else mount / own.get(ctrl, "/").lstrip("/") / GROUP_NAME
+                )
+                for ctrl, mount in v1.items()
+            }
+            for path in self._parents.values():
+                path.mkdir(parents=True, exist_ok=True)
+            mem = self._parents["memory"]
+            with contextlib.suppress(OSError):
+                _write(mem / "memory.use_hierarchy", "1")
+        elif v2 is not None:
+            self.version = 2
+            base = (v2 / parent.relative_to("/")) if parent else v2 / own.get("", "/").lstrip("/") / GROUP_NAME
+            self._parents = {"": base}
+            self._setup_v2(base)
+        else:
+            raise SandboxError("no usable cgroup hierarchy: need v1 memory+pids+cpu or cgroup2")
+
+    @staticmethod
+    def _setup_v2(base: Path) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        wanted = " ".join(f"+{c}" for c in _V2_CONTROLLERS)
+        for directory in (base.parent, base):
+            try:
+                available = set(_read(directory / "cgroup.controllers").split())
+                if not set(_V2_CONTROLLERS) <= available:
+                    raise SandboxError(f"cgroup2 {directory} lacks controllers {_V2_CONTROLLERS}")
+                _write(directory / "cgroup.subtree_control", wanted)
+            except OSError as exc:
+                raise SandboxError(
+                    f"cannot enable cgroup2 controllers in {directory} ({exc.strerror}); set "
+                    "RS_SANDBOX_CGROUP_PARENT to a delegated cgroup with no processes of its own"
+                ) from exc
+
+    def parents(self) -> list[Path]:
+        """Every parent directory (one per v1 controller mount, one for v2)."""
+        return sorted(set(self._parents.values()))
+
+    def create(self, name: str, *, memory_bytes: int, pids: int, cpus: float) -> RunCgroup:
+        """Create the run's cgroup(s) with limits applied; the caller must ``destroy()`` it."""
+        dirs = sorted({p / name for p in self._parents.values()})
+        group = RunCgroup(self.version, dirs, self._parents)
+        try:
+            for d in dirs:
+                d.mkdir()
+            group.apply_limits(memory_bytes=memory_bytes, pids=pids, cpus=cpus)
+        except OSError as exc:
+            group.destroy()
+            raise SandboxError(f"cannot create cgroup {name}: {exc}") from exc
+        return group
+
+    def sweep(self) -> int:
+        """Kill and remove run cgroups left by dead workers (name prefix ``<pid>-``); return how many."""
+        removed = 0
+        for parent in self.parents():
+            if not parent.is_dir():
+                continue
+            for child in parent.iterdir():
+                if not child.is_dir():
+                    continue
+                owner = child.name.split("-", 1)[0]
+                if owner.isdigit() and not _pid_alive(int(owner)):
+                    RunCgroup(self.version, [child], self._parents).destroy()
+                    removed += 1
+        return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunCgroup:
+    """One run's cgroup directories (several for v1, one for v2)."""
+
+    def __init__(self, version: int, dirs: list[Path], parents: dict[str, Path]) -> None:
+        self.version = version
+        self.dirs = dirs
+        self._by_ctrl = {ctrl: parent / dirs[0].name for ctrl, parent in parents.items()}
+
+    def _file(self, ctrl: str, name: str) -> Path:
+        return self._by_ctrl["" if self.version == 2 else ctrl] / name
+
+    def procs_files(self) -> list[Path]:
+        """The ``cgroup.procs`` files a new process must be written into."""
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def apply_limits(self, *, memory_bytes: int, pids: int, cpus: float) -> None:
+        """Hard memory (no swap), pids and CPU-bandwidth limits."""
+        quota = max(1000, int(cpus * _CPU_PERIOD_US))
+        if self.version == 1:
+            _write(self._file("memory", "memory.limit_in_bytes"), str(memory_bytes))
+            memsw = self._file("memory", "memory.memsw.limit_in_bytes")
+            if memsw.exists():
+                _write(memsw, str(memory_bytes))
+            with contextlib.suppress(OSError):
+                _write(self._file("memory", "memory.swappiness"), "0")
+            _write(self._file("pids", "pids.max"), str(pids))
+            _write(self._file("cpu", "cpu.cfs_period_us"), str(_CPU_PERIOD_US))
+            _write(self._file("cpu", "cpu.cfs_quota_us"), str(quota))
+        else:
+            _write(self._file("", "memory.max"), str(memory_bytes))
+            with contextlib.suppress(OSError):
+                _write(self._file("", "memory.swap.max"), "0")
+            _write(self._file("", "pids.max"), str(pids))
+            _write(self._file("", "cpu.max"), f"{quota} {_CPU_PERIOD_US}")
+
+    def stats(self) -> CgroupStats:
+        """CPU time, peak memory, OOM kills and refused forks, as accounted by the kernel."""
+        if self.version == 1:
+            cpu_ns = int(_read(self._file("cpuacct", "cpuacct.usage")) or 0)
+            peak = int(_read(self._file("memory", "memory.max_usage_in_bytes")))
+            oom = _kv(_read(self._file("memory", "memory.oom_control"))).get("oom_kill", 0)
+            pids_ev = _kv(_read(self._file("pids", "pids.events"))).get("max", 0)
+            return CgroupStats(cpu_ns / 1e6, peak, oom, pids_ev)
+        cpu_us = _kv(_read(self._file("", "cpu.stat"))).get("usage_usec", 0)
+        peak_file = self._file("", "memory.peak")
+        peak = int(_read(peak_file)) if peak_file.exists() else int(_read(self._file("", "memory.current")))
+        oom = _kv(_read(self._file("", "memory.events"))).get("oom_kill", 0)
+        pids_ev = _kv(_read(self._file("", "pids.events"))).get("max", 0)
+        return CgroupStats(cpu_us / 1e3, peak, oom, pids_ev)
+
+    def pids(self) -> list[int]:
+        """Every process still in the run's cgroup."""
+        found: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(FileNotFoundError):
+                found.update(int(x) for x in _read(d / "cgroup.procs").split())
+        return sorted(found)
+
+    def kill_all(self, deadline_s: float = 5.0) -> bool:
+        """SIGKILL every process in the cgroup until it is empty; True when empty."""
+        kill_file = self._file("", "cgroup.kill") if self.version == 2 else None
+        end = time.monotonic() + deadline_s
+        while True:
+            pids = self.pids()
+            if not pids:
+                return True
+            if kill_file is not None and kill_file.exists():
+                with contextlib.suppress(OSError):
+                    _write(kill_file, "1")
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.001)
+
+    def destroy(self, deadline_s: float = 5.0) -> None:
+        """Kill what is left and remove the directories; raise ``SandboxError`` if something stays."""
+        self.kill_all(deadline_s)
+        end = time.monotonic() + deadline_s
+        for d in self.dirs:
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() > end:
+                        raise SandboxError(f"cannot remove cgroup {d}: {exc.strerror}") from exc
+                    self.kill_all(0.1)
+                    time.sleep(0.002)
