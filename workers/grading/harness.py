@@ -26,6 +26,7 @@ Standard library only: it runs on the sandbox image's interpreter.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import io
 import json
@@ -57,6 +58,8 @@ _write = os.write
 _read = os.read
 _dumps = json.dumps
 _loads = json.loads
+#: stdlib dict subclasses accepted as dicts; read with ``dict.items`` so overridden methods never run.
+_DICT_TYPES = (dict, collections.OrderedDict, collections.defaultdict, collections.Counter)
 
 
 class HarnessError(Exception):
@@ -111,14 +114,14 @@ def _enc(v: object, depth: int, budget: list[int], nonfinite: bool) -> object:  
         if t is list:
             return items
         return {"$t" if t is tuple else ("$s" if t is set else "$f"): items}
-    if t is dict:
+    if t in _DICT_TYPES:
         mapping = cast("dict[object, object]", v)
-        if len(mapping) > MAX_NODES:
+        if dict.__len__(mapping) > MAX_NODES:
             raise NonPlainError("value too large (too many elements)")
         return {
             "$d": [
                 [_enc(k, depth + 1, budget, nonfinite), _enc(x, depth + 1, budget, nonfinite)]
-                for k, x in mapping.items()
+                for k, x in dict.items(mapping)
             ]
         }
     raise NonPlainError(f"not a plain value: {_type_name(v)}")
@@ -730,6 +733,18 @@ def _parse_segment(buf: bytearray, span: tuple[int, int]) -> dict[str, Any]:
     return obj
 
 
+def _safe_sys_path() -> None:
+    """Drop the work dir and every writable directory from ``sys.path``: check code run here must never
+    import a module a candidate planted (``python3 -I`` already omits the script dir; this is the backstop)."""
+    cwd = os.getcwd()
+    sys.path[:] = [
+        p for p in sys.path if p and os.path.abspath(p) != cwd and not (os.path.isdir(p) and os.access(p, os.W_OK))
+    ]
+    importlib_invalidate = getattr(sys, "path_importer_cache", None)
+    if isinstance(importlib_invalidate, dict):
+        importlib_invalidate.clear()
+
+
 def main(argv: list[str]) -> int:
     """Run one job: a header segment, then one segment per suite (call/io first, assert suites last).
 
@@ -738,6 +753,7 @@ def main(argv: list[str]) -> int:
     Exit status is irrelevant to the verdict: only framed records count.
     """
     hardened = _prctl(PR_SET_DUMPABLE, 0)
+    _safe_sys_path()
     size = int(argv[1])
     n_assert = int(argv[2])
     buf = bytearray(size)
