@@ -50,6 +50,13 @@ class Settings(BaseSettings):
     opensearch_password: SecretStr | None = None
     opensearch_verify_certs: bool = True
     opensearch_index_prefix: str = "rewardstream-logs"
+    opensearch_replicas: int = Field(1, ge=0, le=16, description="replicas of each daily log index")
+    log_retention_days: int = Field(14, ge=1, le=3650, description="daily log indices older than this are deleted")
+    indexer_batch_size: int = Field(500, ge=1, le=10_000, description="log records per OpenSearch bulk request")
+
+    # Worker metrics (Prometheus)
+    metrics_host: str = Field("127.0.0.1", description="address the worker's /metrics endpoint binds to")
+    metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics; 0 picks a free one")
 
     # S3 / MinIO
     s3_endpoint: str = "127.0.0.1:9000"

@@ -28,6 +28,7 @@ def _register() -> None:
         services,  # noqa: F401
         tasks,  # noqa: F401
         topics,  # noqa: F401
+        worker,  # noqa: F401
     )
 
 

@@ -1,0 +1,180 @@
+"""The content-addressed artifact store against the real S3 (s3proxy locally), through the minio SDK.
+
+The outage is made with a small TCP relay in front of the shared S3 that the test closes and reopens:
+the shared service itself is never stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from schemas.events import GenerationEvent
+from schemas.settings import Settings
+from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
+from workers.artifacts import minio_client as make_minio
+
+pytestmark = pytest.mark.integration
+
+
+class Relay:
+    """Forwards a local port to S3; ``close`` makes S3 unreachable (connection refused), ``open`` restores it."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(OSError):  # wakes the thread blocked in accept()
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target, timeout=10)
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def relay(settings: Settings, minio_client: Any) -> Iterator[Relay]:
+    host, port = settings.s3_endpoint.rsplit(":", 1)
+    relay = Relay((host, int(port)))
+    relay.open()
+    try:
+        yield relay
+    finally:
+        relay.close()
+
+
+@pytest.fixture
+def bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
+    """A bucket name the store must create itself; emptied and removed afterwards."""
+    try:
+        yield unique_name
+    finally:
+        if minio_client.bucket_exists(unique_name):
+            for obj in minio_client.list_objects(unique_name, recursive=True):
+                minio_client.remove_object(unique_name, obj.object_name)
+            minio_client.remove_bucket(unique_name)
+
+
+def _store(settings: Settings, endpoint: str, bucket: str, **kw: Any) -> ArtifactStore:
+    client = make_minio(settings.model_copy(update={"s3_endpoint": endpoint}), timeout_s=3)
+    return ArtifactStore(client, bucket, **kw)
+
+
+def test_put_is_content_addressed_deduplicated_and_verified(settings: Settings, minio_client: Any, bucket: str) -> None:
+    store = ArtifactStore(make_minio(settings), bucket)
+    store.start()
+    store.start()  # idempotent
+    assert minio_client.bucket_exists(bucket)
+    code = "def add(a, b):\n    return a + b\n" * 5000  # bigger than one would inline
+    first = store.put_text(code)
+    digest = hashlib.sha256(code.encode()).hexdigest()
+    assert first.uploaded
+    assert first.sha256 == digest
+    assert first.url == f"s3://{bucket}/sha256/{digest[:2]}/{digest}"
+    second = store.put_text(code)
+    assert not second.uploaded
+    assert second.url == first.url
+    assert store.get(first.url).decode() == code
+    # The URL is what events carry (claim check).
+    event = GenerationEvent(
+        generation_id="g", episode_id="g", run_id="r", task_id="HumanEval/0", policy_version="step-1",
+        code_ref=first.url, code_sha256=first.sha256,
+    )  # fmt: skip
+    assert event.code_ref == first.url
+
+    # Someone overwrote the object: reading it back says so instead of returning wrong bytes.
+    import io
+
+    minio_client.put_object(bucket, first.key, io.BytesIO(b"tampered"), 8)
+    with pytest.raises(ArtifactError, match="does not match its sha256"):
+        store.get(first.url)
+
+
+def test_s3_outage_is_retried_until_s3_is_back(settings: Settings, relay: Relay, bucket: str) -> None:
+    retries: list[BaseException] = []
+    store = _store(
+        settings, f"127.0.0.1:{relay.port}", bucket, retry=RetryPolicy(initial_s=0.1, max_s=0.5, max_elapsed_s=60),
+        on_retry=retries.append,
+    )  # fmt: skip
+    store.start()
+    relay.close()
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(store.put(b"stdout that must not be lost")))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while len(retries) < 3:
+        assert time.monotonic() < deadline, "no retries while S3 was unreachable"
+        time.sleep(0.05)
+    assert not result
+    relay.open()
+    worker.join(timeout=30)
+    assert result, "the put did not complete once S3 was back"
+    assert result[0].uploaded
+    assert store.get(result[0].url) == b"stdout that must not be lost"
+
+
+def test_outage_longer_than_the_budget_and_refusals_raise(settings: Settings, relay: Relay, bucket: str) -> None:
+    store = _store(settings, f"127.0.0.1:{relay.port}", bucket, retry=RetryPolicy(0.1, 0.2, max_elapsed_s=1.0))
+    store.start()
+    relay.close()
+    started = time.monotonic()
+    with pytest.raises(ArtifactError, match="still failing after"):
+        store.put(b"x")
+    assert time.monotonic() - started < 10
+    relay.open()
+
+    wrong = settings.model_copy(update={"s3_secret_key": SecretStr("definitely-wrong")})
+    bad = ArtifactStore(make_minio(wrong), bucket, retry=RetryPolicy(0.1, 0.2, max_elapsed_s=30))
+    started = time.monotonic()
+    with pytest.raises(ArtifactError) as info:
+        bad.put(b"x")
+    assert time.monotonic() - started < 5, "a credential refusal must not be retried"
+    assert "definitely-wrong" not in str(info.value)

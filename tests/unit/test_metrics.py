@@ -1,0 +1,59 @@
+"""Worker metrics: one registry per worker, the expected series, and the HTTP endpoint."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+
+from workers.metrics import MetricsError, WorkerMetrics, serve
+
+
+def test_two_workers_in_one_process_do_not_share_a_registry() -> None:
+    a, b = WorkerMetrics("executor"), WorkerMetrics("executor")
+    a.processed(3)
+    assert a.value("rewardstream_processed_total") == 3
+    assert b.value("rewardstream_processed_total") == 0
+
+
+def test_every_series_the_issue_asks_for_is_exposed() -> None:
+    m = WorkerMetrics("verifier")
+    m.processed()
+    m.failed("DecodeError")
+    m.sandbox_error()
+    m.retry("s3")
+    m.set_lag("rs.generations", 2, 17)
+    with m.in_flight():
+        assert m.value("rewardstream_in_flight") == 1
+    assert m.value("rewardstream_in_flight") == 0
+    assert m.value("rewardstream_run_seconds_count") == 1
+    assert m.value("rewardstream_failed_total", reason="DecodeError") == 1
+    assert m.value("rewardstream_sandbox_errors_total") == 1
+    assert m.value("rewardstream_retries_total", dependency="s3") == 1
+    assert m.value("rewardstream_consumer_lag", topic="rs.generations", partition="2") == 17
+    m.set_lag("rs.generations", 2, -5)
+    assert m.value("rewardstream_consumer_lag", topic="rs.generations", partition="2") == 0
+
+
+def test_endpoint_serves_the_registry_and_frees_its_port() -> None:
+    m = WorkerMetrics("indexer")
+    m.processed(2)
+    server = serve(m, "127.0.0.1", 0)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        assert 'rewardstream_processed_total{role="indexer"} 2.0' in text
+    finally:
+        server.close()
+    with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
+        probe.connect(("127.0.0.1", server.port))
+
+
+def test_taken_port_is_a_clear_error() -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(MetricsError, match="RS_METRICS_PORT"):
+            serve(WorkerMetrics("judge"), "127.0.0.1", port)

@@ -1,0 +1,222 @@
+"""Content-addressed artifact store on S3 (MinIO in production, s3proxy locally) through the ``minio`` SDK.
+
+Why content addressing (key = sha256 of the bytes): the same code or output uploaded twice (a retried run,
+a re-delivered event) lands on the same object, so retries never duplicate, an upload can be skipped when
+the object exists, and a reader can verify what it got against the key. Events carry ``s3://bucket/key``.
+S3 outages are retried with capped exponential backoff until ``max_elapsed_s``; after that the caller gets
+``ArtifactError`` and must not commit its input (so the work is redone later, never lost).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from schemas.errors import RewardstreamError
+from schemas.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: S3 error codes that are the service's fault and worth retrying.
+RETRIABLE_CODES = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "RequestTimeout",
+        "OperationAborted",
+        "XMinioServerNotInitialized",
+    }
+)
+KEY_PREFIX = "sha256"
+
+
+class ArtifactError(RewardstreamError):
+    """An artifact could not be stored or read (after retries, or for a reason retrying cannot fix)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long and how often to retry an S3 outage."""
+
+    initial_s: float = 0.2
+    max_s: float = 5.0
+    max_elapsed_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class StoredArtifact:
+    """Where an artifact is: its URL for events, key, digest and size."""
+
+    url: str
+    bucket: str
+    key: str
+    sha256: str
+    size: int
+    uploaded: bool  # False when the content was already there
+
+
+def content_key(sha256_hex: str) -> str:
+    """Object key of content with this digest (two-char fan-out keeps listings manageable)."""
+    return f"{KEY_PREFIX}/{sha256_hex[:2]}/{sha256_hex}"
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/key`` -> (bucket, key)."""
+    if not url.startswith("s3://") or "/" not in url[5:]:
+        raise ArtifactError(f"not an s3:// artifact URL: {url!r}")
+    bucket, key = url[5:].split("/", 1)
+    return bucket, key
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether an exception from the minio SDK is an outage (retry) rather than a real refusal."""
+    from minio.error import S3Error, ServerError
+
+    if isinstance(exc, S3Error):
+        return exc.code in RETRIABLE_CODES
+    if isinstance(exc, ServerError):
+        return True  # 5xx without an S3 error body
+    import urllib3.exceptions
+
+    return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError))
+
+
+def minio_client(settings: Settings, timeout_s: float = 10.0) -> Any:
+    """A Minio client that fails fast; ``ArtifactStore`` does the retrying with backoff."""
+    import urllib3
+    from minio import Minio
+
+    http = urllib3.PoolManager(
+        timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s * 3),
+        retries=urllib3.Retry(total=0, redirect=0),
+        maxsize=16,
+    )
+    return Minio(
+        settings.s3_endpoint,
+        access_key=settings.s3_access_key,
+        secret_key=settings.s3_secret_key.get_secret_value(),
+        secure=settings.s3_secure,
+        region=settings.s3_region,
+        http_client=http,
+    )
+
+
+class ArtifactStore:
+    """Put and get artifacts by content; thread-safe (the minio client is)."""
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        *,
+        retry: RetryPolicy | None = None,
+        stop: threading.Event | None = None,
+        on_retry: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self._client = client
+        self.bucket = bucket
+        self._retry = retry or RetryPolicy()
+        self._stop = stop or threading.Event()
+        self._on_retry = on_retry
+
+    def start(self) -> None:
+        """Create the bucket if it does not exist (idempotent, retried while S3 is down)."""
+        from minio.error import S3Error
+
+        def ensure() -> None:
+            if self._client.bucket_exists(self.bucket):
+                return
+            try:
+                self._client.make_bucket(self.bucket)
+            except S3Error as exc:
+                if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+
+        self._with_retry(f"create bucket {self.bucket}", ensure)
+
+    def url_for(self, sha256_hex: str) -> str:
+        """The ``s3://`` URL content with this digest has (or would have)."""
+        return f"s3://{self.bucket}/{content_key(sha256_hex)}"
+
+    def put(self, data: bytes, content_type: str = "application/octet-stream") -> StoredArtifact:
+        """Store ``data`` under its sha256 (skipping the upload if it is already there); return where."""
+        digest = hashlib.sha256(data).hexdigest()
+        key = content_key(digest)
+
+        def upload() -> bool:
+            if self._exists(key):
+                return False
+            self._client.put_object(
+                self.bucket, key, io.BytesIO(data), len(data), content_type=content_type,
+                metadata={"sha256": digest},
+            )  # fmt: skip
+            return True
+
+        uploaded = self._with_retry(f"put {key}", upload)
+        return StoredArtifact(self.url_for(digest), self.bucket, key, digest, len(data), uploaded)
+
+    def put_text(self, text: str, content_type: str = "text/plain; charset=utf-8") -> StoredArtifact:
+        """Store UTF-8 text (code, stdout, stderr)."""
+        return self.put(text.encode("utf-8"), content_type)
+
+    def get(self, url: str) -> bytes:
+        """Read an artifact back and check its bytes still match the digest in its key."""
+        bucket, key = parse_url(url)
+
+        def download() -> bytes:
+            response = self._client.get_object(bucket, key)
+            try:
+                return bytes(response.read())
+            finally:
+                response.close()
+                response.release_conn()
+
+        data = self._with_retry(f"get {url}", download)
+        expected = key.rsplit("/", 1)[-1]
+        if key.startswith(f"{KEY_PREFIX}/") and hashlib.sha256(data).hexdigest() != expected:
+            raise ArtifactError(f"artifact {url} does not match its sha256 (corrupted or overwritten)")
+        return data
+
+    def _exists(self, key: str) -> bool:
+        from minio.error import S3Error
+
+        try:
+            self._client.stat_object(self.bucket, key)
+        except S3Error as exc:
+            if exc.code in ("NoSuchKey", "NoSuchObject", "ResourceNotFound"):
+                return False
+            raise
+        return True
+
+    def _with_retry(self, what: str, action: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self._retry.max_elapsed_s
+        delay = self._retry.initial_s
+        while True:
+            try:
+                return action()
+            except Exception as exc:
+                if not is_retriable(exc):
+                    raise ArtifactError(f"S3 {what} in {self.bucket} failed: {_short(exc)}") from exc
+                if time.monotonic() + delay > deadline or self._stop.is_set():
+                    raise ArtifactError(
+                        f"S3 {what} in {self.bucket} still failing after {self._retry.max_elapsed_s:.0f}s: "
+                        f"{_short(exc)}"
+                    ) from exc
+                log.warning("S3 %s failed, retrying in %.1fs: %s", what, delay, _short(exc))
+                if self._on_retry is not None:
+                    self._on_retry(exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._retry.max_s)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:300]}"

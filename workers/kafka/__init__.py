@@ -1,0 +1,1 @@
+"""Shared confluent-kafka helpers for every worker: client builders, error wrapping, dead-letter publishing."""

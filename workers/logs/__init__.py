@@ -1,0 +1,1 @@
+"""Log shipping (workers emit LogRecords to the ``logs`` topic) and indexing (``logs`` -> OpenSearch)."""

@@ -1,0 +1,96 @@
+"""What a worker uses to emit LogRecords to the ``logs`` topic (the indexer puts them into OpenSearch).
+
+Why a producer and not a logging handler writing to OpenSearch directly: the worker must never block on,
+or lose logs to, an OpenSearch outage. Kafka holds the records until the indexer catches up.
+Sending is asynchronous; ``flush`` (or the worker's transaction commit) makes them durable.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+
+from confluent_kafka import Producer
+
+from schemas.codec import encode
+from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
+from workers.kafka.clients import DeliveryTracker, flush
+from workers.kafka.errors import from_exception
+
+
+def worker_name() -> str:
+    """``host:pid``, the ``worker`` field of every record this process emits."""
+    return f"{socket.gethostname()[:200]}:{os.getpid()}"
+
+
+def tail(text: str, limit: int = OUTPUT_TAIL_MAX_CHARS) -> tuple[str, bool]:
+    """The last ``limit`` characters of ``text`` (where errors usually are) and whether it was cut."""
+    if len(text) <= limit:
+        return text, False
+    return text[-limit:], True
+
+
+class LogShipper:
+    """Emits LogRecords of one component; keyed by episode so one episode's logs stay in order."""
+
+    def __init__(self, producer: Producer, topic: str, component: str, worker: str | None = None) -> None:
+        self._producer = producer
+        self._topic = topic
+        self.component = component
+        self.worker = worker or worker_name()
+        self._tracker = DeliveryTracker()
+
+    def emit(self, record: LogRecord) -> LogRecord:
+        """Queue ``record`` for sending; its ``event_id`` is the document id in OpenSearch."""
+        try:
+            self._producer.produce(
+                self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback
+            )
+        except BufferError:
+            self._producer.poll(1.0)  # local queue full: serve delivery reports once, then try again
+            try:
+                self._producer.produce(
+                    self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback
+                )
+            except Exception as exc:
+                raise from_exception("queue log record", exc, topic=self._topic) from exc
+        except Exception as exc:
+            raise from_exception("queue log record", exc, topic=self._topic) from exc
+        self._producer.poll(0)
+        return record
+
+    def log(
+        self,
+        level: LogLevel,
+        message: str,
+        *,
+        fields: Mapping[str, LogValue] | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+        **context: str | int | None,
+    ) -> LogRecord:
+        """Build and emit a record; ``context`` sets ids (generation_id, episode_id, ...), ``fields`` extras.
+
+        ``stdout``/``stderr`` are kept as their last OUTPUT_TAIL_MAX_CHARS characters (full output belongs in
+        the artifact store) and indexed as full text; ``*_truncated`` says whether they were cut.
+        """
+        extra: dict[str, LogValue] = dict(fields or {})
+        for name, text in (("stdout", stdout), ("stderr", stderr)):
+            if text is not None:
+                kept, cut = tail(text)
+                extra[name] = kept
+                extra[f"{name}_truncated"] = cut
+        record = LogRecord(
+            level=level,
+            component=self.component,
+            worker=self.worker,
+            message=message[:8192],
+            fields=extra,
+            **context,  # type: ignore[arg-type]
+        )
+        return self.emit(record)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every queued record is in Kafka; raise KafkaError if one could not be delivered."""
+        flush(self._producer, self._tracker, timeout_s)
