@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     docker_host: str | None = Field(None, description="DOCKER_HOST-style URL; default: local socket")
     sandbox_backend: Literal["process", "docker"] = "process"
     sandbox_image: str = "rewardstream-sandbox-python:1"
+    sandbox_uid: int = Field(60123, description="unprivileged host uid/gid that runs candidate code")
+    sandbox_run_dir: Path = Field(Path("/run/rewardstream-sandbox"), description="process backend mounts")
+    sandbox_cgroup_parent: Path | None = Field(None, description="delegated cgroup for runs (default: own)")
+    sandbox_pool_size: int = Field(4, description="warm containers kept ready by the docker backend")
 
     # Timeouts
     startup_timeout_s: float = 180.0
@@ -77,10 +81,6 @@ class Settings(BaseSettings):
 
     def kafka_client_config(self) -> dict[str, str]:
         """confluent-kafka/librdkafka config for the common connection settings."""
-    sandbox_uid: int = Field(60123, description="unprivileged host uid/gid that runs candidate code")
-    sandbox_run_dir: Path = Field(Path("/run/rewardstream-sandbox"), description="process backend mounts")
-    sandbox_cgroup_parent: Path | None = Field(None, description="delegated cgroup for runs (default: own)")
-    sandbox_pool_size: int = Field(4, description="warm containers kept ready by the docker backend")
         config = {
             "bootstrap.servers": self.kafka_bootstrap,
             "security.protocol": self.kafka_security_protocol,
