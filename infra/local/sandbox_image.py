@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ def _stamp(settings: Settings) -> dict[str, Any]:
         "mirror": settings.debian_mirror,
         "suite": "bookworm",
         "packages": ["python3"],
+        "layout": 2,
     }
 
 
@@ -81,7 +83,8 @@ def ensure_sandbox_rootfs(settings: Settings) -> Path:
             f'chroot "$1" groupadd --gid {uid} {_SANDBOX_USER}',
             f'chroot "$1" useradd --uid {uid} --gid {uid} --no-create-home --home-dir /work '
             f"--shell /usr/sbin/nologin {_SANDBOX_USER}",
-            'mkdir -p "$1/work" && chown root:root "$1/work" && chmod 0755 "$1/work"',
+            # Owned by the sandbox user: docker copies this ownership onto the /work tmpfs.
+            f'mkdir -p "$1/work" && chown {uid}:{uid} "$1/work" && chmod 0755 "$1/work"',
             # Nothing host-specific or reusable stays inside: apt lists/caches, machine id, logs.
             'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/etc/machine-id',
             'rm -f "$1"/etc/hostname "$1"/etc/resolv.conf && : > "$1/etc/resolv.conf"',
@@ -113,14 +116,22 @@ def ensure_sandbox_rootfs(settings: Settings) -> Path:
         return dest
 
 
-def _image_present(docker_client: Any, tag: str) -> bool:
+_STAMP_LABEL = "rewardstream.rootfs"
+
+
+def _stamp_id(settings: Settings) -> str:
+    return hashlib.sha256(json.dumps(_stamp(settings), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _image_present(docker_client: Any, tag: str, stamp: str) -> bool:
+    """True when ``tag`` exists and was imported from the rootfs these settings describe."""
     try:
-        docker_client.images.get(tag)
+        image = docker_client.images.get(tag)
     except Exception as exc:  # docker.errors.ImageNotFound; docker is optional at import time
         if type(exc).__name__ == "ImageNotFound":
             return False
         raise PlatformError(f"docker: cannot inspect image {tag}: {exc}") from exc
-    return True
+    return bool((image.labels or {}).get(_STAMP_LABEL) == stamp)
 
 
 def ensure_sandbox_image(settings: Settings, docker_client: Any) -> str:
@@ -131,12 +142,13 @@ def ensure_sandbox_image(settings: Settings, docker_client: Any) -> str:
         else (settings.sandbox_image)
     )
     tag = f"{repo}:{image_version(settings)}"
-    if _image_present(docker_client, tag):
+    stamp = _stamp_id(settings)
+    if _image_present(docker_client, tag, stamp):
         return tag
     rootfs = ensure_sandbox_rootfs(settings)
     tar_path = rootfs.with_name(rootfs.name + ".tar")
     with _locked(rootfs.with_name(rootfs.name + ".lock")):
-        if _image_present(docker_client, tag):
+        if _image_present(docker_client, tag, stamp):
             return tag
         try:
             with tarfile.open(tar_path, "w") as tar:
@@ -149,12 +161,13 @@ def ensure_sandbox_image(settings: Settings, docker_client: Any) -> str:
                     f"USER {settings.sandbox_uid}:{settings.sandbox_uid}",
                     "WORKDIR /work",
                     "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8",
+                    f"LABEL {_STAMP_LABEL}={stamp}",
                 ],
             )
         except Exception as exc:
             raise PlatformError(f"docker import of the sandbox image failed: {exc}") from exc
         finally:
             tar_path.unlink(missing_ok=True)
-    if not _image_present(docker_client, tag):
+    if not _image_present(docker_client, tag, stamp):
         raise PlatformError(f"docker import did not produce {tag}")
     return tag

@@ -113,14 +113,31 @@ def check_relpath(name: str) -> PurePosixPath:
 
 @dataclass(slots=True)
 class _Capture:
-    """Bounded stdout/stderr capture: never holds more than ``limit`` bytes per stream."""
+    """Bounded stdout/stderr capture (never more than ``limit`` bytes per stream), behind a start gate.
+
+    stdout must begin with ``marker``, printed by the start shim before the program exists: a program can
+    neither suppress it nor forge one for a sandbox that never started.
+    """
 
     limit: int
+    marker: bytes = b""
     data: dict[str, bytearray] = field(default_factory=lambda: {"out": bytearray(), "err": bytearray()})
     truncated: dict[str, bool] = field(default_factory=lambda: {"out": False, "err": False})
+    prefix: bytearray = field(default_factory=bytearray)
+    started_at: float | None = None
+    bad_start: bool = False
 
     def feed(self, which: str, chunk: bytes) -> bool:
-        """Append a chunk; return False once the cap is exceeded."""
+        """Append a chunk; return False once the cap is exceeded or stdout did not start with the marker."""
+        if which == "out" and self.started_at is None and self.marker:
+            self.prefix += chunk
+            if len(self.prefix) < len(self.marker):
+                return True
+            if not self.prefix.startswith(self.marker):
+                self.bad_start = True
+                return False
+            self.started_at = time.monotonic()
+            chunk = bytes(self.prefix[len(self.marker) :])
         buf = self.data[which]
         room = self.limit - len(buf)
         if len(chunk) > room:
@@ -336,7 +353,7 @@ class ProcessSandbox:
         marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
         proc: subprocess.Popen[bytes] | None = None
         obs = _Observed()
-        cap = _Capture(spec.output_limit_bytes)
+        cap = _Capture(spec.output_limit_bytes, marker)
         try:
             argv = self._argv(spec, mnt, group, seccomp_fd, marker)
             spawn_at = time.monotonic()
@@ -350,7 +367,7 @@ class ProcessSandbox:
                 cwd="/",
                 close_fds=True,
             )
-            self._watch(proc=proc, spec=spec, spawn_at=spawn_at, marker=marker, cap=cap, obs=obs)
+            self._watch(proc=proc, spec=spec, spawn_at=spawn_at, cap=cap, obs=obs)
         finally:
             for fd in (stdin_fd, seccomp_fd):
                 os.close(fd)
@@ -370,7 +387,6 @@ class ProcessSandbox:
         proc: subprocess.Popen[bytes],
         spec: SandboxSpec,
         spawn_at: float,
-        marker: bytes,
         cap: _Capture,
         obs: _Observed,
     ) -> None:
@@ -385,7 +401,6 @@ class ProcessSandbox:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
             deadline = spawn_at + spec.timeout_s
             drain_until: float | None = None
-            prefix = bytearray()
             while sel.get_map():
                 now = time.monotonic()
                 if drain_until is None and now >= deadline:
@@ -393,8 +408,7 @@ class ProcessSandbox:
                     return
                 if drain_until is not None and now >= drain_until:
                     return
-                limit = (drain_until or deadline) - now
-                for key, _ in sel.select(limit):
+                for key, _ in sel.select((drain_until or deadline) - now):
                     fd, which = int(key.fd), str(key.data)
                     if which == "exit":
                         obs.ended_at = time.monotonic()
@@ -404,22 +418,13 @@ class ProcessSandbox:
                     chunk = os.read(fd, _READ_CHUNK)
                     if not chunk:
                         sel.unregister(fd)
-                    elif which == "out" and obs.started_at is None:
-                        prefix += chunk
-                        if len(prefix) < len(marker):
-                            continue
-                        if not prefix.startswith(marker):
-                            return  # something other than our start shim wrote first: not started
-                        obs.started_at = time.monotonic()
-                        # The clock starts when the program does, not when bwrap starts.
-                        deadline = obs.started_at + spec.timeout_s
-                        rest = bytes(prefix[len(marker) :])
-                        if rest and not cap.feed("out", rest):
-                            obs.stopped_for = SandboxStatus.OUTPUT_LIMIT
-                            return
                     elif not cap.feed(which, chunk):
-                        obs.stopped_for = SandboxStatus.OUTPUT_LIMIT
+                        obs.stopped_for = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
                         return
+                    if obs.started_at is None and cap.started_at is not None:
+                        # The clock starts when the program does, not when bwrap starts.
+                        obs.started_at = cap.started_at
+                        deadline = obs.started_at + spec.timeout_s
         finally:
             sel.close()
             os.close(pidfd)

@@ -121,3 +121,55 @@ def build_filter(machine: str | None = None) -> bytes:
 def denied_syscalls() -> frozenset[str]:
     """Names of the syscalls the filter refuses outright (for tests and docs)."""
     return frozenset(_X86_64_DENY)
+
+
+def docker_profile() -> str:
+    """The same policy as a docker seccomp JSON profile (``security_opt=["seccomp=<json>"]``).
+
+    Docker's built-in profile still allows ptrace and io_uring; this one denies exactly what
+    ``build_filter`` denies, so both backends refuse the same syscalls.
+    """
+    import json
+
+    rules: list[dict[str, object]] = [
+        {"names": sorted(_X86_64_DENY), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+    ]
+    for bit in range(32):
+        flag = 1 << bit
+        if _CLONE_NS_MASK & flag:
+            rules.append(
+                {
+                    "names": ["clone"],
+                    "action": "SCMP_ACT_ERRNO",
+                    "errnoRet": errno.EPERM,
+                    "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
+                }
+            )
+    for family in [0, *range(3, 10)]:
+        rules.append(
+            {
+                "names": ["socket"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": errno.EAFNOSUPPORT,
+                "args": [{"index": 0, "value": family, "op": "SCMP_CMP_EQ"}],
+            }
+        )
+    rules.append(
+        {
+            "names": ["socket"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": errno.EAFNOSUPPORT,
+            "args": [{"index": 0, "value": _AF_INET6, "op": "SCMP_CMP_GT"}],
+        }
+    )
+    rules.append(
+        {
+            "names": ["ioctl"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": errno.EPERM,
+            "args": [{"index": 1, "value": _TIOCSTI, "op": "SCMP_CMP_EQ"}],
+        }
+    )
+    profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"], "syscalls": rules}
+    return json.dumps(profile)

@@ -1,0 +1,498 @@
+"""The ``docker`` backend: one run = one ``docker exec`` in a locked-down container from a warm pool.
+
+Containers: ``network_mode=none``, read-only rootfs, tmpfs work dirs with size and inode caps, non-root uid,
+``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, docker-init as pid 1.
+Why a pool with a verified reset: creating a container costs hundreds of milliseconds; an exec costs tens.
+After a clean run the container is reset (every process of the sandbox uid killed, every writable mount and
+IPC object wiped) and the reset is verified; a run that ended abnormally (timeout, output or memory limit,
+failed reset) discards its container instead, and a fresh one is started in the background.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import queue
+import secrets
+import select
+import socket
+import struct
+import tarfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schemas.errors import SandboxError
+from schemas.settings import Settings
+from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.audit import poll_until_empty
+from workers.sandbox.process import _Capture, base_env, check_relpath, classify, error_result
+from workers.sandbox.seccomp import docker_profile
+
+LABEL = "rewardstream.sandbox"
+OWNER_LABEL = "rewardstream.sandbox.owner"
+_MAX_LIFETIME_S = 3600
+_STDIN_FILE = "/tmp/.rs-stdin"  # noqa: S108 (inside the container's private tmpfs)
+_WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # noqa: S108
+_START = 'tar -x -f - -C / --no-same-permissions && exec 0<{stdin} && rm -f {stdin} && printf %s "$0" && exec "$@"'
+_RESET = """
+i=0
+while :; do
+  kill -9 -1 2>/dev/null
+  n=0; z=0
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ "$pid" = 1 ] || [ "$pid" = $$ ] || { read -r s < "$p/stat" 2>/dev/null &&
+      case "$s" in *") Z "*) z=$((z+1));; *) n=$((n+1));; esac; }
+  done
+  [ $n = 0 ] && break
+  i=$((i+1)); [ $i -gt 200 ] && echo "processes remain" && exit 11
+  sleep 0.01
+done
+# pid 1 (sleep) never reaps orphans: a container with zombies is replaced, not reused.
+[ $z = 0 ] || { echo "zombies: $z"; exit 14; }
+ipcrm --all 2>/dev/null
+for d in /work /tmp /dev/shm /dev/mqueue; do
+  [ -d "$d" ] || continue
+  chmod -R u+rwx "$d" 2>/dev/null
+  find "$d" -mindepth 1 -delete 2>/dev/null
+done
+left=$(find /work /tmp /dev/shm /dev/mqueue -mindepth 1 -print -quit 2>/dev/null)
+[ -z "$left" ] || { echo "left: $left"; exit 12; }
+[ -z "$(ipcs -m -s -q 2>/dev/null | grep -E '^0x')" ] || { echo "ipc objects remain"; exit 13; }
+echo clean
+"""
+
+
+def docker_client(settings: Settings) -> Any:
+    """A docker-py client for ``settings.docker_host`` (default: the local socket), checked with a ping."""
+    try:
+        import docker
+
+        client = docker.DockerClient(base_url=settings.docker_host) if settings.docker_host else docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise SandboxError(f"docker daemon unreachable: {exc}") from exc
+    return client
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    memory_mb: int
+    pids: int
+    cpus: float
+    size_mb: int
+    inodes: int
+
+    @classmethod
+    def of(cls, spec: SandboxSpec) -> _Limits:
+        return cls(spec.memory_mb, spec.pids_limit, spec.cpus, spec.workdir_size_mb, spec.workdir_inodes)
+
+
+@dataclass(slots=True)
+class _Container:
+    cid: str
+    limits: _Limits
+    cgroup: dict[str, Path]
+    runs: int = 0
+
+
+class DockerSandbox:
+    """Thread-safe docker backend; ``pool_size=0`` is the naive container-per-run mode (for comparison)."""
+
+    name = "docker"
+
+    def __init__(self, settings: Settings, client: Any, image: str, *, pool_size: int | None = None) -> None:
+        self._client = client
+        self._api = client.api
+        self._image = image
+        self._uid = settings.sandbox_uid
+        self._pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._pools: dict[_Limits, queue.Queue[_Container]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._busy: set[str] = set()
+        self._seccomp = docker_profile()
+        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rs-docker-pool")
+        self.sweep_stale()
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def sweep_stale(self) -> int:
+        """Remove sandbox containers whose owning worker process on this host is gone."""
+        host = socket.gethostname()
+        removed = 0
+        for c in self._api.containers(all=True, filters={"label": LABEL}):
+            owner = c.get("Labels", {}).get(OWNER_LABEL, "")
+            parts = owner.split(":")
+            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+                with contextlib.suppress(Exception):
+                    self._api.remove_container(c["Id"], force=True)
+                    removed += 1
+        return removed
+
+    def _create(self, limits: _Limits) -> _Container:
+        uid = self._uid
+        tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
+        host_config = self._api.create_host_config(
+            network_mode="none",
+            mem_limit=limits.memory_mb << 20,
+            memswap_limit=limits.memory_mb << 20,
+            nano_cpus=int(limits.cpus * 1e9),
+            pids_limit=limits.pids,
+            read_only=True,
+            tmpfs={"/work": tmpfs_opts, "/tmp": tmpfs_opts},  # noqa: S108
+            shm_size=limits.size_mb << 20,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
+            # No docker-init: pid 1 is the idle ``sleep`` itself, which the sandbox uid cannot signal.
+            init=False,
+            ipc_mode="private",
+            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 1024, "Hard": 1024}],
+            auto_remove=True,
+        )
+        created = self._api.create_container(
+            self._image,
+            command=["sleep", str(_MAX_LIFETIME_S)],
+            user=f"{self._uid}:{self._uid}",
+            working_dir="/work",
+            hostname="sandbox",
+            network_disabled=True,
+            labels={LABEL: "1", OWNER_LABEL: self._owner},
+            environment={},
+            host_config=host_config,
+        )
+        cid = created["Id"]
+        try:
+            self._api.start(cid)
+            pid = int(self._api.inspect_container(cid)["State"]["Pid"])
+            return _Container(cid, limits, _container_cgroups(pid))
+        except Exception:
+            self._remove(cid)
+            raise
+
+    def _remove(self, cid: str) -> None:
+        with contextlib.suppress(Exception):
+            self._api.remove_container(cid, force=True)
+
+    def _pool(self, limits: _Limits) -> queue.Queue[_Container]:
+        with self._lock:
+            pool = self._pools.get(limits)
+            if pool is None:
+                pool = self._pools[limits] = queue.Queue()
+                for _ in range(self._pool_size):
+                    self._bg.submit(self._refill, limits)
+            return pool
+
+    def _refill(self, limits: _Limits) -> None:
+        if self._closed:
+            return
+        try:
+            container = self._create(limits)
+        except Exception:  # the next acquire creates one synchronously and reports the error
+            return
+        if self._closed:
+            self._remove(container.cid)
+            return
+        self._pools[limits].put(container)
+
+    def _acquire(self, limits: _Limits) -> _Container:
+        if self._pool_size <= 0:
+            return self._create(limits)
+        pool = self._pool(limits)
+        try:
+            return pool.get_nowait()
+        except queue.Empty:
+            return self._create(limits)
+
+    def _release(self, container: _Container, reusable: bool) -> None:
+        """Return the container off the caller's critical path: reset+verify (or replace) in background."""
+        try:
+            self._bg.submit(self._recycle, container, reusable)
+        except RuntimeError:  # executor shut down by close()
+            self._remove(container.cid)
+
+    def _recycle(self, container: _Container, reusable: bool) -> None:
+        try:
+            pool = self._pools.get(container.limits)
+            if reusable and pool is not None and not self._closed and self._reset(container):
+                pool.put(container)
+                return
+            self._remove(container.cid)
+            if pool is not None and not self._closed:
+                self._refill(container.limits)
+        finally:
+            with self._lock:
+                self._busy.discard(container.cid)
+
+    def _reset(self, container: _Container) -> bool:
+        """Kill every sandbox-uid process, wipe writable mounts and IPC; True only if verified clean."""
+        try:
+            code, out = self._exec_simple(container.cid, ["/bin/sh", "-c", _RESET])
+        except Exception:
+            return False
+        return code == 0 and out.strip() == b"clean"
+
+    def close(self) -> None:
+        """Remove every container this instance created; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._bg.shutdown(wait=True)
+        for pool in self._pools.values():
+            while True:
+                try:
+                    self._remove(pool.get_nowait().cid)
+                except queue.Empty:
+                    break
+        for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
+            self._remove(c["Id"])
+
+    def audit(self, wait_s: float = 0.0) -> list[str]:
+        """Leftovers: containers of ours neither pooled nor busy, and extra processes in pooled ones."""
+        return poll_until_empty(self._leftovers, wait_s)
+
+    def _leftovers(self) -> list[str]:
+        with self._lock:
+            pooled = {c.cid for pool in self._pools.values() for c in list(pool.queue)}
+            busy = set(self._busy)
+        found: list[str] = []
+        for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
+            if c["Id"] in busy:
+                continue
+            if c["Id"] not in pooled:
+                found.append(f"container {c['Id'][:12]} ({c['State']})")
+                continue
+            top = self._api.top(c["Id"]).get("Processes") or []
+            if len(top) > 1:  # only the idle sleep
+                found.append(f"container {c['Id'][:12]} has {len(top)} processes")
+        return found
+
+    # ---- runs ----------------------------------------------------------------------------------------
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        """Run ``spec`` in a pristine container; infrastructure failures become ``sandbox_error``."""
+        t0 = time.monotonic()
+        if self._closed:
+            return error_result(self.name, "sandbox is closed")
+        try:
+            archive = _archive(spec)
+            container = self._acquire(_Limits.of(spec))
+        except Exception as exc:
+            return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
+        with self._lock:
+            self._busy.add(container.cid)
+        reusable = False
+        try:
+            result = self._run_in(container, spec, archive)
+            reusable = result.status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT, SandboxStatus.CRASHED)
+            reusable = reusable and self._pool_size > 0
+            return result
+        except Exception as exc:
+            return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
+        finally:
+            self._release(container, reusable)
+
+    def _run_in(self, container: _Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
+        cg = container.cgroup
+        _reset_peak(cg)
+        cpu0, oom0 = _cpu_ns(cg), _oom_kills(cg)
+        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
+        env = {**base_env(), **spec.env}
+        start = _START.format(stdin=_STDIN_FILE)
+        exec_id = self._api.exec_create(
+            container.cid,
+            ["/bin/sh", "-c", start, marker.decode(), *spec.argv],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            user=f"{self._uid}:{self._uid}",
+            workdir="/work",
+            environment=env,
+        )["Id"]
+        sock = self._api.exec_start(exec_id, socket=True)
+        raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
+        cap = _Capture(spec.output_limit_bytes, marker)
+        spawn_at = time.monotonic()
+        try:
+            raw.sendall(archive)
+            raw.shutdown(socket.SHUT_WR)
+            stopped_for, started_at, ended_at = _pump(raw, spec, cap, spawn_at)
+        finally:
+            with contextlib.suppress(OSError):
+                raw.close()
+            with contextlib.suppress(Exception):
+                sock.close()
+        # Measure before any kill: a killed container's cgroup disappears with it.
+        cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
+        oom = max(0, _oom_kills(cg) - oom0)
+        peak_kb = _peak(cg) // 1024
+        if stopped_for is not None:
+            # The exec cannot be killed by itself: the whole container goes (it is never reused).
+            with contextlib.suppress(Exception):
+                self._api.kill(container.cid)
+        # A stopped run's container is gone with its exec; its exit code is irrelevant anyway.
+        exit_code_raw = None if stopped_for is not None else self._api.exec_inspect(exec_id).get("ExitCode")
+        if started_at is None:
+            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
+            return error_result(self.name, f"sandbox did not start (exit {exit_code_raw}): {detail}")
+        exit_code: int | None = None
+        sig: int | None = None
+        if stopped_for is None and exit_code_raw is not None:
+            if 128 < exit_code_raw < 128 + 65:
+                sig = exit_code_raw - 128
+            else:
+                exit_code = exit_code_raw
+        status = classify(stopped_for=stopped_for, oom_kills=oom, exit_code=exit_code, sig=sig)
+        return SandboxResult(
+            status=status,
+            exit_code=exit_code,
+            signal=sig,
+            stdout=bytes(cap.data["out"]),
+            stderr=bytes(cap.data["err"]),
+            stdout_truncated=cap.truncated["out"],
+            stderr_truncated=cap.truncated["err"],
+            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
+            cpu_ms=round(cpu_ms, 3),
+            max_rss_kb=peak_kb,
+            backend=self.name,
+        )
+
+    def _exec_simple(self, cid: str, cmd: list[str]) -> tuple[int, bytes]:
+        exec_id = self._api.exec_create(cid, cmd, user=f"{self._uid}:{self._uid}", stdout=True, stderr=True)["Id"]
+        out = self._api.exec_start(exec_id)
+        code = self._api.exec_inspect(exec_id).get("ExitCode")
+        return int(code if code is not None else -1), bytes(out or b"")
+
+
+def _pump(
+    raw: socket.socket, spec: SandboxSpec, cap: _Capture, spawn_at: float
+) -> tuple[SandboxStatus | None, float | None, float | None]:
+    """Demultiplex docker's stream frames with caps and a deadline; return (stop reason, start, end)."""
+    buf = bytearray()
+    deadline = spawn_at + spec.timeout_s + 5.0  # setup (tar extraction) gets its own small allowance
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return (SandboxStatus.TIMEOUT if cap.started_at else None), cap.started_at, now
+        ready, _, _ = select.select([raw], [], [], deadline - now)
+        chunk = raw.recv(1 << 16) if ready else None
+        if chunk == b"":
+            return None, cap.started_at, time.monotonic()
+        buf += chunk or b""
+        for kind, payload in _frames(buf):
+            if not cap.feed("out" if kind == 1 else "err", payload):
+                reason = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
+                return reason, cap.started_at, time.monotonic()
+            if cap.started_at is not None and deadline > cap.started_at + spec.timeout_s:
+                deadline = cap.started_at + spec.timeout_s
+
+
+def _frames(buf: bytearray) -> list[tuple[int, bytes]]:
+    """Pop every complete ``[kind, 0, 0, 0, size32] payload`` frame from ``buf``."""
+    out: list[tuple[int, bytes]] = []
+    while len(buf) >= 8:
+        kind, size = buf[0], struct.unpack(">I", buf[4:8])[0]
+        if len(buf) < 8 + size:
+            break
+        out.append((kind, bytes(buf[8 : 8 + size])))
+        del buf[: 8 + size]
+    return out
+
+
+def _archive(spec: SandboxSpec) -> bytes:
+    """The tar that the start shim extracts at / : the files under work/, stdin as a private tmp file."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        dirs: set[str] = set()
+        for name, data in spec.files.items():
+            rel = check_relpath(name)
+            for parent in reversed(list(rel.parents)[:-1]):
+                key = f"work/{parent}"
+                if key not in dirs:
+                    dirs.add(key)
+                    info = tarfile.TarInfo(key)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+            info = tarfile.TarInfo(f"work/{rel}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(_STDIN_FILE.lstrip("/"))
+        info.size, info.mode = len(spec.stdin), 0o600
+        tar.addfile(info, io.BytesIO(spec.stdin))
+    return out.getvalue()
+
+
+# ---- cgroup accounting of a container (measured from the host, never from inside) ---------------------
+
+
+def _container_cgroups(pid: int) -> dict[str, Path]:
+    """Host cgroup directory per controller (v1) or under '' (v2) for the container's init process."""
+    from workers.sandbox.cgroups import _cgroup_mounts
+
+    v1, v2 = _cgroup_mounts()
+    out: dict[str, Path] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "" and v2 is not None:
+            out[""] = v2 / path.lstrip("/")
+        for ctrl in ctrls.split(","):
+            if ctrl in v1:
+                out[ctrl] = v1[ctrl] / path.lstrip("/")
+    return out
+
+
+def _read_int(path: Path, default: int = 0) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def _kv(path: Path) -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines()) if v.isdigit()}
+    except (OSError, ValueError):
+        return {}
+
+
+def _cpu_ns(cg: dict[str, Path]) -> int:
+    if "cpuacct" in cg:
+        return _read_int(cg["cpuacct"] / "cpuacct.usage")
+    return _kv(cg.get("", Path("/nonexistent")) / "cpu.stat").get("usage_usec", 0) * 1000
+
+
+def _oom_kills(cg: dict[str, Path]) -> int:
+    if "memory" in cg:
+        return _kv(cg["memory"] / "memory.oom_control").get("oom_kill", 0)
+    return _kv(cg.get("", Path("/nonexistent")) / "memory.events").get("oom_kill", 0)
+
+
+def _peak(cg: dict[str, Path]) -> int:
+    if "memory" in cg:
+        return _read_int(cg["memory"] / "memory.max_usage_in_bytes")
+    base = cg.get("", Path("/nonexistent"))
+    return _read_int(base / "memory.peak", _read_int(base / "memory.current"))
+
+
+def _reset_peak(cg: dict[str, Path]) -> None:
+    """Make the peak per run, not per container lifetime (v1: write 0; v2 >= 6.12: write resets)."""
+    target = cg["memory"] / "memory.max_usage_in_bytes" if "memory" in cg else cg.get("", Path()) / "memory.peak"
+    with contextlib.suppress(OSError):
+        target.write_text("0")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
