@@ -167,6 +167,12 @@ class ArtifactStore:
         """Store UTF-8 text (code, stdout, stderr)."""
         return self.put(text.encode("utf-8"), content_type)
 
+    def put_json(self, value: object) -> StoredArtifact:
+        """Store a JSON value (e.g. per-case results) canonically: sorted keys, so equal values share a key."""
+        import orjson
+
+        return self.put(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), "application/json")
+
     def get(self, url: str) -> bytes:
         """Read an artifact back and check its bytes still match the digest in its key."""
         bucket, key = parse_url(url)

@@ -130,6 +130,12 @@ def test_put_is_content_addressed_deduplicated_and_verified(settings: Settings, 
     )  # fmt: skip
     assert event.code_ref == first.url
 
+    # Per-case results as canonical JSON: the same results in another key order share one object.
+    results = store.put_json({"cases": [{"id": "c1", "status": "passed"}], "total": 1})
+    same = store.put_json({"total": 1, "cases": [{"status": "passed", "id": "c1"}]})
+    assert same.url == results.url
+    assert not same.uploaded
+
     # Someone overwrote the object: reading it back says so instead of returning wrong bytes.
     import io
 

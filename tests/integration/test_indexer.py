@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
 from schemas.codec import decode
-from schemas.events import DeadLetter
+from schemas.events import DeadLetter, LogRecord
 from schemas.settings import Settings
 from tests.integration.platform_env import IsolatedPlatform, isolated_platform
 from workers.kafka.clients import make_producer
@@ -324,3 +324,49 @@ def test_opensearch_down_30s_mid_run_every_record_indexed_exactly_once(
         f"{caught_up:.1f}s after OpenSearch was back; {len(ids)} documents for {len(sent)} records, 0 duplicates"
     )
     client.close()
+
+
+def test_logging_handler_ships_ids_fields_and_exceptions(kafka_config: dict[str, str], kafka_topic: str) -> None:
+    import logging
+
+    from workers.logs.shipper import ShippingHandler
+
+    shipper = LogShipper(make_producer(kafka_config), kafka_topic, "executor", worker="h:9")
+    logger = logging.getLogger(f"test.{kafka_topic}")
+    logger.propagate = False
+    handler = ShippingHandler(shipper)
+    logger.addHandler(handler)
+    try:
+        logger.setLevel(logging.DEBUG)
+        logger.debug("below the handler's level")
+        logger.info("ran %s", "gen-1", extra={"generation_id": "gen-1", "episode_id": "ep-1", "wall_ms": 12.5})
+        try:
+            raise ValueError("sandbox went away")
+        except ValueError:
+            logger.exception("run failed", extra={"episode_id": "ep-1"})
+        shipper.flush()
+    finally:
+        logger.removeHandler(handler)
+    consumer = Consumer({**kafka_config, "group.id": kafka_topic, "auto.offset.reset": "earliest"})
+    consumer.subscribe([kafka_topic])
+    got: list[LogRecord] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(decode(msg.value() or b"", LogRecord))
+    finally:
+        consumer.close()
+    assert [r.message for r in got] == ["ran gen-1", "run failed"]
+    info, error = got
+    assert (info.level, info.generation_id, info.episode_id, info.fields) == (
+        "info",
+        "gen-1",
+        "ep-1",
+        {"wall_ms": 12.5},
+    )
+    assert info.logger == f"test.{kafka_topic}"
+    assert error.level == "error"
+    assert error.exc_text is not None
+    assert "ValueError: sandbox went away" in error.exc_text

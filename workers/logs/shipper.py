@@ -7,6 +7,7 @@ Sending is asynchronous; ``flush`` (or the worker's transaction commit) makes th
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -94,3 +95,55 @@ class LogShipper:
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every queued record is in Kafka; raise KafkaError if one could not be delivered."""
         flush(self._producer, self._tracker, timeout_s)
+
+
+_LEVELS: dict[int, LogLevel] = {
+    logging.DEBUG: "debug",
+    logging.INFO: "info",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+    logging.CRITICAL: "critical",
+}
+#: ``extra={...}`` keys of a logging call that become LogRecord fields rather than ``fields`` entries.
+CONTEXT_KEYS = ("generation_id", "episode_id", "run_id", "task_id", "topic", "partition", "offset")
+
+
+class ShippingHandler(logging.Handler):
+    """A ``logging`` handler that ships records through a LogShipper, so plain ``log.info(...)`` is indexed.
+
+    Ids go in ``extra`` (``log.info("ran", extra={"generation_id": g})``); other ``extra`` values of JSON
+    scalar types land in ``fields``. It never raises into the caller (logging's contract): failures go to
+    ``handleError``.
+    """
+
+    def __init__(self, shipper: LogShipper, level: int = logging.INFO) -> None:
+        super().__init__(level)
+        self._shipper = shipper
+        self._plain = set(vars(logging.makeLogRecord({})))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Turn one ``logging.LogRecord`` into a rewardstream LogRecord and queue it."""
+        try:
+            extras = {k: v for k, v in vars(record).items() if k not in self._plain and k != "message"}
+            context = {k: extras.pop(k) for k in CONTEXT_KEYS if k in extras}
+            fields: dict[str, LogValue] = {
+                k[:64]: v for k, v in extras.items() if isinstance(v, str | int | float | bool) or v is None
+            }
+            level = _LEVELS.get(record.levelno) or ("critical" if record.levelno > logging.ERROR else "debug")
+            exc_text = self.formatter.formatException(record.exc_info) if self.formatter and record.exc_info else None
+            if record.exc_info and exc_text is None:
+                exc_text = logging.Formatter().formatException(record.exc_info)
+            self._shipper.emit(
+                LogRecord(
+                    level=level,
+                    component=self._shipper.component,
+                    worker=self._shipper.worker,
+                    logger=record.name[:256],
+                    message=record.getMessage()[:8192],
+                    fields=dict(list(fields.items())[:64]),
+                    exc_text=None if exc_text is None else exc_text[-16384:],
+                    **context,
+                )
+            )
+        except Exception:
+            self.handleError(record)
