@@ -558,7 +558,7 @@ PROBE = textwrap.dedent(
             return False
     dirty = [os.path.join(d, n) for d in dirs for n in names if poisoned(os.path.join(d, n))]
     dirty += [p for p in glob.glob('/work/*') + glob.glob('/tmp/*') + glob.glob('/dev/shm/*') if poisoned(p)]
-    extra = sorted(set(os.listdir('.')) - {'harness.py', 'solution.py', 'main.py'})
+    extra = sorted(set(os.listdir('.')) - {'harness.py', 'harness.rspyc'})
     print('clean' if not dirty and not extra else 'dirty %s %s' % (dirty, extra))
     """
 )

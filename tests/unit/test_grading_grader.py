@@ -305,3 +305,9 @@ def test_hack_flag_gates_a_passing_run() -> None:
     assert res["status"] == "pass"
     assert res["reward"] == 0.0
     assert res["flags"] == ["frame_introspection"]
+
+
+def test_harness_falls_back_to_source_when_bytecode_does_not_match() -> None:
+    g = grader(LocalRunner())
+    g._harness_pyc = b"\0" * 16 + b"not bytecode"  # as if the sandbox ran another Python version
+    assert g.grade(task(), GOOD).status == "pass"

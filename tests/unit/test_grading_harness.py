@@ -6,6 +6,7 @@ import json
 import math
 from collections import OrderedDict
 from enum import IntEnum
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,6 @@ def gen() -> object:
         [1.0, math.nan],
         gen(),
         range(3),
-        OrderedDict(a=1),
         b"bytes",
         1j,
         object(),
@@ -109,6 +109,21 @@ def test_plain_decoding_turns_tuples_into_lists() -> None:
     out = roundtrip({"a": 1.5}, plain=True)
     assert out == {"a": 1.5}
     assert type(roundtrip(True, plain=True)) is bool
+
+
+def test_stdlib_dict_subclasses_are_read_as_plain_dicts() -> None:
+    from collections import Counter, defaultdict
+
+    assert roundtrip(Counter("aab"), plain=True) == {"a": 2, "b": 1}
+    assert roundtrip(OrderedDict(z=1, a=2), plain=True) == {"z": 1, "a": 2}
+    assert roundtrip(defaultdict(list, k=[1]), plain=True) == {"k": [1]}
+
+    class Lying(Counter[str]):
+        def items(self) -> Any:
+            return [("x", 999)]
+
+    with pytest.raises(harness.NonPlainError):  # user subclasses stay refused
+        harness.encode_value(Lying("a"))
 
 
 def test_plain_decoding_refuses_sets_and_non_string_keys() -> None:

@@ -29,6 +29,7 @@ from workers.grading.suites import (
     build_spec,
     call_job_suite,
     failed_suite,
+    harness_bytecode,
     harness_source,
     infra_problem,
     job_suite,
@@ -168,6 +169,7 @@ class Grader:
         self.config = config or GraderConfig()
         self._sleep = sleep
         self._harness = harness_source()
+        self._harness_pyc = harness_bytecode(self._harness)
 
     # ---- running ---------------------------------------------------------------------------------------
     def _execute(
@@ -188,6 +190,7 @@ class Grader:
                 memory_mb=limits.memory_mb,
                 startup_grace_s=cfg.startup_grace_s,
                 harness=self._harness,
+                harness_pyc=self._harness_pyc,
                 nonce=nonce,
                 python_argv=cfg.python_argv,
                 pids_limit=cfg.pids_limit,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import builtins
 import collections
-import contextlib
+import functools
 import io
 import json
 import math
@@ -36,9 +36,13 @@ import select
 import signal
 import sys
 import time
-import traceback
 import types
-from typing import Any, NoReturn, cast
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+
+if TYPE_CHECKING:  # the harness imports nothing it does not need at run time (start-up cost)
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 MAGIC = b"@@RS1"
 NONCE_LEN = 32
@@ -90,32 +94,31 @@ def _enc(v: object, depth: int, budget: list[int], nonfinite: bool) -> object:  
     t = type(v)
     if v is None or t is bool:
         return v
-    if t is int:
-        if cast(int, v).bit_length() > MAX_INT_BITS:
+    if t is int and isinstance(v, int):
+        if v.bit_length() > MAX_INT_BITS:
             raise NonPlainError("integer too large")
         return v
-    if t is float:
-        f = cast(float, v)
-        if math.isfinite(f):
-            return f
+    if t is float and isinstance(v, float):
+        if math.isfinite(v):
+            return v
         if not nonfinite:
             raise NonPlainError("non-finite float (NaN/inf) is never a valid result")
-        return {"$x": "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")}
-    if t is str:
-        budget[0] -= len(cast(str, v)) // 16
-        if len(cast(str, v)) > MAX_VALUE_BYTES:
+        return {"$x": "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")}
+    if t is str and isinstance(v, str):
+        budget[0] -= len(v) // 16
+        if len(v) > MAX_VALUE_BYTES:
             raise NonPlainError("string too large")
         return v
-    if t is list or t is tuple or t is set or t is frozenset:
-        seq = cast("list[object] | tuple[object, ...] | set[object] | frozenset[object]", v)
+    if (t is list or t is tuple or t is set or t is frozenset) and isinstance(v, list | tuple | set | frozenset):
+        seq = v
         if len(seq) > MAX_NODES:
             raise NonPlainError("value too large (too many elements)")
         items = [_enc(x, depth + 1, budget, nonfinite) for x in seq]
         if t is list:
             return items
         return {"$t" if t is tuple else ("$s" if t is set else "$f"): items}
-    if t in _DICT_TYPES:
-        mapping = cast("dict[object, object]", v)
+    if t in _DICT_TYPES and isinstance(v, dict):
+        mapping = v
         if dict.__len__(mapping) > MAX_NODES:
             raise NonPlainError("value too large (too many elements)")
         return {
@@ -237,6 +240,14 @@ def _read_exact_into(fd: int, buf: bytearray) -> int:
     return got
 
 
+def _quietly(fn: Callable[[], object]) -> None:
+    """Run ``fn`` ignoring OSError (cleanup of processes/fds that may already be gone)."""
+    try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+        fn()
+    except OSError:
+        pass
+
+
 def _wipe(*bufs: bytearray) -> None:
     for b in bufs:
         b[:] = bytes(len(b))
@@ -294,6 +305,8 @@ def _short(text: str) -> str:
 def _describe_exc(exc: BaseException) -> str:
     """Traceback text of a candidate exception, never raising (its __str__ may be hostile)."""
     try:
+        import traceback  # only when a candidate raised (start-up cost)
+
         return _short("".join(traceback.format_exception(exc)))
     except BaseException:
         return _type_name(exc)
@@ -313,8 +326,7 @@ def _child_common(
     os.dup2(stdout_fd if stdout_fd is not None else null, 1)
     os.dup2(stderr_fd if stderr_fd is not None else null, 2)
     os.close(null)
-    with contextlib.suppress(OSError):
-        os.setsid()
+    _quietly(os.setsid)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
         with open("/proc/self/oom_score_adj", "w") as f:  # the OOM killer should pick the candidate
@@ -432,18 +444,14 @@ class Server:
         self.alive = False
         _kill_group(self.pid)
         for fd in (self.req_fd, self.rep_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            _quietly(functools.partial(os.close, fd))
 
 
 def _kill_group(pid: int) -> None:
     """SIGKILL a child's process group (and the child, should it have left the group), then reap it."""
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+    _quietly(lambda: os.killpg(pid, signal.SIGKILL))
+    _quietly(lambda: os.kill(pid, signal.SIGKILL))
+    _quietly(lambda: os.waitpid(pid, 0))  # ChildProcessError is an OSError
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -666,6 +674,8 @@ def _exec_main(code: str) -> int:
         else:
             status = 1
     except BaseException:
+        import traceback
+
         traceback.print_exc()
         status = 1
     try:
@@ -706,8 +716,7 @@ def _reap(pid: int, force: bool) -> tuple[int | None, int | None]:
         _kill_group(pid)
         return None, signal.SIGKILL
     _, status = os.waitpid(pid, 0)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)  # daemonized leftovers in its group
+    _quietly(lambda: os.killpg(pid, signal.SIGKILL))  # daemonized leftovers in its group
     if os.WIFSIGNALED(status):
         return None, os.WTERMSIG(status)
     return os.WEXITSTATUS(status), None
