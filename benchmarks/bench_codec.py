@@ -155,8 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"GenerationEvent codec benchmark ({report['core']}, {report['events_per_round']} events x "
-              f"{report['rounds']} rounds, {report['bytes_per_event']} B/event, Python {report['python']})")
+        print(
+            f"GenerationEvent codec benchmark ({report['core']}, {report['events_per_round']} events x "
+            f"{report['rounds']} rounds, {report['bytes_per_event']} B/event, Python {report['python']})"
+        )
         medians = report["median_events_per_s"]
         assert isinstance(medians, dict)
         for name, rate in medians.items():

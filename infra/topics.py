@@ -36,8 +36,7 @@ class TopicState:
 
     def as_json(self) -> dict[str, object]:
         """JSON form for ``rewardstream topics create --json``."""
-        return {"role": self.role, "name": self.name, "status": self.status,
-                "differences": list(self.differences)}
+        return {"role": self.role, "name": self.name, "status": self.status, "differences": list(self.differences)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +91,7 @@ def describe_topics(
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
     try:
         futures = admin.describe_configs(resources, request_timeout=timeout_s)
-        configs = {
-            res.name: {k: str(v.value) for k, v in fut.result().items()} for res, fut in futures.items()
-        }
+        configs = {res.name: {k: str(v.value) for k, v in fut.result().items()} for res, fut in futures.items()}
     except KafkaException as exc:
         raise _fail("describing topic configs", exc, bootstrap) from exc
     out: dict[str, ExistingTopic] = {}
@@ -111,9 +108,7 @@ def differences(spec: TopicSpec, existing: ExistingTopic) -> tuple[str, ...]:
     if existing.partitions != spec.partitions:
         found.append(f"has {existing.partitions} partitions, catalog says {spec.partitions}")
     if existing.replication_factor != spec.replication_factor:
-        found.append(
-            f"has replication factor {existing.replication_factor}, catalog says {spec.replication_factor}"
-        )
+        found.append(f"has replication factor {existing.replication_factor}, catalog says {spec.replication_factor}")
     for key, want in spec.config().items():
         have = existing.config.get(key)
         if have != want:
@@ -132,8 +127,7 @@ def ensure_topics(
     missing = [s for s in specs if s.name not in existing]
     if missing:
         new = [
-            NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor,
-                     config=s.config())
+            NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=s.config())
             for s in missing
         ]
         futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)

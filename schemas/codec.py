@@ -50,9 +50,7 @@ def _finite_json(value: JsonValue) -> JsonValue:
     """Reject NaN/Infinity anywhere inside a JSON value: they are not JSON and never compare equal."""
     where = _find_non_finite(value, "")
     if where is not None:
-        raise PydanticCustomError(
-            "finite_number", "NaN/Infinity is not allowed (at {where})", {"where": where}
-        )
+        raise PydanticCustomError("finite_number", "NaN/Infinity is not allowed (at {where})", {"where": where})
     return value
 
 
@@ -117,7 +115,8 @@ class Contract(BaseModel):
         parsed = cls.parse_version(raw)
         if parsed is None:
             raise PydanticCustomError(
-                "schema_version", "malformed version '{raw}' (expected '{example}')",
+                "schema_version",
+                "malformed version '{raw}' (expected '{example}')",
                 {"raw": raw, "example": cls.version_string()},
             )
         if parsed[0] != cls.version[0]:
@@ -291,4 +290,3 @@ def _problem(error: Any) -> str:
         return _MESSAGES[kind]
     msg: str = error["msg"]
     return msg[0].lower() + msg[1:] if msg[:1].isupper() and msg[1:2].islower() else msg
-

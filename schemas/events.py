@@ -30,9 +30,7 @@ OUTPUT_TAIL_MAX_CHARS = 8 * 1024
 DLQ_PAYLOAD_MAX_BYTES = 512 * 1024
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
-S3Url = Annotated[
-    str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")
-]
+S3Url = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Base64 = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=4 * DLQ_PAYLOAD_MAX_BYTES // 3 + 4)
@@ -58,9 +56,7 @@ def utc_now() -> datetime:
 class Envelope(Contract):
     """Fields every message carries, whatever it is about."""
 
-    schema_version: SchemaVersion1 = Field(
-        "1.0", description="major.minor of this contract; unknown majors rejected"
-    )
+    schema_version: SchemaVersion1 = Field("1.0", description="major.minor of this contract; unknown majors rejected")
     event_id: Id = Field(default_factory=new_event_id, description="unique id of this message")
     created_at: AwareDatetime = Field(default_factory=utc_now, description="when the producer made it (UTC)")
 
@@ -98,13 +94,9 @@ class GenerationEvent(Event):
     @model_validator(mode="after")
     def _code_or_ref(self) -> GenerationEvent:
         if (self.code is None) == (self.code_ref is None):
-            raise PydanticCustomError(
-                "code_or_ref", "exactly one of code and code_ref must be set", {"field": "code"}
-            )
+            raise PydanticCustomError("code_or_ref", "exactly one of code and code_ref must be set", {"field": "code"})
         if self.code_ref is not None and self.code_sha256 is None:
-            raise PydanticCustomError(
-                "sha_required", "required when code_ref is set", {"field": "code_sha256"}
-            )
+            raise PydanticCustomError("sha_required", "required when code_ref is set", {"field": "code_sha256"})
         return self
 
 
@@ -140,13 +132,15 @@ def _check_counts(cases: list[CaseResult] | list[HiddenCaseResult], passed: int,
     """Counts must agree with the per-case results (a producer bug otherwise)."""
     if total != len(cases):
         raise PydanticCustomError(
-            "count_mismatch", "{total} does not match {n} case results", {"total": total, "n": len(cases),
-                                                                           "field": "total"}
+            "count_mismatch",
+            "{total} does not match {n} case results",
+            {"total": total, "n": len(cases), "field": "total"},
         )
     really = sum(1 for c in cases if c.status == "passed")
     if passed != really:
         raise PydanticCustomError(
-            "count_mismatch", "{passed} does not match {really} passed case results",
+            "count_mismatch",
+            "{passed} does not match {really} passed case results",
             {"passed": passed, "really": really, "field": "passed"},
         )
 

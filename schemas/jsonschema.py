@@ -52,7 +52,8 @@ def stale_files(directory: Path) -> list[str]:
     """Names of files in ``directory`` that are missing, outdated or no longer generated."""
     wanted = render_all()
     stale = [
-        name for name, text in wanted.items()
+        name
+        for name, text in wanted.items()
         if not (directory / name).is_file() or (directory / name).read_text(encoding="utf-8") != text
     ]
     extra = sorted(p.name for p in directory.glob("*.json") if p.name not in wanted) if directory.is_dir() else []
@@ -81,8 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         stale = stale_files(directory)
         if stale:
-            print(f"stale JSON Schema files in {directory}: {', '.join(stale)}; "
-                  "run `python -m schemas.jsonschema`", file=sys.stderr)
+            print(
+                f"stale JSON Schema files in {directory}: {', '.join(stale)}; run `python -m schemas.jsonschema`",
+                file=sys.stderr,
+            )
             return 1
         return 0
     for name in write_all(directory):

@@ -52,9 +52,7 @@ def load(
 
 
 @tasks_app.command("show")
-def show(
-    task_id: str = _TASK_ID, directory: Path | None = _DIR
-) -> None:
+def show(task_id: str = _TASK_ID, directory: Path | None = _DIR) -> None:
     """Print the public part of a task (never its hidden tests) as JSON."""
     public = _registry(directory).public(task_id)
     print_json(public.model_dump(mode="json", by_alias=True))
@@ -90,8 +88,8 @@ def humaneval(
 
     if backend not in (None, "process", "docker"):
         raise ValidationError(f"--backend must be process or docker, not {backend!r}")
-    chosen: Literal["process", "docker"] | None = None if backend is None else (
-        "docker" if backend == "docker" else "process"
+    chosen: Literal["process", "docker"] | None = (
+        None if backend is None else ("docker" if backend == "docker" else "process")
     )
     settings = load_settings()
     problems = load_problems()

@@ -88,10 +88,13 @@ def test_humaneval_converted_and_loaded(tmp_path: Path) -> None:
 
 
 def test_invalid_task_rejected_with_field(tmp_path: Path) -> None:
-    good = {"task_id": "demo/1", "prompt": "def add(a, b):\n", "entry_point": "add",
-            "hidden_tests": {"kind": "call", "cases": [{"args": [1, 2], "expected": 3}]}}
-    bad = {**good, "task_id": "demo/2", "hidden_tests": {"kind": "call", "cases": [{"args": {"a": 1},
-                                                                                     "expected": 3}]}}
+    good = {
+        "task_id": "demo/1",
+        "prompt": "def add(a, b):\n",
+        "entry_point": "add",
+        "hidden_tests": {"kind": "call", "cases": [{"args": [1, 2], "expected": 3}]},
+    }
+    bad = {**good, "task_id": "demo/2", "hidden_tests": {"kind": "call", "cases": [{"args": {"a": 1}, "expected": 3}]}}
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(orjson.dumps(good) + b"\n" + orjson.dumps(bad) + b"\n")
     registry = tmp_path / "registry"

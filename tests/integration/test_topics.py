@@ -55,7 +55,10 @@ def test_wrong_partition_count_is_reported(kafka_config: dict[str, str], prefix:
 def test_cli_create_json_then_difference_exits_2(prefix: str) -> None:
     created = subprocess.run(
         [CLI, "topics", "create", "--json", "--prefix", prefix, "--partitions", "2"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert created.returncode == 0, created.stderr
     report = json.loads(created.stdout)
@@ -65,7 +68,10 @@ def test_cli_create_json_then_difference_exits_2(prefix: str) -> None:
 
     differs = subprocess.run(
         [CLI, "topics", "create", "--prefix", prefix, "--partitions", "3"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert differs.returncode == 2
     assert differs.stderr.startswith("rewardstream: error: 7 topic(s) differ from the catalog: ")

@@ -44,12 +44,20 @@ TASK: dict[str, Any] = {
 RUN = {"status": "ok", "exit_code": 0, "wall_ms": 1.0, "cpu_ms": 1.0, "max_rss_kb": 1000, "backend": "process"}
 EXEC: dict[str, Any] = {
     **{k: v for k, v in GEN.items() if k not in ("turn", "policy_version", "code")},
-    "worker": "host:1", "suite_kind": "call", "run": RUN,
-    "cases": [{"case_id": "0", "status": "failed"}], "passed": 0, "total": 1,
+    "worker": "host:1",
+    "suite_kind": "call",
+    "run": RUN,
+    "cases": [{"case_id": "0", "status": "failed"}],
+    "passed": 0,
+    "total": 1,
 }
 JUDGE: dict[str, Any] = {
     **{k: v for k, v in GEN.items() if k not in ("turn", "policy_version", "code")},
-    "status": "ok", "score": 0.5, "judge_model": "j", "prompt_version": "p1", "latency_ms": 3.0,
+    "status": "ok",
+    "score": 0.5,
+    "judge_model": "j",
+    "prompt_version": "p1",
+    "latency_ms": 3.0,
 }
 
 
@@ -79,95 +87,255 @@ def with_and(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     result: dict[str, Any] = orjson.loads(with_(base, path, value))
     return result
 
+
 OVERSIZED = with_(GEN, "code", "x" * MAX_MESSAGE_BYTES)
 
 
 INVALID: list[tuple[str, type[Contract], bytes, str]] = [
     ("not utf-8", GenerationEvent, b'{"code": "\xff"}', "invalid GenerationEvent: not UTF-8 (byte 10)"),
-    ("not json", GenerationEvent, b'{"turn": ', "invalid GenerationEvent: not JSON: unexpected end of data: "
-     "line 1 column 10 (char 9)"),
-    ("empty", GenerationEvent, b"", "invalid GenerationEvent: not JSON: Input is a zero-length, empty document: "
-     "line 1 column 1 (char 0)"),
+    (
+        "not json",
+        GenerationEvent,
+        b'{"turn": ',
+        "invalid GenerationEvent: not JSON: unexpected end of data: line 1 column 10 (char 9)",
+    ),
+    (
+        "empty",
+        GenerationEvent,
+        b"",
+        "invalid GenerationEvent: not JSON: Input is a zero-length, empty document: line 1 column 1 (char 0)",
+    ),
     ("not an object", GenerationEvent, b"[1, 2]", "invalid GenerationEvent: input should be an object"),
-    ("missing field", GenerationEvent, with_(GEN, "policy_version", ...),
-     "invalid GenerationEvent: policy_version: required field is missing"),
-    ("extra field", GenerationEvent, with_(GEN, "colour", "red"),
-     "invalid GenerationEvent: colour: unknown field"),
-    ("string for int", GenerationEvent, with_(GEN, "turn", "1"),
-     "invalid GenerationEvent: turn: input should be a valid integer"),
-    ("bool for int", GenerationEvent, with_(GEN, "turn", True),
-     "invalid GenerationEvent: turn: input should be a valid integer"),
-    ("float for int", GenerationEvent, with_(GEN, "turn", 1.5),
-     "invalid GenerationEvent: turn: input should be a valid integer"),
-    ("negative turn", GenerationEvent, with_(GEN, "turn", -1),
-     "invalid GenerationEvent: turn: input should be greater than or equal to 0"),
-    ("naive timestamp", GenerationEvent, with_(GEN, "created_at", "2025-01-01T00:00:00"),
-     "invalid GenerationEvent: created_at: input should have timezone info"),
-    ("bad id", GenerationEvent, with_(GEN, "episode_id", "a b"),
-     "invalid GenerationEvent: episode_id: string should match pattern '^[A-Za-z0-9_.:-]{1,128}$'"),
-    ("unknown major version", GenerationEvent, with_(GEN, "schema_version", "2.0"),
-     "invalid GenerationEvent: schema_version: unsupported major version 2 (this reader understands 1.x)"),
-    ("unknown major reported alone", GenerationEvent, with_(with_and(GEN, "turn", "x"), "schema_version", "2.3"),
-     "invalid GenerationEvent: schema_version: unsupported major version 2 (this reader understands 1.x)"),
-    ("malformed version", GenerationEvent, with_(GEN, "schema_version", "one"),
-     "invalid GenerationEvent: schema_version: malformed version 'one' (expected '1.0')"),
-    ("code and code_ref", GenerationEvent, with_(GEN, "code_ref", "s3://bucket/gen/g1.py"),
-     "invalid GenerationEvent: code: exactly one of code and code_ref must be set"),
-    ("code_ref without sha", GenerationEvent, with_(with_and(GEN, "code", ...), "code_ref", "s3://bucket/a.py"),
-     "invalid GenerationEvent: code_sha256: required when code_ref is set"),
-    ("code over inline cap", GenerationEvent, with_(GEN, "code", "x" * (CODE_INLINE_MAX_CHARS + 1)),
-     f"invalid GenerationEvent: code: string should have at most {CODE_INLINE_MAX_CHARS} characters"),
-    ("oversized message", GenerationEvent, OVERSIZED,
-     f"invalid GenerationEvent: message is {len(OVERSIZED)} bytes, over the {MAX_MESSAGE_BYTES}-byte cap"),
-    ("NaN float", JudgeScore, raw(JUDGE, "score", "NaN"),
-     "invalid JudgeScore: score: NaN/Infinity is not allowed"),
-    ("Infinity float", JudgeScore, raw(JUDGE, "latency_ms", "Infinity"),
-     "invalid JudgeScore: latency_ms: NaN/Infinity is not allowed"),
-    ("score out of range", JudgeScore, with_(JUDGE, "score", 1.5),
-     "invalid JudgeScore: score: input should be less than or equal to 1"),
-    ("score without ok", JudgeScore, with_(JUDGE, "status", "error"),
-     "invalid JudgeScore: score: set exactly when status is ok"),
-    ("count mismatch", ExecutionResult, with_(EXEC, "passed", 1),
-     "invalid ExecutionResult: passed: 1 does not match 0 passed case results"),
-    ("bad nested status", ExecutionResult, with_(EXEC, "run.status", "fine"),
-     "invalid ExecutionResult: run.status: input should be 'ok', 'nonzero_exit', 'timeout', 'memory_limit', "
-     "'output_limit', 'killed', 'crashed' or 'sandbox_error'"),
-    ("args not a list", Task, with_(TASK, "hidden_tests.cases.0.args", 3),
-     "invalid Task: hidden_tests.cases[0].args: input should be a valid array"),
-    ("NaN in args", Task, raw(TASK, "hidden_tests.cases.1.args.0", "NaN"),
-     "invalid Task: hidden_tests.cases[1].args[0]: NaN/Infinity is not allowed"),
-    ("Infinity in expected", Task, raw(TASK, "public_tests.cases.0.expected", "[1, -Infinity]"),
-     "invalid Task: public_tests.cases[0].expected[1]: NaN/Infinity is not allowed"),
-    ("missing expected", Task, with_(TASK, "hidden_tests.cases.0.expected", ...),
-     "invalid Task: hidden_tests.cases[0].expected: required field is missing"),
-    ("typo in case field", Task, with_(TASK, "hidden_tests.cases.0.kwarg", {}),
-     "invalid Task: hidden_tests.cases[0].kwarg: unknown field"),
-    ("unknown suite kind", Task, with_(TASK, "hidden_tests.kind", "fuzz"),
-     "invalid Task: hidden_tests.kind: must be one of 'call', 'io', 'assert' (got 'fuzz')"),
-    ("missing suite kind", Task, with_(TASK, "hidden_tests.kind", ...),
-     "invalid Task: hidden_tests.kind: required field is missing"),
-    ("io case missing stdout", Task, with_(TASK, "hidden_tests", {"kind": "io", "cases": [{"stdin": "1"}]}),
-     "invalid Task: hidden_tests.cases[0].expected_stdout: required field is missing"),
-    ("empty assert code", Task, with_(TASK, "hidden_tests", {"kind": "assert", "code": ""}),
-     "invalid Task: hidden_tests.code: string should have at least 1 character"),
-    ("duplicate case ids", Task, with_(TASK, "hidden_tests.cases", [{"id": "a", "expected": 1}] * 2),
-     "invalid Task: hidden_tests.cases: duplicate case id 'a'"),
-    ("entry point missing", Task, with_(TASK, "entry_point", ...),
-     "invalid Task: entry_point: required for call and assert tests"),
-    ("entry point not identifier", Task, with_(TASK, "entry_point", "os.system"),
-     "invalid Task: entry_point: string should match pattern '^[A-Za-z_][A-Za-z0-9_]{0,127}$'"),
-    ("string timeout", Task, with_(TASK, "limits.timeout_s", "5"),
-     "invalid Task: limits.timeout_s: input should be a valid number"),
-    ("zero timeout", Task, with_(TASK, "limits.timeout_s", 0),
-     "invalid Task: limits.timeout_s: input should be greater than 0"),
-    ("task major version", Task, with_(TASK, "schema", "rewardstream.task/v2"),
-     "invalid Task: schema: unsupported major version 2 (this reader understands 1.x)"),
-    ("several problems", Task, with_(with_and(TASK, "task_id", 7), "language", "cobol"),
-     "invalid Task: task_id: input should be a valid string; language: input should be 'python'"),
-    ("bad base64", DeadLetter, orjson.dumps({
-        "source_topic": "rs.generations", "source_partition": 0, "source_offset": 1, "component": "executor",
-        "error": "x", "error_type": "DecodeError", "payload_b64": "not base64!", "payload_size": 3}),
-     "invalid DeadLetter: payload_b64: string should match pattern '^[A-Za-z0-9+/]*={0,2}$'"),
+    (
+        "missing field",
+        GenerationEvent,
+        with_(GEN, "policy_version", ...),
+        "invalid GenerationEvent: policy_version: required field is missing",
+    ),
+    ("extra field", GenerationEvent, with_(GEN, "colour", "red"), "invalid GenerationEvent: colour: unknown field"),
+    (
+        "string for int",
+        GenerationEvent,
+        with_(GEN, "turn", "1"),
+        "invalid GenerationEvent: turn: input should be a valid integer",
+    ),
+    (
+        "bool for int",
+        GenerationEvent,
+        with_(GEN, "turn", True),
+        "invalid GenerationEvent: turn: input should be a valid integer",
+    ),
+    (
+        "float for int",
+        GenerationEvent,
+        with_(GEN, "turn", 1.5),
+        "invalid GenerationEvent: turn: input should be a valid integer",
+    ),
+    (
+        "negative turn",
+        GenerationEvent,
+        with_(GEN, "turn", -1),
+        "invalid GenerationEvent: turn: input should be greater than or equal to 0",
+    ),
+    (
+        "naive timestamp",
+        GenerationEvent,
+        with_(GEN, "created_at", "2025-01-01T00:00:00"),
+        "invalid GenerationEvent: created_at: input should have timezone info",
+    ),
+    (
+        "bad id",
+        GenerationEvent,
+        with_(GEN, "episode_id", "a b"),
+        "invalid GenerationEvent: episode_id: string should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+    ),
+    (
+        "unknown major version",
+        GenerationEvent,
+        with_(GEN, "schema_version", "2.0"),
+        "invalid GenerationEvent: schema_version: unsupported major version 2 (this reader understands 1.x)",
+    ),
+    (
+        "unknown major reported alone",
+        GenerationEvent,
+        with_(with_and(GEN, "turn", "x"), "schema_version", "2.3"),
+        "invalid GenerationEvent: schema_version: unsupported major version 2 (this reader understands 1.x)",
+    ),
+    (
+        "malformed version",
+        GenerationEvent,
+        with_(GEN, "schema_version", "one"),
+        "invalid GenerationEvent: schema_version: malformed version 'one' (expected '1.0')",
+    ),
+    (
+        "code and code_ref",
+        GenerationEvent,
+        with_(GEN, "code_ref", "s3://bucket/gen/g1.py"),
+        "invalid GenerationEvent: code: exactly one of code and code_ref must be set",
+    ),
+    (
+        "code_ref without sha",
+        GenerationEvent,
+        with_(with_and(GEN, "code", ...), "code_ref", "s3://bucket/a.py"),
+        "invalid GenerationEvent: code_sha256: required when code_ref is set",
+    ),
+    (
+        "code over inline cap",
+        GenerationEvent,
+        with_(GEN, "code", "x" * (CODE_INLINE_MAX_CHARS + 1)),
+        f"invalid GenerationEvent: code: string should have at most {CODE_INLINE_MAX_CHARS} characters",
+    ),
+    (
+        "oversized message",
+        GenerationEvent,
+        OVERSIZED,
+        f"invalid GenerationEvent: message is {len(OVERSIZED)} bytes, over the {MAX_MESSAGE_BYTES}-byte cap",
+    ),
+    ("NaN float", JudgeScore, raw(JUDGE, "score", "NaN"), "invalid JudgeScore: score: NaN/Infinity is not allowed"),
+    (
+        "Infinity float",
+        JudgeScore,
+        raw(JUDGE, "latency_ms", "Infinity"),
+        "invalid JudgeScore: latency_ms: NaN/Infinity is not allowed",
+    ),
+    (
+        "score out of range",
+        JudgeScore,
+        with_(JUDGE, "score", 1.5),
+        "invalid JudgeScore: score: input should be less than or equal to 1",
+    ),
+    (
+        "score without ok",
+        JudgeScore,
+        with_(JUDGE, "status", "error"),
+        "invalid JudgeScore: score: set exactly when status is ok",
+    ),
+    (
+        "count mismatch",
+        ExecutionResult,
+        with_(EXEC, "passed", 1),
+        "invalid ExecutionResult: passed: 1 does not match 0 passed case results",
+    ),
+    (
+        "bad nested status",
+        ExecutionResult,
+        with_(EXEC, "run.status", "fine"),
+        "invalid ExecutionResult: run.status: input should be 'ok', 'nonzero_exit', 'timeout', 'memory_limit', "
+        "'output_limit', 'killed', 'crashed' or 'sandbox_error'",
+    ),
+    (
+        "args not a list",
+        Task,
+        with_(TASK, "hidden_tests.cases.0.args", 3),
+        "invalid Task: hidden_tests.cases[0].args: input should be a valid array",
+    ),
+    (
+        "NaN in args",
+        Task,
+        raw(TASK, "hidden_tests.cases.1.args.0", "NaN"),
+        "invalid Task: hidden_tests.cases[1].args[0]: NaN/Infinity is not allowed",
+    ),
+    (
+        "Infinity in expected",
+        Task,
+        raw(TASK, "public_tests.cases.0.expected", "[1, -Infinity]"),
+        "invalid Task: public_tests.cases[0].expected[1]: NaN/Infinity is not allowed",
+    ),
+    (
+        "missing expected",
+        Task,
+        with_(TASK, "hidden_tests.cases.0.expected", ...),
+        "invalid Task: hidden_tests.cases[0].expected: required field is missing",
+    ),
+    (
+        "typo in case field",
+        Task,
+        with_(TASK, "hidden_tests.cases.0.kwarg", {}),
+        "invalid Task: hidden_tests.cases[0].kwarg: unknown field",
+    ),
+    (
+        "unknown suite kind",
+        Task,
+        with_(TASK, "hidden_tests.kind", "fuzz"),
+        "invalid Task: hidden_tests.kind: must be one of 'call', 'io', 'assert' (got 'fuzz')",
+    ),
+    (
+        "missing suite kind",
+        Task,
+        with_(TASK, "hidden_tests.kind", ...),
+        "invalid Task: hidden_tests.kind: required field is missing",
+    ),
+    (
+        "io case missing stdout",
+        Task,
+        with_(TASK, "hidden_tests", {"kind": "io", "cases": [{"stdin": "1"}]}),
+        "invalid Task: hidden_tests.cases[0].expected_stdout: required field is missing",
+    ),
+    (
+        "empty assert code",
+        Task,
+        with_(TASK, "hidden_tests", {"kind": "assert", "code": ""}),
+        "invalid Task: hidden_tests.code: string should have at least 1 character",
+    ),
+    (
+        "duplicate case ids",
+        Task,
+        with_(TASK, "hidden_tests.cases", [{"id": "a", "expected": 1}] * 2),
+        "invalid Task: hidden_tests.cases: duplicate case id 'a'",
+    ),
+    (
+        "entry point missing",
+        Task,
+        with_(TASK, "entry_point", ...),
+        "invalid Task: entry_point: required for call and assert tests",
+    ),
+    (
+        "entry point not identifier",
+        Task,
+        with_(TASK, "entry_point", "os.system"),
+        "invalid Task: entry_point: string should match pattern '^[A-Za-z_][A-Za-z0-9_]{0,127}$'",
+    ),
+    (
+        "string timeout",
+        Task,
+        with_(TASK, "limits.timeout_s", "5"),
+        "invalid Task: limits.timeout_s: input should be a valid number",
+    ),
+    (
+        "zero timeout",
+        Task,
+        with_(TASK, "limits.timeout_s", 0),
+        "invalid Task: limits.timeout_s: input should be greater than 0",
+    ),
+    (
+        "task major version",
+        Task,
+        with_(TASK, "schema", "rewardstream.task/v2"),
+        "invalid Task: schema: unsupported major version 2 (this reader understands 1.x)",
+    ),
+    (
+        "several problems",
+        Task,
+        with_(with_and(TASK, "task_id", 7), "language", "cobol"),
+        "invalid Task: task_id: input should be a valid string; language: input should be 'python'",
+    ),
+    (
+        "bad base64",
+        DeadLetter,
+        orjson.dumps(
+            {
+                "source_topic": "rs.generations",
+                "source_partition": 0,
+                "source_offset": 1,
+                "component": "executor",
+                "error": "x",
+                "error_type": "DecodeError",
+                "payload_b64": "not base64!",
+                "payload_size": 3,
+            }
+        ),
+        "invalid DeadLetter: payload_b64: string should match pattern '^[A-Za-z0-9+/]*={0,2}$'",
+    ),
 ]
 
 
@@ -187,8 +355,9 @@ def test_problems_are_structured() -> None:
     assert caught.value.model == "Task"
 
 
-@pytest.mark.parametrize(("model", "base"), [(GenerationEvent, GEN), (Task, TASK), (ExecutionResult, EXEC),
-                                             (JudgeScore, JUDGE)])
+@pytest.mark.parametrize(
+    ("model", "base"), [(GenerationEvent, GEN), (Task, TASK), (ExecutionResult, EXEC), (JudgeScore, JUDGE)]
+)
 def test_valid_bases_decode(model: type[Contract], base: dict[str, Any]) -> None:
     decoded = decode(orjson.dumps(base), model)
     assert decode(encode(decoded), model) == decoded
@@ -232,8 +401,15 @@ def test_public_view_has_no_hidden_tests() -> None:
 
 
 def test_encode_refuses_oversized() -> None:
-    letter = DeadLetter.capture(source_topic="t", source_partition=0, source_offset=0, component="c",
-                                error=ValueError("boom"), key=b"k", value=b"v")
+    letter = DeadLetter.capture(
+        source_topic="t",
+        source_partition=0,
+        source_offset=0,
+        component="c",
+        error=ValueError("boom"),
+        key=b"k",
+        value=b"v",
+    )
     assert decode(encode(letter), DeadLetter).payload() == b"v"
 
     class Tiny(SandboxRun):
@@ -245,8 +421,15 @@ def test_encode_refuses_oversized() -> None:
 
 def test_dead_letter_truncates_large_payloads() -> None:
     big = b"x" * (600 * 1024)
-    letter = DeadLetter.capture(source_topic="t", source_partition=1, source_offset=2, component="c",
-                                error=DecodeError("GenerationEvent", [("turn", "bad")]), key=None, value=big)
+    letter = DeadLetter.capture(
+        source_topic="t",
+        source_partition=1,
+        source_offset=2,
+        component="c",
+        error=DecodeError("GenerationEvent", [("turn", "bad")]),
+        key=None,
+        value=big,
+    )
     assert letter.payload_truncated
     assert letter.payload_size == len(big)
     assert letter.error == "invalid GenerationEvent: turn: bad"

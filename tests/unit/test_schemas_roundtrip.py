@@ -30,8 +30,11 @@ from schemas.tasks import AssertSuite, CallCase, CallSuite, IoCase, IoSuite, Lim
 
 ID_CHARS = string.ascii_letters + string.digits + "_.:-"
 ids = st.text(ID_CHARS, min_size=1, max_size=24)
-task_ids = st.builds(lambda head, tail: head + tail, st.sampled_from(string.ascii_letters + string.digits),
-                     st.text(ID_CHARS + "/", max_size=20))
+task_ids = st.builds(
+    lambda head, tail: head + tail,
+    st.sampled_from(string.ascii_letters + string.digits),
+    st.text(ID_CHARS + "/", max_size=20),
+)
 short = st.text(min_size=1, max_size=20)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 nonneg = st.floats(min_value=0, max_value=1e12, allow_nan=False)
@@ -42,49 +45,76 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=12,
 )
-envelope: dict[str, Any] = {"schema_version": st.sampled_from(["1.0", "1.3"]), "event_id": ids,
-                            "created_at": when}
-event: dict[str, Any] = {**envelope, "generation_id": ids, "episode_id": ids, "run_id": ids,
-                         "task_id": task_ids}
+envelope: dict[str, Any] = {"schema_version": st.sampled_from(["1.0", "1.3"]), "event_id": ids, "created_at": when}
+event: dict[str, Any] = {**envelope, "generation_id": ids, "episode_id": ids, "run_id": ids, "task_id": task_ids}
 turn = st.integers(0, 10_000)
 statuses = st.sampled_from(["passed", "failed", "error", "timeout", "missing"])
 
 limits = st.builds(Limits, timeout_s=st.floats(min_value=0.001, max_value=600), memory_mb=st.integers(16, 65536))
 call_suites = st.builds(
-    CallSuite, kind=st.just("call"), atol=st.floats(min_value=0, max_value=1),
-    cases=st.lists(st.builds(CallCase, args=st.lists(json_values, max_size=3),
-                             kwargs=st.dictionaries(st.text(max_size=5), json_values, max_size=2),
-                             expected=json_values), max_size=4),
+    CallSuite,
+    kind=st.just("call"),
+    atol=st.floats(min_value=0, max_value=1),
+    cases=st.lists(
+        st.builds(
+            CallCase,
+            args=st.lists(json_values, max_size=3),
+            kwargs=st.dictionaries(st.text(max_size=5), json_values, max_size=2),
+            expected=json_values,
+        ),
+        max_size=4,
+    ),
 )
-io_suites = st.builds(IoSuite, kind=st.just("io"),
-                      cases=st.lists(st.builds(IoCase, stdin=st.text(max_size=20),
-                                               expected_stdout=st.text(max_size=20)), max_size=4))
+io_suites = st.builds(
+    IoSuite,
+    kind=st.just("io"),
+    cases=st.lists(st.builds(IoCase, stdin=st.text(max_size=20), expected_stdout=st.text(max_size=20)), max_size=4),
+)
 assert_suites = st.builds(AssertSuite, kind=st.just("assert"), code=st.text(min_size=1, max_size=50))
 suites = call_suites | io_suites | assert_suites
 task_fields: dict[str, Any] = {
-    "task_id": task_ids, "prompt": st.text(max_size=50), "limits": limits,
+    "task_id": task_ids,
+    "prompt": st.text(max_size=50),
+    "limits": limits,
     "entry_point": st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True),
     "public_tests": st.none() | suites,
 }
 sandbox_runs = st.builds(
-    SandboxRun, status=st.sampled_from(["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit",
-                                        "killed", "crashed", "sandbox_error"]),
-    exit_code=st.none() | st.integers(-255, 255), signal=st.none() | st.integers(1, 64),
-    wall_ms=nonneg, cpu_ms=nonneg, max_rss_kb=st.integers(0, 2**40), backend=short,
+    SandboxRun,
+    status=st.sampled_from(
+        ["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error"]
+    ),
+    exit_code=st.none() | st.integers(-255, 255),
+    signal=st.none() | st.integers(1, 64),
+    wall_ms=nonneg,
+    cpu_ms=nonneg,
+    max_rss_kb=st.integers(0, 2**40),
+    backend=short,
     error=st.none() | st.text(max_size=30),
 )
 
 
 @st.composite
 def execution_results(draw: st.DrawFn) -> ExecutionResult:
-    cases = draw(st.lists(st.builds(CaseResult, case_id=ids, status=statuses,
-                                    message=st.none() | st.text(max_size=30)), max_size=5))
+    cases = draw(
+        st.lists(
+            st.builds(CaseResult, case_id=ids, status=statuses, message=st.none() | st.text(max_size=30)), max_size=5
+        )
+    )
     return ExecutionResult(
-        **{k: draw(v) for k, v in event.items()}, turn=draw(turn), attempt=draw(st.integers(1, 100)),
-        worker=draw(short), suite_kind=draw(st.none() | st.sampled_from(["call", "io", "assert"])),
-        run=draw(sandbox_runs), cases=cases, passed=sum(c.status == "passed" for c in cases), total=len(cases),
-        stdout=draw(st.text(max_size=40)), stderr=draw(st.text(max_size=40)),
-        stdout_truncated=draw(st.booleans()), stderr_truncated=draw(st.booleans()),
+        **{k: draw(v) for k, v in event.items()},
+        turn=draw(turn),
+        attempt=draw(st.integers(1, 100)),
+        worker=draw(short),
+        suite_kind=draw(st.none() | st.sampled_from(["call", "io", "assert"])),
+        run=draw(sandbox_runs),
+        cases=cases,
+        passed=sum(c.status == "passed" for c in cases),
+        total=len(cases),
+        stdout=draw(st.text(max_size=40)),
+        stderr=draw(st.text(max_size=40)),
+        stdout_truncated=draw(st.booleans()),
+        stderr_truncated=draw(st.booleans()),
         feedback=draw(st.none() | st.text(max_size=40)),
     )
 
@@ -92,12 +122,23 @@ def execution_results(draw: st.DrawFn) -> ExecutionResult:
 @st.composite
 def hidden_verdicts(draw: st.DrawFn) -> HiddenVerdict:
     cases = draw(st.lists(st.builds(HiddenCaseResult, case_id=ids, status=statuses), max_size=5))
-    flags = st.builds(StaticFlag, rule=st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True),
-                      message=st.text(max_size=30), line=st.none() | st.integers(1, 10_000))
+    flags = st.builds(
+        StaticFlag,
+        rule=st.from_regex(r"[a-z][a-z0-9_]{0,15}", fullmatch=True),
+        message=st.text(max_size=30),
+        line=st.none() | st.integers(1, 10_000),
+    )
     return HiddenVerdict(
-        **{k: draw(v) for k, v in event.items()}, turn=draw(turn), attempt=draw(st.integers(1, 100)),
-        worker=draw(short), grader_version=draw(short), suite_kind=draw(st.sampled_from(["call", "io", "assert"])),
-        run=draw(sandbox_runs), cases=cases, passed=sum(c.status == "passed" for c in cases), total=len(cases),
+        **{k: draw(v) for k, v in event.items()},
+        turn=draw(turn),
+        attempt=draw(st.integers(1, 100)),
+        worker=draw(short),
+        grader_version=draw(short),
+        suite_kind=draw(st.sampled_from(["call", "io", "assert"])),
+        run=draw(sandbox_runs),
+        cases=cases,
+        passed=sum(c.status == "passed" for c in cases),
+        total=len(cases),
         static_flags=draw(st.lists(flags, max_size=3)),
     )
 
@@ -106,9 +147,14 @@ def hidden_verdicts(draw: st.DrawFn) -> HiddenVerdict:
 def judge_scores(draw: st.DrawFn) -> JudgeScore:
     ok = draw(st.booleans())
     return JudgeScore(
-        **{k: draw(v) for k, v in event.items()}, turn=draw(turn), status="ok" if ok else "error",
-        score=draw(unit) if ok else None, judge_model=draw(short), prompt_version=draw(short),
-        rationale=draw(st.none() | st.text(max_size=40)), latency_ms=draw(nonneg),
+        **{k: draw(v) for k, v in event.items()},
+        turn=draw(turn),
+        status="ok" if ok else "error",
+        score=draw(unit) if ok else None,
+        judge_model=draw(short),
+        prompt_version=draw(short),
+        rationale=draw(st.none() | st.text(max_size=40)),
+        latency_ms=draw(nonneg),
         error=None if ok else draw(st.text(max_size=40)),
     )
 
@@ -117,11 +163,15 @@ def judge_scores(draw: st.DrawFn) -> JudgeScore:
 def generation_events(draw: st.DrawFn) -> GenerationEvent:
     inline = draw(st.booleans())
     return GenerationEvent(
-        **{k: draw(v) for k, v in event.items()}, turn=draw(turn), sample_index=draw(st.integers(0, 1000)),
-        group_id=draw(st.none() | ids), policy_version=draw(short),
+        **{k: draw(v) for k, v in event.items()},
+        turn=draw(turn),
+        sample_index=draw(st.integers(0, 1000)),
+        group_id=draw(st.none() | ids),
+        policy_version=draw(short),
         code=draw(st.text(max_size=200)) if inline else None,
         code_ref=None if inline else draw(st.from_regex(r"s3://[a-z0-9]{3,10}/[a-z0-9/._-]{1,30}", fullmatch=True)),
-        code_sha256=draw(st.none() | st.text("0123456789abcdef", min_size=64, max_size=64)) if inline
+        code_sha256=draw(st.none() | st.text("0123456789abcdef", min_size=64, max_size=64))
+        if inline
         else draw(st.text("0123456789abcdef", min_size=64, max_size=64)),
         metadata=draw(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=5)),
     )
@@ -135,29 +185,62 @@ STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
     HiddenVerdict: hidden_verdicts(),
     JudgeScore: judge_scores(),
     RewardEvent: st.builds(
-        RewardEvent, **event, turn=turn, reward=unit, policy_name=short, policy_version=short,
+        RewardEvent,
+        **event,
+        turn=turn,
+        reward=unit,
+        policy_name=short,
+        policy_version=short,
         components=st.dictionaries(st.text(max_size=10), finite, max_size=4),
-        reasons=st.lists(st.text(max_size=30), max_size=3), flags=st.lists(st.text(max_size=10), max_size=3),
+        reasons=st.lists(st.text(max_size=30), max_size=3),
+        flags=st.lists(st.text(max_size=10), max_size=3),
         missing=st.lists(st.sampled_from(["execution", "verdict", "judgement"]), max_size=3, unique=True),
-        inputs=st.lists(st.builds(InputRef, role=st.sampled_from(["generation", "execution", "verdict",
-                                                                  "judgement"]), event_id=ids), max_size=4),
+        inputs=st.lists(
+            st.builds(
+                InputRef, role=st.sampled_from(["generation", "execution", "verdict", "judgement"]), event_id=ids
+            ),
+            max_size=4,
+        ),
     ),
     LogRecord: st.builds(
-        LogRecord, **envelope, level=st.sampled_from(["debug", "info", "warning", "error", "critical"]),
-        component=short, worker=short, logger=st.text(max_size=20), message=st.text(max_size=60),
-        generation_id=st.none() | ids, episode_id=st.none() | ids, run_id=st.none() | ids,
-        task_id=st.none() | task_ids, topic=st.none() | st.text(min_size=1, max_size=20),
-        partition=st.none() | st.integers(0, 1000), offset=st.none() | st.integers(0, 2**62),
-        fields=st.dictionaries(st.text(max_size=8), st.none() | st.booleans() | st.integers(-(2**63), 2**63)
-                               | finite | st.text(max_size=8), max_size=4),
+        LogRecord,
+        **envelope,
+        level=st.sampled_from(["debug", "info", "warning", "error", "critical"]),
+        component=short,
+        worker=short,
+        logger=st.text(max_size=20),
+        message=st.text(max_size=60),
+        generation_id=st.none() | ids,
+        episode_id=st.none() | ids,
+        run_id=st.none() | ids,
+        task_id=st.none() | task_ids,
+        topic=st.none() | st.text(min_size=1, max_size=20),
+        partition=st.none() | st.integers(0, 1000),
+        offset=st.none() | st.integers(0, 2**62),
+        fields=st.dictionaries(
+            st.text(max_size=8),
+            st.none() | st.booleans() | st.integers(-(2**63), 2**63) | finite | st.text(max_size=8),
+            max_size=4,
+        ),
         exc_text=st.none() | st.text(max_size=60),
     ),
     DeadLetter: st.builds(
         lambda topic, part, off, comp, msg, key, value: DeadLetter.capture(
-            source_topic=topic, source_partition=part, source_offset=off, component=comp,
-            error=ValueError(msg), key=key, value=value),
-        st.text(min_size=1, max_size=30), st.integers(0, 10_000), st.integers(0, 2**62), short,
-        st.text(min_size=1, max_size=40), st.none() | st.binary(max_size=20), st.binary(max_size=200),
+            source_topic=topic,
+            source_partition=part,
+            source_offset=off,
+            component=comp,
+            error=ValueError(msg),
+            key=key,
+            value=value,
+        ),
+        st.text(min_size=1, max_size=30),
+        st.integers(0, 10_000),
+        st.integers(0, 2**62),
+        short,
+        st.text(min_size=1, max_size=40),
+        st.none() | st.binary(max_size=20),
+        st.binary(max_size=200),
     ),
 }
 

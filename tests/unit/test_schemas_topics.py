@@ -40,12 +40,25 @@ def test_bad_catalog_parameters(prefix: str, partitions: int) -> None:
 
 def test_cli_topics_json_prints_the_catalog() -> None:
     cli = str(Path(sys.executable).with_name("rewardstream"))
-    out = subprocess.run([cli, "topics", "--json", "--prefix", "demo.", "--partitions", "4"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [cli, "topics", "--json", "--prefix", "demo.", "--partitions", "4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     topics = json.loads(out)["topics"]
     assert [t["role"] for t in topics] == ROLES
     assert topics[0] | {"config": None, "description": None} == {
-        "role": "generations", "name": "demo.generations", "partitions": 4, "replication_factor": 1,
-        "retention_ms": 7 * 86_400_000, "cleanup_policy": "delete", "key": "episode_id",
-        "value": "GenerationEvent", "joined": True, "config": None, "description": None,
+        "role": "generations",
+        "name": "demo.generations",
+        "partitions": 4,
+        "replication_factor": 1,
+        "retention_ms": 7 * 86_400_000,
+        "cleanup_policy": "delete",
+        "key": "episode_id",
+        "value": "GenerationEvent",
+        "joined": True,
+        "config": None,
+        "description": None,
     }

@@ -26,7 +26,7 @@ from workers.tasks.humaneval import (
     to_json_value,
 )
 
-TEST = textwrap.dedent('''
+TEST = textwrap.dedent("""
     METADATA = {}
 
     def check(candidate):
@@ -44,7 +44,7 @@ TEST = textwrap.dedent('''
         assert len(candidate("ab")) == 2
         for i in range(3):
             assert candidate(4) == 4
-''')
+""")
 
 
 def test_extracts_every_supported_literal_form() -> None:
@@ -79,15 +79,18 @@ def test_check_is_required() -> None:
         extract_calls("def test(candidate):\n    assert candidate(1) == 1\n")
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ((1, (2, 3)), (True, [1, [2, 3]])),
-    ({"a": (1,)}, (True, {"a": [1]})),
-    ({1: "a"}, (False, None)),
-    ({1, 2}, (False, None)),
-    (float("nan"), (False, None)),
-    (b"x", (False, None)),
-    (None, (True, None)),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ((1, (2, 3)), (True, [1, [2, 3]])),
+        ({"a": (1,)}, (True, {"a": [1]})),
+        ({1: "a"}, (False, None)),
+        ({1, 2}, (False, None)),
+        (float("nan"), (False, None)),
+        (b"x", (False, None)),
+        (None, (True, None)),
+    ],
+)
 def test_to_json_value(value: Any, expected: tuple[bool, Any]) -> None:
     assert to_json_value(value) == expected
 
@@ -111,8 +114,9 @@ class FixedReference:
         self.answers = answers
         self.asked: list[tuple[str, list[Any]]] = []
 
-    def values(self, code: str, entry_point: str, cases: Sequence[CallInputCase],
-               limits: Limits) -> Mapping[str, Value]:
+    def values(
+        self, code: str, entry_point: str, cases: Sequence[CallInputCase], limits: Limits
+    ) -> Mapping[str, Value]:
         self.asked.extend((c.id, c.args) for c in cases)
         return {c.id: self.answers[c.id] for c in cases if c.id in self.answers}
 
@@ -122,22 +126,21 @@ class FixedReference:
 
 PROBLEM = Problem(
     task_id="HumanEval/999",
-    prompt="def f(x):\n    \"\"\"doc\"\"\"\n",
+    prompt='def f(x):\n    """doc"""\n',
     entry_point="f",
     canonical_solution="    return x + 1\n",
-    test=textwrap.dedent('''
+    test=textwrap.dedent("""
         def check(candidate):
             assert candidate(1) == 2
             assert candidate(2) == 999
             assert candidate(3) == 4
             assert candidate(4) == 5
-    '''),
+    """),
 )
 
 
 def test_expected_values_come_from_the_reference_not_the_test() -> None:
-    ref = FixedReference({"0": Value(True, 2), "1": Value(True, 3), "2": Value(True, 4), "3": Value(False,
-                                                                                                     error="x")})
+    ref = FixedReference({"0": Value(True, 2), "1": Value(True, 3), "2": Value(True, 4), "3": Value(False, error="x")})
     task, report = convert_problem(PROBLEM, ref, Limits())
     assert ref.asked == [("0", [1]), ("1", [2]), ("2", [3]), ("3", [4])]
     assert isinstance(task.public_tests, CallSuite)
@@ -158,7 +161,7 @@ def test_no_reference_values_is_an_error() -> None:
 def test_assert_fallback_carries_prompt_helpers() -> None:
     problem = Problem(
         task_id="HumanEval/998",
-        prompt="import math\n\n\ndef helper(s):\n    return s[::-1]\n\n\ndef g(s):\n    \"\"\"doc\"\"\"\n",
+        prompt='import math\n\n\ndef helper(s):\n    return s[::-1]\n\n\ndef g(s):\n    """doc"""\n',
         entry_point="g",
         canonical_solution="    return helper(s)\n",
         test="def check(candidate):\n    for s in ['ab', 'cd']:\n        assert candidate(helper(s)) == s\n",

@@ -129,9 +129,15 @@ class ProblemReport:
 
     def as_json(self) -> dict[str, object]:
         """JSON form for ``rewardstream tasks humaneval --json``."""
-        return {"task_id": self.task_id, "kind": self.kind, "public": self.public, "hidden": self.hidden,
-                "dropped": list(self.dropped), "literal_mismatches": list(self.literal_mismatches),
-                "skipped_asserts": list(self.skipped_asserts)}
+        return {
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "public": self.public,
+            "hidden": self.hidden,
+            "dropped": list(self.dropped),
+            "literal_mismatches": list(self.literal_mismatches),
+            "skipped_asserts": list(self.skipped_asserts),
+        }
 
 
 def dataset_path() -> Path:
@@ -155,8 +161,9 @@ def load_problems(path: Path | None = None) -> list[Problem]:
             continue
         try:
             rec = json.loads(line)
-            problems.append(Problem(rec["task_id"], rec["prompt"], rec["entry_point"],
-                                    rec["canonical_solution"], rec["test"]))
+            problems.append(
+                Problem(rec["task_id"], rec["prompt"], rec["entry_point"], rec["canonical_solution"], rec["test"])
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValidationError(f"{source}: line {number}: not a HumanEval record ({exc})") from exc
     return problems
@@ -172,8 +179,12 @@ def _is_candidate_call(node: ast.AST) -> bool:
 def _unwrap(node: ast.expr) -> ast.expr:
     """``tuple(candidate(...))`` -> ``candidate(...)`` (order-preserving wrappers only)."""
     if (
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _TRANSPARENT_WRAPPERS
-        and len(node.args) == 1 and not node.keywords and _is_candidate_call(node.args[0])
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _TRANSPARENT_WRAPPERS
+        and len(node.args) == 1
+        and not node.keywords
+        and _is_candidate_call(node.args[0])
     ):
         return node.args[0]
     return node
@@ -220,9 +231,13 @@ def _shape(test: ast.expr) -> tuple[ast.Call, dict[str, Any]] | None:  # noqa: P
         return None
     # abs(candidate(...) - x) < tol   or   abs(x - candidate(...)) <= tol
     if (
-        isinstance(op, ast.Lt | ast.LtE) and isinstance(test.left, ast.Call)
-        and isinstance(test.left.func, ast.Name) and test.left.func.id == "abs" and len(test.left.args) == 1
-        and isinstance(test.left.args[0], ast.BinOp) and isinstance(test.left.args[0].op, ast.Sub)
+        isinstance(op, ast.Lt | ast.LtE)
+        and isinstance(test.left, ast.Call)
+        and isinstance(test.left.func, ast.Name)
+        and test.left.func.id == "abs"
+        and len(test.left.args) == 1
+        and isinstance(test.left.args[0], ast.BinOp)
+        and isinstance(test.left.args[0].op, ast.Sub)
     ):
         diff = test.left.args[0]
         ok_tol, tol = _literal(test.comparators[0])
@@ -258,8 +273,9 @@ def extract_calls(test_source: str) -> Extraction:
             skipped.append(f"{where}: starred arguments")
             continue
         ok, values = _literal(ast.Tuple(elts=list(call.args), ctx=ast.Load()))
-        ok_kw, kw_values = _literal(ast.Dict(keys=[ast.Constant(k.arg) for k in call.keywords],
-                                             values=[k.value for k in call.keywords]))
+        ok_kw, kw_values = _literal(
+            ast.Dict(keys=[ast.Constant(k.arg) for k in call.keywords], values=[k.value for k in call.keywords])
+        )
         if not (ok and ok_kw):
             skipped.append(f"{where}: arguments are not literals")
             continue
@@ -324,14 +340,19 @@ def _check_literal(call: LiteralCall, value: Any, atol: float) -> str | None:
     return None if problem is None else f"line {call.line}: test literal differs ({problem})"
 
 
-def convert_problem(problem: Problem, reference: Reference, limits: Limits, *, verify: bool = True) -> tuple[
-    Task, ProblemReport
-]:
+def convert_problem(
+    problem: Problem, reference: Reference, limits: Limits, *, verify: bool = True
+) -> tuple[Task, ProblemReport]:
     """One HumanEval problem as a task, with expected values computed by the canonical solution."""
     extraction = extract_calls(problem.test)
     if not extraction.calls:
-        task = Task(task_id=problem.task_id, prompt=problem.prompt, entry_point=problem.entry_point,
-                    limits=limits, hidden_tests=AssertSuite(kind="assert", code=assert_code(problem)))
+        task = Task(
+            task_id=problem.task_id,
+            prompt=problem.prompt,
+            entry_point=problem.entry_point,
+            limits=limits,
+            hidden_tests=AssertSuite(kind="assert", code=assert_code(problem)),
+        )
         report = ProblemReport(problem.task_id, "assert", 0, 1, skipped_asserts=extraction.skipped)
     else:
         task, report = _call_task(problem, extraction, reference, limits)
@@ -354,8 +375,10 @@ def _call_task(
     for case, call in zip(inputs, extraction.calls, strict=True):
         got = values.get(case.id)
         if got is None or not got.ok:
-            dropped.append(f"line {call.line}: canonical solution gave no plain value "
-                           f"({got.error if got is not None else 'missing'})")
+            dropped.append(
+                f"line {call.line}: canonical solution gave no plain value "
+                f"({got.error if got is not None else 'missing'})"
+            )
             continue
         mismatch = _check_literal(call, got.value, atol)
         if mismatch:
@@ -373,8 +396,9 @@ def _call_task(
         public_tests=CallSuite(kind="call", cases=public, atol=atol) if public else None,
         hidden_tests=CallSuite(kind="call", cases=hidden, atol=atol),
     )
-    report = ProblemReport(problem.task_id, "call", len(public), len(hidden), tuple(dropped),
-                           tuple(mismatches), extraction.skipped)
+    report = ProblemReport(
+        problem.task_id, "call", len(public), len(hidden), tuple(dropped), tuple(mismatches), extraction.skipped
+    )
     return task, report
 
 
@@ -424,8 +448,9 @@ class SandboxReference:
         from workers.grading import Grader
 
         suites = [("public", task.public_tests)] if task.public_tests is not None else []
-        ran = Grader(self.sandbox).run_suites(code, task.entry_point, [*suites, ("hidden", task.hidden_tests)],
-                                              task.limits)
+        ran = Grader(self.sandbox).run_suites(
+            code, task.entry_point, [*suites, ("hidden", task.hidden_tests)], task.limits
+        )
         if ran.infra_error is not None:
             return f"sandbox error: {ran.infra_error}"
         for outcome in ran.outcomes:

@@ -55,9 +55,7 @@ class TaskFileError(ValidationError):
         self.errors: tuple[LineError, ...] = tuple(errors)
         shown = "; ".join(str(e) for e in self.errors[:20])
         more = f"; ... and {len(self.errors) - 20} more" if len(self.errors) > 20 else ""
-        super().__init__(
-            f"{len(self.errors)} error(s) in {source}, nothing stored: {shown}{more}"
-        )
+        super().__init__(f"{len(self.errors)} error(s) in {source}, nothing stored: {shown}{more}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +68,12 @@ class StoreReport:
 
     def as_json(self) -> dict[str, object]:
         """JSON form for ``rewardstream tasks load --json``."""
-        return {"added": list(self.added), "updated": list(self.updated), "unchanged": list(self.unchanged),
-                "total": len(self.added) + len(self.updated) + len(self.unchanged)}
+        return {
+            "added": list(self.added),
+            "updated": list(self.updated),
+            "unchanged": list(self.unchanged),
+            "total": len(self.added) + len(self.updated) + len(self.unchanged),
+        }
 
 
 def parse_jsonl(data: bytes, source: str = "<tasks>") -> list[Task]:
