@@ -599,3 +599,48 @@ def test_one_bad_case_does_not_lose_the_others(sandbox: Sandbox) -> None:
     statuses = [c["status"] for c in res["cases"]["hidden"]]
     assert statuses == ["passed", "error", "passed", "passed"], res
     assert res["status"] == "fail"
+
+
+REACH_PARENT = textwrap.dedent(
+    """
+    import ctypes, os
+    ppid = os.getppid()
+    reached = []
+    for part in ("mem", "maps", "environ", "fd/0", "fd/1", "fd/3"):
+        try:
+            with open("/proc/%d/%s" % (ppid, part), "rb") as f:
+                f.read(1)
+            reached.append(part)
+        except OSError:
+            pass
+    try:
+        os.listdir("/proc/%d/fd" % ppid)
+        reached.append("fd-listing")
+    except OSError:
+        pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, ppid, 0, 0) == 0:
+        reached.append("ptrace")
+    buf = ctypes.create_string_buffer(16)
+    iov_local = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 16)
+    iov_remote = (ctypes.c_void_p * 2)(0x400000, 16)
+    if libc.process_vm_readv(ppid, iov_local, 1, iov_remote, 1, 0) > 0:
+        reached.append("process_vm_readv")
+    print("blocked" if not reached else "reached " + " ".join(reached))
+    """
+)
+
+
+def test_candidate_cannot_reach_the_harness_process(sandbox: Sandbox) -> None:
+    probe_task = Task.model_validate(
+        {
+            "task_id": "hack/reach",
+            "prompt": "probe",
+            "public_tests": {"kind": "io", "cases": [{"stdin": "", "expected_stdout": "blocked\n"}]},
+            "hidden_tests": {"kind": "io", "cases": [{"stdin": "", "expected_stdout": "blocked\n"}]},
+            "limits": LIMITS,
+        }
+    )
+    res = run_grade(sandbox, probe_task, REACH_PARENT)
+    assert res["run"]["hardened"] is True, res["run"]
+    assert res["status"] == "pass", res["cases"]
