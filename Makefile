@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## demo: start the local platform and run the main job (a smoke run of every service, then grading)
+## demo: start the local platform and run the main job (every service, then HumanEval graded in the sandbox)
 demo: $(STAMP)
 	$(BIN)/rewardstream up
-	$(BIN)/rewardstream smoke
+	$(BIN)/rewardstream demo
 
 ## test: start the local platform, then lint, type-check and run every test (none may be skipped in CI)
 test: $(STAMP) lint

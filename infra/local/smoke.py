@@ -50,7 +50,7 @@ def _kafka(settings: Settings, name: str) -> str:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    config: dict[str, str | int | float | bool] = dict(settings.kafka_client_config())
+    config: dict[str, str | int | float | bool] = {**settings.kafka_client_config(), "log_level": 3}
     admin = AdminClient(config)
     admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(timeout=30)
     try:

@@ -23,6 +23,7 @@ app = typer.Typer(
 def _register() -> None:
     """Import each command module; each adds its commands to ``app``."""
     from rewardstream.cli import (
+        demo,  # noqa: F401
         grade,  # noqa: F401
         sandbox,  # noqa: F401
         services,  # noqa: F401
