@@ -25,6 +25,7 @@ def _register() -> None:
     from rewardstream.cli import (
         demo,  # noqa: F401
         grade,  # noqa: F401
+        reward,  # noqa: F401
         sandbox,  # noqa: F401
         services,  # noqa: F401
         tasks,  # noqa: F401

@@ -1,0 +1,61 @@
+"""``rewardstream reward run|policy``: the Faust reward processor and its policy file.
+
+The processor joins executions, verdicts and judgements into one reward per generation; SIGTERM stops it
+cleanly, SIGKILL loses nothing (the next start recovers the table and de-duplicates from the rewards topic).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.main import app
+
+reward_app = typer.Typer(help="The reward processor (Faust) and reward policies.", no_args_is_help=True)
+app.add_typer(reward_app, name="reward")
+
+
+@reward_app.command("run")
+def run(
+    *,
+    policy: Annotated[Path | None, typer.Option("--policy", "-p", help="policy TOML (default: packaged)")] = None,
+    app_id: Annotated[str, typer.Option("--app-id", help="Faust app id (consumer group)")] = "rewardstream-rewards",
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="default: <cache>/rewards/<app-id>")] = None,
+    tick_s: Annotated[float, typer.Option("--tick", min=0.05, max=60, help="seconds between deadline checks")] = 0.5,
+    loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error")] = "info",
+    kill_after_rewards: Annotated[
+        int | None, typer.Option("--kill-after-rewards", min=1, hidden=True, help="fault injection for crash tests")
+    ] = None,
+) -> None:
+    """Join the co-partitioned results into one reward per generation, until SIGTERM."""
+    from streams.reward.app import AppOptions, build_app, run_worker
+    from streams.reward.policy import load_policy
+
+    settings = load_settings()
+    loaded = load_policy(policy)
+    options = AppOptions(
+        app_id=app_id,
+        data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
+        tick_s=tick_s,
+        kill_after_rewards=kill_after_rewards,
+    )
+    options.data_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    faust_app, _processor = build_app(settings, loaded, options)
+    print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}", file=sys.stderr, flush=True)
+    run_worker(faust_app, loglevel)
+
+
+@reward_app.command("policy")
+def show_policy(
+    path: Annotated[Path | None, typer.Argument(help="policy file to check (default: the packaged one)")] = None,
+) -> None:
+    """Validate a reward policy file and print it as JSON."""
+    from streams.reward.policy import load_policy
+
+    print_json(load_policy(path).model_dump(mode="json", by_alias=True))

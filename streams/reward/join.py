@@ -1,0 +1,223 @@
+"""The join state machine, pure: what one generation's parts are, and whether to emit, wait or give up.
+
+Why pure: the emit decision (complete, deadline, sandbox_error retry) is where rewards are won or lost, so
+it is unit-tested without Kafka; the Faust glue only stores the state and sends what this module decides.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent
+from streams.reward.policy import PARTS, Part, Policy, Scored, Signals, Withheld, evaluate
+
+PartEvent = ExecutionResult | HiddenVerdict | JudgeScore
+Status = Literal["pending", "emitted", "gave_up"]
+_ROLE: dict[Part, Literal["execution", "verdict", "judgement"]] = {
+    "execution": "execution",
+    "verdict": "verdict",
+    "judgement": "judgement",
+}
+_NAMESPACE = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
+#: Serialized states begin with this when pending (``status`` is the first field): the deadline scan skips
+#: every other state without decoding it.
+PENDING_PREFIX = b'{"status":"pending"'
+
+
+class JoinState(BaseModel):
+    """Everything known about one generation; the table value, keyed by ``generation_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Status = "pending"  # must stay the first field (PENDING_PREFIX)
+    generation_id: str
+    episode_id: str
+    run_id: str
+    task_id: str
+    turn: int = 0
+    partition: int
+    first_seen: float  # Kafka timestamp (s) of the first part: deadlines count from here, in event time
+    execution: ExecutionResult | None = None
+    verdict: HiddenVerdict | None = None
+    judgement: JudgeScore | None = None
+    withheld_reported: bool = False
+    reward_event_id: str | None = None
+    reward_offset: int | None = None
+
+    def dumps(self) -> bytes:
+        """The stored form."""
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def loads(cls, data: bytes) -> JoinState:
+        """Inverse of ``dumps``."""
+        return cls.model_validate_json(data)
+
+    def signals(self) -> Signals:
+        """The parts as the policy sees them."""
+        return Signals(self.execution, self.verdict, self.judgement)
+
+    def missing(self, policy: Policy) -> tuple[Part, ...]:
+        """Awaited parts that have not arrived."""
+        present = set(self.signals().present())
+        return tuple(p for p in policy.join.wait_for if p not in present)
+
+
+def part_of(event: PartEvent) -> Part:
+    """Which side of the join an event is."""
+    if isinstance(event, ExecutionResult):
+        return "execution"
+    if isinstance(event, HiddenVerdict):
+        return "verdict"
+    return "judgement"
+
+
+def _better(old: PartEvent | None, new: PartEvent) -> bool:
+    """Whether ``new`` replaces ``old``: a retry after sandbox_error, or a later attempt; else first wins."""
+    if old is None:
+        return True
+    if old.event_id == new.event_id:
+        return False
+    if isinstance(old, JudgeScore) or isinstance(new, JudgeScore):
+        return old.status == "error" and new.status == "ok"  # type: ignore[union-attr]
+    old_error = old.run.status == "sandbox_error"
+    new_error = new.run.status == "sandbox_error"
+    if old_error != new_error:
+        return old_error
+    return new.attempt > old.attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Absorbed:
+    """The state after an event, and a note when the event changed nothing (late, duplicate, older)."""
+
+    state: JoinState
+    note: str | None = None
+
+
+def absorb(state: JoinState | None, event: PartEvent, partition: int, now: float) -> Absorbed:
+    """Add one part to a generation's state (a new state when the generation is new)."""
+    if state is None:
+        state = JoinState(
+            generation_id=event.generation_id,
+            episode_id=event.episode_id,
+            run_id=event.run_id,
+            task_id=event.task_id,
+            turn=event.turn,
+            partition=partition,
+            first_seen=now,
+        )
+    part = part_of(event)
+    if state.status != "pending":
+        return Absorbed(state, f"{part} {event.event_id} arrived after the generation was {state.status}")
+    old: PartEvent | None = getattr(state, part)
+    if not _better(old, event):
+        return Absorbed(state, f"{part} {event.event_id} ignored: already have {old.event_id if old else '?'}")
+    return Absorbed(state.model_copy(update={part: event}))
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to do yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Send this reward."""
+
+    reward: RewardEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Withhold:
+    """A sandbox_error holds the reward back; report it once."""
+
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """No retry came in time: the generation ends without a reward (reported, never a silent 0)."""
+
+    reasons: tuple[str, ...]
+
+
+Decision = Wait | Emit | Withhold | GiveUp
+
+
+def decide(state: JoinState, now: float, policy: Policy) -> Decision:
+    """Emit when every awaited part is in, or at the deadline; hold back on sandbox_error."""
+    if state.status != "pending":
+        return Wait()
+    missing = state.missing(policy)
+    deadline_passed = now >= state.first_seen + policy.join.deadline_s
+    if missing and not deadline_passed:
+        return Wait()
+    outcome = evaluate(policy, state.signals(), missing)
+    if isinstance(outcome, Withheld):
+        if now >= state.first_seen + policy.join.sandbox_retry_s:
+            return GiveUp((*outcome.reasons, f"no retry within {policy.join.sandbox_retry_s:g}s: no reward"))
+        return Wait() if state.withheld_reported else Withhold(outcome.reasons)
+    return Emit(reward_event(state, outcome, missing, policy))
+
+
+def reward_id(generation_id: str, policy: Policy) -> str:
+    """Deterministic reward event id: the same generation under the same policy always gets the same id."""
+    return uuid.uuid5(_NAMESPACE, f"{generation_id}\x00{policy.name}\x00{policy.version}").hex
+
+
+def reward_event(state: JoinState, scored: Scored, missing: tuple[Part, ...], policy: Policy) -> RewardEvent:
+    """The RewardEvent for a scored state, carrying the policy version and the ids of the events used."""
+    inputs = [InputRef(role=_ROLE[p], event_id=ev.event_id) for p in PARTS if (ev := getattr(state, p)) is not None]
+    return RewardEvent(
+        event_id=reward_id(state.generation_id, policy),
+        created_at=datetime.now(UTC),
+        generation_id=state.generation_id,
+        episode_id=state.episode_id,
+        run_id=state.run_id,
+        task_id=state.task_id,
+        turn=state.turn,
+        reward=scored.reward,
+        policy_name=policy.name,
+        policy_version=policy.version,
+        components=scored.components,
+        reasons=list(scored.reasons)[:64],
+        flags=list(scored.flags)[:64],
+        missing=list(missing),
+        inputs=inputs,
+    )
+
+
+def emitted(state: JoinState, event_id: str, offset: int) -> JoinState:
+    """The slim state kept after emission: ids only, so late parts are recognised and the table stays small."""
+    return state.model_copy(
+        update={
+            "status": "emitted",
+            "reward_event_id": event_id,
+            "reward_offset": offset,
+            "execution": None,
+            "verdict": None,
+            "judgement": None,
+        }
+    )
+
+
+def emitted_from_reward(reward: RewardEvent, partition: int, offset: int, now: float) -> JoinState:
+    """The emitted state rebuilt from a reward found on the rewards topic (after a crash lost the marker)."""
+    return JoinState(
+        status="emitted",
+        generation_id=reward.generation_id,
+        episode_id=reward.episode_id,
+        run_id=reward.run_id,
+        task_id=reward.task_id,
+        turn=reward.turn,
+        partition=partition,
+        first_seen=now,
+        reward_event_id=reward.event_id,
+        reward_offset=offset,
+    )

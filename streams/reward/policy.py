@@ -1,0 +1,237 @@
+"""Reward policies: a versioned TOML file turned into a pure function from joined signals to a reward.
+
+Why a file: researchers replay a topic range with another policy and diff the rewards, so the policy must be
+data with a name and version that every reward carries, not code. The default file reproduces the grader's
+interim policy exactly (1.0 only with positive proof of every case and no hack flag, else 0.0).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from schemas.errors import ConfigError
+from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore
+
+Part = Literal["execution", "verdict", "judgement"]
+PARTS: tuple[Part, ...] = ("execution", "verdict", "judgement")
+POLICY_SCHEMA = "rewardstream.reward-policy/v1"
+#: Flag raised when the public tests all pass but a hidden one fails: the classic overfit-to-examples sign.
+PUBLIC_PASSED_HIDDEN_FAILED = "public_passed_hidden_failed"
+
+RuleId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+
+class PolicyError(ConfigError):
+    """A reward policy file is missing, not TOML, or does not match the policy schema."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JoinRules(_Strict):
+    """When the join stops waiting."""
+
+    wait_for: tuple[Part, ...] = PARTS
+    deadline_s: float = Field(30.0, gt=0, le=86_400)
+    required: tuple[Part, ...] = ("execution", "verdict")
+    sandbox_retry_s: float = Field(600.0, gt=0, le=7 * 86_400)
+
+    @model_validator(mode="after")
+    def _required_awaited(self) -> JoinRules:
+        if not set(self.required) <= set(self.wait_for):
+            raise ValueError("join.required must be a subset of join.wait_for")
+        if not self.wait_for:
+            raise ValueError("join.wait_for must name at least one part")
+        return self
+
+
+class Gates(_Strict):
+    """Conditions without which a solution earns no full reward."""
+
+    all_public_pass: bool = True
+    all_hidden_pass: bool = True
+    min_hidden_cases: int = Field(1, ge=0)
+    warn_rules: tuple[RuleId, ...] = ()
+
+
+class Score(_Strict):
+    """How the passing and the failing are scored."""
+
+    judge_weight: float = Field(0.0, ge=0, le=1)
+    partial_credit: float = Field(0.0, ge=0, le=1)
+
+
+class Policy(_Strict):
+    """One reward policy file."""
+
+    schema_: Literal["rewardstream.reward-policy/v1"] = Field("rewardstream.reward-policy/v1", alias="schema")
+    name: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    join: JoinRules = JoinRules()
+    gates: Gates = Gates()
+    score: Score = Score()
+    penalties: dict[RuleId, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=dict)
+
+
+def default_policy_path() -> Path:
+    """The packaged default policy file."""
+    return Path(str(resources.files("streams.reward") / "policies" / "default.toml"))
+
+
+def load_policy(path: Path | None = None) -> Policy:
+    """Read and validate a policy file (the packaged default when ``path`` is None)."""
+    path = path or default_policy_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PolicyError(f"cannot read reward policy {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"reward policy {path} is not valid TOML: {exc}") from exc
+    try:
+        return Policy.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise PolicyError(f"reward policy {path} is invalid: {problems}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A reward the trainer receives."""
+
+    reward: float
+    components: dict[str, float]
+    reasons: tuple[str, ...]
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """No reward yet: the infrastructure failed (sandbox_error), so this is no verdict on the code."""
+
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """The joined parts of one generation (latest attempt of each); None = not arrived."""
+
+    execution: ExecutionResult | None = None
+    verdict: HiddenVerdict | None = None
+    judgement: JudgeScore | None = None
+
+    def present(self) -> tuple[Part, ...]:
+        """Parts that arrived."""
+        have = {"execution": self.execution, "verdict": self.verdict, "judgement": self.judgement}
+        return tuple(p for p in PARTS if have[p] is not None)
+
+
+def sandbox_errors(signals: Signals) -> tuple[Part, ...]:
+    """Parts whose sandbox failed (their result proves nothing either way)."""
+    out: list[Part] = []
+    if signals.execution is not None and signals.execution.run.status == "sandbox_error":
+        out.append("execution")
+    if signals.verdict is not None and signals.verdict.run.status == "sandbox_error":
+        out.append("verdict")
+    return tuple(out)
+
+
+def evaluate(policy: Policy, signals: Signals, missing: tuple[Part, ...] = ()) -> Scored | Withheld:
+    """The reward for ``signals``; ``missing`` names awaited parts that had not arrived by the deadline."""
+    broken = sandbox_errors(signals)
+    if broken:
+        return Withheld(tuple(f"sandbox_error in {p}: infrastructure failure, waiting for a retry" for p in broken))
+    reasons: list[str] = []
+    flags: list[str] = []
+    components: dict[str, float] = {}
+    gate_ok = True
+    for part in missing:
+        if part in policy.join.required:
+            gate_ok = False
+            reasons.append(f"{part} missing at the deadline: nothing proves the code works")
+        else:
+            reasons.append(f"{part} missing at the deadline (not required)")
+    gate_ok &= _public(policy, signals.execution, components, reasons)
+    hidden_ok, hidden_rate = _hidden(policy, signals.verdict, components, reasons)
+    gate_ok &= hidden_ok
+    ex = signals.execution
+    if ex is not None and ex.total > 0 and ex.passed == ex.total and signals.verdict is not None and not hidden_ok:
+        flags.append(PUBLIC_PASSED_HIDDEN_FAILED)
+        reasons.append("public passed, hidden failed")
+    hacks, penalty = _flags(policy, signals.verdict, reasons)
+    flags.extend(hacks)
+    judge = signals.judgement
+    if judge is not None and judge.score is not None:
+        components["judge"] = judge.score
+    elif judge is not None:
+        reasons.append(f"judge error: {judge.error or 'no score'}")
+    if hacks:
+        reward = 0.0
+        components["gate"] = 0.0
+    elif gate_ok:
+        components["gate"] = 1.0
+        weight = policy.score.judge_weight if "judge" in components else 0.0
+        reward = (1.0 - weight) + weight * components.get("judge", 0.0)
+        reasons.append("every gate passed" + (f", judge weight {weight}" if weight else ""))
+    else:
+        components["gate"] = 0.0
+        reward = policy.score.partial_credit * hidden_rate
+    if penalty:
+        components["penalty"] = penalty
+        reward -= penalty
+    reward = min(1.0, max(0.0, reward))
+    return Scored(round(reward, 9), components, tuple(reasons), tuple(flags))
+
+
+def _public(policy: Policy, ex: ExecutionResult | None, components: dict[str, float], reasons: list[str]) -> bool:
+    if ex is None:
+        return True  # a required-but-missing execution already failed the gate
+    components["public_pass_rate"] = ex.passed / ex.total if ex.total else 1.0
+    if ex.passed == ex.total:
+        reasons.append(f"public: all {ex.total} cases passed")
+        return True
+    reasons.append(f"public: {ex.passed}/{ex.total} cases passed")
+    return not policy.gates.all_public_pass
+
+
+def _hidden(
+    policy: Policy, verdict: HiddenVerdict | None, components: dict[str, float], reasons: list[str]
+) -> tuple[bool, float]:
+    if verdict is None:
+        return True, 0.0
+    rate = verdict.passed / verdict.total if verdict.total else 0.0
+    components["hidden_pass_rate"] = rate
+    ok = True
+    if verdict.total < policy.gates.min_hidden_cases:
+        ok = False
+        reasons.append(f"hidden: {verdict.total} cases, fewer than {policy.gates.min_hidden_cases}: no proof")
+    elif verdict.passed == verdict.total:
+        reasons.append(f"hidden: all {verdict.total} cases passed")
+    else:
+        reasons.append(f"hidden: {verdict.passed}/{verdict.total} cases passed")
+        ok = not policy.gates.all_hidden_pass
+    if verdict.run.status not in ("ok", "nonzero_exit") and verdict.passed < verdict.total:
+        reasons.append(f"hidden run ended with {verdict.run.status}")
+    return ok, rate
+
+
+def _flags(policy: Policy, verdict: HiddenVerdict | None, reasons: list[str]) -> tuple[list[str], float]:
+    """Hack rule ids (sorted, unique) and the total penalty for warn-severity rules."""
+    if verdict is None:
+        return [], 0.0
+    warn = set(policy.gates.warn_rules)
+    hacks = sorted({f.rule for f in verdict.static_flags if f.rule not in warn})
+    warned = sorted({f.rule for f in verdict.static_flags if f.rule in warn})
+    reasons.extend(f"hack flag: {rule}" for rule in hacks)
+    penalty = sum(policy.penalties.get(rule, 0.0) for rule in warned)
+    reasons.extend(f"penalty {policy.penalties[rule]} for {rule}" for rule in warned if policy.penalties.get(rule))
+    return hacks, penalty

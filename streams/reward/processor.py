@@ -1,0 +1,283 @@
+"""The reward processor's core, independent of Faust: decode, join, decide, emit exactly once.
+
+Exactly once, by idempotent emission plus de-duplication (Faust's exactly_once has open upstream bugs:
+duplicates after a kill, crashes on rebalance): a reward is produced and acknowledged first, then the
+generation is marked ``emitted`` in the table (changelog) together with a per-partition watermark, "every
+reward below this rewards offset is marked". A crash between the two leaves rewards that are not marked;
+before touching a partition after (re)assignment the processor reads the rewards partition from the
+watermark to its end and marks them. Rewards go to the same partition number as their inputs, and only the
+owner of that partition writes it, so that tail holds every unmarked reward. Input offsets are committed
+only after the producer flushed (Faust's at_least_once), so nothing is lost either.
+
+Deadlines run in event time: a partition's clock is the oldest of its inputs' newest processed timestamps,
+and an input read to its end counts as "now", so a processor catching up on a backlog (after a restart)
+never times out parts already waiting in the log, while a judge that never answers (its topic idle) still
+lets the reward out at the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas.codec import DecodeError, decode, encode
+from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
+from streams.reward.join import (
+    PENDING_PREFIX,
+    Emit,
+    GiveUp,
+    JoinState,
+    PartEvent,
+    Withhold,
+    absorb,
+    decide,
+    emitted,
+    emitted_from_reward,
+)
+from streams.reward.policy import Policy
+
+COMPONENT = "rewards"
+_MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore]] = {
+    "executions": ExecutionResult,
+    "verdicts": HiddenVerdict,
+    "judgements": JudgeScore,
+}
+log = logging.getLogger("rewardstream.rewards")
+
+
+class StateStore(Protocol):
+    """The table: generation_id -> serialized JoinState, written to a given changelog partition."""
+
+    def get(self, key: str) -> bytes | None: ...
+    def put(self, partition: int, key: str, value: bytes) -> None: ...
+    def items(self) -> Iterable[tuple[str, bytes]]: ...
+
+
+class Outputs(Protocol):
+    """Where the processor's messages go."""
+
+    async def send_reward(self, partition: int, key: bytes, value: bytes) -> int:
+        """Produce and wait for the acknowledgement; return the offset."""
+        ...
+
+    async def send_dlq(self, key: bytes | None, value: bytes) -> None: ...
+    async def send_log(self, key: bytes, value: bytes) -> None: ...
+
+    async def read_rewards(self, partition: int, start: int) -> tuple[list[tuple[int, bytes]], int]:
+        """(offset, value) of every reward in ``partition`` from ``start`` to the end, and the end offset."""
+        ...
+
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
+        """The input (topic, partition)s of ``partitions`` with nothing left to read (``processed``: last offsets)."""
+        ...
+
+
+def watermark_key(partition: int) -> str:
+    """Table key of a partition's watermark; '#' never occurs in a generation id, so keys cannot collide."""
+    return f"#watermark/{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Input topic name -> role (executions, verdicts, judgements)."""
+
+    roles: Mapping[str, str]
+
+
+class RewardProcessor:
+    """Joins parts into rewards; every method that touches the table runs under one lock."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        topics: Topics,
+        store: StateStore,
+        outputs: Outputs,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = policy
+        self.topics = topics
+        self.store = store
+        self.outputs = outputs
+        self.clock = clock
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"[:256]
+        self._lock = asyncio.Lock()
+        self._scanned: set[int] = set()
+        self._topic_time: dict[tuple[str, int], float] = {}
+        self.processed: dict[tuple[str, int], int] = {}
+        self.counts: dict[str, int] = {"rewards": 0, "dlq": 0, "recovered": 0, "gave_up": 0, "withheld": 0}
+
+    def forget_partitions(self) -> None:
+        """After a rebalance: re-read each partition's rewards tail before using it again."""
+        self._scanned.clear()
+
+    async def handle(
+        self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
+    ) -> None:
+        """One input message (``timestamp``: its Kafka timestamp, s): decode (invalid -> DLQ), join, emit."""
+        try:
+            await self._handle(topic, partition, offset, timestamp=timestamp, key=key, value=value)
+        finally:
+            self.processed[(topic, partition)] = max(offset, self.processed.get((topic, partition), -1))
+
+    async def _handle(
+        self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
+    ) -> None:
+        key_tp = (topic, partition)
+        self._topic_time[key_tp] = max(timestamp, self._topic_time.get(key_tp, 0.0))
+        event = await self._decode(topic, partition, offset, key, value)
+        if event is None:
+            return
+        async with self._lock:
+            await self._ensure_scanned(partition)
+            raw = self.store.get(event.generation_id)
+            state = JoinState.loads(raw) if raw is not None else None
+            if state is not None and state.partition != partition:
+                log.warning(
+                    "generation %s seen on partitions %d and %d: keys disagree",
+                    event.generation_id,
+                    state.partition,
+                    partition,
+                )
+            result = absorb(state, event, partition, timestamp)
+            if result.note:
+                log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
+                return
+            self.store.put(partition, event.generation_id, result.state.dumps())
+            await self._act(result.state, self._partition_time(partition, 0.0, set()))
+
+    async def tick(self, partitions: set[int]) -> None:
+        """Apply deadlines to pending generations of the partitions this worker owns."""
+        wall = self.clock()
+        deadline_s = self.policy.join.deadline_s
+        candidates = [
+            state
+            for state in self._pending(partitions)
+            if max(wall, self._partition_time(state.partition, 0.0, set())) >= state.first_seen + deadline_s
+        ]
+        if not candidates:
+            return
+        idle = await self.outputs.caught_up({s.partition for s in candidates}, dict(self.processed))
+        now = {
+            p: max(self._partition_time(p, 0.0, set()), self._partition_time(p, wall, idle))
+            for p in {s.partition for s in candidates}
+        }
+        due = [s for s in candidates if now[s.partition] >= s.first_seen + deadline_s]
+        if not due:
+            return
+        async with self._lock:
+            for state in due:
+                await self._ensure_scanned(state.partition)
+                raw = self.store.get(state.generation_id)  # re-read: the agent may have emitted meanwhile
+                if raw is not None:
+                    await self._act(JoinState.loads(raw), now[state.partition])
+
+    def _pending(self, partitions: set[int]) -> list[JoinState]:
+        out: list[JoinState] = []
+        for _key, raw in list(self.store.items()):
+            if raw.startswith(PENDING_PREFIX):
+                state = JoinState.loads(raw)
+                if state.partition in partitions:
+                    out.append(state)
+        return out
+
+    def _partition_time(self, partition: int, wall: float, idle: set[tuple[str, int]]) -> float:
+        """Event time of a partition: the slowest input's newest timestamp; a fully consumed input is at ``wall``.
+
+        The minimum, because the inputs are read independently: one topic's newer events must not time out
+        parts still waiting, unread, on another.
+        """
+        times = [
+            wall if (topic, partition) in idle else self._topic_time.get((topic, partition), 0.0)
+            for topic in self.topics.roles
+        ]
+        return min(times, default=0.0)
+
+    async def _decode(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> PartEvent | None:
+        role = self.topics.roles.get(topic)
+        try:
+            if role is None:
+                raise DecodeError("message", [("", f"topic {topic} is not an input of the reward processor")])
+            if value is None:
+                raise DecodeError(_MODELS[role].__name__, [("", "empty message (tombstone)")])
+            return decode(value, _MODELS[role])
+        except DecodeError as exc:
+            letter = DeadLetter.capture(
+                source_topic=topic,
+                source_partition=partition,
+                source_offset=offset,
+                component=COMPONENT,
+                error=exc,
+                key=key,
+                value=value or b"",
+            )
+            await self.outputs.send_dlq(key, encode(letter))
+            self.counts["dlq"] += 1
+            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, exc)
+            return None
+
+    async def _act(self, state: JoinState, now: float) -> None:
+        decision = decide(state, now, self.policy)
+        if isinstance(decision, Emit):
+            reward = decision.reward
+            offset = await self.outputs.send_reward(state.partition, reward.key(), encode(reward))
+            self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
+            self.store.put(state.partition, watermark_key(state.partition), str(offset + 1).encode())
+            self.counts["rewards"] += 1
+        elif isinstance(decision, Withhold):
+            self.counts["withheld"] += 1
+            self.store.put(
+                state.partition, state.generation_id, state.model_copy(update={"withheld_reported": True}).dumps()
+            )
+            await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
+        elif isinstance(decision, GiveUp):
+            self.counts["gave_up"] += 1
+            self.store.put(state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps())
+            await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
+
+    async def _ensure_scanned(self, partition: int) -> None:
+        """Mark rewards produced after the partition's watermark (a crash may have lost their markers)."""
+        if partition in self._scanned:
+            return
+        raw = self.store.get(watermark_key(partition))
+        start = int(raw) if raw else 0
+        found, end = await self.outputs.read_rewards(partition, start)
+        now = self.clock()
+        for offset, value in found:
+            try:
+                reward = decode(value, RewardEvent)
+            except DecodeError as exc:
+                log.error("unreadable reward at partition %d offset %d: %s", partition, offset, exc)
+                continue
+            old = self.store.get(reward.generation_id)
+            if old is not None and not old.startswith(PENDING_PREFIX):
+                continue
+            self.store.put(partition, reward.generation_id, emitted_from_reward(reward, partition, offset, now).dumps())
+            self.counts["recovered"] += 1
+            log.info("reward for %s found on the rewards topic, marked emitted", reward.generation_id)
+        if end > start:
+            self.store.put(partition, watermark_key(partition), str(end).encode())
+        self._scanned.add(partition)
+
+    async def _log(self, state: JoinState, level: str, message: str) -> None:
+        record = LogRecord(
+            level=level,  # type: ignore[arg-type]
+            component=COMPONENT,
+            worker=self.worker,
+            logger=log.name,
+            message=message[:8192],
+            generation_id=state.generation_id,
+            episode_id=state.episode_id,
+            run_id=state.run_id,
+            task_id=state.task_id,
+        )
+        log.log(logging.ERROR if level == "error" else logging.WARNING, "%s: %s", state.generation_id, message)
+        await self.outputs.send_log(record.key(), encode(record))

@@ -1,0 +1,79 @@
+"""Reading a rewards partition's tail: the de-duplication source after a crash lost ``emitted`` markers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from schemas.errors import KafkaError
+
+
+def read_partition(
+    client_config: Mapping[str, str], topic: str, partition: int, start: int, timeout_s: float = 60.0
+) -> tuple[list[tuple[int, bytes]], int]:
+    """``(offset, value)`` of every committed record in ``topic[partition]`` from ``start`` to the end."""
+    consumer = Consumer(
+        {
+            **client_config,
+            "group.id": "rewardstream-rewards-scan",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+        begin = max(start, low)
+        if begin >= high:
+            return [], max(high, start)
+        consumer.assign([TopicPartition(topic, partition, begin)])
+        found: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for msg in consumer.consume(1000, timeout=0.5):
+                if msg.error() is not None:
+                    raise KafkaError(f"reading rewards failed: {msg.error()}", topic=topic, partition=partition)
+                value = msg.value()
+                offset = msg.offset()
+                if value is not None and offset is not None:
+                    found.append((offset, value))
+            position = consumer.position([tp])[0].offset
+            if position >= high:
+                return found, high
+            if time.monotonic() > deadline:
+                raise KafkaError(f"reading rewards {topic}[{partition}] {begin}..{high} timed out at {position}")
+    except KafkaException as exc:
+        raise KafkaError(f"reading rewards {topic}[{partition}] failed: {exc}") from exc
+    finally:
+        consumer.close()
+
+
+def idle_partitions(
+    client_config: Mapping[str, str],
+    group_id: str,
+    topics: list[str],
+    partitions: set[int],
+    *,
+    processed: Mapping[tuple[str, int], int],
+    timeout_s: float = 10.0,
+) -> set[tuple[str, int]]:
+    """The ``(topic, partition)`` of ``topics`` x ``partitions`` consumed to the end (committed or processed)."""
+    consumer = Consumer({**client_config, "group.id": group_id, "enable.auto.commit": False, "log_level": 3})
+    try:
+        idle: set[tuple[str, int]] = set()
+        wanted = [TopicPartition(t, p) for t in topics for p in partitions]
+        for tp in consumer.committed(wanted, timeout=timeout_s):
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
+            )
+            done = max(tp.offset, low, processed.get((tp.topic, tp.partition), -1) + 1)
+            if done >= high:
+                idle.add((tp.topic, tp.partition))
+        return idle
+    except KafkaException as exc:
+        raise KafkaError(f"reading consumer lag of {group_id} failed: {exc}") from exc
+    finally:
+        consumer.close()

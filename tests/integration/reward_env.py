@@ -1,0 +1,159 @@
+"""Helpers for reward processor tests: unique topics, the processor as a subprocess, events, a rewards reader."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from infra.topics import delete_topics, ensure_topics
+from schemas.codec import Contract, decode, encode
+from schemas.events import (
+    DeadLetter,
+    ExecutionResult,
+    HiddenVerdict,
+    JudgeScore,
+    RewardEvent,
+)
+from schemas.topics import catalog, topic_for
+
+PARTITIONS = 3
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RewardEnv:
+    """Unique topics (prefix) for one test, and what it started."""
+
+    prefix: str
+    kafka_config: dict[str, str]
+    tmp: Path
+    app_id: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def name(self, role: str) -> str:
+        return topic_for(role, catalog(self.prefix, PARTITIONS)).name  # type: ignore[arg-type]
+
+    def start(
+        self, policy: Path | None = None, tag: str = "p", kill_after: int | None = None
+    ) -> subprocess.Popen[bytes]:
+        """The processor as a subprocess, logging to tmp/<tag>-N.log."""
+        env = {
+            **os.environ,
+            "RS_TOPIC_PREFIX": self.prefix,
+            "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+            "RS_CACHE_DIR": str(self.tmp / "cache"),
+            "PYTHONWARNINGS": "ignore",
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "rewardstream",
+            "reward",
+            "run",
+            "--app-id",
+            self.app_id,
+            "--data-dir",
+            str(self.tmp / "data"),
+            "--tick",
+            "0.2",
+        ]
+        if policy is not None:
+            cmd += ["--policy", str(policy)]
+        if kill_after is not None:
+            cmd += ["--kill-after-rewards", str(kill_after)]
+        out = open(self.tmp / f"{tag}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        finally:
+            out.close()
+        self.procs.append(proc)
+        return proc
+
+    def logs(self, tail: int | None = 6000) -> str:
+        """The processors' output (each file's last ``tail`` characters; None: all of it)."""
+        texts = (p.read_text(errors="replace") for p in sorted(self.tmp.glob("*.log")))
+        return "\n".join(t if tail is None else t[-tail:] for t in texts)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+    def produce(self, events: list[Contract]) -> None:
+        producer = Producer({**self.kafka_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+        roles = {ExecutionResult: "executions", HiddenVerdict: "verdicts", JudgeScore: "judgements"}
+        for event in events:
+            producer.produce(self.name(roles[type(event)]), key=event.key(), value=encode(event))  # type: ignore[attr-defined]
+            producer.poll(0)
+        assert producer.flush(30) == 0
+
+    def produce_raw(self, role: str, key: bytes, value: bytes) -> None:
+        producer = Producer(self.kafka_config)
+        producer.produce(self.name(role), key=key, value=value)
+        assert producer.flush(30) == 0
+
+
+class Reader:
+    """A read_committed reader of every partition of a topic, from the beginning."""
+
+    def __init__(self, kafka_config: dict[str, str], topic: str) -> None:
+        self.consumer = Consumer(
+            {
+                **kafka_config,
+                "group.id": "unused",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "log_level": 3,
+            }
+        )
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        self.values: list[bytes] = []
+
+    def poll(self) -> None:
+        for msg in self.consumer.consume(1000, timeout=0.2):
+            assert msg.error() is None, msg.error()
+            self.values.append(msg.value() or b"")
+
+    def wait(self, until: Callable[[], bool], timeout_s: float, why: str, env: RewardEnv | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {why}\n{env.logs() if env else ''}")
+            self.poll()
+
+    def rewards(self) -> list[RewardEvent]:
+        return [decode(v, RewardEvent) for v in self.values]
+
+    def letters(self) -> list[DeadLetter]:
+        return [decode(v, DeadLetter) for v in self.values]
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@contextmanager
+def reward_env(kafka_config: dict[str, str], unique_name: str, tmp: Path) -> Iterator[RewardEnv]:
+    """Topics under a unique prefix, deleted (with the Faust app's internal topics) afterwards."""
+    prefix = f"{unique_name}."
+    specs = catalog(prefix, PARTITIONS)
+    ensure_topics(specs, kafka_config)
+    env = RewardEnv(prefix, kafka_config, tmp, app_id=f"{unique_name}-app")
+    try:
+        yield env
+    finally:
+        env.stop_all()
+        internal = [t for t in AdminClient(kafka_config).list_topics(timeout=30).topics if t.startswith(env.app_id)]
+        delete_topics([s.name for s in specs] + internal, kafka_config)

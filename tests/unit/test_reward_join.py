@@ -1,0 +1,125 @@
+"""The pure join state machine: when a generation's reward is emitted, held back, or given up."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.reward.join import (
+    PENDING_PREFIX,
+    Emit,
+    GiveUp,
+    JoinState,
+    Wait,
+    Withhold,
+    absorb,
+    decide,
+    emitted,
+    reward_id,
+)
+from streams.reward.policy import Policy, load_policy
+from tests.unit.reward_events import execution, judgement, verdict
+
+T0 = 1_000_000.0
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return load_policy()
+
+
+def join(*events: object, now: float = T0) -> JoinState:
+    state: JoinState | None = None
+    for event in events:
+        state = absorb(state, event, 2, now).state  # type: ignore[arg-type]
+    assert state is not None
+    return state
+
+
+def test_waits_until_every_awaited_part_arrived(policy: Policy) -> None:
+    state = join(execution("g"), verdict("g"))
+    assert decide(state, T0 + 1, policy) == Wait()
+    state = join(execution("g"), verdict("g"), judgement("g"))
+    decision = decide(state, T0 + 1, policy)
+    assert isinstance(decision, Emit)
+    reward = decision.reward
+    assert reward.reward == 1.0
+    assert reward.missing == []
+    assert [i.role for i in reward.inputs] == ["execution", "verdict", "judgement"]
+    assert reward.event_id == reward_id("g", policy)
+    assert (reward.policy_name, reward.policy_version) == ("default", "1")
+
+
+def test_deadline_emits_with_what_is_missing(policy: Policy) -> None:
+    state = join(execution("g"), verdict("g"))
+    decision = decide(state, T0 + policy.join.deadline_s, policy)
+    assert isinstance(decision, Emit)
+    assert decision.reward.missing == ["judgement"]
+    assert decision.reward.reward == 1.0
+
+
+def test_parts_after_emission_are_noted_not_joined(policy: Policy) -> None:
+    state = join(execution("g"), verdict("g"), judgement("g"))
+    done = emitted(state, "rid", 7)
+    assert done.execution is None  # slim: ids only
+    late = absorb(done, judgement("g"), 2, T0)
+    assert late.note is not None
+    assert "after the generation was emitted" in late.note
+    assert decide(done, T0 + 10_000, policy) == Wait()
+
+
+def test_sandbox_error_is_withheld_once_then_retried(policy: Policy) -> None:
+    state = join(execution("g"), verdict("g", status="sandbox_error"), judgement("g"))
+    decision = decide(state, T0, policy)
+    assert isinstance(decision, Withhold)
+    reported = state.model_copy(update={"withheld_reported": True})
+    assert decide(reported, T0 + policy.join.deadline_s, policy) == Wait()
+    retried = absorb(reported, verdict("g", attempt=2), 2, T0 + 5).state
+    decision = decide(retried, T0 + 5, policy)
+    assert isinstance(decision, Emit)
+    assert decision.reward.reward == 1.0
+
+
+def test_sandbox_error_gives_up_after_the_retry_window(policy: Policy) -> None:
+    state = join(execution("g"), verdict("g", status="sandbox_error"), judgement("g"))
+    decision = decide(state, T0 + policy.join.sandbox_retry_s, policy)
+    assert isinstance(decision, GiveUp)
+    assert any("no reward" in r for r in decision.reasons)
+
+
+def test_a_sandbox_error_never_replaces_a_real_result() -> None:
+    state = join(verdict("g", passed=1), verdict("g", status="sandbox_error", attempt=2))
+    assert state.verdict is not None
+    assert state.verdict.passed == 1
+
+
+def test_duplicates_and_older_attempts_are_ignored() -> None:
+    first = verdict("g", passed=1)
+    state = join(first)
+    assert absorb(state, first, 2, T0).note is not None
+    assert absorb(state, verdict("g", passed=3), 2, T0).note is not None  # same attempt: first wins
+    newer = absorb(state, verdict("g", passed=3, attempt=2), 2, T0)
+    assert newer.note is None
+    assert newer.state.verdict is not None
+    assert newer.state.verdict.passed == 3
+
+
+def test_judge_error_is_replaced_by_a_score() -> None:
+    error = judgement("g").model_copy(update={"status": "error", "score": None, "error": "timeout"})
+    state = join(error, judgement("g", score=0.4))
+    assert state.judgement is not None
+    assert state.judgement.score == 0.4
+
+
+def test_stored_form_round_trips_and_marks_pending() -> None:
+    state = join(execution("g"), verdict("g", flags=("exit_call",)))
+    raw = state.dumps()
+    assert raw.startswith(PENDING_PREFIX)
+    assert JoinState.loads(raw) == state
+    assert not emitted(state, "r", 1).dumps().startswith(PENDING_PREFIX)
+
+
+def test_reward_id_depends_on_generation_and_policy_version(policy: Policy) -> None:
+    other = policy.model_copy(update={"version": "2"})
+    assert reward_id("g", policy) == reward_id("g", policy)
+    assert reward_id("g", policy) != reward_id("h", policy)
+    assert reward_id("g", policy) != reward_id("g", other)

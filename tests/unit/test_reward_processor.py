@@ -1,0 +1,197 @@
+"""The processor core with an in-memory table and outputs: DLQ, deadlines in event time, crash de-duplication."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+
+import pytest
+
+from schemas.codec import decode, encode
+from schemas.events import DeadLetter, LogRecord, RewardEvent
+from streams.reward.policy import Policy, load_policy
+from streams.reward.processor import RewardProcessor, Topics, watermark_key
+from tests.unit.reward_events import execution, judgement, verdict
+
+INPUTS = {"x.executions": "executions", "x.verdicts": "verdicts", "x.judgements": "judgements"}
+TOPIC = {"executions": "x.executions", "verdicts": "x.verdicts", "judgements": "x.judgements"}
+
+
+class SimulatedKillError(Exception):
+    """Stands in for SIGKILL at a chosen point."""
+
+
+class Store:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.changelog: list[tuple[int, str]] = []
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, partition: int, key: str, value: bytes) -> None:
+        self.data[key] = value
+        self.changelog.append((partition, key))
+
+    def items(self) -> Iterable[tuple[str, bytes]]:
+        return list(self.data.items())
+
+
+class Outputs:
+    def __init__(self, rewards: dict[int, list[bytes]] | None = None) -> None:
+        self.rewards: dict[int, list[bytes]] = rewards if rewards is not None else {}
+        self.dlq: list[bytes] = []
+        self.logs: list[bytes] = []
+        self.crash_after_reward = False
+        self.idle: set[tuple[str, int]] = set()
+
+    async def send_reward(self, partition: int, key: bytes, value: bytes) -> int:
+        log = self.rewards.setdefault(partition, [])
+        log.append(value)
+        if self.crash_after_reward:
+            raise SimulatedKillError
+        return len(log) - 1
+
+    async def send_dlq(self, key: bytes | None, value: bytes) -> None:
+        self.dlq.append(value)
+
+    async def send_log(self, key: bytes, value: bytes) -> None:
+        self.logs.append(value)
+
+    async def read_rewards(self, partition: int, start: int) -> tuple[list[tuple[int, bytes]], int]:
+        log = self.rewards.get(partition, [])
+        return [(i, v) for i, v in enumerate(log) if i >= start], len(log)
+
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
+        return {tp for tp in self.idle if tp[1] in partitions}
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def policy() -> Policy:
+    return load_policy()
+
+
+def make(policy: Policy, store: Store, outputs: Outputs, clock: Clock | None = None) -> RewardProcessor:
+    return RewardProcessor(policy, Topics(INPUTS), store, outputs, clock or Clock(T0))
+
+
+def feed(proc: RewardProcessor, events: list[object], partition: int = 0, ts: float = T0, start: int = 0) -> None:
+    async def go() -> None:
+        for i, event in enumerate(events):
+            role = {"ExecutionResult": "executions", "HiddenVerdict": "verdicts", "JudgeScore": "judgements"}
+            topic = TOPIC[role[type(event).__name__]]
+            await proc.handle(topic, partition, start + i, timestamp=ts, key=b"k", value=encode(event))  # type: ignore[arg-type]
+
+    asyncio.run(go())
+
+
+def rewards(outputs: Outputs) -> list[RewardEvent]:
+    return [decode(v, RewardEvent) for log in outputs.rewards.values() for v in log]
+
+
+def test_complete_generation_emits_once_and_marks_it(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    feed(proc, [execution("g"), verdict("g"), judgement("g"), judgement("g")])
+    assert [r.generation_id for r in rewards(outputs)] == ["g"]
+    assert store.data[watermark_key(0)] == b"1"
+    assert b'"status":"emitted"' in store.data["g"]
+
+
+def test_invalid_messages_go_to_the_dlq_with_the_reason(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+
+    async def go() -> None:
+        await proc.handle("x.verdicts", 1, 5, timestamp=T0, key=b"key", value=b'{"generation_id": 3}')
+        await proc.handle("x.judgements", 1, 6, timestamp=T0, key=b"key", value=None)
+        await proc.handle("x.other", 1, 7, timestamp=T0, key=None, value=b"{}")
+
+    asyncio.run(go())
+    letters = [decode(v, DeadLetter) for v in outputs.dlq]
+    assert [(x.source_topic, x.source_offset) for x in letters] == [
+        ("x.verdicts", 5),
+        ("x.judgements", 6),
+        ("x.other", 7),
+    ]
+    assert "generation_id" in letters[0].error
+    assert "tombstone" in letters[1].error
+    assert "not an input" in letters[2].error
+    assert letters[0].original_key() == b"key"
+    assert proc.processed[("x.verdicts", 1)] == 5
+
+
+def test_crash_between_reward_and_marker_is_deduplicated_on_restart(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    first = make(policy, store, outputs)
+    feed(first, [execution("a"), verdict("a"), judgement("a")])
+    outputs.crash_after_reward = True
+    with pytest.raises(SimulatedKillError):
+        feed(first, [execution("b"), verdict("b"), judgement("b")])
+    assert b'"status":"pending"' in store.data["b"]  # the marker was lost with the crash
+    outputs.crash_after_reward = False
+    second = make(policy, store, outputs)  # restart: same table (changelog), same rewards topic
+    feed(second, [judgement("b")])  # the uncommitted input is delivered again
+    assert sorted(r.generation_id for r in rewards(outputs)) == ["a", "b"]
+    assert second.counts["recovered"] == 1
+    assert store.data[watermark_key(0)] == b"2"
+
+
+def test_deadline_in_event_time_not_while_inputs_are_unread(policy: Policy) -> None:
+    store, outputs, clock = Store(), Outputs(), Clock(T0)
+    proc = make(policy, store, outputs, clock)
+    feed(proc, [execution("g"), verdict("g")], ts=T0)
+    clock.now = T0 + 3600  # much later, but the judgements input is not known to be read to its end
+    asyncio.run(proc.tick({0}))
+    assert rewards(outputs) == []
+    outputs.idle = {(t, 0) for t in INPUTS}  # every input consumed: the wall clock counts
+    asyncio.run(proc.tick({0}))
+    [reward] = rewards(outputs)
+    assert reward.missing == ["judgement"]
+
+
+def test_deadline_fires_in_stream_when_every_input_moved_past_it(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    feed(proc, [execution("g"), verdict("g")], ts=T0)
+    later = T0 + policy.join.deadline_s + 1
+    feed(proc, [execution("h"), verdict("h"), judgement("h")], ts=later, start=10)
+    asyncio.run(proc.tick({0}))
+    by_gen = {r.generation_id: r for r in rewards(outputs)}
+    assert by_gen["g"].missing == ["judgement"]
+    assert by_gen["h"].missing == []
+
+
+def test_ticks_only_touch_owned_partitions(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    outputs.idle = {(t, p) for t in INPUTS for p in range(3)}
+    proc = make(policy, store, outputs, Clock(T0 + 3600))
+    feed(proc, [execution("g"), verdict("g")], partition=2)
+    asyncio.run(proc.tick({0, 1}))
+    assert rewards(outputs) == []
+    asyncio.run(proc.tick({2}))
+    assert len(rewards(outputs)) == 1
+
+
+def test_sandbox_error_is_reported_not_rewarded(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    feed(proc, [execution("g"), verdict("g", status="sandbox_error"), judgement("g")])
+    assert rewards(outputs) == []
+    [record] = [decode(v, LogRecord) for v in outputs.logs]
+    assert record.level == "warning"
+    assert "sandbox_error" in record.message
+    assert record.generation_id == "g"
+    feed(proc, [verdict("g", attempt=2)], start=10)
+    assert [r.reward for r in rewards(outputs)] == [1.0]
