@@ -13,8 +13,7 @@ from typing import Any
 
 from infra.local.debian import ensure_commands
 from infra.local.paths import PlatformPaths
-from infra.local.process import ManagedProcess
-from infra.local.service import Health, PortClaim, is_loopback, split_host_port
+from infra.local.service import Health, PortClaim, ProcessService, split_host_port
 from schemas.errors import PlatformError
 from schemas.settings import Settings
 
@@ -23,30 +22,20 @@ DOCKERD_FLAGS = ("--bridge=none", "--iptables=false", "--ip6tables=false")
 SANDBOX_PACKAGES = {"dockerd": "docker.io", "bwrap": "bubblewrap", "mmdebstrap": "mmdebstrap"}
 
 
-class DockerService:
+class DockerService(ProcessService):
     """dockerd on the local socket, plus the locally built sandbox image."""
 
     name = "docker"
     uses_java = False
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        self._settings = settings
-        self._paths = paths
-        self._process = ManagedProcess(
-            name=self.name,
-            pidfile=paths.run / "dockerd.pid",
-            logfile=paths.logs / "dockerd.log",
-        )
+        endpoint = settings.docker_host or DEFAULT_SOCKET
+        host, port = ("127.0.0.1", 0) if endpoint.startswith("unix://") else split_host_port(endpoint, 2375)
+        super().__init__(settings, paths, host, port)
 
     @property
     def endpoint(self) -> str:
         return self._settings.docker_host or DEFAULT_SOCKET
-
-    def is_local(self) -> bool:
-        if self.endpoint.startswith("unix://"):
-            return True
-        host, _ = split_host_port(self.endpoint, 2375)
-        return is_loopback(host)
 
     def ports(self) -> list[PortClaim]:
         return []
@@ -121,12 +110,6 @@ class DockerService:
             reason = f"sandbox image {self._settings.sandbox_image} is not built: run `rewardstream up`"
             return Health(False, self.endpoint, reason, details)
         return Health(True, self.endpoint, None, details)
-
-    def started_by_us(self) -> int | None:
-        return self._process.pid()
-
-    def startup_failure(self) -> str | None:
-        return self._process.exited_early()
 
     def stop(self) -> bool:
         return self._process.stop(timeout_s=60.0)

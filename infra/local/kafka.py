@@ -18,11 +18,11 @@ from typing import Any
 from infra.local.download import require_free_space
 from infra.local.java import find_java
 from infra.local.paths import PlatformPaths
-from infra.local.process import ManagedProcess, tail
+from infra.local.process import tail
 from infra.local.service import (
     Health,
     PortClaim,
-    is_loopback,
+    ProcessService,
     require_port_free,
     split_host_port,
     unreachable_reason,
@@ -75,31 +75,20 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
-class KafkaService:
+class KafkaService(ProcessService):
     """Kafka broker+controller on loopback; data under the cache dir."""
 
     name = "kafka"
-    uses_java = True
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        self._settings = settings
-        self._paths = paths
-        self._host, self._port = split_host_port(settings.kafka_bootstrap.split(",")[0], 9092)
+        super().__init__(settings, paths, *split_host_port(settings.kafka_bootstrap.split(",")[0], 9092))
         self._home = paths.dist / f"kafka_{KAFKA_SCALA_VERSION}-{KAFKA_VERSION}"
         self._data = paths.data / "kafka"
         self._config = self._data / "server.properties"
-        self._process = ManagedProcess(
-            name=self.name,
-            pidfile=paths.run / "kafka.pid",
-            logfile=paths.logs / "kafka.log",
-        )
 
     @property
     def endpoint(self) -> str:
         return self._settings.kafka_bootstrap
-
-    def is_local(self) -> bool:
-        return is_loopback(self._host)
 
     def ports(self) -> list[PortClaim]:
         return [
@@ -218,15 +207,6 @@ class KafkaService:
         if not metadata.brokers:
             return Health(False, self.endpoint, "Kafka answered but reports no broker", details)
         return Health(True, self.endpoint, None, details)
-
-    def started_by_us(self) -> int | None:
-        return self._process.pid()
-
-    def startup_failure(self) -> str | None:
-        return self._process.exited_early()
-
-    def stop(self) -> bool:
-        return self._process.stop()
 
 
 def _java_env(java: Path) -> dict[str, str]:

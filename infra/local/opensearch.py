@@ -20,11 +20,10 @@ from typing import Any
 from infra.local.download import fetch_verified, maven_url
 from infra.local.java import find_java, java_home_of
 from infra.local.paths import PlatformPaths
-from infra.local.process import ManagedProcess
 from infra.local.service import (
     Health,
     PortClaim,
-    is_loopback,
+    ProcessService,
     require_port_free,
     split_host_port,
     unreachable_reason,
@@ -37,32 +36,21 @@ SERVICE_USER = "rewardstream"
 SERVICE_HOME = Path("/var/lib/rewardstream")
 
 
-class OpenSearchService:
+class OpenSearchService(ProcessService):
     """A single-node OpenSearch on loopback."""
 
     name = "opensearch"
-    uses_java = True
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        self._settings = settings
-        self._paths = paths
-        self._host, self._port = split_host_port(settings.opensearch_url, 9200)
+        super().__init__(settings, paths, *split_host_port(settings.opensearch_url, 9200))
         self._base = service_base(paths.root)
         base = self._base
         self._home = base / "dist" / f"opensearch-{OPENSEARCH_VERSION}"
         self._conf = base / "data" / "opensearch" / "config"
-        self._process = ManagedProcess(
-            name=self.name,
-            pidfile=paths.run / "opensearch.pid",
-            logfile=paths.logs / "opensearch.log",
-        )
 
     @property
     def endpoint(self) -> str:
         return self._settings.opensearch_url
-
-    def is_local(self) -> bool:
-        return is_loopback(self._host)
 
     def ports(self) -> list[PortClaim]:
         transport = self._port + OPENSEARCH_TRANSPORT_PORT_OFFSET
@@ -167,15 +155,6 @@ class OpenSearchService:
         if health.get("status") not in ("green", "yellow"):
             return Health(False, self.endpoint, f"OpenSearch cluster status is {health.get('status')}", details)
         return Health(True, self.endpoint, None, details)
-
-    def started_by_us(self) -> int | None:
-        return self._process.pid()
-
-    def startup_failure(self) -> str | None:
-        return self._process.exited_early()
-
-    def stop(self) -> bool:
-        return self._process.stop()
 
 
 def service_base(cache_root: Path) -> Path:

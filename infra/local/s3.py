@@ -10,11 +10,10 @@ from typing import Any
 from infra.local.download import fetch_verified, maven_url
 from infra.local.java import find_java, java_home_of
 from infra.local.paths import PlatformPaths
-from infra.local.process import ManagedProcess
 from infra.local.service import (
     Health,
     PortClaim,
-    is_loopback,
+    ProcessService,
     require_port_free,
     split_host_port,
     unreachable_reason,
@@ -25,31 +24,20 @@ from schemas.settings import Settings
 _CREDENTIAL_ERRORS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"})
 
 
-class S3Service:
+class S3Service(ProcessService):
     """s3proxy on loopback, objects stored as files under the cache dir."""
 
     name = "s3"
-    uses_java = True
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        self._settings = settings
-        self._paths = paths
-        self._host, self._port = split_host_port(settings.s3_endpoint, 9000)
+        super().__init__(settings, paths, *split_host_port(settings.s3_endpoint, 9000))
         self._data = paths.data / "s3"
         self._properties = self._data / "s3proxy.properties"
         self._jar = paths.dist / f"s3proxy-{S3PROXY_VERSION}-jar-with-dependencies.jar"
-        self._process = ManagedProcess(
-            name=self.name,
-            pidfile=paths.run / "s3.pid",
-            logfile=paths.logs / "s3.log",
-        )
 
     @property
     def endpoint(self) -> str:
         return self._settings.s3_endpoint
-
-    def is_local(self) -> bool:
-        return is_loopback(self._host)
 
     def ports(self) -> list[PortClaim]:
         return [PortClaim("S3", self._host, self._port, "RS_S3_ENDPOINT")]
@@ -128,12 +116,3 @@ class S3Service:
             return Health(False, self.endpoint, f"S3 does not answer at {self.endpoint}: {first}", details)
         details["buckets"] = len(buckets)
         return Health(True, self.endpoint, None, details)
-
-    def started_by_us(self) -> int | None:
-        return self._process.pid()
-
-    def startup_failure(self) -> str | None:
-        return self._process.exited_early()
-
-    def stop(self) -> bool:
-        return self._process.stop()

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from infra.local.paths import PlatformPaths
+from infra.local.process import ManagedProcess
 from schemas.errors import PlatformError
+from schemas.settings import Settings
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
@@ -77,6 +80,34 @@ class LocalService(Protocol):
         ...
 
     def stop(self) -> bool: ...
+
+
+class ProcessService:
+    """Plumbing shared by the services ``up`` runs as local processes: pid file, log, loopback check."""
+
+    name: str
+    uses_java = True
+
+    def __init__(self, settings: Settings, paths: PlatformPaths, host: str, port: int) -> None:
+        self._settings = settings
+        self._paths = paths
+        self._host = host
+        self._port = port
+        self._process = ManagedProcess(
+            name=self.name, pidfile=paths.run / f"{self.name}.pid", logfile=paths.logs / f"{self.name}.log"
+        )
+
+    def is_local(self) -> bool:
+        return is_loopback(self._host)
+
+    def started_by_us(self) -> int | None:
+        return self._process.pid()
+
+    def startup_failure(self) -> str | None:
+        return self._process.exited_early()
+
+    def stop(self) -> bool:
+        return self._process.stop()
 
 
 def split_host_port(endpoint: str, default_port: int) -> tuple[str, int]:
