@@ -58,6 +58,25 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="address the worker's /metrics endpoint binds to")
     metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics; 0 picks a free one")
 
+    # Executor/verifier/judge workers
+    worker_concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
+    worker_max_in_flight: int = Field(0, ge=0, le=100_000, description="buffered events before pausing (0: 4x)")
+    worker_drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: finish in-flight runs within this")
+    worker_commit_interval_s: float = Field(0.1, gt=0, le=60, description="max delay before results are committed")
+    worker_transaction_timeout_ms: int = Field(15_000, ge=1000, description="a dead worker's open transaction aborts")
+    worker_instance_id: str | None = Field(None, description="transactional.id suffix; default host-pid-random")
+    worker_store_artifacts: bool = Field(True, description="store code and per-case results in S3")
+
+    # Judge
+    judge_backend: Literal["rubric", "openai"] = Field("rubric", description="built-in rubric or a chat server")
+    judge_base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible API base URL")
+    judge_model: str = Field("judge", description="model name sent to the judge server")
+    judge_api_key: SecretStr | None = Field(None, description="bearer token for the judge server")
+    judge_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of the judge server")
+    judge_retries: int = Field(3, ge=0, le=20, description="retries of a failed judge request")
+    judge_concurrency: int = Field(8, ge=1, le=1024, description="judge requests at once per worker")
+    judge_cache_size: int = Field(65_536, ge=0, description="judge results cached by code hash (0: off)")
+
     # S3 / MinIO
     s3_endpoint: str = "127.0.0.1:9000"
     s3_access_key: str = "rewardstream"

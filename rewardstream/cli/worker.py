@@ -1,4 +1,4 @@
-"""``rewardstream worker indexer [--concurrency N]``: long-running workers (more roles join later).
+"""``rewardstream worker executor|verifier|judge|indexer [--concurrency N]``: long-running workers.
 
 SIGTERM/SIGINT stop taking work; what was not committed yet is re-delivered to the next consumer.
 """
@@ -6,6 +6,7 @@ SIGTERM/SIGINT stop taking work; what was not committed yet is re-delivered to t
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -38,7 +39,11 @@ def _stop_on_signals(stop: threading.Event) -> None:
 def indexer(concurrency: int = _CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
     """Bulk-index LogRecords from the logs topic into daily OpenSearch indices, exactly once per record."""
     settings = load_settings()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if os.environ.get("RS_DEBUG") else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     stop = threading.Event()
     _stop_on_signals(stop)
     metrics = WorkerMetrics("indexer")
@@ -48,3 +53,62 @@ def indexer(concurrency: int = _CONCURRENCY, metrics_port: int | None = _METRICS
         run_indexers(settings, stop, concurrency=concurrency, metrics=metrics)
     finally:
         server.close()
+
+
+_RUN_CONCURRENCY = typer.Option(
+    None,
+    "--concurrency",
+    "-c",
+    min=1,
+    max=256,
+    help="sandbox runs / judge calls at once (default: RS_WORKER_CONCURRENCY)",
+)
+
+
+def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> None:
+    """Run one executor/verifier/judge worker until SIGTERM, then drain within RS_WORKER_DRAIN_TIMEOUT_S."""
+    import faulthandler
+
+    from workers.roles.service import RoleName, run_worker
+
+    settings = load_settings()
+    logging.basicConfig(
+        level=logging.DEBUG if os.environ.get("RS_DEBUG") else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # SREs: dump stacks of a stuck worker
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    metrics = WorkerMetrics(role)
+    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
+    print(f"{role}: metrics on http://{settings.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True)
+    chosen: RoleName = "executor" if role == "executor" else ("verifier" if role == "verifier" else "judge")
+    try:
+        stats = run_worker(settings, chosen, stop, metrics, concurrency=concurrency)
+    finally:
+        server.close()
+    print(
+        f"{role}: stopped; committed {stats.committed} ({stats.results} results, {stats.dead_letters} dead letters) "
+        f"in {stats.transactions} transactions, {stats.aborted} aborted",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+@worker_app.command("executor")
+def executor(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
+    """Run public tests of every generation -> executions (the feedback a multi-turn agent reads)."""
+    _run_role("executor", concurrency, metrics_port)
+
+
+@worker_app.command("verifier")
+def verifier(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
+    """Run hidden tests and static analysis of every generation -> verdicts."""
+    _run_role("verifier", concurrency, metrics_port)
+
+
+@worker_app.command("judge")
+def judge(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
+    """Score every generation with the configured judge (RS_JUDGE_BACKEND) -> judgements."""
+    _run_role("judge", concurrency, metrics_port)

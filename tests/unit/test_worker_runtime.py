@@ -1,0 +1,362 @@
+"""The transactional worker loop against in-memory fakes of the consumer and producer (no Kafka).
+
+What is pinned here: per-episode order, commit of the contiguous finished prefix only (with its results in
+the same transaction), dead letters with the source coordinates, backpressure by pausing, drain on stop,
+retries of failing handlers, and abort + rewind when a transaction fails.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka import KafkaException, TopicPartition
+
+from schemas.codec import decode, encode
+from schemas.events import DeadLetter, GenerationEvent
+from workers.logs.shipper import LogShipper
+from workers.metrics import WorkerMetrics
+from workers.runtime import Done, InvalidEventError, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+
+TOPIC = "gen"
+
+
+@dataclass
+class FakeMessage:
+    _topic: str
+    _partition: int
+    _offset: int
+    _key: bytes | None
+    _value: bytes | None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class FakeConsumer:
+    """One partition per key list; honours pause/resume/seek; assigns everything on the first consume."""
+
+    log: dict[int, list[FakeMessage]]
+    positions: dict[int, int] = field(default_factory=dict)
+    committed_offsets: dict[int, int] = field(default_factory=dict)
+    paused: set[int] = field(default_factory=set)
+    pause_calls: int = 0
+    callbacks: dict[str, Callable[..., None]] = field(default_factory=dict)
+    assigned: bool = False
+    closed: bool = False
+
+    def subscribe(self, _topics: list[str], **callbacks: Callable[..., None]) -> None:
+        self.callbacks = callbacks
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[FakeMessage]:
+        if not self.assigned:
+            self.assigned = True
+            self.callbacks["on_assign"](self, [TopicPartition(TOPIC, p) for p in self.log])
+        out: list[FakeMessage] = []
+        for p, msgs in self.log.items():
+            if p in self.paused:
+                continue
+            pos = self.positions.get(p, self.committed_offsets.get(p, 0))
+            while pos < len(msgs) and len(out) < num_messages:
+                out.append(msgs[pos])
+                pos += 1
+            self.positions[p] = pos
+        if not out:
+            time.sleep(min(timeout, 0.005))
+        return out
+
+    def assign(self, _partitions: list[TopicPartition]) -> None:
+        pass
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.pause_calls += 1
+        self.paused |= {tp.partition for tp in partitions}
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.paused -= {tp.partition for tp in partitions}
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.positions[tp.partition] = max(tp.offset, 0)
+
+    def committed(self, tps: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.committed_offsets.get(tp.partition, -1001)) for tp in tps]
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(TOPIC, p) for p in self.log]
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.positions.get(tp.partition, -1001)) for tp in tps]
+
+    def get_watermark_offsets(self, tp: TopicPartition, **_kw: Any) -> tuple[int, int]:
+        return 0, len(self.log[tp.partition])
+
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeProducer:
+    """Records what each committed transaction contained; can be told to fail the next commit."""
+
+    consumer: FakeConsumer
+    open: list[tuple[str, bytes | None, bytes]] | None = None
+    offsets: list[TopicPartition] = field(default_factory=list)
+    transactions: list[tuple[list[tuple[str, bytes | None, bytes]], dict[int, int]]] = field(default_factory=list)
+    fail_next_commit: bool = False
+    aborted: int = 0
+
+    def init_transactions(self, _timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        assert self.open is None
+        self.open = []
+
+    def produce(self, topic: str, key: bytes | None = None, value: bytes = b"", on_delivery: Any = None) -> None:
+        assert self.open is not None, "produced outside a transaction"
+        self.open.append((topic, key, value))
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], _meta: object, _timeout: float) -> None:
+        self.offsets = offsets
+
+    def commit_transaction(self, _timeout: float) -> None:
+        assert self.open is not None
+        if self.fail_next_commit:
+            self.fail_next_commit = False
+            raise KafkaException(LibKafkaError(LibKafkaError._FENCED, "fenced", txn_requires_abort=True))
+        self.transactions.append((self.open, {tp.partition: tp.offset for tp in self.offsets}))
+        for tp in self.offsets:
+            self.consumer.committed_offsets[tp.partition] = tp.offset
+        self.open = None
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self.aborted += 1
+        self.open = None
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def results(self) -> list[tuple[str, bytes | None, bytes]]:
+        return [out for outs, _ in self.transactions for out in outs]
+
+
+def event(gen: str, episode: str | None = None, turn: int = 0) -> GenerationEvent:
+    return GenerationEvent(generation_id=gen, episode_id=episode or gen, run_id="r", task_id="T/1",
+                           policy_version="p", code="x = 1\n", turn=turn)  # fmt: skip
+
+
+def messages(partition: int, values: list[tuple[bytes | None, bytes | None]]) -> list[FakeMessage]:
+    return [FakeMessage(TOPIC, partition, i, k, v) for i, (k, v) in enumerate(values)]
+
+
+class Recorder:
+    """A handler that logs start/end per generation and can be slowed per generation."""
+
+    def __init__(self, delays: dict[str, float] | None = None, gate: threading.Event | None = None) -> None:
+        self.delays = delays or {}
+        self.gate = gate
+        self.events: list[tuple[str, str, float]] = []
+        self.lock = threading.Lock()
+
+    def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+        with self.lock:
+            self.events.append(("start", ev.generation_id, time.monotonic()))
+        if self.gate is not None:
+            self.gate.wait(10)
+        time.sleep(self.delays.get(ev.generation_id, 0.0))
+        with self.lock:
+            self.events.append(("end", ev.generation_id, time.monotonic()))
+        return Done((Output("out", ev.key(), ev.generation_id.encode()),))
+
+
+def make_worker(
+    log: dict[int, list[FakeMessage]], handler: Any, **config: Any
+) -> tuple[TransactionalWorker, FakeConsumer, FakeProducer, threading.Event]:
+    consumer = FakeConsumer(log)
+    producer = FakeProducer(consumer)
+    stop = threading.Event()
+    cfg = WorkerConfig(role="executor", source_topic=TOPIC, dlq_topic="dlq", group_id="g", transactional_id="t",
+                       commit_interval_s=0.01, poll_timeout_s=0.005, handler_backoff_s=0.01, **config)  # fmt: skip
+    worker = TransactionalWorker(
+        cfg, handler, consumer=consumer, producer=producer, metrics=WorkerMetrics("executor"), stop=stop,  # type: ignore[arg-type]
+        shipper=LogShipper(producer, "logs", "executor", worker="test:1"),  # type: ignore[arg-type]
+    )  # fmt: skip
+    return worker, consumer, producer, stop
+
+
+def run_until(
+    worker: TransactionalWorker, stop: threading.Event, done: Callable[[], bool], timeout: float = 10
+) -> None:
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, "condition not reached"
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_turns_of_one_episode_run_in_order_and_episodes_in_parallel() -> None:
+    values = [(f"ep{e}".encode(), encode(event(f"e{e}t{t}", f"ep{e}", t))) for t in range(3) for e in range(2)]
+    handler = Recorder({f"e{e}t{t}": 0.03 for e in range(2) for t in range(3)})
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, concurrency=4)
+    run_until(worker, stop, lambda: len(producer.results()) == 6)
+    when = {(kind, gen): at for kind, gen, at in handler.events}
+    for e in range(2):
+        for t in range(2):
+            assert when[("end", f"e{e}t{t}")] <= when[("start", f"e{e}t{t + 1}")], "turn started before the previous"
+    assert when[("start", "e1t0")] < when[("end", "e0t0")], "different episodes should overlap"
+    assert [v for _, _, v in producer.results()] == [f"e{e}t{t}".encode() for t in range(3) for e in range(2)]
+    assert consumer.committed_offsets == {0: 6}
+
+
+def test_only_the_finished_prefix_is_committed_with_its_results() -> None:
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(4)]
+    handler = Recorder({"g0": 0.3})
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, concurrency=4)
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 4)
+    # g1..g3 finished long before g0 but are committed (and produced) only together with it.
+    assert producer.transactions[0][1] == {0: 4}
+    assert [v for _, _, v in producer.results()] == [b"g0", b"g1", b"g2", b"g3"]
+
+
+def test_undecodable_and_invalid_events_become_dead_letters_with_their_source() -> None:
+    class Picky(Recorder):
+        def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+            if ev.generation_id == "bad":
+                raise InvalidEventError("no task 'T/1' in the registry")
+            return super().handle(ev, source)
+
+    values = [(b"a", encode(event("ok1"))), (b"b", b"{not json"), (b"c", None), (b"d", encode(event("bad"))),
+              (b"e", encode(event("ok2")))]  # fmt: skip
+    worker, consumer, producer, stop = make_worker({2: messages(2, values)}, Picky())
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(2) == 5)
+    letters = [decode(v, DeadLetter) for topic, _, v in producer.results() if topic == "dlq"]
+    assert [(x.source_topic, x.source_partition, x.source_offset) for x in letters] == [
+        (TOPIC, 2, 1), (TOPIC, 2, 2), (TOPIC, 2, 3)
+    ]  # fmt: skip
+    assert [x.error_type for x in letters] == ["DecodeError", "EmptyValueError", "InvalidEventError"]
+    assert [x.original_key() for x in letters] == [b"b", b"c", b"d"]
+    assert letters[0].payload() == b"{not json"
+    assert [v for t, _, v in producer.results() if t == "out"] == [b"ok1", b"ok2"]
+    assert worker.stats.dead_letters == 3
+    assert worker.stats.results == 2
+
+
+def test_backpressure_pauses_when_the_buffer_is_full_and_resumes() -> None:
+    gate = threading.Event()
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(20)]
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, Recorder(gate=gate), concurrency=1,
+                                                   max_in_flight=4)  # fmt: skip
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while 0 not in consumer.paused:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert consumer.positions[0] <= 4, "consumed past the in-flight bound"
+        gate.set()
+        while consumer.committed_offsets.get(0) != 20:
+            assert time.monotonic() < deadline + 5
+            time.sleep(0.005)
+        assert consumer.pause_calls >= 2
+    finally:
+        gate.set()
+        stop.set()
+        thread.join(10)
+    assert [v for _, _, v in producer.results()] == [f"g{i}".encode() for i in range(20)]
+
+
+def test_stop_drains_running_work_and_starts_nothing_new() -> None:
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(6)]
+    handler = Recorder({f"g{i}": 0.3 for i in range(6)})
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, concurrency=2)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while sum(1 for kind, _, _ in handler.events if kind == "start") < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    stop.set()
+    thread.join(10)
+    started = [g for kind, g, _ in handler.events if kind == "start"]
+    assert started == ["g0", "g1"]
+    assert consumer.committed_offsets == {0: 2}
+    assert [v for _, _, v in producer.results()] == [b"g0", b"g1"]
+    assert consumer.closed
+
+
+def test_failing_handler_is_retried_then_dead_lettered() -> None:
+    calls: list[str] = []
+
+    class Flaky:
+        def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+            calls.append(ev.generation_id)
+            if ev.generation_id == "always" or calls.count(ev.generation_id) < 3:
+                raise OSError("S3 down")
+            return Done((Output("out", ev.key(), ev.generation_id.encode()),))
+
+    values = [(b"a", encode(event("flaky"))), (b"b", encode(event("always")))]
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, Flaky(), handler_attempts=4)
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 2)
+    assert calls.count("flaky") == 3
+    assert calls.count("always") == 4
+    topics = [t for t, _, _ in producer.results()]
+    assert topics == ["out", "dlq"]
+
+
+def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets() -> None:
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
+    handler = Recorder()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler)
+    producer.fail_next_commit = True
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
+    assert producer.aborted == 1
+    assert worker.stats.aborted == 1
+    assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]  # each exactly once committed
+    assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # some ran again after the abort
+
+
+def test_buffer_limit_defaults_to_four_times_concurrency() -> None:
+    cfg = WorkerConfig(role="r", source_topic="s", dlq_topic="d", group_id="g", transactional_id="t", concurrency=3)
+    assert cfg.buffer_limit == 12
+    assert WorkerConfig(role="r", source_topic="s", dlq_topic="d", group_id="g", transactional_id="t",
+                        max_in_flight=7).buffer_limit == 7  # fmt: skip
+
+
+@pytest.mark.parametrize("value", [b"", b"\xff", b"[]"])
+def test_garbage_never_reaches_the_handler(value: bytes) -> None:
+    handler = Recorder()
+    worker, consumer, producer, stop = make_worker({0: messages(0, [(b"k", value)])}, handler)
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 1)
+    assert handler.events == []
+    assert [t for t, _, _ in producer.results()] == ["dlq"]

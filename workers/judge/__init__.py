@@ -1,0 +1,1 @@
+"""Judges score code on a rubric: a deterministic built-in rubric (local default) or an OpenAI-compatible server."""

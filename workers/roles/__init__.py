@@ -1,0 +1,1 @@
+"""The three stateless worker roles on ``generations``: executor, verifier, judge (see ``workers.runtime``)."""

@@ -1,0 +1,160 @@
+"""Executor and verifier: the two roles that run a generation in a sandbox through the grader.
+
+Why one run per role and not a shared one: the executor's result is the feedback a trainer (and the policy
+in a multi-turn episode) may read, so it must never be computed in the same process as hidden tests; the
+verifier's is the evidence a reward is built on. Sandbox failures are already retried with backoff by the
+grader; what is left is published as ``run.status == "sandbox_error"``, never as a failed solution.
+"""
+
+from __future__ import annotations
+
+from schemas.events import (
+    CaseResult,
+    ExecutionResult,
+    GenerationEvent,
+    HiddenCaseResult,
+    HiddenVerdict,
+    LogLevel,
+    LogValue,
+    SandboxRun,
+    StaticFlag,
+)
+from workers.grading import Grader
+from workers.grading.grader import GRADER_VERSION, RunInfo
+from workers.grading.static_analysis import analyze
+from workers.grading.suites import SuiteOutcome
+from workers.roles.common import RoleContext
+from workers.runtime import Done, Outcome, Source, encode_output
+
+
+def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
+    """The event's view of a run; an infrastructure problem is ``sandbox_error`` whatever the exit said."""
+    status = "sandbox_error" if infra_error is not None else run.status
+    return SandboxRun(
+        status=status,  # type: ignore[arg-type]  # RunInfo.status is a SandboxStatus value
+        exit_code=run.exit_code,
+        signal=run.signal if run.signal is None or 1 <= run.signal <= 128 else None,
+        wall_ms=max(run.wall_ms, 0.0),
+        cpu_ms=max(run.cpu_ms, 0.0),
+        max_rss_kb=max(run.max_rss_kb, 0),
+        backend=run.backend or "?",
+        error=(infra_error or run.error or None) and str(infra_error or run.error)[:4096],
+    )
+
+
+def _run_fields(run: SandboxRun, attempts: int, passed: int, total: int) -> dict[str, LogValue]:
+    return {
+        "status": run.status,
+        "backend": run.backend,
+        "wall_ms": round(run.wall_ms, 3),
+        "cpu_ms": round(run.cpu_ms, 3),
+        "max_rss_kb": run.max_rss_kb,
+        "exit_code": run.exit_code,
+        "attempts": attempts,
+        "passed": passed,
+        "total": total,
+        "error": run.error,
+    }
+
+
+def _level(run: SandboxRun) -> LogLevel:
+    return "error" if run.status == "sandbox_error" else "info"
+
+
+def feedback(outcome: SuiteOutcome | None) -> str:
+    """What the policy may read for its next turn: counts and the first failing public cases."""
+    if outcome is None:
+        return "the task has no public tests"
+    lines = [f"{outcome.passed}/{outcome.total} public tests passed"]
+    for case in [c for c in outcome.cases if c.status != "passed"][:5]:
+        lines.append(f"case {case.id}: {case.status}" + (f": {case.message}" if case.message else ""))
+    return "\n".join(lines)[:4096]
+
+
+class ExecutorHandler:
+    """Public tests -> ExecutionResult (feedback)."""
+
+    def __init__(self, context: RoleContext, grader: Grader) -> None:
+        self.context = context
+        self.grader = grader
+
+    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
+        """Run the public suite of the event's task on its code."""
+        ctx = self.context
+        task = ctx.tasks.public(event.task_id)
+        code = ctx.code_of(event)
+        fields: dict[str, LogValue] = {}
+        if task.public_tests is None:
+            run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
+            outcome: SuiteOutcome | None = None
+            attempts = 1
+        else:
+            ran = self.grader.run_suites(code, task.entry_point, [("public", task.public_tests)], task.limits)
+            outcome = ran.outcomes[0]
+            run = sandbox_run(ran.run, ran.infra_error)
+            attempts = ran.run.attempts
+        cases = [CaseResult(case_id=c.id, status=c.status, message=(c.message or None) and c.message[:1024])
+                 for c in (outcome.cases if outcome else ())]  # fmt: skip
+        result = ExecutionResult(
+            generation_id=event.generation_id,
+            episode_id=event.episode_id,
+            run_id=event.run_id,
+            task_id=event.task_id,
+            turn=event.turn,
+            attempt=min(max(attempts, 1), 100),
+            worker=ctx.worker,
+            suite_kind=outcome.kind if outcome else None,  # type: ignore[arg-type]
+            run=run,
+            cases=cases,
+            passed=sum(1 for c in cases if c.status == "passed"),
+            total=len(cases),
+            feedback=feedback(outcome),
+        )
+        fields.update(_run_fields(run, attempts, result.passed, result.total))
+        ctx.store(fields, "code", code, text=True)
+        ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases])
+        message = f"executor: {result.passed}/{result.total} public cases passed ({run.status})"
+        record = ctx.log_record(event, source, _level(run), message, fields)
+        return Done((encode_output(ctx.output_topic, event, result),), record, run.status)
+
+
+class VerifierHandler:
+    """Hidden tests + static analysis -> HiddenVerdict."""
+
+    def __init__(self, context: RoleContext, grader: Grader) -> None:
+        self.context = context
+        self.grader = grader
+
+    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
+        """Run the hidden suite (in its own sandbox run) and analyse the code."""
+        ctx = self.context
+        task = ctx.tasks.task(event.task_id)
+        code = ctx.code_of(event)
+        flags = analyze(code)
+        ran = self.grader.run_suites(code, task.entry_point, [("hidden", task.hidden_tests)], task.limits)
+        outcome = ran.outcomes[0]
+        run = sandbox_run(ran.run, ran.infra_error)
+        cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
+        verdict = HiddenVerdict(
+            generation_id=event.generation_id,
+            episode_id=event.episode_id,
+            run_id=event.run_id,
+            task_id=event.task_id,
+            turn=event.turn,
+            attempt=min(max(ran.run.attempts, 1), 100),
+            worker=ctx.worker,
+            grader_version=GRADER_VERSION,
+            suite_kind=outcome.kind,  # type: ignore[arg-type]
+            run=run,
+            cases=cases,
+            passed=sum(1 for c in cases if c.status == "passed"),
+            total=len(cases),
+            static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in flags],
+        )
+        fields = _run_fields(run, ran.run.attempts, verdict.passed, verdict.total)
+        fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
+        ctx.store(fields, "code", code, text=True)
+        ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases])
+        message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"
+        record = ctx.log_record(event, source, _level(run), message, fields)
+        return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status)

@@ -1,0 +1,147 @@
+"""Wire one executor/verifier/judge worker from Settings: topics from the catalog, group per role, a
+transactional id per instance, the sandbox, the grader or judge, the artifact store and the log shipper.
+
+Kept apart from the handlers so tests can build a worker with their own registry, sandbox or judge.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from schemas.errors import ConfigError
+from schemas.settings import Settings
+from schemas.topics import Role as TopicRole
+from schemas.topics import catalog, topic_for
+from workers.artifacts import ArtifactStore, minio_client
+from workers.judge.cache import CachedJudge
+from workers.kafka.clients import make_consumer, make_producer
+from workers.logs.shipper import LogShipper, worker_name
+from workers.metrics import WorkerMetrics
+from workers.roles.common import RoleContext, TaskSource
+from workers.runtime import Handler, TransactionalWorker, WorkerConfig, WorkerStats
+from workers.sandbox.api import Sandbox
+from workers.tasks.registry import TaskRegistry
+
+RoleName = Literal["executor", "verifier", "judge"]
+OUTPUT_ROLE: dict[RoleName, TopicRole] = {"executor": "executions", "verifier": "verdicts", "judge": "judgements"}
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What a worker may be given instead of building it from Settings (tests, benchmarks)."""
+
+    sandbox: Sandbox | None = None
+    judge: CachedJudge | None = None
+    registry: TaskRegistry | None = None
+    artifacts: ArtifactStore | None = None
+
+
+def instance_id(settings: Settings) -> str:
+    """This process's instance id: settings, else host-pid-random (a restart is a new instance)."""
+    if settings.worker_instance_id:
+        return settings.worker_instance_id
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:64]
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def worker_config(settings: Settings, role: RoleName, *, concurrency: int | None = None) -> WorkerConfig:
+    """Topics, group and transactional id of ``role`` from Settings."""
+    if role not in OUTPUT_ROLE:
+        raise ConfigError(f"unknown worker role {role!r}; expected executor, verifier or judge")
+    specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    return WorkerConfig(
+        role=role,
+        source_topic=topic_for("generations", specs).name,
+        dlq_topic=topic_for("dlq", specs).name,
+        group_id=f"{settings.topic_prefix}{role}",
+        transactional_id=f"{settings.topic_prefix}{role}.{instance_id(settings)}",
+        concurrency=concurrency or settings.worker_concurrency,
+        max_in_flight=settings.worker_max_in_flight,
+        commit_interval_s=settings.worker_commit_interval_s,
+        drain_timeout_s=settings.worker_drain_timeout_s,
+    )
+
+
+@contextmanager
+def build_worker(
+    settings: Settings,
+    role: RoleName,
+    stop: threading.Event,
+    metrics: WorkerMetrics,
+    *,
+    concurrency: int | None = None,
+    deps: Dependencies | None = None,
+) -> Iterator[TransactionalWorker]:
+    """A ready worker; everything it owns (sandbox, judge, clients) is released on exit."""
+    deps = deps or Dependencies()
+    config = worker_config(settings, role, concurrency=concurrency)
+    specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    kafka = settings.kafka_client_config()
+    with ExitStack() as stack:
+        artifacts = deps.artifacts
+        if artifacts is None and settings.worker_store_artifacts:
+            artifacts = ArtifactStore(minio_client(settings), settings.s3_bucket, stop=stop,
+                                      on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
+            artifacts.start()
+        context = RoleContext(
+            role=role,
+            worker=worker_name(),
+            tasks=TaskSource(deps.registry or TaskRegistry.from_settings(settings)),
+            artifacts=artifacts,
+            output_topic=topic_for(OUTPUT_ROLE[role], specs).name,
+        )
+        handler = _handler(settings, role, context, deps, stack)
+        overrides: dict[str, str | int | bool] = {
+            "transactional.id": config.transactional_id,
+            "transaction.timeout.ms": settings.worker_transaction_timeout_ms,
+        }
+        producer = make_producer(kafka, **overrides)
+        consumer = make_consumer(kafka, config.group_id, **{"max.poll.interval.ms": 300_000})
+        shipper = LogShipper(producer, topic_for("logs", specs).name, role, worker=context.worker)
+        yield TransactionalWorker(
+            config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop, shipper=shipper
+        )
+
+
+def _handler(settings: Settings, role: RoleName, context: RoleContext, deps: Dependencies, stack: ExitStack) -> Handler:
+    if role == "judge":
+        from workers.judge.factory import make_judge
+        from workers.roles.judging import JudgeHandler
+
+        judge = deps.judge
+        if judge is None:
+            judge = make_judge(settings)
+            stack.callback(judge.close)
+        return JudgeHandler(context, judge)
+    from workers.grading import Grader
+    from workers.roles.grading import ExecutorHandler, VerifierHandler
+
+    sandbox = deps.sandbox
+    if sandbox is None:
+        from workers.sandbox.factory import make_sandbox
+
+        sandbox = make_sandbox(settings)
+        stack.callback(sandbox.close)
+    grader = Grader(sandbox)
+    return ExecutorHandler(context, grader) if role == "executor" else VerifierHandler(context, grader)
+
+
+def run_worker(
+    settings: Settings,
+    role: RoleName,
+    stop: threading.Event,
+    metrics: WorkerMetrics,
+    *,
+    concurrency: int | None = None,
+    deps: Dependencies | None = None,
+) -> WorkerStats:
+    """Build and run one worker until ``stop``; cleanup in every case."""
+    with build_worker(settings, role, stop, metrics, concurrency=concurrency, deps=deps) as worker:
+        return worker.run()

@@ -1,0 +1,566 @@
+"""The transactional consume-process-produce loop shared by the executor, verifier and judge.
+
+Why it is shaped like this:
+
+* Exactly one committed result per generation per role, even when a worker dies mid-run: results, log
+  records, dead letters AND the consumer offsets go into one Kafka transaction (``send_offsets_to_transaction``
+  with the consumer's group metadata, so a fenced zombie cannot commit). A crash aborts the open transaction;
+  the uncommitted generations are consumed and run again by whoever owns the partition next.
+* Only a contiguous prefix of finished offsets per partition is committed, and its results are produced in
+  that same transaction. A result finished "early" waits for the gap before it, so a crash never leaves a
+  produced result whose input offset is uncommitted (which would be run, and produced, twice).
+* Per-episode order: one event per (partition, key) runs at a time; the next turn of an episode starts only
+  when the previous one finished. Different episodes run concurrently, up to ``concurrency``.
+* Backpressure: when ``max_in_flight`` events are buffered, every assigned partition is paused (the consumer
+  keeps polling, so it stays in the group); they resume, from exactly where we stopped, below half of that.
+* SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
+  committed, the rest is re-delivered to the next owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
+from typing import Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
+
+from schemas.codec import Contract, DecodeError, decode, encode
+from schemas.errors import RewardstreamError
+from schemas.events import GenerationEvent, LogRecord
+from workers.kafka.clients import DeliveryTracker, publish_dead_letter
+from workers.kafka.errors import KafkaClientError, from_exception, from_message
+from workers.logs.shipper import LogShipper
+from workers.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+
+class InvalidEventError(RewardstreamError):
+    """A message decoded but cannot be processed (e.g. unknown task); it goes to the DLQ with this reason."""
+
+
+class EmptyValueError(InvalidEventError):
+    """A message without a value (a tombstone) on the generations topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One message a handler wants produced in the transaction that commits its input."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A generation was handled: its results, its log record, and a short status for metrics."""
+
+    outputs: tuple[Output, ...]
+    log: LogRecord | None = None
+    status: str = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A message that cannot be handled (undecodable, invalid): it becomes a DeadLetter with ``error``."""
+
+    error: BaseException
+
+
+Outcome = Done | Reject
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where the event being handled was read from (for logs and errors)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class Handler(Protocol):
+    """One role's work for one generation. Must be thread-safe; outcomes of the code are values."""
+
+    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
+        """Run the generation and say what to publish; raise only for failures worth retrying."""
+        ...
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Knobs of one worker; ``rewardstream.cli.worker`` builds it from Settings."""
+
+    role: str
+    source_topic: str
+    dlq_topic: str
+    group_id: str
+    transactional_id: str
+    concurrency: int = 2
+    max_in_flight: int = 0  # 0: 4 x concurrency
+    commit_interval_s: float = 0.1
+    commit_batch: int = 500
+    poll_timeout_s: float = 0.05
+    drain_timeout_s: float = 30.0
+    kafka_timeout_s: float = 30.0
+    handler_attempts: int = 5
+    handler_backoff_s: float = 0.5
+    handler_backoff_max_s: float = 10.0
+    lag_every_s: float = 5.0
+
+    @property
+    def buffer_limit(self) -> int:
+        """Events buffered (accepted, not yet committed) before the partitions are paused."""
+        return self.max_in_flight if self.max_in_flight > 0 else 4 * self.concurrency
+
+
+@dataclass(eq=False)
+class _Item:
+    """One consumed message on its way to a committed result."""
+
+    part: _Partition
+    msg: Message
+    offset: int
+    key: bytes | None
+    event: GenerationEvent | None = None
+    outcome: Outcome | None = None
+    attempts: int = 0
+
+
+@dataclass(eq=False)
+class _Partition:
+    """Per-assignment state of one partition; a new object per assignment, so stale results are dropped."""
+
+    topic: str
+    partition: int
+    pending: dict[int, _Item] = field(default_factory=dict)  # insertion order == offset order
+    episodes: dict[bytes | None, deque[_Item]] = field(default_factory=dict)
+    next_offset: int | None = None
+    live: bool = True
+
+
+@dataclass
+class WorkerStats:
+    """What this worker committed (for tests and the CLI's exit line)."""
+
+    committed: int = 0
+    results: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    aborted: int = 0
+
+
+class TransactionalWorker:
+    """One consumer + one transactional producer + a pool of ``concurrency`` runner threads."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        handler: Handler,
+        *,
+        consumer: Consumer,
+        producer: Producer,
+        metrics: WorkerMetrics,
+        stop: threading.Event,
+        shipper: LogShipper,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.handler = handler
+        self.consumer = consumer
+        self.producer = producer
+        self.metrics = metrics
+        self.stop = stop
+        self.shipper = shipper
+        self.stats = WorkerStats()
+        self._clock = clock
+        self._tracker = DeliveryTracker()
+        self._parts: dict[tuple[str, int], _Partition] = {}
+        self._runnable: deque[_Item] = deque()
+        self._delayed: list[tuple[float, _Item]] = []
+        self._done: SimpleQueue[tuple[_Item, Outcome | BaseException]] = SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._work: SimpleQueue[_Item | None] = SimpleQueue()
+        self._running = 0
+        self._paused = False
+        self._draining = False
+        self._last_commit = clock()
+        self._last_lag = 0.0
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+    def run(self) -> WorkerStats:
+        """Consume until ``stop`` is set, then drain within the deadline; always closes the consumer."""
+        cfg = self.config
+        try:
+            self.producer.init_transactions(cfg.kafka_timeout_s)
+        except KafkaException as exc:
+            raise from_exception("init transactions", exc) from exc
+        for n in range(cfg.concurrency):
+            thread = threading.Thread(target=self._runner, name=f"{cfg.role}-run-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        try:
+            self.consumer.subscribe(
+                [cfg.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            while not self.stop.is_set():
+                self._step(accept=True)
+            self._drain()
+        finally:
+            for _ in self._threads:
+                self._work.put(None)
+            for thread in self._threads:
+                thread.join(timeout=1.0)
+            try:
+                self.consumer.close()
+            except Exception as exc:  # a broken consumer must not hide the error that got us here
+                log.warning("closing the consumer failed: %s", exc)
+        return self.stats
+
+    def _step(self, *, accept: bool) -> None:
+        self._collect()
+        self._start_runnable()
+        now = self._clock()
+        if self._ready_count() and (
+            now - self._last_commit >= self.config.commit_interval_s or self._ready_count() >= self.config.commit_batch
+        ):
+            self._commit()
+        self._backpressure()
+        if now - self._last_lag >= self.config.lag_every_s:
+            self._last_lag = now
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s: buffered %d running %d paused %s", self.config.role, self._buffered(), self._running,
+                          self._paused)  # fmt: skip
+            self.metrics.update_lag(self.consumer, timeout_s=0.5)
+        try:
+            room = max(1, min(500, self.config.buffer_limit - self._buffered()))
+            messages = self.consumer.consume(num_messages=room, timeout=self.config.poll_timeout_s)
+        except KafkaException as exc:
+            raise from_exception("consume", exc) from exc
+        if accept:
+            for msg in messages:
+                self._accept(msg)
+
+    def _drain(self) -> None:
+        """Stop taking work, let running items finish within the deadline, commit what finished."""
+        self._draining = True
+        self._pause_all()
+        deadline = self._clock() + self.config.drain_timeout_s
+        while self._running > 0 and self._clock() < deadline:
+            self._step(accept=False)
+        self._collect()
+        if self._ready_count():
+            self._commit()
+        if self._running:
+            log.warning("%s: %d runs did not finish within the drain deadline; they will be re-run",
+                        self.config.role, self._running)  # fmt: skip
+
+    # ---- consuming -----------------------------------------------------------------------------------
+    def _accept(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None:
+            if error.code() == LibKafkaError._PARTITION_EOF:
+                return
+            wrapped = from_message("consume", msg)
+            if error.fatal():
+                raise wrapped
+            log.warning("%s", wrapped)
+            return
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is None or partition is None or offset is None:
+            return
+        part = self._parts.get((topic, partition))
+        if part is None or (part.next_offset is not None and offset < part.next_offset):
+            return  # not ours (any more), or already accepted before a pause/resume
+        part.next_offset = offset + 1
+        item = _Item(part, msg, offset, msg.key())
+        part.pending[offset] = item
+        value = msg.value()
+        try:
+            if value is None:
+                raise EmptyValueError("message has no value (tombstone)")
+            item.event = decode(value, GenerationEvent)
+        except (DecodeError, InvalidEventError) as exc:
+            item.outcome = Reject(exc)
+            return
+        queue = part.episodes.setdefault(item.key, deque())
+        queue.append(item)
+        if len(queue) == 1:
+            self._runnable.append(item)
+
+    def _start_runnable(self) -> None:
+        now = self._clock()
+        if self._delayed:
+            due = [entry for entry in self._delayed if entry[0] <= now]
+            self._delayed = [entry for entry in self._delayed if entry[0] > now]
+            self._runnable.extend(item for _, item in due)
+        while not self._draining and self._runnable and self._running < self.config.concurrency:
+            item = self._runnable.popleft()
+            if not item.part.live:
+                continue
+            self._running += 1
+            self._work.put(item)
+
+    def _runner(self) -> None:
+        """Runner thread: handle items one at a time; outcomes (or the exception) go back to the loop."""
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            event = item.event
+            try:
+                if event is None:  # never queued without an event; defensive
+                    raise InvalidEventError("no event")
+                with self.metrics.in_flight():
+                    outcome: Outcome | BaseException = self.handler.handle(
+                        event, Source(item.part.topic, item.part.partition, item.offset)
+                    )
+            except InvalidEventError as exc:  # retrying cannot fix the event: dead-letter it now
+                outcome = Reject(exc)
+            except Exception as exc:
+                outcome = exc
+            self._done.put((item, outcome))
+
+    def _collect(self) -> None:
+        """Take finished runs from the runner threads; start the next turn of their episodes."""
+        while True:
+            try:
+                item, outcome = self._done.get_nowait()
+            except Empty:
+                return
+            self._running -= 1
+            if not item.part.live:
+                continue
+            if isinstance(outcome, BaseException):
+                self._failed_run(item, outcome)
+                continue
+            item.outcome = outcome
+            queue = item.part.episodes.get(item.key)
+            if queue and queue[0] is item:
+                queue.popleft()
+                if queue:
+                    self._runnable.append(queue[0])
+                else:
+                    del item.part.episodes[item.key]
+
+    def _failed_run(self, item: _Item, exc: BaseException) -> None:
+        """A handler raised: retry with backoff (S3/registry hiccups); after the last attempt, dead-letter it."""
+        item.attempts += 1
+        cfg = self.config
+        if item.attempts < cfg.handler_attempts:
+            delay = min(cfg.handler_backoff_max_s, cfg.handler_backoff_s * 2 ** (item.attempts - 1))
+            log.warning("%s: run of %s[%d]@%d failed (attempt %d), retrying in %.1fs: %s", cfg.role,
+                        item.part.topic, item.part.partition, item.offset, item.attempts, delay, exc)  # fmt: skip
+            self.metrics.retry("handler")
+            self._delayed.append((self._clock() + delay, item))
+            return
+        log.error("%s: giving up on %s[%d]@%d after %d attempts: %s", cfg.role, item.part.topic,
+                  item.part.partition, item.offset, item.attempts, exc)  # fmt: skip
+        item.outcome = Reject(exc)
+        queue = item.part.episodes.get(item.key)
+        if queue and queue[0] is item:
+            queue.popleft()
+            if queue:
+                self._runnable.append(queue[0])
+            else:
+                del item.part.episodes[item.key]
+
+    # ---- committing ----------------------------------------------------------------------------------
+    def _ready_count(self) -> int:
+        count = 0
+        for part in self._parts.values():
+            for item in part.pending.values():
+                if item.outcome is None:
+                    break
+                count += 1
+        return count
+
+    def _take_ready(self) -> tuple[list[_Item], list[TopicPartition]]:
+        ready: list[_Item] = []
+        offsets: list[TopicPartition] = []
+        for part in self._parts.values():
+            last: int | None = None
+            while part.pending:
+                offset, item = next(iter(part.pending.items()))
+                if item.outcome is None:
+                    break
+                del part.pending[offset]
+                ready.append(item)
+                last = offset
+            if last is not None:
+                offsets.append(TopicPartition(part.topic, part.partition, last + 1))
+        return ready, offsets
+
+    def _commit(self) -> None:
+        """One transaction: every ready result, log record and dead letter, plus the offsets after them."""
+        ready, offsets = self._take_ready()
+        if not offsets:
+            return
+        cfg = self.config
+        try:
+            self.producer.begin_transaction()
+            for item in ready:
+                self._publish(item)
+            self.producer.send_offsets_to_transaction(
+                offsets, self.consumer.consumer_group_metadata(), cfg.kafka_timeout_s
+            )
+            self.producer.commit_transaction(cfg.kafka_timeout_s)
+        except KafkaException as exc:
+            self._transaction_failed(exc)
+            return
+        except KafkaClientError:
+            self._abort()
+            raise
+        self._last_commit = self._clock()
+        self._tracker.raise_first()
+        self.stats.transactions += 1
+        self.stats.committed += len(ready)
+        for item in ready:
+            outcome = item.outcome
+            if isinstance(outcome, Done):
+                self.stats.results += 1
+                self.metrics.processed()
+                if outcome.status == "sandbox_error":
+                    self.metrics.sandbox_error()
+            elif isinstance(outcome, Reject):
+                self.stats.dead_letters += 1
+                self.metrics.failed(type(outcome.error).__name__)
+
+    def _publish(self, item: _Item) -> None:
+        outcome = item.outcome
+        if isinstance(outcome, Reject):
+            publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
+                                error=outcome.error, tracker=self._tracker)  # fmt: skip
+            return
+        if not isinstance(outcome, Done):
+            return
+        for out in outcome.outputs:
+            self._produce(out)
+        if outcome.log is not None:
+            self.shipper.emit(outcome.log)
+
+    def _produce(self, out: Output) -> None:
+        for attempt in range(100):
+            try:
+                self.producer.produce(out.topic, key=out.key, value=out.value, on_delivery=self._tracker.callback)
+                return
+            except BufferError:
+                self.producer.poll(0.1 if attempt else 0.0)
+        raise KafkaClientError(f"{self.config.role}: producer queue stayed full", topic=out.topic)
+
+    def _transaction_failed(self, exc: KafkaException) -> None:
+        """An abortable failure (e.g. fenced after a rebalance): abort and re-run from the committed offsets."""
+        detail = exc.args[0] if exc.args else None
+        if isinstance(detail, LibKafkaError) and detail.fatal():
+            raise from_exception("transaction", exc) from exc
+        log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
+        self._abort()
+        self._rewind()
+
+    def _abort(self) -> None:
+        self.stats.aborted += 1
+        try:
+            self.producer.abort_transaction(self.config.kafka_timeout_s)
+        except KafkaException as exc:
+            raise from_exception("abort transaction", exc) from exc
+
+    def _rewind(self) -> None:
+        """Forget every buffered item and seek each partition back to its committed offset."""
+        tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
+        for part in self._parts.values():
+            part.live = False
+        self._parts = {(tp.topic, tp.partition): _Partition(tp.topic, tp.partition) for tp in tps}
+        self._runnable.clear()
+        self._delayed.clear()
+        if not tps:
+            return
+        try:
+            committed = self.consumer.committed(tps, timeout=self.config.kafka_timeout_s)
+            for tp in committed:
+                offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        except KafkaException as exc:
+            raise from_exception("rewind to committed offsets", exc) from exc
+
+    # ---- backpressure --------------------------------------------------------------------------------
+    def _buffered(self) -> int:
+        return sum(len(p.pending) for p in self._parts.values())
+
+    def _backpressure(self) -> None:
+        if self._draining:
+            return
+        buffered = self._buffered()
+        if not self._paused and buffered >= self.config.buffer_limit:
+            self._pause_all()
+        elif self._paused and buffered <= self.config.buffer_limit // 2:
+            self._resume_all()
+
+    def _pause_all(self) -> None:
+        tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
+        log.debug("%s: pausing %s", self.config.role, [tp.partition for tp in tps])
+        if tps:
+            self.consumer.pause(tps)
+        self._paused = True
+
+    def _resume_all(self) -> None:
+        tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
+        log.debug("%s: resuming %s", self.config.role, [(p.partition, p.next_offset) for p in self._parts.values()])
+        if tps:
+            self.consumer.resume(tps)
+            for part in self._parts.values():
+                if part.next_offset is not None:  # continue exactly after the last accepted message
+                    self.consumer.seek(TopicPartition(part.topic, part.partition, part.next_offset))
+        self._paused = False
+
+    # ---- rebalancing ---------------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("%s: assigned %s", self.config.role, sorted(tp.partition for tp in partitions))
+        for tp in partitions:
+            self._parts[(tp.topic, tp.partition)] = _Partition(tp.topic, tp.partition)
+        # librdkafka keeps a partition's pause flag across rebalances: a partition paused (backpressure) when
+        # it was revoked would come back paused and never be fetched. Assign first, then set the flag we want.
+        consumer.assign(partitions)
+        if self._paused or self._draining:
+            consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit what is ready while we still own the partitions; drop the rest (the next owner re-runs it)."""
+        log.info("%s: revoked %s", self.config.role, sorted(tp.partition for tp in partitions))
+        self._collect()
+        if self._ready_count():
+            try:
+                self._commit()
+            except RewardstreamError as exc:
+                log.warning("%s: commit on revoke failed; the new owner re-runs: %s", self.config.role, exc)
+        self._drop(partitions)
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("%s: lost %s", self.config.role, sorted(tp.partition for tp in partitions))
+        self._drop(partitions)
+
+    def _drop(self, partitions: list[TopicPartition]) -> None:
+        try:
+            self.consumer.resume(partitions)  # clear our pause flag; see _on_assign
+        except KafkaException as exc:
+            log.debug("resume of revoked partitions failed: %s", exc)
+        for tp in partitions:
+            part = self._parts.pop((tp.topic, tp.partition), None)
+            if part is not None:
+                part.live = False
+        self._runnable = deque(item for item in self._runnable if item.part.live)
+        self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
+
+
+def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
+    """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
+    return Output(topic, event.key(), encode(result))
