@@ -12,7 +12,8 @@ Why it is shaped like this:
 * Per-episode order: one event per (partition, key) runs at a time; the next turn of an episode starts only
   when the previous one finished. Different episodes run concurrently, up to ``concurrency``.
 * Backpressure: when ``max_in_flight`` events are buffered, every assigned partition is paused (the consumer
-  keeps polling, so it stays in the group); they resume, from exactly where we stopped, below half of that.
+  keeps polling, so it stays in the group); they resume, from exactly where we stopped, below a quarter of
+  that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
 """
@@ -24,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from typing import Protocol
@@ -66,6 +68,16 @@ class Done:
     outputs: tuple[Output, ...]
     log: LogRecord | None = None
     status: str = "ok"
+    #: Uploads (artifacts) the outputs refer to; the result is committed only once all of them finished.
+    uploads: tuple[Future[object], ...] = ()
+
+    def ready(self) -> bool:
+        """Whether every upload has finished (raises the first upload failure)."""
+        for upload in self.uploads:
+            if not upload.done():
+                return False
+            upload.result()
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,10 @@ class Reject:
 
 
 Outcome = Done | Reject
+
+
+#: What a runner reports for an item it was handed but did not start because the worker is draining.
+_NOT_STARTED = Done(())
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +121,10 @@ class WorkerConfig:
     group_id: str
     transactional_id: str
     concurrency: int = 2
-    max_in_flight: int = 0  # 0: 4 x concurrency
+    max_in_flight: int = 0  # 0: 16 x concurrency, at least 64
     commit_interval_s: float = 0.1
     commit_batch: int = 500
-    poll_timeout_s: float = 0.05
+    poll_timeout_s: float = 0.02
     drain_timeout_s: float = 30.0
     kafka_timeout_s: float = 30.0
     handler_attempts: int = 5
@@ -119,7 +135,7 @@ class WorkerConfig:
     @property
     def buffer_limit(self) -> int:
         """Events buffered (accepted, not yet committed) before the partitions are paused."""
-        return self.max_in_flight if self.max_in_flight > 0 else 4 * self.concurrency
+        return self.max_in_flight if self.max_in_flight > 0 else max(64, 16 * self.concurrency)
 
 
 @dataclass(eq=False)
@@ -302,7 +318,9 @@ class TransactionalWorker:
             due = [entry for entry in self._delayed if entry[0] <= now]
             self._delayed = [entry for entry in self._delayed if entry[0] > now]
             self._runnable.extend(item for _, item in due)
-        while not self._draining and self._runnable and self._running < self.config.concurrency:
+        # Every runnable item is handed to the runners at once (the buffer limit bounds them): a runner finds its
+        # next item ready the moment it finishes one, even while this loop is busy committing a transaction.
+        while not self._draining and self._runnable:
             item = self._runnable.popleft()
             if not item.part.live:
                 continue
@@ -316,6 +334,9 @@ class TransactionalWorker:
             if item is None:
                 return
             event = item.event
+            if self._draining:  # handed over but not started: leave it uncommitted (re-delivered later)
+                self._done.put((item, _NOT_STARTED))
+                continue
             try:
                 if event is None:  # never queued without an event; defensive
                     raise InvalidEventError("no event")
@@ -337,7 +358,7 @@ class TransactionalWorker:
             except Empty:
                 return
             self._running -= 1
-            if not item.part.live:
+            if not item.part.live or outcome is _NOT_STARTED:
                 continue
             if isinstance(outcome, BaseException):
                 self._failed_run(item, outcome)
@@ -378,7 +399,7 @@ class TransactionalWorker:
         count = 0
         for part in self._parts.values():
             for item in part.pending.values():
-                if item.outcome is None:
+                if not _is_ready(item):
                     break
                 count += 1
         return count
@@ -390,7 +411,7 @@ class TransactionalWorker:
             last: int | None = None
             while part.pending:
                 offset, item = next(iter(part.pending.items()))
-                if item.outcome is None:
+                if not _is_ready(item):
                     break
                 del part.pending[offset]
                 ready.append(item)
@@ -500,7 +521,7 @@ class TransactionalWorker:
         buffered = self._buffered()
         if not self._paused and buffered >= self.config.buffer_limit:
             self._pause_all()
-        elif self._paused and buffered <= self.config.buffer_limit // 2:
+        elif self._paused and buffered <= self.config.buffer_limit // 4:  # wide hysteresis: few refetches
             self._resume_all()
 
     def _pause_all(self) -> None:
@@ -559,6 +580,25 @@ class TransactionalWorker:
                 part.live = False
         self._runnable = deque(item for item in self._runnable if item.part.live)
         self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
+
+
+def _is_ready(item: _Item) -> bool:
+    """Finished, with every upload done. An upload that failed after the store's own retries (an S3 outage
+    longer than its deadline) stops the worker: nothing after it is committed, so it is all re-run later."""
+    outcome = item.outcome
+    if outcome is None:
+        return False
+    if isinstance(outcome, Done) and outcome.uploads:
+        try:
+            return outcome.ready()
+        except RewardstreamError:
+            raise
+        except Exception as exc:
+            raise RewardstreamError(
+                f"artifact upload failed: {exc}", topic=item.part.topic, partition=item.part.partition,
+                offset=item.offset,
+            ) from exc  # fmt: skip
+    return True
 
 
 def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:

@@ -86,6 +86,12 @@ def test_executor_publishes_sandbox_error_after_retries(tmp_path: Path) -> None:
     assert done.log.level == "error"
     assert (done.log.topic, done.log.partition, done.log.offset) == ("rs.generations", 1, 42)
     assert done.log.fields["attempts"] == 3
+    tagged = ExecutorHandler(context(tmp_path, "executor"), grader(sandbox)).handle(
+        event(metadata={"experiment": "ablation-7"}), SOURCE
+    )
+    assert isinstance(tagged, Done)
+    assert tagged.log is not None
+    assert tagged.log.fields["meta.experiment"] == "ablation-7"
 
 
 def test_verifier_publishes_sandbox_error_with_static_flags(tmp_path: Path) -> None:

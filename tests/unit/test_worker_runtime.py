@@ -346,9 +346,11 @@ def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets
     assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # some ran again after the abort
 
 
-def test_buffer_limit_defaults_to_four_times_concurrency() -> None:
+def test_buffer_limit_defaults_to_sixteen_times_concurrency_at_least_64() -> None:
     cfg = WorkerConfig(role="r", source_topic="s", dlq_topic="d", group_id="g", transactional_id="t", concurrency=3)
-    assert cfg.buffer_limit == 12
+    assert cfg.buffer_limit == 64
+    assert WorkerConfig(role="r", source_topic="s", dlq_topic="d", group_id="g", transactional_id="t",
+                        concurrency=8).buffer_limit == 128  # fmt: skip
     assert WorkerConfig(role="r", source_topic="s", dlq_topic="d", group_id="g", transactional_id="t",
                         max_in_flight=7).buffer_limit == 7  # fmt: skip
 

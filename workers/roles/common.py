@@ -10,12 +10,13 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from schemas.events import GenerationEvent, LogLevel, LogRecord, LogValue
 from schemas.tasks import PublicTask, Task
-from workers.artifacts import ArtifactError, ArtifactStore
+from workers.artifacts import ArtifactError, ArtifactStore, StoredArtifact
 from workers.runtime import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
 
@@ -83,6 +84,7 @@ class RoleContext:
     tasks: TaskSource
     artifacts: ArtifactStore | None
     output_topic: str
+    uploads: ThreadPoolExecutor | None = None
 
     def code_of(self, event: GenerationEvent) -> str:
         """Inline code, or the S3 object ``code_ref`` names (checked against ``code_sha256``)."""
@@ -103,12 +105,26 @@ class RoleContext:
         except UnicodeDecodeError as exc:
             raise CodeUnavailableError(f"code_ref {event.code_ref} is not UTF-8") from exc
 
-    def store(self, fields: dict[str, LogValue], name: str, value: object, *, text: bool = False) -> None:
-        """Put an artifact (code as text, results as canonical JSON) and record its URL in ``fields``."""
-        if self.artifacts is None:
-            return
-        stored = self.artifacts.put_text(str(value)) if text else self.artifacts.put_json(value)
-        fields[f"{name}_url"] = stored.url
+    def store(
+        self, fields: dict[str, LogValue], name: str, value: object, *, text: bool = False
+    ) -> Future[StoredArtifact] | None:
+        """Put an artifact (code as text, results as canonical JSON) and record its URL in ``fields``.
+
+        With an uploader pool the upload runs there (the URL is known up front: it is the content's digest),
+        so the sandbox slot moves on; the runtime commits the result only once the upload has finished.
+        """
+        store = self.artifacts
+        if store is None:
+            return None
+        import orjson
+
+        data = str(value).encode("utf-8") if text else orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        content_type = "text/plain; charset=utf-8" if text else "application/json"
+        fields[f"{name}_url"] = store.url_for(hashlib.sha256(data).hexdigest())
+        if self.uploads is None:
+            store.put(data, content_type)
+            return None
+        return self.uploads.submit(store.put, data, content_type)
 
     def log_record(
         self,
@@ -132,5 +148,10 @@ class RoleContext:
             topic=source.topic,
             partition=source.partition,
             offset=source.offset,
-            fields={"turn": event.turn, "policy_version": event.policy_version, **dict(list(fields.items())[:60])},
+            fields={
+                "turn": event.turn,
+                "policy_version": event.policy_version,
+                **dict(list(fields.items())[:40]),
+                **{f"meta.{k}"[:64]: v for k, v in list(event.metadata.items())[:20]},  # trainer tags, for search
+            },
         )

@@ -8,6 +8,9 @@ grader; what is left is published as ``run.status == "sandbox_error"``, never as
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from typing import cast
+
 from schemas.events import (
     CaseResult,
     ExecutionResult,
@@ -19,6 +22,7 @@ from schemas.events import (
     SandboxRun,
     StaticFlag,
 )
+from workers.artifacts import StoredArtifact
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION, RunInfo
 from workers.grading.static_analysis import analyze
@@ -55,6 +59,10 @@ def _run_fields(run: SandboxRun, attempts: int, passed: int, total: int) -> dict
         "total": total,
         "error": run.error,
     }
+
+
+def _uploads(*futures: Future[StoredArtifact] | None) -> tuple[Future[object], ...]:
+    return tuple(cast("Future[object]", f) for f in futures if f is not None)
 
 
 def _level(run: SandboxRun) -> LogLevel:
@@ -111,11 +119,13 @@ class ExecutorHandler:
             feedback=feedback(outcome),
         )
         fields.update(_run_fields(run, attempts, result.passed, result.total))
-        ctx.store(fields, "code", code, text=True)
-        ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases])
+        uploads = _uploads(
+            ctx.store(fields, "code", code, text=True),
+            ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases]),
+        )
         message = f"executor: {result.passed}/{result.total} public cases passed ({run.status})"
         record = ctx.log_record(event, source, _level(run), message, fields)
-        return Done((encode_output(ctx.output_topic, event, result),), record, run.status)
+        return Done((encode_output(ctx.output_topic, event, result),), record, run.status, uploads)
 
 
 class VerifierHandler:
@@ -153,8 +163,10 @@ class VerifierHandler:
         )
         fields = _run_fields(run, ran.run.attempts, verdict.passed, verdict.total)
         fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
-        ctx.store(fields, "code", code, text=True)
-        ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases])
+        uploads = _uploads(
+            ctx.store(fields, "code", code, text=True),
+            ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases]),
+        )
         message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"
         record = ctx.log_record(event, source, _level(run), message, fields)
-        return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status)
+        return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status, uploads)

@@ -11,6 +11,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -90,12 +91,17 @@ def build_worker(
             artifacts = ArtifactStore(minio_client(settings), settings.s3_bucket, stop=stop,
                                       on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
             artifacts.start()
+        uploads = None
+        if artifacts is not None:
+            uploads = ThreadPoolExecutor(max_workers=max(2, config.concurrency), thread_name_prefix=f"{role}-upload")
+            stack.callback(uploads.shutdown, wait=True)
         context = RoleContext(
             role=role,
             worker=worker_name(),
             tasks=TaskSource(deps.registry or TaskRegistry.from_settings(settings)),
             artifacts=artifacts,
             output_topic=topic_for(OUTPUT_ROLE[role], specs).name,
+            uploads=uploads,
         )
         handler = _handler(settings, role, context, deps, stack)
         overrides: dict[str, str | int | bool] = {
