@@ -13,22 +13,37 @@ from rewardstream.cli.main import app
 
 
 @app.command()
-def up() -> None:
+def up(
+    pipeline: bool = typer.Option(
+        False, "--pipeline", help="also start executor, verifier, judge, indexer and the reward processor"
+    ),
+    concurrency: int | None = typer.Option(None, min=1, max=256, help="sandbox runs per worker (--pipeline)"),
+) -> None:
     """Start every local service that is not running (Kafka, OpenSearch, S3, Docker) and wait until healthy."""
     console = Console(stderr=True)
-    platform = Platform.from_settings(load_settings())
+    settings = load_settings()
+    platform = Platform.from_settings(settings)
     started = time.monotonic()
     with console.status("starting the local platform (first run downloads ~300 MB)..."):
         health = platform.up(report=console.print)
     console.print(f"[green]all {len(health)} services healthy[/] in {time.monotonic() - started:.1f}s")
+    if pipeline:
+        from rewardstream.pipeline import Pipeline
+
+        with console.status("starting the pipeline processes..."):
+            Pipeline(settings, concurrency).start(report=console.print)
+        console.print(f"[green]pipeline running[/] ({time.monotonic() - started:.1f}s in all)")
 
 
 @app.command()
 def down() -> None:
-    """Stop every process `up` started; leave anything else alone."""
+    """Stop every process `up` started (pipeline first, then services); leave anything else alone."""
+    from rewardstream.pipeline import Pipeline
+
     console = Console(stderr=True)
-    platform = Platform.from_settings(load_settings())
-    platform.down(report=console.print)
+    settings = load_settings()
+    Pipeline(settings).stop(report=console.print)
+    Platform.from_settings(settings).down(report=console.print)
 
 
 @app.command()
@@ -36,15 +51,21 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="print {'services': {...}} as JSON"),
 ) -> None:
     """Health of each service; an unhealthy one says why. Exit code 1 if any is unhealthy."""
-    platform = Platform.from_settings(load_settings())
-    health = platform.status()
+    from rewardstream.pipeline import Pipeline
+
+    settings = load_settings()
+    health = Platform.from_settings(settings).status()
+    pipeline = Pipeline(settings).status()
     if as_json:
-        print_json({"services": {name: h.as_json() for name, h in health.items()}})
+        print_json({"services": {name: h.as_json() for name, h in health.items()}, "pipeline": pipeline})
     else:
         console = Console()
         for name, h in health.items():
             mark = "[green]healthy[/]" if h.healthy else f"[red]unhealthy[/]: {h.reason}"
             console.print(f"{name:<11} {h.endpoint:<32} {mark}")
+        for name, proc in pipeline.items():
+            if proc["running"]:
+                console.print(f"{name:<11} pid {proc['pid']:<28} [green]running[/] ({proc['rss_mb']} MB)")
     if not all(h.healthy for h in health.values()):
         raise typer.Exit(1)
 

@@ -19,7 +19,7 @@ import orjson
 from infra.local.opensearch import service_base
 from schemas.settings import Settings
 
-SHARED_CACHE_PARTS = ("downloads", "m2", "dist")
+SHARED_CACHE_PARTS = ("downloads", "m2", "dist", "sandbox")
 
 
 @dataclass

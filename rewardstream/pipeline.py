@@ -1,0 +1,142 @@
+"""The pipeline's own processes on one machine: executor, verifier, judge, indexer and the reward processor.
+
+``rewardstream up --pipeline`` starts them in the background (after the services and the topics), and
+``rewardstream down`` stops them first. Each is the same ``rewardstream`` command an operator would run on
+any number of machines; here they are tracked by pid files next to the services'.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from infra.local.paths import PlatformPaths
+from infra.local.process import ManagedProcess, group_rss_kb
+from schemas.errors import PlatformError
+from schemas.settings import Settings
+
+READY_TIMEOUT_S = 60.0
+ALIVE_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class PipelineProcess:
+    """One background process of the pipeline and how to tell it is ready."""
+
+    name: str
+    argv: tuple[str, ...]
+    metrics_port: int | None
+
+    def managed(self, paths: PlatformPaths) -> ManagedProcess:
+        return ManagedProcess(
+            name=self.name, pidfile=paths.run / f"{self.name}.pid", logfile=paths.logs / f"{self.name}.log"
+        )
+
+
+def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
+    """Executor, verifier, judge and indexer (with /metrics on consecutive ports), then the reward processor."""
+    base = [sys.executable, "-m", "rewardstream"]
+    roles = ("executor", "verifier", "judge", "indexer")
+    first_port = settings.metrics_port or 9464
+    procs = []
+    for offset, role in enumerate(roles):
+        argv = [*base, "worker", role, "--metrics-port", str(first_port + offset)]
+        if concurrency is not None and role != "indexer":
+            argv += ["--concurrency", str(concurrency)]
+        procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
+    # The Faust app id is its consumer group and names its changelog topics: scope it like the workers'.
+    app_id = f"{settings.topic_prefix}rewards"
+    procs.append(PipelineProcess("reward", (*base, "reward", "run", "--app-id", app_id), None))
+    return procs
+
+
+class Pipeline:
+    """Start, stop and report the pipeline processes of this machine."""
+
+    def __init__(self, settings: Settings, concurrency: int | None = None) -> None:
+        self._settings = settings
+        self._paths = PlatformPaths(settings.cache_dir)
+        self._procs = pipeline_processes(settings, concurrency)
+
+    def start(self, report: Callable[[str], None] = lambda _msg: None) -> None:
+        """Create the topics, then start each process that is not running and wait until it is ready."""
+        from infra.topics import ensure_topics
+        from schemas.topics import catalog
+
+        specs = catalog(
+            prefix=self._settings.topic_prefix,
+            partitions=self._settings.topic_partitions,
+            replication_factor=self._settings.topic_replication_factor,
+        )
+        topics = ensure_topics(specs, self._settings.kafka_client_config())
+        differing = [f"{t.name}: {'; '.join(t.differences)}" for t in topics.topics if t.differences]
+        if differing:
+            raise PlatformError(f"topics differ from the catalog ({', '.join(differing)}): fix or delete them")
+        env = dict(os.environ)
+        started: list[tuple[PipelineProcess, ManagedProcess]] = []
+        for proc in self._procs:
+            managed = proc.managed(self._paths)
+            if managed.pid() is not None:
+                report(f"{proc.name}: already running (pid {managed.pid()})")
+                continue
+            managed.start(proc.argv, env=env, cwd=self._paths.root)
+            started.append((proc, managed))
+        for proc, managed in started:
+            self._wait_ready(proc, managed)
+            report(f"{proc.name}: running (pid {managed.pid()}, log {managed.logfile})")
+
+    def _wait_ready(self, proc: PipelineProcess, managed: ManagedProcess) -> None:
+        started = time.monotonic()
+        deadline = started + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if (failure := managed.exited_early()) is not None:
+                raise PlatformError(f"{proc.name} exited during startup; last log lines:\n{failure}")
+            if proc.metrics_port is not None and _metrics_answer(proc.metrics_port):
+                return
+            if proc.metrics_port is None and time.monotonic() - started > ALIVE_GRACE_S:
+                return
+            time.sleep(0.2)
+        raise PlatformError(f"{proc.name} not ready after {READY_TIMEOUT_S:.0f}s; see {managed.logfile}")
+
+    def stop(self, report: Callable[[str], None] = lambda _msg: None) -> list[str]:
+        """Stop every pipeline process (SIGTERM lets workers drain in-flight runs; SIGKILL after 60 s)."""
+        stopped = []
+        for proc in reversed(self._procs):
+            managed = proc.managed(self._paths)
+            pid = managed.pid()
+            if managed.stop(timeout_s=60.0):
+                stopped.append(proc.name)
+                report(f"{proc.name}: stopped (pid {pid})")
+        return stopped
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per process: running, pid, resident memory, metrics endpoint."""
+        out: dict[str, dict[str, Any]] = {}
+        for proc in self._procs:
+            pid = proc.managed(self._paths).pid()
+            out[proc.name] = {
+                "running": pid is not None,
+                "pid": pid,
+                "rss_mb": round(group_rss_kb(pid) / 1024, 1) if pid is not None else None,
+                "metrics": f"http://{self._settings.metrics_host}:{proc.metrics_port}/metrics"
+                if proc.metrics_port is not None
+                else None,
+            }
+        return out
+
+
+def _metrics_answer(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            return bool(response.status == 200)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return False
+    except (urllib.error.URLError, OSError):
+        return False
