@@ -25,9 +25,11 @@ def _register() -> None:
     from rewardstream.cli import (
         demo,  # noqa: F401
         grade,  # noqa: F401
+        logs,  # noqa: F401
         reward,  # noqa: F401
         sandbox,  # noqa: F401
         services,  # noqa: F401
+        submit,  # noqa: F401
         tasks,  # noqa: F401
         topics,  # noqa: F401
         worker,  # noqa: F401

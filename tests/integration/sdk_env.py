@@ -1,0 +1,174 @@
+"""The whole pipeline for SDK/submit/logs tests: topics under a unique prefix, executor + verifier + judge
+(+ indexer) workers and the Faust reward processor as subprocesses, a HumanEval task registry.
+
+Reuses ``reward_env`` (topics, processor, cleanup); workers are added to its process list so they are killed
+in its ``finally``. Also a trainer entry point (``python -m tests.integration.sdk_env trainer ...``) so a
+test can SIGKILL-free crash a real trainer process with ``os._exit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from schemas.errors import RewardstreamError
+from schemas.settings import Settings
+from tests.integration.reward_env import PARTITIONS, REPO, RewardEnv, reward_env
+
+ROLES = ("executor", "verifier", "judge")
+
+
+@dataclass(frozen=True)
+class Problems:
+    """Converted HumanEval problems: id -> (canonical program, wrong program, prompt)."""
+
+    registry_dir: Path
+    canonical: dict[str, str]
+    wrong: dict[str, str]
+    prompts: dict[str, str]
+
+
+def process_sandbox_or_skip() -> object:
+    from workers.sandbox.factory import make_sandbox
+
+    try:
+        return make_sandbox(Settings(), "process")
+    except RewardstreamError as exc:
+        message = f"process sandbox unavailable ({exc}); run `rewardstream up` / see README to enable it"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def convert_problems(registry_dir: Path, count: int) -> Problems:
+    """The first ``count`` HumanEval problems converted in the sandbox and stored in a registry."""
+    from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
+    from workers.tasks.registry import TaskRegistry
+
+    sandbox = process_sandbox_or_skip()
+    try:
+        problems = load_problems()[:count]
+        tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=2)
+    finally:
+        sandbox.close()  # type: ignore[attr-defined]
+    TaskRegistry(registry_dir).store(tasks)
+    kept = {t.task_id for t in tasks}
+    return Problems(
+        registry_dir,
+        canonical={p.task_id: p.reference_code for p in problems if p.task_id in kept},
+        wrong={p.task_id: p.prompt + "    return None\n" for p in problems if p.task_id in kept},
+        prompts={p.task_id: p.prompt for p in problems if p.task_id in kept},
+    )
+
+
+@dataclass
+class Pipeline:
+    """A running pipeline: the env (topics, processes) and the settings a client in this test should use."""
+
+    env: RewardEnv
+    settings: Settings
+    worker_env: dict[str, str]
+
+    def logs(self) -> str:
+        return self.env.logs()
+
+
+@contextmanager
+def pipeline(
+    kafka_config: dict[str, str],
+    unique_name: str,
+    tmp: Path,
+    registry_dir: Path,
+    *,
+    index_prefix: str | None = None,
+    concurrency: int = 2,
+) -> Iterator[Pipeline]:
+    """Topics, the reward processor and one worker per role (and an indexer when ``index_prefix``)."""
+    with reward_env(kafka_config, unique_name, tmp) as env:
+        worker_env = {
+            **os.environ,
+            "RS_TOPIC_PREFIX": env.prefix,
+            "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+            "RS_TASKS_DIR": str(registry_dir),
+            "RS_CACHE_DIR": str(tmp / "cache"),
+            "RS_METRICS_PORT": "0",
+            "RS_WORKER_STORE_ARTIFACTS": "false",
+            "RS_WORKER_TRANSACTION_TIMEOUT_MS": "10000",
+            "RS_OPENSEARCH_INDEX_PREFIX": index_prefix or "unused",
+            "RS_OPENSEARCH_REPLICAS": "0",
+            "PYTHONWARNINGS": "ignore",
+        }
+        env.start(tag="processor")
+        roles = [*ROLES, "indexer"] if index_prefix else list(ROLES)
+        for role in roles:
+            argv = [sys.executable, "-m", "rewardstream", "worker", role]
+            if role != "indexer":
+                argv += ["--concurrency", str(concurrency)]
+            with (tmp / f"{role}.log").open("wb") as out:
+                proc = subprocess.Popen(
+                    argv, cwd=REPO, env=worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            env.procs.append(proc)
+        stop = threading.Event()
+        watcher = threading.Thread(target=_supervise, args=(env, stop), name="processor-supervisor", daemon=True)
+        watcher.start()
+        settings = Settings(
+            topic_prefix=env.prefix,
+            topic_partitions=PARTITIONS,
+            opensearch_index_prefix=index_prefix or "unused",
+        )
+        try:
+            yield Pipeline(env, settings, worker_env)
+        finally:
+            stop.set()
+            watcher.join(timeout=10)
+
+
+def _supervise(env: RewardEnv, stop: threading.Event) -> None:
+    """Restart the reward processor when it exits (it exits with code 70 on a stall, expecting a supervisor)."""
+    current = env.procs[0]
+    while not stop.wait(0.5):
+        if current.poll() is not None:
+            current = env.start(tag="processor")
+
+
+def trainer_main(argv: list[str]) -> None:
+    """A trainer process: publish generations, take rewards, checkpoint every N, crash (os._exit) after M."""
+    from streams.sdk import TrainerClient, TrainerConfig
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--generations", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--crash-after", type=int, required=True)
+    args = parser.parse_args(argv)
+    config = TrainerConfig.from_settings(Settings(), args.run_id, auto_commit=False)
+    client = TrainerClient(config)
+    rows = [orjson.loads(line) for line in args.generations.read_bytes().splitlines()]
+    client.send_many(client.generation(r["task_id"], r["code"], generation_id=r["generation_id"]) for r in rows)
+    client.flush()
+    with args.out.open("w") as out:
+        for n, reward in enumerate(client.rewards(timeout_s=240), 1):
+            out.write(f"{reward.generation_id} {reward.reward}\n")
+            if n % args.checkpoint_every == 0:
+                client.checkpoint()
+                out.write("CHECKPOINT\n")
+            out.flush()
+            if n == args.crash_after:
+                os._exit(17)  # a crash: no close, no commit
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["trainer"]:
+        trainer_main(sys.argv[2:])
