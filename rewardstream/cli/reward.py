@@ -28,6 +28,9 @@ def run(
     data_dir: Annotated[Path | None, typer.Option("--data-dir", help="default: <cache>/rewards/<app-id>")] = None,
     tick_s: Annotated[float, typer.Option("--tick", min=0.05, max=60, help="seconds between deadline checks")] = 0.5,
     loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error")] = "info",
+    stall_timeout_s: Annotated[
+        float, typer.Option("--stall-timeout", min=0, help="exit (code 70) after this long without progress; 0: off")
+    ] = 60.0,
     kill_after_rewards: Annotated[
         int | None, typer.Option("--kill-after-rewards", min=1, hidden=True, help="fault injection for crash tests")
     ] = None,
@@ -43,6 +46,7 @@ def run(
         data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
         tick_s=tick_s,
         kill_after_rewards=kill_after_rewards,
+        stall_timeout_s=stall_timeout_s,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

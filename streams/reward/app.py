@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from streams.reward.processor import RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions, read_partition
 
 TABLE_NAME = "reward-join"
+#: Exit code of a worker that stopped itself because an input stalled (EX_SOFTWARE): restart it.
+STALL_EXIT_CODE = 70
 log = logging.getLogger("rewardstream.rewards")
 
 
@@ -43,6 +45,11 @@ class AppOptions:
     #: Fault injection for crash tests: SIGKILL this process right after the Nth reward is acknowledged and
     #: before it is marked emitted, the worst moment for duplicates. None in production.
     kill_after_rewards: int | None = None
+    #: Finished generations are forgotten after this long (bounds the table; later parts would start anew).
+    retention_s: float = 7 * 86_400.0
+    #: Exit (code 70) when an input with waiting messages makes no progress for this long: Faust can stall
+    #: after a rebalance, and a restart under a supervisor is safe (state and rewards are exactly once). 0: off.
+    stall_timeout_s: float = 60.0
 
 
 class _TableStore:
@@ -55,10 +62,24 @@ class _TableStore:
         value = self._table.data.get(key.encode())
         return value if isinstance(value, bytes) else None
 
-    def put(self, partition: int, key: str, value: bytes) -> None:
+    async def put(self, partition: int, key: str, value: bytes) -> None:
         raw = key.encode()
         self._table.data[raw] = value
-        self._table.send_changelog(partition, raw, value)  # explicit partition: also valid outside an event
+        await self._send(partition, raw, value)
+
+    async def delete(self, partition: int, key: str) -> None:
+        raw = key.encode()
+        self._table.data.pop(raw, None)
+        await self._send(partition, raw, None)  # tombstone: compacted away
+
+    async def _send(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Hand the changelog record straight to the Kafka client (explicit partition: valid outside an event).
+
+        Not Faust's ``send_soon``: its buffer is flushed best-effort (it gives up after 0.1 s) before offsets
+        are committed, so a SIGKILL could lose table writes whose inputs were already committed. Records in
+        the client are flushed for certain before every commit.
+        """
+        await self._table.changelog_topic.send(key=key, value=value, partition=partition, value_serializer="raw")
 
     def items(self) -> Iterable[tuple[str, bytes]]:
         for key, value in list(self._table.data.items()):
@@ -142,39 +163,111 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
         Topics({name: role for role, name in names.items()}),
         _TableStore(table),
         _FaustOutputs(settings, options, inputs=list(names.values()), rewards=rewards, dlq=dlq, logs=logs),
+        retention_s=options.retention_s,
     )
-    input_names = set(names.values())
+    _wire(app, source, processor, set(names.values()), options)
+    return app, processor
+
+
+def _ready(app: Any) -> bool:
+    """Not rebalancing and the table fully recovered: only then is "pending" in the table the truth."""
+    return not app.rebalancing and not app.in_recovery and bool(app.tables.recovery.completed.is_set())
+
+
+def _owned(app: Any, input_names: set[str]) -> set[int]:
+    return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic in input_names}
+
+
+def _exit(why: str) -> None:
+    """Crash-only recovery: stop at once with STALL_EXIT_CODE; the supervisor restarts the worker."""
+    log.error(
+        "%s: exiting (code %d) so the supervisor restarts this worker; nothing is lost or duplicated",
+        why,
+        STALL_EXIT_CODE,
+    )
+    logging.shutdown()
+    os._exit(STALL_EXIT_CODE)
+
+
+def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[str], options: AppOptions) -> None:
+    """The agent, the deadline timer, the stall watchdog and the rebalance hooks."""
+    limit_s = max(2 * options.stall_timeout_s, 10.0) if options.stall_timeout_s > 0 else None
 
     async def join_agent(stream: Any) -> None:
         async for event in stream.events():
             message = event.message
-            timestamp = float(message.timestamp or time.time())
-            await processor.handle(
+            work = processor.handle(
                 message.topic,
                 message.partition,
                 message.offset,
-                timestamp=timestamp,
+                timestamp=float(message.timestamp or time.time()),
                 key=message.key,
                 value=message.value,
             )
+            try:
+                await asyncio.wait_for(work, limit_s)
+            except Exception:  # crash-only: a restart is safe (the input is re-read, rewards are de-duplicated)
+                log.exception("handling %s[%d]@%d failed", message.topic, message.partition, message.offset)
+                _exit(f"handling {message.topic}[{message.partition}]@{message.offset} failed or hung")
 
     async def deadlines() -> None:
-        if app.rebalancing or app.in_recovery or not app.tables.recovery.completed.is_set():
+        if not _ready(app):
+            processor.note_waiting("rebalancing or recovering")
             return  # a half-recovered table could make an emitted generation look pending
-        partitions = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic in input_names}
-        await processor.tick(partitions)
+        try:
+            await asyncio.wait_for(processor.tick(_owned(app, input_names)), limit_s)
+        except TimeoutError:
+            _exit(f"the deadline check hung ({processor.doing})")
+        except Exception:  # a failed check must not kill the timer: the next one retries
+            log.exception("deadline check failed; retrying at the next tick")
 
     async def on_rebalance(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
         processor.forget_partitions()
 
     app.agent(source, name="reward-join")(join_agent)
     app.timer(options.tick_s)(deadlines)
+    if options.stall_timeout_s > 0:
+        app.timer(max(1.0, options.stall_timeout_s / 4))(_watchdog(app, processor, input_names, options))
     app.on_partitions_assigned.connect(on_rebalance)
     app.on_partitions_revoked.connect(on_rebalance)
-    return app, processor
+
+
+def _watchdog(
+    app: Any, processor: RewardProcessor, input_names: set[str], options: AppOptions
+) -> Callable[[], Awaitable[None]]:
+    """Exit when an input with waiting messages makes no progress (Faust can stall after a rebalance)."""
+
+    async def watchdog() -> None:
+        if not _ready(app):
+            processor.restart_progress_clock()
+            return
+        owned = _owned(app, input_names)
+        if not owned:
+            processor.note_waiting("no input partitions assigned")
+            return
+        try:
+            check = processor.outputs.caught_up(owned, dict(processor.processed))
+            idle = await asyncio.wait_for(check, max(2 * options.stall_timeout_s, 10.0))
+        except TimeoutError:
+            _exit("the progress check hung")
+        except Exception:
+            log.exception("progress check failed; retrying")
+            return
+        backlog = [(t, p) for t in input_names for p in owned if (t, p) not in idle]
+        if backlog:
+            processor.note_waiting(f"inputs with messages waiting: {backlog}; now {processor.doing}")
+        stalled = processor.stalled(backlog, options.stall_timeout_s)
+        if stalled:
+            _exit(f"no progress for {options.stall_timeout_s:.0f}s on {stalled} although messages are waiting")
+
+    return watchdog
 
 
 def run_worker(app: Any, loglevel: str = "info") -> None:
-    """Run the app in this process until SIGTERM/SIGINT (Faust's worker owns the event loop)."""
+    """Run the app in this process until SIGTERM/SIGINT (Faust's worker owns the event loop).
+
+    ``kill -USR1 <pid>`` makes the worker log every thread's and task's stack (mode's "cry"): what an SRE
+    needs when a processor stops making progress.
+    """
     faust: Any = importlib.import_module("faust")
     faust.Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()

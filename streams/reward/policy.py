@@ -60,6 +60,9 @@ class Gates(_Strict):
     all_hidden_pass: bool = True
     min_hidden_cases: int = Field(1, ge=0)
     warn_rules: tuple[RuleId, ...] = ()
+    #: Hack rules that do not gate when every suite is ``io`` (a fresh program per case, output compared
+    #: outside the sandbox: exiting early or resetting a signal can only hurt its own output).
+    io_self_only_rules: tuple[RuleId, ...] = ()
 
 
 class Score(_Strict):
@@ -167,7 +170,7 @@ def evaluate(policy: Policy, signals: Signals, missing: tuple[Part, ...] = ()) -
     if ex is not None and ex.total > 0 and ex.passed == ex.total and signals.verdict is not None and not hidden_ok:
         flags.append(PUBLIC_PASSED_HIDDEN_FAILED)
         reasons.append("public passed, hidden failed")
-    hacks, penalty = _flags(policy, signals.verdict, reasons)
+    hacks, penalty = _flags(policy, signals, reasons)
     flags.extend(hacks)
     judge = signals.judgement
     if judge is not None and judge.score is not None:
@@ -224,11 +227,28 @@ def _hidden(
     return ok, rate
 
 
-def _flags(policy: Policy, verdict: HiddenVerdict | None, reasons: list[str]) -> tuple[list[str], float]:
+def _io_only(signals: Signals) -> bool:
+    """Every suite of the task is ``io`` (the public one, if any, and the hidden one)."""
+    verdict, execution = signals.verdict, signals.execution
+    return (
+        verdict is not None
+        and verdict.suite_kind == "io"
+        and (execution is None or execution.suite_kind in (None, "io"))
+    )
+
+
+def _flags(policy: Policy, signals: Signals, reasons: list[str]) -> tuple[list[str], float]:
     """Hack rule ids (sorted, unique) and the total penalty for warn-severity rules."""
+    verdict = signals.verdict
     if verdict is None:
         return [], 0.0
     warn = set(policy.gates.warn_rules)
+    if _io_only(signals):
+        lenient = sorted({f.rule for f in verdict.static_flags if f.rule in policy.gates.io_self_only_rules})
+        reasons.extend(
+            f"flag not gating (io-only task: it can only change the program's own output): {r}" for r in lenient
+        )
+        warn |= set(lenient)
     hacks = sorted({f.rule for f in verdict.static_flags if f.rule not in warn})
     warned = sorted({f.rule for f in verdict.static_flags if f.rule in warn})
     reasons.extend(f"hack flag: {rule}" for rule in hacks)

@@ -55,7 +55,11 @@ class StateStore(Protocol):
     """The table: generation_id -> serialized JoinState, written to a given changelog partition."""
 
     def get(self, key: str) -> bytes | None: ...
-    def put(self, partition: int, key: str, value: bytes) -> None: ...
+    async def put(self, partition: int, key: str, value: bytes) -> None:
+        """Store and hand the changelog record to the producer before returning (see ``app._TableStore``)."""
+        ...
+
+    async def delete(self, partition: int, key: str) -> None: ...
     def items(self) -> Iterable[tuple[str, bytes]]: ...
 
 
@@ -99,23 +103,50 @@ class RewardProcessor:
         topics: Topics,
         store: StateStore,
         outputs: Outputs,
+        *,
         clock: Callable[[], float] = time.time,
+        retention_s: float = 7 * 86_400.0,
     ) -> None:
         self.policy = policy
         self.topics = topics
         self.store = store
         self.outputs = outputs
         self.clock = clock
+        self.retention_s = retention_s
+        self._next_expiry = 0.0
+        self._next_note = 0.0
+        self._progress: dict[tuple[str, int], float] = {}
+        self._progress_since = clock()
+        #: What the processor awaits right now, for stall reports.
+        self.doing = "idle"
         self.worker = f"{socket.gethostname()}:{os.getpid()}"[:256]
         self._lock = asyncio.Lock()
         self._scanned: set[int] = set()
         self._topic_time: dict[tuple[str, int], float] = {}
         self.processed: dict[tuple[str, int], int] = {}
-        self.counts: dict[str, int] = {"rewards": 0, "dlq": 0, "recovered": 0, "gave_up": 0, "withheld": 0}
+        self.counts: dict[str, int] = {
+            "rewards": 0,
+            "dlq": 0,
+            "recovered": 0,
+            "gave_up": 0,
+            "withheld": 0,
+            "expired": 0,
+        }
 
     def forget_partitions(self) -> None:
         """After a rebalance: re-read each partition's rewards tail before using it again."""
         self._scanned.clear()
+        self.restart_progress_clock()
+
+    def restart_progress_clock(self) -> None:
+        """Start the no-progress clock of every input afresh (after assignment or recovery)."""
+        self._progress_since = self.clock()
+        self._progress.clear()
+
+    def stalled(self, backlog: Iterable[tuple[str, int]], stall_s: float) -> list[tuple[str, int]]:
+        """Inputs with messages waiting that have not advanced for ``stall_s`` (Faust can stall after a rebalance)."""
+        limit = self.clock() - stall_s
+        return sorted(tp for tp in backlog if self._progress.get(tp, self._progress_since) < limit)
 
     async def handle(
         self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
@@ -125,6 +156,7 @@ class RewardProcessor:
             await self._handle(topic, partition, offset, timestamp=timestamp, key=key, value=value)
         finally:
             self.processed[(topic, partition)] = max(offset, self.processed.get((topic, partition), -1))
+            self._progress[(topic, partition)] = self.clock()
 
     async def _handle(
         self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
@@ -149,17 +181,20 @@ class RewardProcessor:
             if result.note:
                 log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
                 return
-            self.store.put(partition, event.generation_id, result.state.dumps())
+            await self.store.put(partition, event.generation_id, result.state.dumps())
             await self._act(result.state, self._partition_time(partition, 0.0, set()))
 
     async def tick(self, partitions: set[int]) -> None:
         """Apply deadlines to pending generations of the partitions this worker owns."""
         wall = self.clock()
-        deadline_s = self.policy.join.deadline_s
+        if wall >= self._next_expiry:
+            self._next_expiry = wall + 60.0
+            async with self._lock:
+                await self._expire(partitions, wall)
         candidates = [
             state
             for state in self._pending(partitions)
-            if max(wall, self._partition_time(state.partition, 0.0, set())) >= state.first_seen + deadline_s
+            if max(wall, self._partition_time(state.partition, 0.0, set())) >= self._due_at(state)
         ]
         if not candidates:
             return
@@ -168,7 +203,10 @@ class RewardProcessor:
             p: max(self._partition_time(p, 0.0, set()), self._partition_time(p, wall, idle))
             for p in {s.partition for s in candidates}
         }
-        due = [s for s in candidates if now[s.partition] >= s.first_seen + deadline_s]
+        due = [s for s in candidates if now[s.partition] >= self._due_at(s)]
+        if len(due) < len(candidates):
+            lagging = sorted({tp for tp in self._inputs(candidates) if tp not in idle})
+            self.note_waiting(f"{len(candidates) - len(due)} generations past the deadline wait for inputs {lagging}")
         if not due:
             return
         async with self._lock:
@@ -177,6 +215,32 @@ class RewardProcessor:
                 raw = self.store.get(state.generation_id)  # re-read: the agent may have emitted meanwhile
                 if raw is not None:
                     await self._act(JoinState.loads(raw), now[state.partition])
+
+    def note_waiting(self, why: str) -> None:
+        """Log why deadlines are not applied, at most every 10 s (a silent stall is the worst failure)."""
+        wall = self.clock()
+        if wall >= self._next_note:
+            self._next_note = wall + 10.0
+            log.info("deadlines on hold: %s", why)
+
+    def _inputs(self, states: list[JoinState]) -> set[tuple[str, int]]:
+        return {(topic, s.partition) for s in states for topic in self.topics.roles}
+
+    def _due_at(self, state: JoinState) -> float:
+        """When the state next needs a decision: the deadline, or (held back by a sandbox_error) the retry limit."""
+        join = self.policy.join
+        return state.first_seen + (join.sandbox_retry_s if state.withheld_reported else join.deadline_s)
+
+    async def _expire(self, partitions: set[int], wall: float) -> None:
+        """Forget finished generations after the retention (a part arriving later than that starts anew)."""
+        cutoff = wall - self.retention_s
+        for key, raw in list(self.store.items()):
+            if raw.startswith(PENDING_PREFIX) or key.startswith("#"):
+                continue
+            state = JoinState.loads(raw)
+            if state.partition in partitions and state.first_seen < cutoff:
+                await self.store.delete(state.partition, key)
+                self.counts["expired"] += 1
 
     def _pending(self, partitions: set[int]) -> list[JoinState]:
         out: list[JoinState] = []
@@ -228,19 +292,23 @@ class RewardProcessor:
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
             reward = decision.reward
+            self.doing = f"waiting for the ack of the reward for {state.generation_id}"
             offset = await self.outputs.send_reward(state.partition, reward.key(), encode(reward))
-            self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
-            self.store.put(state.partition, watermark_key(state.partition), str(offset + 1).encode())
+            self.doing = "idle"
+            await self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
+            await self.store.put(state.partition, watermark_key(state.partition), str(offset + 1).encode())
             self.counts["rewards"] += 1
         elif isinstance(decision, Withhold):
             self.counts["withheld"] += 1
-            self.store.put(
+            await self.store.put(
                 state.partition, state.generation_id, state.model_copy(update={"withheld_reported": True}).dumps()
             )
             await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1
-            self.store.put(state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps())
+            await self.store.put(
+                state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
+            )
             await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
 
     async def _ensure_scanned(self, partition: int) -> None:
@@ -249,7 +317,9 @@ class RewardProcessor:
             return
         raw = self.store.get(watermark_key(partition))
         start = int(raw) if raw else 0
+        self.doing = f"reading rewards partition {partition} from {start}"
         found, end = await self.outputs.read_rewards(partition, start)
+        self.doing = "idle"
         now = self.clock()
         for offset, value in found:
             try:
@@ -260,11 +330,13 @@ class RewardProcessor:
             old = self.store.get(reward.generation_id)
             if old is not None and not old.startswith(PENDING_PREFIX):
                 continue
-            self.store.put(partition, reward.generation_id, emitted_from_reward(reward, partition, offset, now).dumps())
+            await self.store.put(
+                partition, reward.generation_id, emitted_from_reward(reward, partition, offset, now).dumps()
+            )
             self.counts["recovered"] += 1
             log.info("reward for %s found on the rewards topic, marked emitted", reward.generation_id)
         if end > start:
-            self.store.put(partition, watermark_key(partition), str(end).encode())
+            await self.store.put(partition, watermark_key(partition), str(end).encode())
         self._scanned.add(partition)
 
     async def _log(self, state: JoinState, level: str, message: str) -> None:

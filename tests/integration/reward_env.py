@@ -25,6 +25,7 @@ from schemas.events import (
     RewardEvent,
 )
 from schemas.topics import catalog, topic_for
+from streams.reward.app import STALL_EXIT_CODE
 
 PARTITIONS = 3
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +40,8 @@ class RewardEnv:
     tmp: Path
     app_id: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    restarts: int = 0
+    _args: dict[int, tuple[Path | None, str, int | None]] = field(default_factory=dict)
 
     def name(self, role: str) -> str:
         return topic_for(role, catalog(self.prefix, PARTITIONS)).name  # type: ignore[arg-type]
@@ -66,6 +69,8 @@ class RewardEnv:
             str(self.tmp / "data"),
             "--tick",
             "0.2",
+            "--stall-timeout",
+            "8",
         ]
         if policy is not None:
             cmd += ["--policy", str(policy)]
@@ -79,12 +84,34 @@ class RewardEnv:
         finally:
             out.close()
         self.procs.append(proc)
+        self._args[proc.pid] = (policy, tag, kill_after)
         return proc
+
+    def supervise(self) -> None:
+        """What ``up --pipeline`` must do: restart a processor that stopped itself (stall watchdog, code 70)."""
+        for proc in list(self.procs):
+            if proc.poll() == STALL_EXIT_CODE and proc.pid in self._args:
+                policy, tag, kill_after = self._args.pop(proc.pid)
+                self.restarts += 1
+                self.start(policy, tag, kill_after)
 
     def logs(self, tail: int | None = 6000) -> str:
         """The processors' output (each file's last ``tail`` characters; None: all of it)."""
         texts = (p.read_text(errors="replace") for p in sorted(self.tmp.glob("*.log")))
         return "\n".join(t if tail is None else t[-tail:] for t in texts)
+
+    def diagnose(self) -> str:
+        """Ask live processors to log every task's stack (SIGUSR1), then return all logs."""
+        live = [p for p in self.procs if p.poll() is None]
+        sizes = {p: sum(f.stat().st_size for f in self.tmp.glob("*.log")) for p in live}
+        for proc in live:
+            os.kill(proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while live and time.monotonic() < deadline:
+            if sum(f.stat().st_size for f in self.tmp.glob("*.log")) > max(sizes.values()) + 2000:
+                break
+            time.sleep(0.1)
+        return self.logs(tail=20000)
 
     def stop_all(self) -> None:
         for proc in self.procs:
@@ -127,11 +154,23 @@ class Reader:
             assert msg.error() is None, msg.error()
             self.values.append(msg.value() or b"")
 
-    def wait(self, until: Callable[[], bool], timeout_s: float, why: str, env: RewardEnv | None = None) -> None:
+    def wait(
+        self,
+        until: Callable[[], bool],
+        timeout_s: float,
+        why: str,
+        env: RewardEnv | None = None,
+        missing: Callable[[], object] | None = None,
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while not until():
+            if env is not None:
+                env.supervise()
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s}s waiting for {why}\n{env.logs() if env else ''}")
+                raise AssertionError(
+                    f"timed out after {timeout_s}s waiting for {why}; missing: {missing() if missing else '?'}\n"
+                    f"{env.diagnose() if env else ''}"
+                )
             self.poll()
 
     def rewards(self) -> list[RewardEvent]:

@@ -152,3 +152,16 @@ def test_missing_policy_file(tmp_path: Path) -> None:
 
 def test_packaged_default_path_exists() -> None:
     assert default_policy_path().is_file()
+
+
+def test_io_only_tasks_do_not_gate_on_self_only_rules(default: Policy) -> None:
+    v = verdict("g", flags=("exit_call", "signal_tricks")).model_copy(update={"suite_kind": "io"})
+    ex = execution("g").model_copy(update={"suite_kind": "io"})
+    got = scored(evaluate(default, Signals(ex, v, judgement("g"))))
+    assert got.reward == 1.0
+    assert got.flags == ()
+    assert any("not gating" in r for r in got.reasons)
+    call_public = execution("g")  # a call suite: exiting early could skip checks, so it gates
+    assert scored(evaluate(default, Signals(call_public, v, judgement("g")))).reward == 0.0
+    other = verdict("g", flags=("builtins_patch",)).model_copy(update={"suite_kind": "io"})
+    assert scored(evaluate(default, Signals(ex, other, judgement("g")))).reward == 0.0

@@ -29,8 +29,12 @@ class Store:
     def get(self, key: str) -> bytes | None:
         return self.data.get(key)
 
-    def put(self, partition: int, key: str, value: bytes) -> None:
+    async def put(self, partition: int, key: str, value: bytes) -> None:
         self.data[key] = value
+        self.changelog.append((partition, key))
+
+    async def delete(self, partition: int, key: str) -> None:
+        self.data.pop(key, None)
         self.changelog.append((partition, key))
 
     def items(self) -> Iterable[tuple[str, bytes]]:
@@ -83,7 +87,7 @@ def policy() -> Policy:
 
 
 def make(policy: Policy, store: Store, outputs: Outputs, clock: Clock | None = None) -> RewardProcessor:
-    return RewardProcessor(policy, Topics(INPUTS), store, outputs, clock or Clock(T0))
+    return RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=clock or Clock(T0))
 
 
 def feed(proc: RewardProcessor, events: list[object], partition: int = 0, ts: float = T0, start: int = 0) -> None:
@@ -195,3 +199,46 @@ def test_sandbox_error_is_reported_not_rewarded(policy: Policy) -> None:
     assert record.generation_id == "g"
     feed(proc, [verdict("g", attempt=2)], start=10)
     assert [r.reward for r in rewards(outputs)] == [1.0]
+
+
+def test_withheld_generations_wait_for_the_retry_limit_not_the_deadline(policy: Policy) -> None:
+    store, outputs, clock = Store(), Outputs(), Clock(T0)
+    outputs.idle = {(t, 0) for t in INPUTS}
+    proc = make(policy, store, outputs, clock)
+    feed(proc, [execution("g"), verdict("g", status="sandbox_error")])
+    clock.now = T0 + policy.join.deadline_s + 1
+    asyncio.run(proc.tick({0}))
+    assert len(outputs.logs) == 1  # reported once
+    assert rewards(outputs) == []
+    clock.now = T0 + policy.join.sandbox_retry_s + 1
+    asyncio.run(proc.tick({0}))
+    assert rewards(outputs) == []
+    assert proc.counts["gave_up"] == 1
+    assert decode(outputs.logs[-1], LogRecord).level == "error"
+    assert b'"status":"gave_up"' in store.data["g"]
+
+
+def test_finished_generations_expire_after_the_retention(policy: Policy) -> None:
+    store, outputs, clock = Store(), Outputs(), Clock(T0)
+    proc = RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=clock, retention_s=100.0)
+    feed(proc, [execution("g"), verdict("g"), judgement("g"), execution("p")])
+    clock.now = T0 + 101
+    asyncio.run(proc.tick({0}))
+    assert "g" not in store.data
+    assert "p" in store.data  # still pending: never expired
+    assert watermark_key(0) in store.data
+    assert proc.counts["expired"] == 1
+
+
+def test_stalled_inputs_are_those_with_backlog_and_no_progress(policy: Policy) -> None:
+    clock = Clock(T0)
+    proc = make(policy, Store(), Outputs(), clock)
+    feed(proc, [execution("g")], partition=1)
+    clock.now = T0 + 30
+    backlog = [("x.executions", 1), ("x.verdicts", 1)]
+    assert proc.stalled(backlog, stall_s=60) == []
+    assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1), ("x.verdicts", 1)]
+    feed(proc, [verdict("g")], partition=1)
+    assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1)]
+    proc.forget_partitions()  # a rebalance restarts every clock
+    assert proc.stalled(backlog, stall_s=20) == []
