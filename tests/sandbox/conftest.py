@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +18,32 @@ from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
 
-BACKENDS = ("process", "docker")
+#: ``process`` forks runs from the pre-started sandbox interpreter (the default); ``process_inline`` is the
+#: same, with ``python3 main.py`` programs run the way the grader's harness runs (``python3 -I -S -B -c``:
+#: in-process in the forked interpreter, no exec at all); ``process_chain`` execs sh -> setpriv -> bwrap per
+#: run. Every hostile test runs on all of them and on docker.
+BACKENDS = ("process", "process_inline", "process_chain", "docker")
+INLINE_BOOT = "import runpy\nrunpy.run_path('main.py', run_name='__main__')\n"
+
+
+class InlinePython:
+    """Runs ``python3 main.py ARGS`` specs as ``python3 -I -S -B -c BOOT ARGS`` (the fork server's fast path)."""
+
+    name = "process"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        if spec.argv[:2] == ("python3", "main.py"):
+            spec = replace(spec, argv=("python3", "-I", "-S", "-B", "-c", INLINE_BOOT, *spec.argv[2:]))
+        return self.inner.run(spec)  # type: ignore[no-any-return]
+
+    def audit(self, wait_s: float = 0.0) -> list[str]:
+        return list(self.inner.audit(wait_s))
+
+    def close(self) -> None:
+        """The wrapped session fixture closes the backend."""
 
 
 def _unavailable(what: str, exc: Exception) -> None:
@@ -38,6 +64,26 @@ def process_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
         sandbox = make_sandbox(sandbox_settings, "process")
     except RewardstreamError as exc:
         _unavailable("process sandbox", exc)
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+@pytest.fixture(scope="session")
+def process_inline_sandbox(process_sandbox: Sandbox) -> Sandbox:
+    return InlinePython(process_sandbox)
+
+
+@pytest.fixture(scope="session")
+def process_chain_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
+    from infra.local.sandbox_image import ensure_sandbox_rootfs
+    from workers.sandbox.process import ProcessSandbox
+
+    try:
+        sandbox = ProcessSandbox(sandbox_settings, ensure_sandbox_rootfs(sandbox_settings), fork_server=False)
+    except RewardstreamError as exc:
+        _unavailable("process sandbox (exec chain)", exc)
     try:
         yield sandbox
     finally:

@@ -662,3 +662,38 @@ def test_concurrent_runs_are_isolated(sandbox: Sandbox) -> None:
     for i, r in results.items():
         assert r.status is S.OK, r  # type: ignore[attr-defined]
         assert r.stdout == f"{i}\n".encode()  # type: ignore[attr-defined]
+
+
+def test_sysv_ipc_and_mqueue_do_not_reach_the_next_run(sandbox: Sandbox) -> None:
+    """SysV shared memory / POSIX message queues left by one run are invisible to every later run."""
+    leave = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+shm = libc.shmget(0x5253, 4096, 0o1000 | 0o666)  # IPC_CREAT
+sem = libc.semget(0x5254, 1, 0o1000 | 0o666)
+msg = libc.msgget(0x5255, 0o1000 | 0o666)
+made = []
+try:
+    fd = os.open('/dev/mqueue/rs-left', os.O_CREAT | os.O_WRONLY, 0o666)
+    os.close(fd)
+    made.append('mq')
+except OSError:
+    pass
+print(shm >= 0, sem >= 0, msg >= 0, made)
+"""
+    first = run_py(sandbox, leave)
+    assert first.status is S.OK, first.stderr
+    check = """
+import os
+def rows(p):
+    try:
+        return len(open(p).read().splitlines()) - 1
+    except OSError:
+        return 0
+mq = sorted(os.listdir('/dev/mqueue')) if os.path.isdir('/dev/mqueue') else []
+print(rows('/proc/sysvipc/shm'), rows('/proc/sysvipc/sem'), rows('/proc/sysvipc/msg'), mq)
+"""
+    for _ in range(3):  # whichever pooled container (or fresh sandbox) the next runs get
+        r = run_py(sandbox, check)
+        assert r.status is S.OK, r.stderr
+        assert r.stdout == b"0 0 0 []\n", (first.stdout, r.stdout)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from schemas.settings import Settings
-from workers.sandbox.api import Sandbox
+from workers.sandbox.api import Sandbox, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import processes_of_uid
+from workers.sandbox.cgroups import GROUP_NAME
 from workers.sandbox.factory import make_sandbox
 
 pytestmark = pytest.mark.sandbox
@@ -41,6 +43,24 @@ def _wait(cond: object, deadline_s: float) -> bool:
     return False
 
 
+def _fork_servers_of(pid: int) -> list[int]:
+    """Host pids of fork-server processes (bwrap, server, supervisors) started by worker ``pid``."""
+    return _tagged(f"rs-forkserver-of-{pid}-")
+
+
+def _tagged(prefix: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(arg.startswith(prefix.encode()) for arg in argv):
+                found.append(int(entry.name))
+    return found
+
+
 def test_worker_death_kills_the_sandbox_and_next_worker_sweeps(sandbox_settings: Settings) -> None:
     worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=ROOT)
     tag = f"rewardstream-sandbox/{worker.pid}-"
@@ -50,6 +70,8 @@ def test_worker_death_kills_the_sandbox_and_next_worker_sweeps(sandbox_settings:
         worker.wait(timeout=30)
         # PDEATHSIG + bwrap --die-with-parent: the whole sandbox tree dies with the worker.
         assert _wait(lambda: not [p for p in processes_of_uid(sandbox_settings.sandbox_uid) if tag in p.cgroups], 15)
+        # ... and so does its fork server (root, outside the run cgroups), with its supervisors.
+        assert _wait(lambda: not _fork_servers_of(worker.pid), 15), _fork_servers_of(worker.pid)
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -94,6 +116,40 @@ def test_worker_memory_bounded_during_flood(backend: str, request: pytest.Fixtur
 def test_suite_left_nothing_behind(process_sandbox: Sandbox, sandbox_settings: Settings) -> None:
     """No sandbox-uid process outside a live sandbox container, no run cgroup, no run mount."""
     assert process_sandbox.audit(wait_s=10.0) == []  # type: ignore[attr-defined]
-    strays = [p for p in processes_of_uid(sandbox_settings.sandbox_uid) if "docker" not in p.cgroups]
+    # Other workers on this machine (other test sessions, benchmarks) may be running sandboxes right now:
+    # their processes sit in run cgroups named after their own live pid. Anything else is a stray.
+    others = re.compile(rf"{GROUP_NAME}/(\d+)-")
+
+    def foreign_live_run(cgroups: str) -> bool:
+        owners = {int(m) for m in others.findall(cgroups)}
+        return bool(owners) and os.getpid() not in owners and all(_pid_alive(o) for o in owners)
+
+    strays = [
+        p
+        for p in processes_of_uid(sandbox_settings.sandbox_uid)
+        if "docker" not in p.cgroups and not foreign_live_run(p.cgroups)
+    ]
     assert strays == []
     assert os.path.isdir(sandbox_settings.sandbox_run_dir)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def test_fork_server_close_stops_it(sandbox_settings: Settings) -> None:
+    sb = make_sandbox(sandbox_settings, "process")
+    tag = sb.fork_server_tag  # type: ignore[attr-defined]
+    try:
+        assert tag is not None
+        assert sb.run(SandboxSpec(argv=("true",))).status is SandboxStatus.OK
+        assert _tagged(tag)
+    finally:
+        sb.close()
+    assert _wait(lambda: not _tagged(tag), 15), _tagged(tag)

@@ -311,3 +311,67 @@ def test_harness_falls_back_to_source_when_bytecode_does_not_match() -> None:
     g = grader(LocalRunner())
     g._harness_pyc = b"\0" * 16 + b"not bytecode"  # as if the sandbox ran another Python version
     assert g.grade(task(), GOOD).status == "pass"
+
+
+IO_TASK: dict[str, Any] = {
+    "entry_point": None,
+    "public_tests": None,
+    "hidden_tests": {
+        "kind": "io",
+        "cases": [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "5 5", "expected_stdout": "10"}],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("code", "rule"),
+    [
+        ("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(0)\n", "exit_call"),
+        ("a, b = map(int, input().split())\nprint(a + b)\nexit()\n", "exit_call"),
+        (
+            "import signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nprint(sum(map(int, input().split())))\n",
+            "signal_tricks",
+        ),
+    ],
+)
+def test_io_only_task_does_not_gate_on_exit_or_signal_flags(code: str, rule: str) -> None:
+    """An io program that ends with sys.exit(0) earns its reward; the flag stays visible as a reason."""
+    res = grader(LocalRunner()).grade(task(**IO_TASK), code).to_json()
+    assert res["status"] == "pass"
+    assert res["reward"] == 1.0
+    assert res["flags"] == []
+    assert rule in {f["rule"] for f in res["static_flags"]}
+    assert any(rule in r and "not gating" in r for r in res["reasons"])
+
+
+def test_io_only_exit_cannot_fake_output() -> None:
+    """Exiting early with status 0 and no output is just a wrong answer."""
+    res = grader(LocalRunner()).grade(task(**IO_TASK), "import os\nos._exit(0)\n").to_json()
+    assert res["status"] == "fail"
+    assert res["reward"] == 0.0
+
+
+def test_exit_call_still_gates_call_and_mixed_tasks() -> None:
+    code = "import sys\ndef add(a, b):\n    return a + b\nif False:\n    sys.exit(0)\n"
+    res = grader(LocalRunner()).grade(task(), code).to_json()
+    assert res["status"] == "pass"
+    assert (res["reward"], res["flags"]) == (0.0, ["exit_call"])
+    mixed = task(
+        public_tests={"kind": "io", "cases": [{"stdin": "", "expected_stdout": ""}]},
+    )
+    assert grader(LocalRunner()).grade(mixed, code).to_json()["reward"] == 0.0
+
+
+def test_io_only_still_gates_other_hacks() -> None:
+    code = "import gc, sys\nprint(sum(map(int, input().split())))\nsys.exit(0)\n"
+    res = grader(LocalRunner()).grade(task(**IO_TASK), code).to_json()
+    assert res["status"] == "pass"
+    assert (res["reward"], res["flags"]) == (0.0, ["frame_introspection"])
+
+
+def test_default_policy_io_only_flag() -> None:
+    flags = analyze("import sys\nsys.exit(0)\n")
+    assert default_reward("pass", 2, 2, flags).reward == 0.0
+    relaxed = default_reward("pass", 2, 2, flags, io_only=True)
+    assert (relaxed.reward, relaxed.flags) == (1.0, ())
+    assert default_reward("fail", 1, 2, flags, io_only=True).reward == 0.0

@@ -1,9 +1,11 @@
 """The grader: static analysis + one batched sandbox run of a task's suites + strict comparison + reward.
 
 Why one run for public and hidden: a sandbox start dominates the cost of a HumanEval-sized task; the
-harness isolates suites from each other (fresh candidate process per suite; check code never reachable
-from a candidate process). Infrastructure failures (``SandboxStatus.SANDBOX_ERROR``, a harness that never
-started) are retried with exponential backoff and end as ``sandbox_error``, never as ``fail``.
+harness keeps check code out of every candidate process (assert suites get their own process, forked before
+any check code is parsed; io cases one process each). Consecutive call suites share one candidate process:
+expected values never enter the sandbox, so state carried between suites cannot turn a wrong answer right.
+Infrastructure failures (``SandboxStatus.SANDBOX_ERROR``, a harness that never started) are retried with
+exponential backoff and end as ``sandbox_error``, never as ``fail``.
 """
 
 from __future__ import annotations
@@ -284,7 +286,8 @@ class Grader:
             status = "fail"
         passed = hidden.passed + (public.passed if public else 0)
         total = hidden.total + (public.total if public else 0)
-        decision = default_reward(status, passed, total, flags)
+        io_only = all(s.kind == "io" for _, s in labelled)
+        decision = default_reward(status, passed, total, flags, io_only=io_only)
         reasons = list(decision.reasons)
         if ran.infra_error:
             reasons.append(ran.infra_error[:1024])

@@ -9,7 +9,8 @@ Why it is shaped like this (the grader's trust argument):
 * Only the parent writes to stdout. Each record is ``\\n@@RS1 <nonce> <json>\\n``; the nonce comes on stdin,
   is read by the kernel straight into a bytearray, is never copied into another object, and every child
   zeroes its copy right after ``fork`` before any candidate code runs.
-* ``call``: the child returns each value in a tagged JSON encoding built from exact builtin types only
+* ``call``: consecutive call suites share one server child (one fork, one module load per run); the child
+  returns each value in a tagged JSON encoding built from exact builtin types only
   (no subclasses, no custom classes, size/depth capped, no NaN/inf); the parent re-parses it strictly and
   writes plain JSON. Expected values never enter the sandbox, so a forged value is just a wrong answer.
 * ``assert``: the check code runs in the PARENT; ``candidate`` is a proxy that sends plain arguments to the
@@ -478,32 +479,58 @@ class Emitter:
             _write_all(1, rest)
 
 
-def _run_call(
-    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: Emitter, sid: int
+class CallServer:
+    """The candidate process shared by consecutive call suites (one fork and one module load per run).
+
+    Why sharing is safe: expected values never enter the sandbox and every suite's answers are computed by
+    the candidate anyway, so state carried from one suite to the next cannot turn a wrong answer into a
+    right one. A server that died or timed out is replaced; assert suites never see it (killed first).
+    """
+
+    def __init__(self) -> None:
+        self.server: Server | None = None
+        self.loaded: list[str] | str = "not loaded"
+
+    def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, list[str] | str]:
+        if self.server is None or not self.server.alive or type(self.loaded) is str:
+            self.kill()
+            self.server = Server.spawn(secrets)
+            self.loaded = _load(self.server, code, deadline)
+        return self.server, self.loaded
+
+    def kill(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server = None
+
+
+def _run_call(  # noqa: PLR0917
+    job: dict[str, Any],
+    suite: dict[str, Any],
+    secrets: tuple[bytearray, ...],
+    out: Emitter,
+    sid: int,
+    shared: CallServer,
 ) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
     code = str(job["code"])
     entry = str(job["entry_point"])
-    server = Server.spawn(secrets)
-    loaded = _load(server, code, deadline)
-    try:
-        for case in suite["cases"]:
-            cid = str(case["id"])
-            if not server.alive and type(loaded) is not str:
-                server = Server.spawn(secrets)  # the candidate killed itself; later cases still get a run
-                loaded = _load(server, code, deadline)
-            if type(loaded) is str:
-                out.emit({"suite": sid, "id": cid, "ok": False, "error": loaded})
-                continue
-            msg = {
-                "op": "call",
-                "fn": entry,
-                "args": tag_plain(case.get("args", [])),
-                "kwargs": tag_plain(case.get("kwargs", {})),
-            }
-            out.emit({"suite": sid, **_call_record(cid, server, msg, deadline)})
-    finally:
-        server.kill()
+    server, loaded = shared.get(code, secrets, deadline)
+    for case in suite["cases"]:
+        cid = str(case["id"])
+        if not server.alive and type(loaded) is not str:
+            # the candidate killed itself (or timed out); later cases still get a run
+            server, loaded = shared.get(code, secrets, deadline)
+        if type(loaded) is str:
+            out.emit({"suite": sid, "id": cid, "ok": False, "error": loaded})
+            continue
+        msg = {
+            "op": "call",
+            "fn": entry,
+            "args": tag_plain(case.get("args", [])),
+            "kwargs": tag_plain(case.get("kwargs", {})),
+        }
+        out.emit({"suite": sid, **_call_record(cid, server, msg, deadline)})
 
 
 def _load(server: Server, code: str, deadline: float) -> list[str] | str:
@@ -665,6 +692,7 @@ def _exec_main(code: str) -> int:
     status = 0
     try:
         sys.argv = ["solution.py"]
+        _site_exit_builtins()
         _load_module(code, "__main__")
     except SystemExit as exc:
         if exc.code is None:
@@ -684,6 +712,17 @@ def _exec_main(code: str) -> int:
     except BaseException:
         status = status or 1
     return status
+
+
+def _site_exit_builtins() -> None:
+    """``exit``/``quit`` as ``site`` defines them (the harness runs with ``-S``): io programs use them."""
+    try:
+        import _sitebuiltins
+
+        builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+        builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    except Exception:  # noqa: S110 - without them a program calling exit() just fails its case
+        pass
 
 
 def _collect(out_r: int, err_r: int, deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
@@ -778,6 +817,7 @@ def main(argv: list[str]) -> int:
         out.emit({"harness_error": "short stdin"})
         return 2
     servers = [Server.spawn(secrets) for _ in range(n_assert)]
+    shared = CallServer()
     try:
         spans = _segments(buf)
         job = _parse_segment(buf, spans[0])
@@ -787,9 +827,10 @@ def main(argv: list[str]) -> int:
             kind = suite.get("kind")
             if kind == "assert" and servers:
                 seen_assert = True
+                shared.kill()
                 _run_assert(job, suite, servers.pop(0), out, sid)
             elif kind == "call" and not seen_assert:
-                _run_call(job, suite, secrets, out, sid)
+                _run_call(job, suite, secrets, out, sid, shared)
             elif kind == "io" and not seen_assert:
                 _run_io(job, suite, secrets, out, sid)
             else:
@@ -799,6 +840,7 @@ def main(argv: list[str]) -> int:
         out.emit({"harness_error": f"bad job: {type(exc).__name__}: {exc}"})
         return 2
     finally:
+        shared.kill()
         for server in servers:
             server.kill()
     out.emit({"done": True})

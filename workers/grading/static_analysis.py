@@ -152,6 +152,10 @@ _SKIP_EXCEPTIONS = {
     "Skipped",
 }
 _CLOCK_CALLS = {"time.clock_settime", "time.clock_settime_ns", "os.utime", "time.settime"}
+#: clock-setting syscalls however they are reached (``libc.clock_settime`` through ctypes, ...)
+_CLOCK_SYSCALLS = {"clock_settime", "clock_settime64", "clock_adjtime", "settimeofday", "adjtimex", "stime"}
+#: file names a poisoning write plants (interpreter start-up hooks, shadowing modules, bytecode)
+_HOOK_SUFFIXES = (".py", ".pth", ".pyc")
 _FILE_CALLS = {
     "open",
     "io.open",
@@ -247,6 +251,9 @@ def analyze(code: str) -> list[Flag]:
         line = getattr(exc, "lineno", None)
         return [_flag("syntax_error", f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}", line)]
     visitor = _Visitor()
+    visitor.module_strings = [
+        n.value.lower() for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
     try:
         visitor.visit(tree)
     except RecursionError:
@@ -266,6 +273,9 @@ class _Visitor(ast.NodeVisitor):
         self.flags: list[Flag] = []
         self._seen: set[tuple[str, int | None]] = set()
         self.aliases: dict[str, str] = {}  # local name -> module path ("np" -> "numpy", "e" -> "sys.exit")
+        #: every string constant of the module, lowercased: a write whose path is computed (a loop over
+        #: file names) still counts as poisoning when the module names start-up hooks anywhere
+        self.module_strings: list[str] = []
 
     def add(self, rule: str, detail: str, line: int | None) -> None:
         if (rule, line) not in self._seen:
@@ -351,7 +361,7 @@ class _Visitor(ast.NodeVisitor):
             self.add("process_tricks", name, line)
         if name.startswith(("signal.", "os.kill", "faulthandler.")) or name in {"os.alarm", "signal"}:
             self.add("signal_tricks", name, line)
-        if name in _CLOCK_CALLS:
+        if name in _CLOCK_CALLS or name.rsplit(".", 1)[-1] in _CLOCK_SYSCALLS:
             self.add("clock_tampering", name, line)
         if name in {
             "eval",
@@ -377,8 +387,11 @@ class _Visitor(ast.NodeVisitor):
         if name in {"setattr", "delattr", "object.__setattr__"} and node.args:
             target = self.dotted(node.args[0])
             if target is not None and self._is_module_ref(node.args[0]):
-                rule = "builtins_patch" if target.split(".")[0] in {"builtins", "__builtins__"} else "module_patch"
+                top = target.split(".")[0]
+                rule = "builtins_patch" if top in {"builtins", "__builtins__"} else "module_patch"
                 self.add(rule, f"{name}({target}, ...)", line)
+                if top in {"time", "datetime"}:
+                    self.add("clock_tampering", f"{name}({target}, ...)", line)
         if name in _FILE_CALLS or name.endswith(
             (".read_text", ".write_text", ".read_bytes", ".write_bytes", ".open", ".iterdir", ".glob")
         ):
@@ -426,6 +439,10 @@ class _Visitor(ast.NodeVisitor):
         )
         if writes and any(w in t for t in texts for w in _POISON_WORDS):
             self.add("run_poisoning", f"{name} writing {texts[0][:60]!r}", line)
+        elif writes and not isinstance(first, ast.Constant):
+            hooks = [t for t in self.module_strings if t.endswith(_HOOK_SUFFIXES) or "customize" in t]
+            if hooks:
+                self.add("run_poisoning", f"{name} writing a computed path; the code names {hooks[0][:60]!r}", line)
         self.add("file_access", name, line)
 
     # ---- assignments (monkey-patching) -------------------------------------------------------------

@@ -21,17 +21,24 @@ class HostProcess:
     cmdline: str
 
 
-def processes_of_uid(uid: int) -> list[HostProcess]:
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit and never returns to user space
+
+
+def processes_of_uid(uid: int, proc_root: Path = Path("/proc")) -> list[HostProcess]:
     """Every live host process whose real uid is ``uid``.
 
     Zombies are skipped: they have already exited and hold no resources. (bwrap's outer process exits as
     soon as it learns the program's status, so its pid-1 helper is reaped by the host init a moment later.)
+    So are tasks already inside ``do_exit`` (``PF_EXITING``), checked AFTER reading their cgroup: a killed
+    task whose run cgroup was just removed shows cgroup ``/`` and an empty cmdline for a moment before it
+    becomes a zombie, which made the audit report it as "escaped" (a race, not a leak). A live task, even
+    one with an empty cmdline (``execve`` with no argv), is never skipped.
     """
     found: list[HostProcess] = []
-    for entry in Path("/proc").iterdir():
+    for entry in proc_root.iterdir():
         if not entry.name.isdigit():
             continue
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, StopIteration, ValueError, IndexError):
             status = (entry / "status").read_text()
             uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
             state = next(line for line in status.splitlines() if line.startswith("State:"))
@@ -39,8 +46,20 @@ def processes_of_uid(uid: int) -> list[HostProcess]:
                 continue
             cgroups = (entry / "cgroup").read_text().replace("\n", " ")
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if _exited(entry):
+                continue
             found.append(HostProcess(int(entry.name), cgroups, cmdline[:200]))
     return found
+
+
+def _exited(entry: Path) -> bool:
+    """True once the task is a zombie or inside ``do_exit`` (``/proc/<pid>/stat`` state and flags)."""
+    try:
+        stat = (entry / "stat").read_text()
+    except FileNotFoundError:
+        return True  # reaped meanwhile
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] in ("Z", "X", "x") or bool(int(fields[6]) & PF_EXITING)
 
 
 def poll_until_empty(check: Callable[[], list[str]], wait_s: float) -> list[str]:
