@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
     worker_max_in_flight: int = Field(0, ge=0, le=100_000, description="buffered events before pausing (0: 16x, >= 64)")
     worker_drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: finish in-flight runs within this")
-    worker_commit_interval_s: float = Field(0.1, gt=0, le=60, description="max delay before results are committed")
+    worker_commit_interval_s: float = Field(0.5, gt=0, le=60, description="max delay before results are committed")
     worker_transaction_timeout_ms: int = Field(15_000, ge=1000, description="a dead worker's open transaction aborts")
     worker_instance_id: str | None = Field(None, description="transactional.id suffix; default host-pid-random")
     worker_store_artifacts: bool = Field(True, description="store code and per-case results in S3")

@@ -122,7 +122,7 @@ class WorkerConfig:
     transactional_id: str
     concurrency: int = 2
     max_in_flight: int = 0  # 0: 16 x concurrency, at least 64
-    commit_interval_s: float = 0.1
+    commit_interval_s: float = 0.5  # each transaction costs the broker; results wait at most this long
     commit_batch: int = 500
     poll_timeout_s: float = 0.02
     drain_timeout_s: float = 30.0

@@ -9,6 +9,7 @@ a reasonable size, explain itself.
 from __future__ import annotations
 
 import ast
+import threading
 import time
 
 from workers.grading.static_analysis import analyze, hack_rules
@@ -60,8 +61,17 @@ class RubricJudge:
     model = RUBRIC_MODEL
     prompt_version = RUBRIC_PROMPT_VERSION
 
+    def __init__(self) -> None:
+        # CPython 3.11 can raise "AST constructor recursion depth mismatch" when threads build ASTs at once
+        # (gh-106905); scoring takes well under a millisecond, so callers take turns.
+        self._lock = threading.Lock()
+
     def score(self, request: JudgeRequest) -> JudgeOutcome:
         """Sum of the weights of the criteria the code meets, with the unmet ones as the rationale."""
+        with self._lock:
+            return self._score(request)
+
+    def _score(self, request: JudgeRequest) -> JudgeOutcome:
         started = time.perf_counter()
         try:
             tree = ast.parse(request.code)
