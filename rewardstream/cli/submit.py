@@ -49,6 +49,8 @@ def read_solutions(path: Path) -> list[dict[str, str]]:
             raise ValidationError(f"{path}:{number}: duplicate generation_id {row['generation_id']}")
         seen.add(row["generation_id"])
         rows.append({k: row[k] for k in ("task_id", "generation_id", "code")})
+    if not rows:
+        raise ValidationError(f"{path}: no solutions")
     return rows
 
 
@@ -74,9 +76,10 @@ def submit(
     settings = load_settings()
     run = run_id or f"submit-{uuid.uuid4().hex[:12]}"
     err = Console(stderr=True)
+    rows = read_solutions(solutions)
     config = TrainerConfig.from_settings(settings, run, policy_version="submit", trainer_id=f"{run}.submit")
     with TrainerClient(config) as client:
-        events = _events(client, read_solutions(solutions), solutions)
+        events = _events(client, rows, solutions)
         futures = client.publish_many(events)
         client.flush()
         rewards = _collect(events, futures, timeout, err)

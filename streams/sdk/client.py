@@ -151,7 +151,11 @@ class TrainerClient:
         # every consumer call happens on the consumer thread; checkpoint() asks it through this queue.
         self._commit_requests: queue.Queue[Future[dict[int, int]]] = queue.Queue()
         if consume:
-            self._start_consumer(start_timeout_s)
+            try:
+                self._start_consumer(start_timeout_s)
+            except BaseException:
+                self.close(flush_timeout_s=0)
+                raise
 
     # ---- publishing -------------------------------------------------------------------------------------
 
@@ -338,8 +342,11 @@ class TrainerClient:
             return positions
 
     def _raise_if_failed(self) -> None:
-        if self._state.error is not None:
-            raise SdkError(f"reward consumer failed: {self._state.error}") from self._state.error
+        error = self._state.error
+        if isinstance(error, RewardstreamError):
+            raise SdkError(str(error)) from error
+        if error is not None:
+            raise SdkError(f"reward consumer failed: {error}") from error
 
     # ---- the consumer thread ----------------------------------------------------------------------------
 
@@ -409,6 +416,8 @@ class TrainerClient:
                     last_commit = time.monotonic()
                     self._commit_async(consumer)
             self._serve_commits()
+        except RewardstreamError as exc:
+            self._fail(exc)  # a one-line reason (e.g. missing topic) surfaces on the caller's side
         except BaseException as exc:
             log.exception("rewards consumer stopped")
             self._fail(exc)

@@ -124,3 +124,10 @@ def test_submit_names_bad_lines(tmp_path: Path) -> None:
     )
     with pytest.raises(ValidationError, match="duplicate generation_id g1"):
         read_solutions(path)
+
+
+def test_submit_rejects_an_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    with pytest.raises(ValidationError, match="no solutions"):
+        read_solutions(path)
