@@ -108,3 +108,22 @@ def test_generation_builds_events_of_the_run(client: TrainerClient) -> None:
     assert (event.run_id, event.episode_id, event.sample_index) == ("run-1", "g1", 3)
     with pytest.raises(Exception, match="bad generation"):
         client.generation("HumanEval/0", "x", generation_id="bad id with spaces")
+
+
+def test_async_iterator_and_wait(client: TrainerClient) -> None:
+    import asyncio
+
+    from streams.sdk import AsyncTrainerClient
+
+    async def run() -> list[str]:
+        aclient = AsyncTrainerClient(client)
+        feed(client, FakeMessage(reward("a"), 0, 0), FakeMessage(reward("b"), 0, 1), FakeMessage(reward("c"), 1, 0))
+        got = [r.generation_id async for r in aclient.rewards(timeout_s=1, limit=2)]
+        waited = await aclient.wait(["c"], timeout_s=1)
+        with pytest.raises(RewardTimeoutError):
+            await aclient.wait(["d"], timeout_s=0.05)
+        with pytest.raises(RewardTimeoutError):
+            await anext(aclient.rewards(timeout_s=0.05))
+        return [*got, *waited]
+
+    assert asyncio.run(run()) == ["a", "b", "c"]
