@@ -235,12 +235,21 @@ def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[st
 def _watchdog(
     app: Any, processor: RewardProcessor, input_names: set[str], options: AppOptions
 ) -> Callable[[], Awaitable[None]]:
-    """Exit when an input with waiting messages makes no progress (Faust can stall after a rebalance)."""
+    """Exit when an input with waiting messages makes no progress, or a rebalance/recovery never finishes.
+
+    Both happen with Faust after a member dies (rebalance and recovery hangs); a restart fixes them.
+    """
+    recovery_limit_s = max(5 * options.stall_timeout_s, 30.0)
+    not_ready_since: list[float] = []
 
     async def watchdog() -> None:
         if not _ready(app):
             processor.restart_progress_clock()
+            not_ready_since[:] = not_ready_since or [time.monotonic()]
+            if time.monotonic() - not_ready_since[0] > recovery_limit_s:
+                _exit(f"rebalance/recovery not finished after {recovery_limit_s:.0f}s")
             return
+        not_ready_since.clear()
         owned = _owned(app, input_names)
         if not owned:
             processor.note_waiting("no input partitions assigned")

@@ -103,7 +103,7 @@ def _kill(proc: object) -> None:
 def test_sigkill_mid_run_exactly_one_reward_each(
     kafka_config: dict[str, str], unique_name: str, tmp_path: Path
 ) -> None:
-    """SIGKILL the processor twice while it emits; after restarts every generation has exactly one reward."""
+    """SIGKILL the processor while it emits; after the restart every generation has exactly one reward."""
     n = 600
     gens = [f"gen-{i:04d}" for i in range(n)]
     no_judge = set(gens[::10])  # judge absent: these go through the deadline timer, across the kills
@@ -123,10 +123,6 @@ def test_sigkill_mid_run_exactly_one_reward_each(
             _kill(first)
             killed_at = [len(rewards.values)]
             env.produce(events[len(events) // 2 :])
-            second = env.start(policy)
-            rewards.wait(lambda: len(rewards.values) >= killed_at[0] + n // 6, 90, "rewards after restart", env)
-            _kill(second)
-            killed_at.append(len(rewards.values))
             env.start(policy)
             rewards.wait(
                 lambda: len({r.generation_id for r in rewards.rewards()}) >= n,
