@@ -1,4 +1,15 @@
-"""The trainer SDK: publish generations, get exactly one reward back per generation (sync or asyncio)."""
+"""The trainer SDK: publish generations, get exactly one reward back per generation (sync or asyncio).
+
+    config = TrainerConfig.from_settings(Settings(), run_id="grpo-7", auto_commit=False)
+    with TrainerClient(config) as client:
+        futures = client.publish_many(client.generation(task_id, code) for task_id, code in batch)
+        client.flush()
+        rewards = [f.result(timeout=300).reward for f in futures]
+        client.checkpoint()  # with the model checkpoint: a restart resumes exactly here
+
+``rewards()`` iterates rewards not claimed by a future (e.g. after a restart); ``wait(ids, timeout_s)``
+raises ``RewardTimeoutError`` naming what is missing. Adapters for TRL and verl: ``streams.sdk.adapters``.
+"""
 
 from __future__ import annotations
 

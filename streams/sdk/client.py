@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pydantic
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from schemas.codec import decode, encode
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
@@ -373,6 +373,21 @@ class TrainerClient:
                 st.cond.wait(min(left, _POLL_S))
         self._raise_if_failed()
 
+    def _assign_with_retries(self, consumer: Consumer, timeout_s: float = 20.0) -> None:
+        """``_assign``, retrying broker errors a just-created topic gives (no leader yet) for a while."""
+        started = time.monotonic()
+        while True:
+            try:
+                self._assign(consumer)
+                return
+            except (KafkaException, SdkError) as exc:
+                waited = time.monotonic() - started
+                if waited > (3.0 if isinstance(exc, SdkError) else timeout_s) or self._stop.is_set():
+                    if isinstance(exc, SdkError):
+                        raise
+                    raise KafkaError(f"cannot read {self.config.rewards_topic}: {exc.args[0]}") from exc
+                time.sleep(0.2)
+
     def _assign(self, consumer: Consumer) -> None:
         """Own every partition; start below the committed offsets to rebuild the delivered-id set."""
         topic = self.config.rewards_topic
@@ -383,24 +398,31 @@ class TrainerClient:
         tps = [TopicPartition(topic, p) for p in sorted(info.partitions)]
         committed = consumer.committed(tps, timeout=10)
         start: list[TopicPartition] = []
+        fresh: list[TopicPartition] = []
         st = self._state
         for tp in committed:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
             if tp.offset >= 0:
-                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
-                begin = max(low, tp.offset - self.config.dedup_lookback)
                 st.rebuild_until[tp.partition] = tp.offset
-                st.consumed[tp.partition] = tp.offset
-                start.append(TopicPartition(topic, tp.partition, begin))
+                begin = max(low, tp.offset - self.config.dedup_lookback)
             else:
-                start.append(TopicPartition(topic, tp.partition, OFFSET_BEGINNING))
+                # A new trainer: its rewards can only follow its first publish, so start at the end (no scan
+                # of other runs' history) and commit that at once, so a crash before the first checkpoint
+                # still resumes from here.
+                begin = high
+                fresh.append(TopicPartition(topic, tp.partition, high))
+            st.consumed[tp.partition] = max(begin, st.rebuild_until.get(tp.partition, begin))
+            start.append(TopicPartition(topic, tp.partition, begin))
         consumer.assign(start)
+        if fresh:
+            consumer.commit(offsets=fresh, asynchronous=False)
 
     def _consume_loop(self) -> None:
         consumer = self._consumer
         assert consumer is not None  # noqa: S101 - set before the thread starts
         st = self._state
         try:
-            self._assign(consumer)
+            self._assign_with_retries(consumer)
             with st.cond:
                 st.ready = True
                 st.cond.notify_all()

@@ -49,6 +49,22 @@ def solutions(problems: Problems, run: str) -> tuple[list[dict[str, str]], dict[
     return rows, expected
 
 
+ROLES = ("executions", "verdicts", "judgements", "rewards")
+
+
+def ids_on(kafka_config: dict[str, str], topic: str) -> set[str]:
+    """Every generation id on a topic (read_committed): tells an SDK loss from a pipeline loss."""
+    consumer = Consumer({**kafka_config, "group.id": "unused", "enable.auto.commit": False, "log_level": 3})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    ids: set[str] = set()
+    try:
+        while batch := consumer.consume(1000, timeout=2):
+            ids |= {orjson.loads(m.value() or b"{}").get("generation_id") for m in batch if m.error() is None}
+    finally:
+        consumer.close()
+    return ids
+
+
 def copy_rewards(kafka_config: dict[str, str], topic: str, ids: set[str]) -> int:
     """Re-publish the rewards of ``ids`` (a processor emitting twice): the SDK must drop them."""
     consumer = Consumer({**kafka_config, "group.id": "unused", "enable.auto.commit": False, "log_level": 3})
@@ -106,7 +122,11 @@ def test_thousand_generations_one_reward_each_across_a_trainer_crash(
                 second.extend(client.rewards(timeout_s=180, limit=remaining))
             except RewardTimeoutError:
                 missing = sorted(set(expected) - set(checkpointed) - {r.generation_id for r in second})
-                pytest.fail(f"no reward within 180s for {len(missing)} generation(s): {missing[:20]}\n{pipe.logs()}")
+                where = {role: sorted(set(missing) & ids_on(kafka_config, pipe.env.name(role))) for role in ROLES}
+                pytest.fail(
+                    f"no reward within 180s for {len(missing)} generation(s): {missing[:20]}; "
+                    f"of these, present on each topic: {where}\n{pipe.logs()}"
+                )
             with pytest.raises(RewardTimeoutError):
                 next(client.rewards(timeout_s=3))  # nothing more: no duplicate, no stray reward
             client.checkpoint()
