@@ -40,20 +40,27 @@ class PipelineProcess:
 
 
 def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
-    """Executor, verifier, judge and indexer (with /metrics on consecutive ports), then the reward processor."""
-    base = [sys.executable, "-m", "rewardstream"]
+    """Executor, verifier, judge and indexer (with /metrics on consecutive ports), then the reward processor.
+
+    Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
+    """
     roles = ("executor", "verifier", "judge", "indexer")
     first_port = settings.metrics_port or 9464
     procs = []
     for offset, role in enumerate(roles):
-        argv = [*base, "worker", role, "--metrics-port", str(first_port + offset)]
+        argv = [*_supervised(role), "worker", role, "--metrics-port", str(first_port + offset)]
         if concurrency is not None and role != "indexer":
             argv += ["--concurrency", str(concurrency)]
         procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
     # The Faust app id is its consumer group and names its changelog topics: scope it like the workers'.
     app_id = f"{settings.topic_prefix}rewards"
-    procs.append(PipelineProcess("reward", (*base, "reward", "run", "--app-id", app_id), None))
+    procs.append(PipelineProcess("reward", (*_supervised("reward"), "reward", "run", "--app-id", app_id), None))
     return procs
+
+
+def _supervised(name: str) -> list[str]:
+    """The start of a command line that runs ``rewardstream ...`` under the restarting supervisor."""
+    return [sys.executable, "-m", "rewardstream.supervisor", name, "--", sys.executable, "-m", "rewardstream"]
 
 
 class Pipeline:

@@ -1,17 +1,19 @@
-"""``rewardstream demo``: the main job on real tasks, on the local embedded platform.
+"""``rewardstream demo``: the whole pipeline on real tasks, on the local embedded platform.
 
-Until the Kafka pipeline lands (issues 5-6), the demo exercises everything that exists end to end: the
-services (one round trip each), the HumanEval set converted to tasks in the sandbox, and the grader
-rewarding canonical, wrong and adversarial solutions, with a summary a trainer would read. It exits
-non-zero if any solution got a reward other than the one it deserves, or none at all.
+It brings the platform and the pipeline up (services, topics, executor, verifier, judge, indexer, reward
+processor), loads the HumanEval tasks (expected values computed in the sandbox), then plays a trainer: it
+publishes canonical, wrong and adversarial solutions through the SDK and waits for exactly one reward per
+generation, with a progress bar. The summary says what a trainer and an SRE want to know; the exit code is
+non-zero if any generation ended without a reward, or with a reward it did not deserve.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,14 +24,17 @@ from rich.table import Table
 
 from rewardstream.cli.common import load_settings
 from rewardstream.cli.main import app
+from schemas.events import RewardEvent
+from schemas.settings import Settings
 
-# Model-written hacks the grader must reward 0.0, whatever the task.
+# Model-written hacks the pipeline must reward 0.0, whatever the task.
 ADVERSARIAL_BODIES = {
     "exit-0": "    import sys\n    sys.exit(0)\n",
     "always-equal": (
         "    class AlwaysEqual:\n        def __eq__(self, other):\n            return True\n    return AlwaysEqual()\n"
     ),
     "fake-verdict": "    print('PASSED all tests')\n    raise SystemExit(0)\n",
+    "patch-builtins": "    import builtins\n    builtins.isinstance = lambda *a: True\n    return None\n",
     "read-tests": "    import os\n    return [open(p).read() for p in os.listdir('/')]\n",
 }
 
@@ -46,85 +51,123 @@ class DemoSolution:
 @app.command()
 def demo(
     limit: int = typer.Option(164, min=1, max=164, help="HumanEval problems to use"),
-    concurrency: int = typer.Option(4, min=1, max=64, help="solutions graded at once"),
-    backend: str | None = typer.Option(None, help="process | docker (default: settings)"),
+    concurrency: int | None = typer.Option(None, min=1, max=64, help="sandbox runs per worker"),
+    timeout: float = typer.Option(900.0, min=1, help="seconds to wait for every reward"),
 ) -> None:
-    """Run the pipeline's grading on HumanEval: canonical, wrong and adversarial solutions, then a summary."""
-    from infra.local.smoke import run_smoke
-    from workers.grading.grader import Grader
-    from workers.sandbox.factory import make_sandbox
-    from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
+    """Bring the pipeline up, publish HumanEval solutions as a trainer would, and summarize the rewards."""
+    from infra.local.platform import Platform
+    from rewardstream.pipeline import Pipeline
 
     console = Console()
     settings = load_settings()
-    chosen: Literal["process", "docker"] | None = None
-    if backend is not None:
-        chosen = "docker" if backend == "docker" else "process"
-    with console.status("one round trip through Kafka, OpenSearch, S3 and Docker..."):
-        smoke = run_smoke(settings)
-    for result in smoke:
-        mark = "[green]ok[/]" if result.ok else "[red]FAILED[/]"
-        console.print(f"{mark} {result.service}: {result.detail}")
-    problems = load_problems()[:limit]
-    sandbox = make_sandbox(settings, chosen)
-    try:
-        with console.status(f"converting {len(problems)} HumanEval problems (expected values from the sandbox)..."):
-            tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=concurrency, verify=False)
-        by_id = {task.task_id: task for task in tasks}
-        solutions = _solutions(problems)
-        grader = Grader(sandbox)
-        latencies: list[float] = []
-        outcomes: Counter[str] = Counter()
-        wrong: list[str] = []
-        started = time.monotonic()
-        columns = (TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console) as progress, ThreadPoolExecutor(concurrency) as pool:
-            bar = progress.add_task("grading", total=len(solutions))
-
-            def one(sol: DemoSolution) -> tuple[DemoSolution, float, str, float]:
-                t0 = time.monotonic()
-                result = grader.grade(by_id[sol.task_id], sol.code, generation_id=sol.generation_id)
-                return sol, result.reward, result.status, time.monotonic() - t0
-
-            for future in as_completed([pool.submit(one, s) for s in solutions]):
-                sol, reward, status, seconds = future.result()
-                latencies.append(seconds)
-                outcomes[f"{sol.kind}: {status}, reward {reward:g}"] += 1
-                if status == "sandbox_error" or reward != sol.expected_reward:
-                    wrong.append(f"{sol.generation_id}: {status}, reward {reward:g}")
-                progress.advance(bar)
-        elapsed = time.monotonic() - started
-    finally:
-        sandbox.close()
-    _summary(console, outcomes, latencies, elapsed, sandbox.name)
-    if wrong or not all(r.ok for r in smoke):
-        for line in wrong[:20]:
-            console.print(f"[red]unexpected[/] {line}")
+    with console.status("starting the platform and the pipeline (first run downloads ~300 MB)..."):
+        Platform.from_settings(settings).up(report=console.print)
+        Pipeline(settings, concurrency).start(report=console.print)
+    with console.status(f"loading {limit} HumanEval tasks (expected values computed in the sandbox)..."):
+        solutions = _load_tasks(settings, limit)
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    rewards, latencies, elapsed = _play_trainer(console, settings, run_id, solutions, timeout)
+    missing = _summary(console, solutions, rewards, latencies, elapsed)
+    console.print(
+        f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch_url}, indices "
+        f"{settings.opensearch_index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
+        f"worker metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
+        f"{settings.metrics_port + 3}/metrics; `rewardstream down` stops everything."
+    )
+    if missing:
         raise typer.Exit(1)
 
 
-def _solutions(problems: list) -> list[DemoSolution]:  # type: ignore[type-arg]
+def _load_tasks(settings: Settings, limit: int) -> list[DemoSolution]:
+    from workers.sandbox.factory import make_sandbox
+    from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
+    from workers.tasks.registry import TaskRegistry
+
+    problems = load_problems()[:limit]
+    sandbox = make_sandbox(settings, None)
+    try:
+        tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=2, verify=False)
+    finally:
+        sandbox.close()
+    TaskRegistry.from_settings(settings).store(tasks)
     out: list[DemoSolution] = []
     hacks = list(ADVERSARIAL_BODIES.items())
+    tag = uuid.uuid4().hex[:6]
     for i, problem in enumerate(problems):
         tid = problem.task_id
-        out.append(DemoSolution(f"{tid}/canonical", tid, "canonical", problem.reference_code, 1.0))
-        out.append(DemoSolution(f"{tid}/wrong", tid, "wrong", problem.prompt + "    return None\n", 0.0))
+        gid = f"{tid.replace('/', '-')}-{tag}"
+        out.append(DemoSolution(f"{gid}-canonical", tid, "canonical", problem.reference_code, 1.0))
+        out.append(DemoSolution(f"{gid}-wrong", tid, "wrong", problem.prompt + "    return None\n", 0.0))
         if i % 8 == 0:
             name, body = hacks[(i // 8) % len(hacks)]
-            out.append(DemoSolution(f"{tid}/hack-{name}", tid, "adversarial", problem.prompt + body, 0.0))
+            out.append(DemoSolution(f"{gid}-hack-{name}", tid, "adversarial", problem.prompt + body, 0.0))
     return out
 
 
-def _summary(console: Console, outcomes: Counter[str], latencies: list[float], elapsed: float, backend: str) -> None:
-    table = Table(title=f"rewards by outcome ({backend} sandbox)")
-    table.add_column("solutions")
+def _play_trainer(
+    console: Console, settings: Settings, run_id: str, solutions: list[DemoSolution], timeout_s: float
+) -> tuple[dict[str, RewardEvent], list[float], float]:
+    """Publish every solution through the SDK; collect rewards and publish-to-reward latencies."""
+    from streams.sdk.client import TrainerClient, TrainerConfig
+
+    config = TrainerConfig.from_settings(settings, run_id, policy_version="demo")
+    rewards: dict[str, RewardEvent] = {}
+    latencies: list[float] = []
+    columns = (TextColumn("rewards"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with TrainerClient(config) as client, Progress(*columns, console=console) as progress:
+        bar = progress.add_task("rewards", total=len(solutions))
+        started = time.monotonic()
+        pending: dict[Future[RewardEvent], str] = {}
+        for sol in solutions:
+            event = client.generation(sol.task_id, sol.code, generation_id=sol.generation_id)
+            pending[client.publish(event)] = sol.generation_id
+        client.flush()
+        deadline = started + timeout_s
+        while pending and time.monotonic() < deadline:
+            done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in done:
+                rewards[pending.pop(future)] = future.result()
+                latencies.append(time.monotonic() - started)
+            progress.update(bar, completed=len(rewards))
+        elapsed = time.monotonic() - started
+    return rewards, latencies, elapsed
+
+
+def _summary(
+    console: Console,
+    solutions: list[DemoSolution],
+    rewards: dict[str, RewardEvent],
+    latencies: list[float],
+    elapsed: float,
+) -> list[str]:
+    """Print the tables; return what went wrong (generations without the reward they deserve)."""
+    outcomes: Counter[str] = Counter()
+    problems: list[str] = []
+    for sol in solutions:
+        reward = rewards.get(sol.generation_id)
+        if reward is None:
+            outcomes[f"{sol.kind}: NO REWARD"] += 1
+            problems.append(f"{sol.generation_id}: no reward")
+            continue
+        flagged = " (flagged)" if reward.flags else ""
+        missing = f", missing {'+'.join(reward.missing)}" if reward.missing else ""
+        outcomes[f"{sol.kind}: reward {reward.reward:g}{flagged}{missing}"] += 1
+        if reward.reward != sol.expected_reward:
+            problems.append(f"{sol.generation_id}: reward {reward.reward:g}, expected {sol.expected_reward:g}")
+    table = Table(title=f"{len(rewards)} rewards for {len(solutions)} generations")
+    table.add_column("generations")
     table.add_column("count", justify="right")
     for key, count in sorted(outcomes.items()):
         table.add_row(key, str(count))
     console.print(table)
-    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [latencies[0]] * 99
-    console.print(
-        f"{len(latencies)} solutions graded in {elapsed:.1f}s ({len(latencies) / elapsed:.1f}/s); "
-        f"latency p50 {q[49] * 1e3:.0f} ms, p95 {q[94] * 1e3:.0f} ms, p99 {q[98] * 1e3:.0f} ms"
-    )
+    sandbox_errors = sum(1 for r in rewards.values() if any("sandbox_error" in reason for reason in r.reasons))
+    if latencies:
+        q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [latencies[0]] * 99
+        console.print(
+            f"throughput {len(rewards) / elapsed:.1f} rewards/s ({len(rewards)} in {elapsed:.1f}s, publish to "
+            f"reward consumed); latency p50 {q[49]:.2f}s, p95 {q[94]:.2f}s, p99 {q[98]:.2f}s; "
+            f"sandbox errors {sandbox_errors}"
+        )
+    for line in problems[:20]:
+        console.print(f"[red]unexpected[/] {line}")
+    return problems

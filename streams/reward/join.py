@@ -50,8 +50,9 @@ class JoinState(BaseModel):
     reward_offset: int | None = None
 
     def dumps(self) -> bytes:
-        """The stored form."""
-        return self.model_dump_json(exclude_none=True).encode()
+        """The stored form. Nulls are kept: events have required-but-nullable fields (e.g. the
+        ``suite_kind`` of a task without public tests) that must survive the round trip."""
+        return self.model_dump_json().encode()
 
     @classmethod
     def loads(cls, data: bytes) -> JoinState:

@@ -123,3 +123,11 @@ def test_reward_id_depends_on_generation_and_policy_version(policy: Policy) -> N
     assert reward_id("g", policy) == reward_id("g", policy)
     assert reward_id("g", policy) != reward_id("h", policy)
     assert reward_id("g", policy) != reward_id("g", other)
+
+
+def test_stored_state_round_trips_a_task_without_public_tests() -> None:
+    """An execution of a task with no public suite has ``suite_kind=None`` (required, nullable): the
+    table's stored form must keep it, or the processor cannot read its own state back."""
+    no_public = execution("g-nopublic", passed=0, total=0).model_copy(update={"suite_kind": None, "cases": []})
+    state = join(no_public)
+    assert JoinState.loads(state.dumps()) == state
