@@ -36,14 +36,19 @@ def up(
 
 
 @app.command()
-def down() -> None:
+def down(
+    pipeline_only: bool = typer.Option(  # noqa: FBT001
+        False, "--pipeline-only", help="stop only the pipeline processes; leave the services running"
+    ),
+) -> None:
     """Stop every process `up` started (pipeline first, then services); leave anything else alone."""
     from rewardstream.pipeline import Pipeline
 
     console = Console(stderr=True)
     settings = load_settings()
     Pipeline(settings).stop(report=console.print)
-    Platform.from_settings(settings).down(report=console.print)
+    if not pipeline_only:
+        Platform.from_settings(settings).down(report=console.print)
 
 
 @app.command()

@@ -58,11 +58,8 @@ def _free_port_run(count: int) -> int:
     raise AssertionError("no free port range")
 
 
-@pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
-@pytest.mark.timeout(400)
-def test_up_pipeline_starts_five_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
-    import orjson
-
+def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int]:
+    """Own cache dir (pid files, task registry, reward state), topics and metrics ports; shared services."""
     cache = tmp_path / "cache"
     cache.mkdir()
     main_cache = Settings().cache_dir
@@ -75,6 +72,15 @@ def test_up_pipeline_starts_five_processes_and_down_stops_them(tmp_path: Path, u
         "RS_TOPIC_PREFIX": f"{unique_name}.",
         "RS_METRICS_PORT": str(metrics),
     }
+    return env, metrics
+
+
+@pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
+@pytest.mark.timeout(400)
+def test_up_pipeline_starts_five_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
+    import orjson
+
+    env, metrics = _pipeline_env(tmp_path, unique_name)
     try:
         up = _cli(env, "up", "--pipeline", "--concurrency", "1")
         assert up.returncode == 0, up.stderr
@@ -98,3 +104,25 @@ def test_up_pipeline_starts_five_processes_and_down_stops_them(tmp_path: Path, u
     assert not any(group_members(pid) for pid in pids)
     after = orjson.loads(_cli(env, "status", "--json").stdout)["pipeline"]
     assert not any(proc["running"] for proc in after.values())
+
+
+@pytest.mark.sandbox
+@pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
+@pytest.mark.timeout(600)
+def test_demo_gives_every_generation_the_reward_it_deserves(tmp_path: Path, unique_name: str) -> None:
+    """The README's main command, through the real pipeline, on a slice of HumanEval."""
+    import re
+
+    env, _ = _pipeline_env(tmp_path, unique_name)
+    try:
+        result = _cli(env, "demo", "--limit", "16", "--timeout", "300", timeout=500)
+    finally:
+        _cli(env, "down", "--pipeline-only")
+        _delete_topics_with_prefix(f"{unique_name}.")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "34 rewards for 34 generations" in result.stdout, result.stdout
+    assert re.search(r"canonical: reward 1\s*│\s*16 ", result.stdout), result.stdout
+    wrong = sum(int(n) for n in re.findall(r"wrong: reward 0[^│]*│\s*(\d+) ", result.stdout))
+    adversarial = sum(int(n) for n in re.findall(r"adversarial: reward 0[^│]*│\s*(\d+) ", result.stdout))
+    assert (wrong, adversarial) == (16, 2), result.stdout
+    assert "unexpected" not in result.stdout
