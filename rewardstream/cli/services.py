@@ -37,7 +37,7 @@ def up(
 
 @app.command()
 def down(
-    pipeline_only: bool = typer.Option(  # noqa: FBT001
+    pipeline_only: bool = typer.Option(
         False, "--pipeline-only", help="stop only the pipeline processes; leave the services running"
     ),
 ) -> None:
