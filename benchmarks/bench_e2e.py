@@ -92,8 +92,8 @@ def main() -> None:
         for part in SHARED_CACHE_PARTS:
             (cache / part).symlink_to(main_cache / part)
         prefix = f"bench-e2e-{uuid.uuid4().hex[:6]}."
-        env = {**os.environ, "RS_CACHE_DIR": str(cache), "RS_TOPIC_PREFIX": prefix, "RS_METRICS_PORT": "47464"}
-        settings = Settings(cache_dir=cache, topic_prefix=prefix, metrics_port=47464)
+        env = {**os.environ, "RS_CACHE_DIR": str(cache), "RS_TOPIC_PREFIX": prefix, "RS_METRICS_PORT": "27464"}
+        settings = Settings(cache_dir=cache, topic_prefix=prefix, metrics_port=27464)
         problems = load_problems()
         sandbox = make_sandbox(settings, "process")
         try:

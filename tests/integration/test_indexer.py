@@ -245,7 +245,7 @@ def isolated(tmp_path: Path, platform_health: dict[str, Any]) -> Iterator[Isolat
         if os.environ.get("CI"):
             pytest.fail("CI must not skip integration tests: docker is not available")
         pytest.skip("docker is not available; start it with `rewardstream up`")
-    platform = isolated_platform(tmp_path, base_port=39000)
+    platform = isolated_platform(tmp_path, base_port=25000)  # below the ephemeral port range
     try:
         yield platform
     finally:

@@ -46,7 +46,7 @@ def _delete_topics_with_prefix(prefix: str) -> None:
 
 def _free_port_run(count: int) -> int:
     """The first of ``count`` consecutive free loopback ports."""
-    for base in range(41000, 60000, 10):
+    for base in range(21000, 32000, 10):  # below the ephemeral port range (32768+)
         with contextlib.ExitStack() as stack:
             try:
                 for port in range(base, base + count):
