@@ -23,7 +23,6 @@ from infra.local.service import (
     Health,
     PortClaim,
     ProcessService,
-    require_port_free,
     split_host_port,
     unreachable_reason,
 )
@@ -178,11 +177,9 @@ class KafkaService(ProcessService):
             raise PlatformError(f"formatting Kafka storage failed: {result.stdout[-500:]}{result.stderr[-500:]}")
 
     def start(self) -> None:
-        if self._process.pid() is not None:
+        java = self._java_to_start()
+        if java is None:
             return
-        for claim in self.ports():
-            require_port_free(claim.label, claim.host, claim.port, claim.setting)
-        java = find_java(self._settings.java_home)
         self._write_config()
         self._format_storage(java)
         argv = self._java_argv(java, "kafka.Kafka", str(self._config))

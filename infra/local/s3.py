@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from infra.local.download import fetch_verified, maven_url
-from infra.local.java import find_java, java_home_of
+from infra.local.java import java_home_of
 from infra.local.paths import PlatformPaths
 from infra.local.service import (
     Health,
     PortClaim,
     ProcessService,
-    require_port_free,
     split_host_port,
     unreachable_reason,
 )
@@ -66,11 +65,9 @@ class S3Service(ProcessService):
         self._properties.chmod(0o600)
 
     def start(self) -> None:
-        if self._process.pid() is not None:
+        java = self._java_to_start()
+        if java is None:
             return
-        for claim in self.ports():
-            require_port_free(claim.label, claim.host, claim.port, claim.setting)
-        java = find_java(self._settings.java_home)
         self._write_config()
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from infra.local.java import find_java
 from infra.local.paths import PlatformPaths
 from infra.local.process import ManagedProcess
 from schemas.errors import PlatformError
@@ -99,6 +101,18 @@ class ProcessService:
 
     def is_local(self) -> bool:
         return is_loopback(self._host)
+
+    def ports(self) -> list[PortClaim]:
+        """Ports the service needs free before it starts."""
+        return []
+
+    def _java_to_start(self) -> Path | None:
+        """None when our process already runs; else check its ports are free and return the Java to run."""
+        if self._process.pid() is not None:
+            return None
+        for claim in self.ports():
+            require_port_free(claim.label, claim.host, claim.port, claim.setting)
+        return find_java(self._settings.java_home)
 
     def started_by_us(self) -> int | None:
         return self._process.pid()
