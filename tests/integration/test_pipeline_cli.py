@@ -14,6 +14,7 @@ import pytest
 
 from infra.local.process import group_members
 from schemas.settings import Settings
+from tests.integration.platform_env import SHARED_CACHE_PARTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,7 +64,7 @@ def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int
     cache = tmp_path / "cache"
     cache.mkdir()
     main_cache = Settings().cache_dir
-    for shared in ("downloads", "m2", "dist", "sandbox"):  # no second download or rootfs build
+    for shared in SHARED_CACHE_PARTS:  # no second download or rootfs build
         (cache / shared).symlink_to(main_cache / shared)
     metrics = _free_port_run(4)
     env = {

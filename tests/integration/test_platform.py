@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from infra.local.process import group_members
-from tests.integration.platform_env import IsolatedPlatform, isolated_platform, one_line_error
+from tests.integration.platform_env import SHARED_CACHE_PARTS, IsolatedPlatform, isolated_platform, one_line_error
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,7 @@ def test_disk_full_is_one_line(tmp_path: Path, platform_health: dict) -> None:  
     try:
         platform = isolated_platform(tiny, base_port=29000)
         # A fresh cache on the tiny disk: nothing installed, so `up` must download.
-        for part in ("downloads", "m2", "dist", "sandbox"):
+        for part in SHARED_CACHE_PARTS:
             (platform.cache_dir / part).unlink()
         error = one_line_error(platform.cli("up"))
         assert f"not enough free disk in {platform.cache_dir}" in error
