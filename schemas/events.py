@@ -41,6 +41,14 @@ SandboxStatus = Literal[
 ]
 SuiteKind = Literal["call", "io", "assert"]
 CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
+#: What a result event may link to in S3: the submitted code, the full captured stdout/stderr (when longer
+#: than the inline tail) and the per-case results as canonical JSON.
+ArtifactName = Literal["code", "stdout", "stderr", "cases"]
+ARTIFACTS_DESCRIPTION = (
+    "s3://bucket/key (content-addressed: sha256/<2>/<sha256>) of what this run stored, by name: code (the "
+    "program), stdout/stderr (full captured output; only when longer than the inline tail), cases (per-case "
+    "results, canonical JSON); empty when the worker has no artifact store"
+)
 
 
 def new_event_id() -> str:
@@ -161,6 +169,7 @@ class ExecutionResult(Event):
     stdout_truncated: bool = Field(False, description="stdout was longer than kept")
     stderr_truncated: bool = Field(False, description="stderr was longer than kept")
     feedback: str | None = Field(None, max_length=4096, description="summary for the policy's next turn")
+    artifacts: dict[ArtifactName, S3Url] = Field(default_factory=dict, description=ARTIFACTS_DESCRIPTION)
 
     @model_validator(mode="after")
     def _counts(self) -> ExecutionResult:
@@ -191,6 +200,9 @@ class HiddenVerdict(Event):
     passed: int = Field(ge=0, description="number of cases with status passed")
     total: int = Field(ge=0, description="number of hidden cases")
     static_flags: list[StaticFlag] = Field(default_factory=list, description="static-analysis findings")
+    artifacts: dict[ArtifactName, S3Url] = Field(
+        default_factory=dict, description=ARTIFACTS_DESCRIPTION + " (hidden cases: statuses only)"
+    )
 
     @model_validator(mode="after")
     def _counts(self) -> HiddenVerdict:
