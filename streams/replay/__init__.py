@@ -1,0 +1,1 @@
+"""Replay generations through the pipeline in an isolated namespace and diff the rewards; explain one reward."""
