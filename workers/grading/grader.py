@@ -6,10 +6,16 @@ any check code is parsed; io cases one process each). Consecutive call suites sh
 expected values never enter the sandbox, so state carried between suites cannot turn a wrong answer right.
 Infrastructure failures (``SandboxStatus.SANDBOX_ERROR``, a harness that never started) are retried with
 exponential backoff and end as ``sandbox_error``, never as ``fail``.
+
+The candidate's own stdout/stderr (``CandidateOutput``) comes back in the harness's ``output`` records: the
+sandbox's stdout is the harness's protocol channel and is never shown as the candidate's output.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +28,7 @@ from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
 from workers.grading.static_analysis import Flag, analyze
 from workers.grading.suites import (
     DEFAULT_PYTHON_ARGV,
+    MAGIC,
     AnySuite,
     CallInput,
     CaseValue,
@@ -43,6 +50,8 @@ from workers.grading.suites import (
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
 GRADER_VERSION = "grading/1"
+#: How an ``output`` record starts after its frame (the harness writes it with this key first).
+OUTPUT_RECORD = b'{"output":'
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +98,74 @@ class RunInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CandidateOutput:
+    """What the candidate's processes wrote to stdout and stderr in one run, never the harness protocol.
+
+    ``stdout``/``stderr`` are the last bytes kept (the harness keeps ``harness.OUTPUT_CAP`` of each), as
+    written; ``*_bytes`` how many were written in all. ``reported`` is False when the run ended before the
+    harness reported the output (killed, infrastructure failure): then nothing is known about it.
+    """
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    reported: bool = True
+
+    @property
+    def stdout_truncated(self) -> bool:
+        """Fewer bytes kept than written (or not reported at all)."""
+        return not self.reported or self.stdout_bytes > len(self.stdout)
+
+    @property
+    def stderr_truncated(self) -> bool:
+        """Fewer bytes kept than written (or not reported at all)."""
+        return not self.reported or self.stderr_bytes > len(self.stderr)
+
+
+def split_output(stdout: bytes, nonce: bytes) -> tuple[bytes, CandidateOutput | None]:
+    """Take the harness's two ``output`` records out of a run's stdout: (the rest, the output).
+
+    Only lines framed with this run's nonce count (candidate code cannot write them). A malformed output
+    record is left in place, for ``parse_records`` to report as a protocol error (or to ignore as the cut
+    last line of truncated output). ``None`` when the run did not report its output.
+    """
+    prefix = MAGIC + b" " + nonce + b" "
+    head = prefix + OUTPUT_RECORD
+    if head not in stdout:
+        return stdout, None
+    rest: list[bytes] = []
+    found: dict[str, tuple[bytes, int]] = {}
+    for line in stdout.split(b"\n"):
+        if line.startswith(head):
+            try:
+                rec = json.loads(line[len(prefix) :])
+                name, data, total = rec["output"], rec["b64"], rec["bytes"]
+                if name in ("stdout", "stderr") and name not in found and type(total) is int:
+                    found[name] = (base64.b64decode(data, validate=True), total)
+                    continue
+            except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
+                pass
+        rest.append(line)
+    if len(found) < 2:
+        return b"\n".join(rest), None
+    (out, out_n), (err, err_n) = found["stdout"], found["stderr"]
+    return b"\n".join(rest), CandidateOutput(out, err, out_n, err_n)
+
+
+@dataclass(frozen=True, slots=True)
 class SuitesRun:
-    """Outcome of running several suites in one sandbox run. ``infra_error`` set means no verdict."""
+    """Outcome of running several suites in one sandbox run. ``infra_error`` set means no verdict.
+
+    ``output`` is what the candidate printed during the run (all its suites): show it to whoever may see
+    every suite of the run (a public run's output may reach the policy; a hidden run's must not).
+    """
 
     outcomes: tuple[SuiteOutcome, ...]
     run: RunInfo
     infra_error: str | None
     protocol_error: str | None
+    output: CandidateOutput = CandidateOutput()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +246,16 @@ class Grader:
     # ---- running ---------------------------------------------------------------------------------------
     def _execute(
         self, code: str, entry_point: str | None, suites: Sequence[JobSuite], limits: Limits
-    ) -> tuple[SandboxResult, Records, int, str | None]:
-        """Run once, retrying infrastructure failures with backoff. Returns (result, records, attempts, infra)."""
+    ) -> tuple[SandboxResult, Records, int, str | None, CandidateOutput]:
+        """Run once, retrying infrastructure failures with backoff.
+
+        Returns (result, records, attempts, infra problem, the candidate's output).
+        """
         cfg = self.config
         problem: str | None = None
         result: SandboxResult | None = None
         records: Records | None = None
+        output: CandidateOutput | None = None
         attempt = 0
         for attempt in range(1, max(1, cfg.attempts) + 1):
             nonce = new_nonce()
@@ -201,7 +275,8 @@ class Grader:
                 result = self.sandbox.run(spec)
             except Exception as exc:
                 result = _error_result(exc, getattr(self.sandbox, "name", "?"))
-            records = parse_records(result.stdout, nonce, truncated=result.stdout_truncated)
+            protocol, output = split_output(result.stdout, nonce)
+            records = parse_records(protocol, nonce, truncated=result.stdout_truncated)
             problem = infra_problem(result, records)
             if problem is None:
                 break
@@ -210,7 +285,9 @@ class Grader:
                 self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter, not crypto
         if result is None or records is None:  # the loop always runs at least once
             raise SandboxError("grader: no sandbox attempt was made")
-        return result, records, attempt, problem
+        if output is None:  # a harness that never started ran no candidate code: it wrote nothing
+            output = CandidateOutput(reported=records.hello is None)
+        return result, records, attempt, problem, output
 
     def run_suites(
         self, code: str, entry_point: str | None, suites: Sequence[tuple[str, AnySuite]], limits: Limits
@@ -218,7 +295,7 @@ class Grader:
         """Run labelled suites in ONE sandbox run and score every case outside the sandbox."""
         jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=self.config.max_stdout_bytes) for _, s in suites]
         order = order_for_harness(jobs)
-        result, records, attempts, problem = self._execute(code, entry_point, [jobs[i] for i in order], limits)
+        result, records, attempts, problem, output = self._execute(code, entry_point, [jobs[i] for i in order], limits)
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
             status=result.status.value,
@@ -241,14 +318,14 @@ class Grader:
                 outcomes.append(failed_suite(suite, label, "error", f"protocol: {records.protocol_error}"))
             else:
                 outcomes.append(score_suite(suite, label, records.cases.get(position[i], {})))
-        return SuitesRun(tuple(outcomes), run, problem, records.protocol_error)
+        return SuitesRun(tuple(outcomes), run, problem, records.protocol_error, output)
 
     def run_call_cases(
         self, code: str, entry_point: str, cases: Sequence[CallInput], limits: Limits
     ) -> dict[str, CaseValue]:
         """See the module-level ``run_call_cases``."""
         job = call_job_suite(cases, limits.timeout_s)
-        _result, records, _, problem = self._execute(code, entry_point, [job], limits)
+        _result, records, _, problem, _output = self._execute(code, entry_point, [job], limits)
         if problem is not None:
             raise SandboxError(f"run_call_cases: {problem}")
         if records.protocol_error is not None:

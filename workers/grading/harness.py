@@ -17,6 +17,10 @@ Why it is shaped like this (the grader's trust argument):
   child and gets plain values back. The server child is forked before the job is even parsed, so the
   check code (and its expected values) never exists in the candidate's memory or files.
 * ``io``: one child per case, stdin from a memfd, stdout/stderr read by the parent with caps.
+* What candidate processes write to their stdout/stderr goes to pipes the parent drains whenever it waits
+  (never to the parent's stdout, which is the protocol channel). The parent keeps the last ``OUTPUT_CAP``
+  bytes of each stream and reports them, base64, in two ``output`` records at the end: the grader shows
+  the policy the candidate's output, never the protocol or check code's output.
 * Deadlines are enforced by the parent with SIGKILL; the outer sandbox enforces the whole run.
 
 Usage: ``python3 -I harness.py NBYTES N_ASSERT`` with NBYTES of stdin: a 32-byte nonce, then newline-separated
@@ -26,6 +30,7 @@ Standard library only: it runs on the sandbox image's interpreter.
 
 from __future__ import annotations
 
+import binascii
 import builtins
 import collections
 import functools
@@ -53,6 +58,8 @@ MAX_INT_BITS = 4096
 MAX_VALUE_BYTES = 256 * 1024
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_ERROR_CHARS = 2000
+#: Bytes of the candidate's stdout, and of its stderr, kept (the tail) and reported in ``output`` records.
+OUTPUT_CAP = 1 << 20
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 TAGS = ("$t", "$d", "$s", "$f", "$x")
@@ -260,8 +267,8 @@ def send_msg(fd: int, obj: object) -> None:
     _write_all(fd, len(body).to_bytes(4, "big") + body)
 
 
-def _read_n(fd: int, n: int, deadline: float | None) -> bytes | None:
-    """Exactly ``n`` bytes, or None on EOF/deadline."""
+def _read_n(fd: int, n: int, deadline: float | None, sink: OutputPipes | None = None) -> bytes | None:
+    """Exactly ``n`` bytes, or None on EOF/deadline; ``sink``'s pipes are drained while waiting."""
     chunks: list[bytes] = []
     left = n
     while left > 0:
@@ -269,9 +276,16 @@ def _read_n(fd: int, n: int, deadline: float | None) -> bytes | None:
             wait = deadline - time.monotonic()
             if wait <= 0:
                 return None
-            ready, _, _ = select.select([fd], [], [], wait)
+            watch = [fd, *sink.fds] if sink is not None else [fd]
+            ready, _, _ = select.select(watch, [], [], wait)
             if not ready:
                 return None
+            if sink is not None:
+                for other in ready:
+                    if other != fd:
+                        sink.pump(other)
+                if fd not in ready:
+                    continue
         chunk = _read(fd, min(left, 1 << 20))
         if not chunk:
             return None
@@ -280,21 +294,89 @@ def _read_n(fd: int, n: int, deadline: float | None) -> bytes | None:
     return b"".join(chunks)
 
 
-def recv_msg(fd: int, deadline: float | None) -> object:
+def recv_msg(fd: int, deadline: float | None, sink: OutputPipes | None = None) -> object:
     """One length-prefixed JSON message; raises HarnessError on EOF, deadline, oversize or bad JSON."""
-    head = _read_n(fd, 4, deadline)
+    head = _read_n(fd, 4, deadline, sink)
     if head is None:
         raise HarnessError("no reply (process died or deadline passed)")
     size = int.from_bytes(head, "big")
     if size > MAX_MESSAGE_BYTES:
         raise HarnessError("reply too large")
-    body = _read_n(fd, size, deadline)
+    body = _read_n(fd, size, deadline, sink)
     if body is None:
         raise HarnessError("truncated reply (process died or deadline passed)")
     try:
         return strict_loads(body)
     except (ValueError, RecursionError, NonPlainError) as exc:
         raise HarnessError("unparsable reply") from exc
+
+
+class Capture:
+    """The candidate's stdout and stderr as the parent reads them from its children: the last ``cap`` bytes
+    of each stream and how many bytes were written in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = (bytearray(), bytearray())
+        self.total = [0, 0]
+
+    def add(self, stream: int, chunk: bytes) -> None:
+        self.total[stream] += len(chunk)
+        buf = self.kept[stream]
+        buf += chunk
+        if len(buf) > 2 * self.cap:  # trimmed in batches: appending stays linear
+            del buf[: len(buf) - self.cap]
+
+    def emit(self, out: Emitter) -> None:
+        """Two ``output`` records (stdout, then stderr), each cut to fit what is left of the output budget."""
+        for stream, name in enumerate(("stdout", "stderr")):
+            buf = self.kept[stream]
+            room = (out.budget - 1024) // (2 - stream)  # stdout leaves half for stderr; 1 KiB for the rest
+            keep = max(0, min(self.cap, len(buf), room * 3 // 4 - 64))
+            data = bytes(buf[len(buf) - keep :])
+            b64 = binascii.b2a_base64(data, newline=False).decode("ascii")
+            out.emit({"output": name, "b64": b64, "bytes": self.total[stream]})
+
+
+class OutputPipes:
+    """Parent-side read ends of one child's stdout and stderr pipes, feeding a ``Capture``."""
+
+    def __init__(self, capture: Capture, out_r: int, err_r: int) -> None:
+        self.capture = capture
+        self.streams = {out_r: 0, err_r: 1}
+        self.fds = [out_r, err_r]
+
+    def pump(self, fd: int) -> None:
+        """Read what is there (the fd was reported readable); EOF closes it."""
+        try:
+            chunk = _read(fd, 1 << 16)
+        except OSError:
+            chunk = b""
+        if chunk:
+            self.capture.add(self.streams[fd], chunk)
+        else:
+            self._close(fd)
+
+    def finish(self) -> None:
+        """After the child is dead: read what is left, then close. Bounded, should an escaped grandchild
+        still hold a pipe (it may keep writing): at most 0.5 s or 4 caps."""
+        stop = time.monotonic() + 0.5
+        budget = 4 * self.capture.cap
+        while self.fds and budget > 0 and time.monotonic() < stop:
+            ready, _, _ = select.select(self.fds, [], [], 0.02)
+            if not ready:
+                break
+            for fd in ready:
+                before = sum(self.capture.total)
+                self.pump(fd)
+                budget -= sum(self.capture.total) - before
+        for fd in list(self.fds):
+            self._close(fd)
+
+    def _close(self, fd: int) -> None:
+        if fd in self.fds:
+            self.fds.remove(fd)
+            _quietly(functools.partial(os.close, fd))
 
 
 def _short(text: str) -> str:
@@ -337,6 +419,20 @@ def _child_common(
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=False)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+    _STD[:] = [sys.stdout, sys.stderr]
+
+
+#: The child's own stdout/stderr wrappers (not whatever the candidate put in ``sys.stdout``), flushed after
+#: every load and call so the parent has the output before the reply.
+_STD: list[io.TextIOWrapper] = []
+
+
+def _flush_std() -> None:
+    for stream in _STD:
+        try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+            stream.flush()
+        except BaseException:  # noqa: S110 - a closed or broken stream only loses the candidate's own output
+            pass
 
 
 def _load_module(code: str, name: str) -> types.ModuleType:
@@ -363,11 +459,15 @@ def _serve(req_fd: int, rep_fd: int) -> None:
             try:
                 module = _load_module(str(req["code"]), "solution")
                 names = [k for k, v in list(module.__dict__.items()) if type(k) is str and callable(v)]
-                send_msg(rep_fd, {"ok": True, "callables": names[:1000]})
+                reply: dict[str, object] = {"ok": True, "callables": names[:1000]}
             except BaseException as exc:
-                send_msg(rep_fd, {"ok": False, "error": "module failed to load: " + _describe_exc(exc)})
+                reply = {"ok": False, "error": "module failed to load: " + _describe_exc(exc)}
+            _flush_std()
+            send_msg(rep_fd, reply)
         elif op == "call" and module is not None:
-            send_msg(rep_fd, _call(module, req))
+            reply = _call(module, req)
+            _flush_std()
+            send_msg(rep_fd, reply)
         else:
             return
 
@@ -397,31 +497,37 @@ def _call(module: types.ModuleType, req: dict[str, Any]) -> dict[str, object]:
 class Server:
     """Parent-side handle on a server child that holds the candidate module."""
 
-    def __init__(self, pid: int, req_fd: int, rep_fd: int) -> None:
+    def __init__(self, pid: int, req_fd: int, rep_fd: int, output: OutputPipes) -> None:
         self.pid = pid
         self.req_fd = req_fd
         self.rep_fd = rep_fd
+        self.output = output
         self.alive = True
 
     @classmethod
-    def spawn(cls, secrets: tuple[bytearray, ...]) -> Server:
+    def spawn(cls, secrets: tuple[bytearray, ...], capture: Capture) -> Server:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # child
             code = 0
             try:
-                os.close(req_w)
-                os.close(rep_r)
-                _child_common(secrets, None, None, None)
+                for fd in (req_w, rep_r, out_r, err_r):
+                    os.close(fd)
+                _child_common(secrets, None, out_w, err_w)
+                os.close(out_w)
+                os.close(err_w)
                 _serve(req_r, rep_w)
             except BaseException:
                 code = 1
             finally:
+                _flush_std()
                 os._exit(code)
-        os.close(req_r)
-        os.close(rep_w)
-        return cls(pid, req_w, rep_r)
+        for fd in (req_r, rep_w, out_w, err_w):
+            os.close(fd)
+        return cls(pid, req_w, rep_r, OutputPipes(capture, out_r, err_r))
 
     def request(self, msg: dict[str, object], deadline: float) -> dict[str, Any]:
         """Send one request; the reply as a dict. HarnessError (and a killed server) on any failure."""
@@ -429,7 +535,7 @@ class Server:
             raise HarnessError("candidate process is gone")
         try:
             send_msg(self.req_fd, msg)
-            reply = recv_msg(self.rep_fd, deadline)
+            reply = recv_msg(self.rep_fd, deadline, self.output)
         except (HarnessError, OSError) as exc:
             timed_out = time.monotonic() >= deadline
             self.kill()
@@ -446,6 +552,7 @@ class Server:
         _kill_group(self.pid)
         for fd in (self.req_fd, self.rep_fd):
             _quietly(functools.partial(os.close, fd))
+        self.output.finish()
 
 
 def _kill_group(pid: int) -> None:
@@ -487,14 +594,15 @@ class CallServer:
     right one. A server that died or timed out is replaced; assert suites never see it (killed first).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capture: Capture) -> None:
         self.server: Server | None = None
         self.loaded: list[str] | str = "not loaded"
+        self.capture = capture
 
     def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, list[str] | str]:
         if self.server is None or not self.server.alive or type(self.loaded) is str:
             self.kill()
-            self.server = Server.spawn(secrets)
+            self.server = Server.spawn(secrets, self.capture)
             self.loaded = _load(self.server, code, deadline)
         return self.server, self.loaded
 
@@ -628,7 +736,9 @@ def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out:
         server.kill()
 
 
-def _run_io(job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: Emitter, sid: int) -> None:
+def _run_io(  # noqa: PLR0917
+    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: Emitter, sid: int, capture: Capture
+) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
     code = str(job["code"])
     cap = int(suite.get("max_stdout_bytes", 1 << 20))
@@ -637,11 +747,12 @@ def _run_io(job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray
         if time.monotonic() >= deadline:
             out.emit({"suite": sid, "id": cid, "ok": False, "error": "timeout (suite deadline passed)"})
             continue
-        out.emit({"suite": sid, **_io_case(cid, code, str(case.get("stdin", "")).encode(), secrets, deadline, cap)})
+        stdin = str(case.get("stdin", "")).encode()
+        out.emit({"suite": sid, **_io_case(cid, code, stdin, secrets, deadline, cap, capture)})
 
 
 def _io_case(  # noqa: PLR0917
-    cid: str, code: str, stdin: bytes, secrets: tuple[bytearray, ...], deadline: float, cap: int
+    cid: str, code: str, stdin: bytes, secrets: tuple[bytearray, ...], deadline: float, cap: int, capture: Capture
 ) -> dict[str, object]:
     started = time.monotonic()
     mem = os.memfd_create("stdin")
@@ -666,7 +777,7 @@ def _io_case(  # noqa: PLR0917
     for fd in (mem, out_w, err_w):
         os.close(fd)
     try:
-        stdout, stderr, timed_out, truncated = _collect(out_r, err_r, deadline, cap)
+        stdout, stderr, timed_out, truncated = _collect(out_r, err_r, deadline, cap, capture)
     finally:
         os.close(out_r)
         os.close(err_r)
@@ -725,7 +836,9 @@ def _site_exit_builtins() -> None:
         pass
 
 
-def _collect(out_r: int, err_r: int, deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
+def _collect(
+    out_r: int, err_r: int, deadline: float, cap: int, capture: Capture | None = None
+) -> tuple[bytes, bytes, bool, bool]:
     """Read a child's stdout (capped) and stderr (tail kept) until both close or the deadline passes."""
     out = bytearray()
     err = bytearray()
@@ -737,6 +850,8 @@ def _collect(out_r: int, err_r: int, deadline: float, cap: int) -> tuple[bytes, 
         ready, _, _ = select.select(list(open_fds), [], [], min(wait, 0.5))
         for fd in ready:
             chunk = _read(fd, 1 << 16)
+            if chunk and capture is not None:
+                capture.add(0 if fd == out_r else 1, chunk)
             if not chunk:
                 open_fds.discard(fd)
             elif fd == out_r:
@@ -816,8 +931,9 @@ def main(argv: list[str]) -> int:
     if got != size:
         out.emit({"harness_error": "short stdin"})
         return 2
-    servers = [Server.spawn(secrets) for _ in range(n_assert)]
-    shared = CallServer()
+    capture = Capture(OUTPUT_CAP)
+    servers = [Server.spawn(secrets, capture) for _ in range(n_assert)]
+    shared = CallServer(capture)
     try:
         spans = _segments(buf)
         job = _parse_segment(buf, spans[0])
@@ -832,7 +948,7 @@ def main(argv: list[str]) -> int:
             elif kind == "call" and not seen_assert:
                 _run_call(job, suite, secrets, out, sid, shared)
             elif kind == "io" and not seen_assert:
-                _run_io(job, suite, secrets, out, sid)
+                _run_io(job, suite, secrets, out, sid, capture)
             else:
                 out.emit({"harness_error": f"suite {sid}: kind {kind!r} not allowed here"})
             out.emit({"suite": sid, "suite_done": True})
@@ -843,6 +959,7 @@ def main(argv: list[str]) -> int:
         shared.kill()
         for server in servers:
             server.kill()
+        capture.emit(out)
     out.emit({"done": True})
     return 0
 
