@@ -3,8 +3,10 @@
 Why content addressing (key = sha256 of the bytes): the same code or output uploaded twice (a retried run,
 a re-delivered event) lands on the same object, so retries never duplicate, an upload can be skipped when
 the object exists, and a reader can verify what it got against the key. Events carry ``s3://bucket/key``.
-S3 outages are retried with capped exponential backoff until ``max_elapsed_s``; after that the caller gets
-``ArtifactError`` and must not commit its input (so the work is redone later, never lost).
+S3 outages are retried with capped exponential backoff until ``max_elapsed_s`` (workers use no limit: they
+retry until they are stopped); after that the caller gets ``ArtifactError`` with ``outage=True`` and must not
+commit its input (so the work is redone later, never lost). Keys known to exist (uploaded or seen by this
+store) are remembered, so content that recurs (the same code, identical per-case results) costs no request.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,10 +40,20 @@ RETRIABLE_CODES = frozenset(
     }
 )
 KEY_PREFIX = "sha256"
+#: How many keys known to exist a store remembers (skips the existence check; ~100 bytes each).
+KNOWN_KEYS = 65_536
 
 
 class ArtifactError(RewardstreamError):
-    """An artifact could not be stored or read (after retries, or for a reason retrying cannot fix)."""
+    """An artifact could not be stored or read (after retries, or for a reason retrying cannot fix).
+
+    ``outage`` is True when S3 was unreachable or failing until the retry budget ran out or the store was
+    stopped: the work must be redone later, never dead-lettered or reported as failed.
+    """
+
+    def __init__(self, message: str, *, outage: bool = False) -> None:
+        super().__init__(message)
+        self.outage = outage
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,12 @@ class RetryPolicy:
 
     initial_s: float = 0.2
     max_s: float = 5.0
-    max_elapsed_s: float = 300.0
+    max_elapsed_s: float = 300.0  # math.inf: until the store's stop event is set
+
+    @classmethod
+    def until_stopped(cls) -> RetryPolicy:
+        """Retry an outage for as long as it lasts, until the store's ``stop`` is set (workers)."""
+        return cls(max_elapsed_s=math.inf)
 
 
 @dataclass(frozen=True)
@@ -126,6 +145,13 @@ class ArtifactStore:
         self._retry = retry or RetryPolicy()
         self._stop = stop or threading.Event()
         self._on_retry = on_retry
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._known_lock = threading.Lock()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the store's stop event is set (outages are then no longer retried)."""
+        return self._stop.is_set()
 
     def start(self) -> None:
         """Create the bucket if it does not exist (idempotent, retried while S3 is down)."""
@@ -160,8 +186,25 @@ class ArtifactStore:
             )  # fmt: skip
             return True
 
+        if self._is_known(key):
+            return StoredArtifact(self.url_for(digest), self.bucket, key, digest, len(data), False)
         uploaded = self._with_retry(f"put {key}", upload)
+        self._remember(key)
         return StoredArtifact(self.url_for(digest), self.bucket, key, digest, len(data), uploaded)
+
+    def _is_known(self, key: str) -> bool:
+        with self._known_lock:
+            if key in self._known:
+                self._known.move_to_end(key)
+                return True
+        return False
+
+    def _remember(self, key: str) -> None:
+        with self._known_lock:
+            self._known[key] = None
+            self._known.move_to_end(key)
+            while len(self._known) > KNOWN_KEYS:
+                self._known.popitem(last=False)
 
     def put_text(self, text: str, content_type: str = "text/plain; charset=utf-8") -> StoredArtifact:
         """Store UTF-8 text (code, stdout, stderr)."""
@@ -203,7 +246,8 @@ class ArtifactStore:
         return True
 
     def _with_retry(self, what: str, action: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self._retry.max_elapsed_s
+        started = time.monotonic()
+        deadline = started + self._retry.max_elapsed_s
         delay = self._retry.initial_s
         while True:
             try:
@@ -212,9 +256,11 @@ class ArtifactStore:
                 if not is_retriable(exc):
                     raise ArtifactError(f"S3 {what} in {self.bucket} failed: {_short(exc)}") from exc
                 if time.monotonic() + delay > deadline or self._stop.is_set():
+                    why = " (stopping)" if self._stop.is_set() else ""
                     raise ArtifactError(
-                        f"S3 {what} in {self.bucket} still failing after {self._retry.max_elapsed_s:.0f}s: "
-                        f"{_short(exc)}"
+                        f"S3 {what} in {self.bucket} still failing after {time.monotonic() - started:.0f}s{why}: "
+                        f"{_short(exc)}",
+                        outage=True,
                     ) from exc
                 log.warning("S3 %s failed, retrying in %.1fs: %s", what, delay, _short(exc))
                 if self._on_retry is not None:

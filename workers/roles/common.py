@@ -2,6 +2,11 @@
 
 Why a task cache: the registry is a directory of small files and the same task is graded thousands of
 times; tasks are immutable once loaded (a changed task gets a new id or a restart).
+
+Why artifacts are uploaded in a pool and their URLs known up front: a URL is the content's digest, so the
+result event can name it before the upload finished; the runtime commits the result only once every upload
+it refers to has finished. An S3 outage is retried by the store until the worker stops; an upload cut short
+by the stop leaves its result uncommitted (re-run by the next owner), never failed or dead-lettered.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from schemas.events import GenerationEvent, LogLevel, LogRecord, LogValue
+from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
 from schemas.tasks import PublicTask, Task
-from workers.artifacts import ArtifactError, ArtifactStore, StoredArtifact
+from workers.artifacts import ArtifactError, ArtifactStore
 from workers.runtime import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
 
 T = TypeVar("T")
+TEXT = "text/plain; charset=utf-8"
+JSON = "application/json"
 
 
 class UnknownTaskError(InvalidEventError):
@@ -95,7 +102,7 @@ class RoleContext:
         try:
             data = self.artifacts.get(event.code_ref)
         except ArtifactError as exc:
-            if "still failing" in str(exc):
+            if exc.outage:
                 raise  # an outage: retried by the runtime, never dead-lettered at once
             raise CodeUnavailableError(f"code_ref {event.code_ref}: {exc}") from exc
         if hashlib.sha256(data).hexdigest() != event.code_sha256:
@@ -106,25 +113,56 @@ class RoleContext:
             raise CodeUnavailableError(f"code_ref {event.code_ref} is not UTF-8") from exc
 
     def store(
-        self, fields: dict[str, LogValue], name: str, value: object, *, text: bool = False
-    ) -> Future[StoredArtifact] | None:
-        """Put an artifact (code as text, results as canonical JSON) and record its URL in ``fields``.
+        self, artifacts: dict[ArtifactName, str], name: ArtifactName, data: bytes, content_type: str = TEXT
+    ) -> Future[object] | None:
+        """Put ``data`` (content-addressed, skipped when already there) and record its URL in ``artifacts``.
 
-        With an uploader pool the upload runs there (the URL is known up front: it is the content's digest),
-        so the sandbox slot moves on; the runtime commits the result only once the upload has finished.
+        Without a store nothing happens (``artifacts`` stays as it is). With an uploader pool the upload runs
+        there and the returned future finishes with it; an upload the worker's stop cut short never finishes
+        (its result stays uncommitted and is re-run), a refusal S3 gives fails it.
         """
         store = self.artifacts
         if store is None:
             return None
-        import orjson
-
-        data = str(value).encode("utf-8") if text else orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        content_type = "text/plain; charset=utf-8" if text else "application/json"
-        fields[f"{name}_url"] = store.url_for(hashlib.sha256(data).hexdigest())
+        artifacts[name] = store.url_for(hashlib.sha256(data).hexdigest())
         if self.uploads is None:
             store.put(data, content_type)
             return None
-        return self.uploads.submit(store.put, data, content_type)
+        done: Future[object] = Future()
+
+        def upload() -> None:
+            try:
+                done.set_result(store.put(data, content_type))
+            except ArtifactError as exc:
+                if not (exc.outage and store.stopping):
+                    done.set_exception(exc)
+            except Exception as exc:
+                done.set_exception(exc)
+
+        self.uploads.submit(upload)
+        return done
+
+    def store_json(
+        self, artifacts: dict[ArtifactName, str], name: ArtifactName, value: object
+    ) -> Future[object] | None:
+        """``store`` a JSON value canonically (sorted keys: equal values share one object)."""
+        if self.artifacts is None:
+            return None
+        import orjson
+
+        return self.store(artifacts, name, orjson.dumps(value, option=orjson.OPT_SORT_KEYS), JSON)
+
+    def store_code(
+        self, artifacts: dict[ArtifactName, str], event: GenerationEvent, code: str
+    ) -> Future[object] | None:
+        """``store`` the generation's code, unless it came as a ``code_ref`` that already is our content key."""
+        store = self.artifacts
+        if store is None:
+            return None
+        if event.code_ref is not None and event.code_sha256 and event.code_ref == store.url_for(event.code_sha256):
+            artifacts["code"] = event.code_ref  # read and checked against code_sha256 by code_of
+            return None
+        return self.store(artifacts, "code", code.encode("utf-8"))
 
     def log_record(
         self,

@@ -4,15 +4,20 @@ Why one run per role and not a shared one: the executor's result is the feedback
 in a multi-turn episode) may read, so it must never be computed in the same process as hidden tests; the
 verifier's is the evidence a reward is built on. Sandbox failures are already retried with backoff by the
 grader; what is left is published as ``run.status == "sandbox_error"``, never as a failed solution.
+
+Artifacts (``event.artifacts``): both roles store the code and their per-case results; the executor also
+stores the candidate's full stdout/stderr when it is longer than the inline tail. Only the public run's
+output is ever shown: the verifier's run (hidden inputs) keeps its output to itself.
 """
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
-from typing import cast
 
 from schemas.events import (
+    OUTPUT_TAIL_MAX_CHARS,
+    ArtifactName,
     CaseResult,
     ExecutionResult,
     GenerationEvent,
@@ -23,9 +28,8 @@ from schemas.events import (
     SandboxRun,
     StaticFlag,
 )
-from workers.artifacts import StoredArtifact
 from workers.grading import Grader
-from workers.grading.grader import GRADER_VERSION, RunInfo
+from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo
 from workers.grading.static_analysis import analyze
 from workers.grading.suites import SuiteOutcome
 from workers.roles.common import RoleContext
@@ -62,8 +66,22 @@ def _run_fields(run: SandboxRun, attempts: int, passed: int, total: int) -> dict
     }
 
 
-def _uploads(*futures: Future[StoredArtifact] | None) -> tuple[Future[object], ...]:
-    return tuple(cast("Future[object]", f) for f in futures if f is not None)
+def _uploads(*futures: Future[object] | None) -> tuple[Future[object], ...]:
+    return tuple(f for f in futures if f is not None)
+
+
+def output_tail(data: bytes, truncated: bool) -> tuple[str, bool]:
+    """The inline form of captured output: its last ``OUTPUT_TAIL_MAX_CHARS`` characters (invalid UTF-8
+    replaced) and whether that is less than the candidate wrote."""
+    text = data.decode("utf-8", "replace")
+    if len(text) > OUTPUT_TAIL_MAX_CHARS:
+        return text[-OUTPUT_TAIL_MAX_CHARS:], True
+    return text, truncated
+
+
+def _artifact_fields(fields: dict[str, LogValue], artifacts: dict[ArtifactName, str]) -> None:
+    for name, url in artifacts.items():
+        fields[f"{name}_url"] = url
 
 
 def _level(run: SandboxRun) -> LogLevel:
@@ -93,6 +111,7 @@ class ExecutorHandler:
         task = ctx.tasks.public(event.task_id)
         code = ctx.code_of(event)
         fields: dict[str, LogValue] = {}
+        output = CandidateOutput()
         if task.public_tests is None:
             run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
             outcome: SuiteOutcome | None = None
@@ -102,8 +121,19 @@ class ExecutorHandler:
             outcome = ran.outcomes[0]
             run = sandbox_run(ran.run, ran.infra_error)
             attempts = ran.run.attempts
+            output = ran.output  # the public run's only: this is what the policy may see
         cases = [CaseResult(case_id=c.id, status=c.status, message=(c.message or None) and c.message[:1024])
                  for c in (outcome.cases if outcome else ())]  # fmt: skip
+        stdout, stdout_cut = output_tail(output.stdout, output.stdout_truncated)
+        stderr, stderr_cut = output_tail(output.stderr, output.stderr_truncated)
+        artifacts: dict[ArtifactName, str] = {}
+        uploads = _uploads(
+            ctx.store_code(artifacts, event, code),
+            ctx.store_json(artifacts, "cases", [c.model_dump(mode="json") for c in cases]),
+            # Output fully inline is not stored again; what was cut is, as written (bytes, not the tail text).
+            ctx.store(artifacts, "stdout", output.stdout) if stdout_cut and output.stdout else None,
+            ctx.store(artifacts, "stderr", output.stderr) if stderr_cut and output.stderr else None,
+        )
         result = ExecutionResult(
             generation_id=event.generation_id,
             episode_id=event.episode_id,
@@ -117,13 +147,16 @@ class ExecutorHandler:
             cases=cases,
             passed=sum(1 for c in cases if c.status == "passed"),
             total=len(cases),
+            stdout=stdout,
+            stderr=stderr,
+            stdout_truncated=stdout_cut,
+            stderr_truncated=stderr_cut,
             feedback=feedback(outcome),
+            artifacts=artifacts,
         )
         fields.update(_run_fields(run, attempts, result.passed, result.total))
-        uploads = _uploads(
-            ctx.store(fields, "code", code, text=True),
-            ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases]),
-        )
+        fields.update(stdout_bytes=output.stdout_bytes, stderr_bytes=output.stderr_bytes)
+        _artifact_fields(fields, artifacts)
         message = f"executor: {result.passed}/{result.total} public cases passed ({run.status})"
         record = ctx.log_record(event, source, _level(run), message, fields)
         return Done((encode_output(ctx.output_topic, event, result),), record, run.status, uploads)
@@ -150,6 +183,12 @@ class VerifierHandler:
         outcome = ran.outcomes[0]
         run = sandbox_run(ran.run, ran.infra_error)
         cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
+        artifacts: dict[ArtifactName, str] = {}
+        uploads = _uploads(
+            ctx.store_code(artifacts, event, code),
+            # statuses only: nothing about hidden inputs or expected values, and no output of this run
+            ctx.store_json(artifacts, "cases", [c.model_dump(mode="json") for c in cases]),
+        )
         verdict = HiddenVerdict(
             generation_id=event.generation_id,
             episode_id=event.episode_id,
@@ -165,13 +204,11 @@ class VerifierHandler:
             passed=sum(1 for c in cases if c.status == "passed"),
             total=len(cases),
             static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in flags],
+            artifacts=artifacts,
         )
         fields = _run_fields(run, ran.run.attempts, verdict.passed, verdict.total)
         fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
-        uploads = _uploads(
-            ctx.store(fields, "code", code, text=True),
-            ctx.store(fields, "cases", [c.model_dump(mode="json") for c in cases]),
-        )
+        _artifact_fields(fields, artifacts)
         message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"
         record = ctx.log_record(event, source, _level(run), message, fields)
         return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status, uploads)

@@ -20,7 +20,7 @@ from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Role as TopicRole
 from schemas.topics import catalog, topic_for
-from workers.artifacts import ArtifactStore, minio_client
+from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.judge.cache import CachedJudge
 from workers.kafka.clients import make_consumer, make_producer
 from workers.logs.shipper import LogShipper, worker_name
@@ -88,7 +88,10 @@ def build_worker(
     with ExitStack() as stack:
         artifacts = deps.artifacts
         if artifacts is None and settings.worker_store_artifacts:
+            # An S3 outage is retried until the worker stops (results wait, uncommitted; never lost), and
+            # the bucket is created on start (that too waits for S3).
             artifacts = ArtifactStore(minio_client(settings), settings.s3_bucket, stop=stop,
+                                      retry=RetryPolicy.until_stopped(),
                                       on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
             artifacts.start()
         uploads = None
