@@ -25,6 +25,7 @@ from streams.replay.source import Selected
 _REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Kafka's limit on a topic name, and the longest suffix the pipeline adds to a prefix (Faust's changelog).
 _TOPIC_MAX = 249
+_PREFIX_MAX = 200  # the catalog's limit
 _LONGEST_SUFFIX = len("rewards-reward-join-changelog") + 16
 
 
@@ -38,9 +39,9 @@ def replay_prefix(live_prefix: str, replay_id: str) -> str:
     if not _REPLAY_ID.match(replay_id):
         raise SelectionError(f"replay id {replay_id!r} may only contain letters, digits, '_' and '-' (1-64)")
     prefix = f"{live_prefix}replay.{replay_id}."
-    catalog(prefix)  # raises ConfigError on characters a topic name may not have
-    if len(prefix) + _LONGEST_SUFFIX > _TOPIC_MAX:
+    if len(prefix) > _PREFIX_MAX or len(prefix) + _LONGEST_SUFFIX > _TOPIC_MAX:
         raise SelectionError(f"replay topic prefix {prefix!r} is too long for Kafka topic names")
+    catalog(prefix)  # raises ConfigError on characters a topic name may not have
     return prefix
 
 

@@ -1,0 +1,190 @@
+"""The whole story of one generation as one JSON-able dict with a stable shape (pure).
+
+Hidden tests never appear: a hidden verdict is shown as counts, per-case statuses and static flags only.
+Artifacts are links (``s3://``), never their content. Every section is present; ``null`` when not found.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from schemas.events import Event, ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore, RewardEvent
+from streams.replay.locate import Found, Located
+from streams.replay.math import explain_reward, find_policy
+from streams.reward.policy import Signals
+
+#: Log record fields shown per line.
+LOG_FIELDS = ("created_at", "level", "component", "worker", "message", "topic", "partition", "offset", "fields")
+
+
+def _artifacts(event: Event) -> dict[str, str]:
+    # ExecutionResult/HiddenVerdict gain ``artifacts`` (name -> s3:// URL); older events have none.
+    value = getattr(event, "artifacts", None)
+    return dict(sorted(value.items())) if isinstance(value, dict) else {}
+
+
+def _chosen(found: list[Found], wanted: set[str]) -> Found | None:
+    """The event the reward used (its input ids), else the latest one (highest attempt / offset)."""
+    for item in found:
+        if item.event.event_id in wanted:
+            return item
+    return found[-1] if found else None
+
+
+def _generation(found: Found) -> dict[str, Any]:
+    event = found.event
+    assert isinstance(event, GenerationEvent)  # noqa: S101 - located by role
+    return {
+        "event_id": event.event_id,
+        "run_id": event.run_id,
+        "episode_id": event.episode_id,
+        "task_id": event.task_id,
+        "turn": event.turn,
+        "sample_index": event.sample_index,
+        "group_id": event.group_id,
+        "policy_version": event.policy_version,
+        "language": event.language,
+        "created_at": event.created_at.isoformat(),
+        "code_chars": None if event.code is None else len(event.code),
+        "code_ref": event.code_ref,
+        "code_sha256": event.code_sha256,
+        "metadata": dict(sorted(event.metadata.items())),
+        "location": found.location(),
+    }
+
+
+def _execution(found: Found, attempts: int) -> dict[str, Any]:
+    event = found.event
+    assert isinstance(event, ExecutionResult)  # noqa: S101 - located by role
+    return {
+        "event_id": event.event_id,
+        "attempt": event.attempt,
+        "attempts_seen": attempts,
+        "worker": event.worker,
+        "suite_kind": event.suite_kind,
+        "sandbox": event.run.model_dump(mode="json"),
+        "passed": event.passed,
+        "total": event.total,
+        "cases": [c.model_dump(mode="json") for c in event.cases],
+        "feedback": event.feedback,
+        "stdout": event.stdout,
+        "stderr": event.stderr,
+        "artifacts": _artifacts(event),
+        "location": found.location(),
+    }
+
+
+def _verdict(found: Found, attempts: int) -> dict[str, Any]:
+    event = found.event
+    assert isinstance(event, HiddenVerdict)  # noqa: S101 - located by role
+    return {
+        "event_id": event.event_id,
+        "attempt": event.attempt,
+        "attempts_seen": attempts,
+        "worker": event.worker,
+        "grader_version": event.grader_version,
+        "suite_kind": event.suite_kind,
+        "sandbox": event.run.model_dump(mode="json"),
+        "passed": event.passed,
+        "total": event.total,
+        "statuses": {status: sum(1 for c in event.cases if c.status == status) for status in _statuses(event)},
+        "cases": [{"case_id": c.case_id, "status": c.status} for c in event.cases],
+        "static_flags": [f.model_dump(mode="json") for f in event.static_flags],
+        "artifacts": _artifacts(event),
+        "location": found.location(),
+    }
+
+
+def _statuses(event: HiddenVerdict) -> list[str]:
+    return sorted({c.status for c in event.cases})
+
+
+def _judgement(found: Found) -> dict[str, Any]:
+    event = found.event
+    assert isinstance(event, JudgeScore)  # noqa: S101 - located by role
+    return {
+        "event_id": event.event_id,
+        "status": event.status,
+        "score": event.score,
+        "judge_model": event.judge_model,
+        "prompt_version": event.prompt_version,
+        "rationale": event.rationale,
+        "error": event.error,
+        "latency_ms": event.latency_ms,
+        "location": found.location(),
+    }
+
+
+def _reward(found: Found, count: int) -> dict[str, Any]:
+    event = found.event
+    assert isinstance(event, RewardEvent)  # noqa: S101 - located by role
+    return {
+        "event_id": event.event_id,
+        "reward": event.reward,
+        "policy_name": event.policy_name,
+        "policy_version": event.policy_version,
+        "components": dict(sorted(event.components.items())),
+        "reasons": list(event.reasons),
+        "flags": list(event.flags),
+        "missing": list(event.missing),
+        "inputs": [i.model_dump(mode="json") for i in event.inputs],
+        "rewards_seen": count,
+        "location": found.location(),
+    }
+
+
+def _math(reward: RewardEvent | None, signals: Signals, policies: list[Path]) -> dict[str, Any] | None:
+    if reward is None:
+        return None
+    policy = find_policy(reward.policy_name, reward.policy_version, policies)
+    if policy is None:
+        return {
+            "policy": f"{reward.policy_name} v{reward.policy_version}",
+            "available": False,
+            "steps": [
+                f"policy {reward.policy_name} v{reward.policy_version} not found among the packaged policies "
+                "and --policy files: pass its file with --policy to see the math"
+            ],
+        }
+    return explain_reward(policy, signals, reward)
+
+
+def build_story(
+    located: Located, logs: list[dict[str, Any]], policies: list[Path], log_error: str | None = None
+) -> dict[str, Any]:
+    """Every section of the story; ``policies`` are the files a reward's policy is looked up in."""
+    generation = located.generation()
+    rewards = located.of("rewards")
+    reward_found = rewards[0] if rewards else None
+    reward = reward_found.event if reward_found is not None else None
+    assert reward is None or isinstance(reward, RewardEvent)  # noqa: S101 - located by role
+    wanted = {i.event_id for i in reward.inputs} if reward is not None else set()
+    execution = _chosen(located.of("executions"), wanted)
+    verdict = _chosen(located.of("verdicts"), wanted)
+    judgement = _chosen(located.of("judgements"), wanted)
+    signals = Signals(
+        execution=execution.event if execution is not None else None,  # type: ignore[arg-type]
+        verdict=verdict.event if verdict is not None else None,  # type: ignore[arg-type]
+        judgement=judgement.event if judgement is not None else None,  # type: ignore[arg-type]
+    )
+    artifacts: dict[str, str] = {}
+    if generation is not None and isinstance(generation.event, GenerationEvent) and generation.event.code_ref:
+        artifacts["generation.code"] = generation.event.code_ref
+    for role, item in (("execution", execution), ("verdict", verdict)):
+        if item is not None:
+            artifacts.update({f"{role}.{name}": url for name, url in _artifacts(item.event).items()})
+    return {
+        "generation_id": located.generation_id,
+        "found": generation is not None,
+        "generation": _generation(generation) if generation is not None else None,
+        "execution": _execution(execution, len(located.of("executions"))) if execution is not None else None,
+        "verdict": _verdict(verdict, len(located.of("verdicts"))) if verdict is not None else None,
+        "judgement": _judgement(judgement) if judgement is not None else None,
+        "reward": _reward(reward_found, len(rewards)) if reward_found is not None else None,
+        "math": _math(reward, signals, policies),
+        "artifacts": artifacts,
+        "logs": [{k: line.get(k) for k in LOG_FIELDS} for line in logs],
+        "log_search_error": log_error,
+        "scanned": [s.as_json() for s in located.scanned],
+    }
