@@ -24,8 +24,10 @@ def _register() -> None:
     """Import each command module; each adds its commands to ``app``."""
     from rewardstream.cli import (
         demo,  # noqa: F401
+        explain,  # noqa: F401
         grade,  # noqa: F401
         logs,  # noqa: F401
+        replay,  # noqa: F401
         reward,  # noqa: F401
         sandbox,  # noqa: F401
         services,  # noqa: F401

@@ -1,0 +1,155 @@
+"""``rewardstream explain GENERATION_ID``: the whole story of one generation.
+
+The event, its public results, its hidden verdict (counts and per-case statuses, never the hidden tests), flags,
+judge score, the reward math re-evaluated under the policy the reward names, its log lines and artifact
+links. Log lines come from OpenSearch (and say where the generation's message is); events from a bounded
+scan of the topics (``--scan-limit`` messages per partition; the output says what was scanned).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.logs import LogSearchError, search
+from rewardstream.cli.main import app
+from schemas.errors import RewardstreamError
+from schemas.settings import Settings
+from streams.replay.locate import DEFAULT_SCAN_LIMIT, Hint, locate
+
+
+class GenerationNotFoundError(RewardstreamError):
+    """No event of the generation was found where explain looked."""
+
+
+def _logs(settings: Settings, generation_id: str, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+    """The generation's log lines, oldest first; an unreachable OpenSearch is reported, not fatal."""
+    from workers.logs.service import opensearch_client
+
+    body = {"query": {"term": {"generation_id": generation_id}}, "sort": [{"created_at": {"order": "asc"}}]}
+    client = opensearch_client(settings, timeout_s=30.0)
+    try:
+        return search(client, settings.opensearch_index_prefix, {**body, "size": limit}), None
+    except LogSearchError as exc:
+        return [], str(exc)
+    finally:
+        client.close()
+
+
+def _hints(logs: list[dict[str, Any]]) -> list[Hint]:
+    hints = []
+    for line in logs:
+        topic, partition, offset = line.get("topic"), line.get("partition"), line.get("offset")
+        if isinstance(topic, str) and isinstance(partition, int) and isinstance(offset, int):
+            hints.append(Hint(topic, partition, offset))
+    return hints
+
+
+def _policies(extra: list[Path]) -> list[Path]:
+    packaged = Path(__file__).resolve().parents[2] / "streams" / "reward" / "policies"
+    from streams.reward.policy import default_policy_path
+
+    return [*extra, default_policy_path(), *sorted(packaged.glob("*.toml"))]
+
+
+def _kv(table: Table, name: str, value: object) -> None:
+    table.add_row(name, "" if value is None else str(value))
+
+
+def _section(console: Console, title: str, rows: dict[str, object] | None) -> None:
+    if rows is None:
+        console.print(f"[bold]{title}[/bold]: not found")
+        return
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1))
+    for key, value in rows.items():
+        _kv(table, key, value)
+    console.print(table)
+
+
+def _where(section: dict[str, Any]) -> str:
+    loc = section["location"]
+    return f"{loc['topic']}[{loc['partition']}]@{loc['offset']}"
+
+
+def _render(story: dict[str, Any], console: Console) -> None:
+    gen, ex, ver, judge, reward = (story[k] for k in ("generation", "execution", "verdict", "judgement", "reward"))
+    console.print(f"[bold]generation {story['generation_id']}[/bold]")
+    _section(console, "event", gen and {
+        "run / task": f"{gen['run_id']} / {gen['task_id']}", "policy version": gen["policy_version"],
+        "created": gen["created_at"], "code": f"{gen['code_chars']} chars inline" if gen["code_ref"] is None
+        else gen["code_ref"], "at": _where(gen),
+    })  # fmt: skip
+    _section(console, "public tests (executor)", ex and {
+        "sandbox": ex["sandbox"]["status"], "passed": f"{ex['passed']}/{ex['total']}",
+        "cases": ", ".join(f"{c['case_id']}={c['status']}" for c in ex["cases"]), "feedback": ex["feedback"],
+        "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)", "worker": ex["worker"], "at": _where(ex),
+    })  # fmt: skip
+    _section(console, "hidden verdict (verifier; counts only)", ver and {
+        "sandbox": ver["sandbox"]["status"], "passed": f"{ver['passed']}/{ver['total']}",
+        "statuses": ", ".join(f"{k}: {v}" for k, v in ver["statuses"].items()),
+        "static flags": ", ".join(f"{f['rule']} (line {f['line']})" for f in ver["static_flags"]) or "none",
+        "grader": ver["grader_version"], "worker": ver["worker"], "at": _where(ver),
+    })  # fmt: skip
+    _section(console, "judge", judge and {
+        "score": judge["score"] if judge["status"] == "ok" else f"error: {judge['error']}",
+        "model": f"{judge['judge_model']} (prompt {judge['prompt_version']})", "rationale": judge["rationale"],
+        "at": _where(judge),
+    })  # fmt: skip
+    _section(console, "reward", reward and {
+        "reward": reward["reward"], "policy": f"{reward['policy_name']} v{reward['policy_version']}",
+        "flags": ", ".join(reward["flags"]) or "none", "missing": ", ".join(reward["missing"]) or "none",
+        "reasons": "\n".join(reward["reasons"]), "at": _where(reward),
+    })  # fmt: skip
+    math = story["math"]
+    if math is not None:
+        console.print(f"[bold]reward math ({math['policy']})[/bold]")
+        for number, step in enumerate(math["steps"], 1):
+            console.print(f"  {number}. {step}", markup=False)
+    _section(console, "artifacts", story["artifacts"] or {"(none)": ""})
+    logs = Table("time", "level", "component", "message", title="log lines", title_justify="left")
+    for line in story["logs"]:
+        logs.add_row(str(line["created_at"])[:23], str(line["level"]), str(line["component"]), str(line["message"]))
+    console.print(logs if story["logs"] else "[bold]log lines[/bold]: none indexed")
+    if story["log_search_error"]:
+        console.print(f"log search failed: {story['log_search_error']}", markup=False)
+    scanned = "; ".join(
+        f"{s['topic']} {', '.join(f'{p}:{a}..{b}' for p, (a, b) in s['ranges'].items())} ({s['messages']} messages)"
+        for s in story["scanned"]
+    )
+    console.print(f"scanned: {scanned}", markup=False, style="dim")
+
+
+@app.command("explain")
+def explain(
+    generation_id: Annotated[str, typer.Argument(help="the generation to explain")],
+    *,
+    as_json: Annotated[bool, typer.Option("--json", help="print the story as one JSON document")] = False,
+    policy: Annotated[
+        list[Path] | None, typer.Option("--policy", help="policy file(s) to find the reward's policy in (repeatable)")
+    ] = None,
+    scan_limit: Annotated[
+        int, typer.Option("--scan-limit", min=1, help="most messages read per topic partition")
+    ] = DEFAULT_SCAN_LIMIT,
+    log_limit: Annotated[int, typer.Option("--log-limit", min=1, max=10_000, help="most log lines")] = 200,
+) -> None:
+    """Show everything about one generation: events, verdicts, judge, reward math, logs, artifacts."""
+    from streams.replay.story import build_story
+
+    settings = load_settings()
+    logs, log_error = _logs(settings, generation_id, log_limit)
+    located = locate(
+        settings.kafka_client_config(), settings.topic_prefix, generation_id, hints=_hints(logs), scan_limit=scan_limit
+    )
+    if located.generation() is None and not logs:
+        where = "; ".join(f"{s.topic} ({s.messages} messages)" for s in located.scanned)
+        raise GenerationNotFoundError(f"generation {generation_id} not found: no log lines, and not in {where}")
+    story = build_story(located, logs, _policies(list(policy or [])), log_error)
+    if as_json:
+        print_json(story)
+    else:
+        _render(story, Console())
