@@ -79,7 +79,10 @@ class _TableStore:
         are committed, so a SIGKILL could lose table writes whose inputs were already committed. Records in
         the client are flushed for certain before every commit.
         """
-        await self._table.changelog_topic.send(key=key, value=value, partition=partition, value_serializer="raw")
+        pending = await self._table.changelog_topic.send(
+            key=key, value=value, partition=partition, value_serializer="raw"
+        )
+        pending.add_done_callback(_exit_if_failed("table changelog write"))
 
     def items(self) -> Iterable[tuple[str, bytes]]:
         for key, value in list(self._table.data.items()):
@@ -112,10 +115,12 @@ class _FaustOutputs:
         return int(metadata.offset)
 
     async def send_dlq(self, key: bytes | None, value: bytes) -> None:
-        await self._dlq.send(key=key, value=value)
+        pending = await self._dlq.send(key=key, value=value)
+        pending.add_done_callback(_exit_if_failed("dead letter"))
 
     async def send_log(self, key: bytes, value: bytes) -> None:
-        await self._logs.send(key=key, value=value)
+        pending = await self._logs.send(key=key, value=value)
+        pending.add_done_callback(_exit_if_failed("log record"))
 
     async def read_rewards(self, partition: int, start: int) -> tuple[list[tuple[int, bytes]], int]:
         return await asyncio.to_thread(
@@ -187,6 +192,20 @@ def _exit(why: str) -> None:
     )
     logging.shutdown()
     os._exit(STALL_EXIT_CODE)
+
+
+def _exit_if_failed(what: str) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback: a write the producer gave up on (after its own retries) stops the worker at once.
+
+    Input offsets are committed after the producer flushed, whatever the outcome of each record; a failed
+    table write must therefore never be followed by a commit. Crash-only: the restart re-reads the inputs.
+    """
+
+    def check(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            _exit(f"{what} failed: {future.exception()!r}")
+
+    return check
 
 
 def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[str], options: AppOptions) -> None:

@@ -180,6 +180,11 @@ class RewardProcessor:
             result = absorb(state, event, partition, timestamp)
             if result.note:
                 log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
+                if result.state.status == "pending":
+                    # A re-read part after a crash: its state may be complete while the reward never went
+                    # out (killed between the table write and the send). Decide again instead of leaving it
+                    # to the deadline.
+                    await self._act(result.state, self._partition_time(partition, 0.0, set()))
                 return
             await self.store.put(partition, event.generation_id, result.state.dumps())
             await self._act(result.state, self._partition_time(partition, 0.0, set()))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.codec import Contract
 from streams.reward.app import STALL_EXIT_CODE
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
 from tests.integration.reward_env import Reader, reward_env
@@ -155,6 +156,56 @@ def test_sigkill_mid_run_exactly_one_reward_each(
                 f"\n{n} generations, killed at {killed_at} rewards, {recovered} markers recovered from the "
                 f"rewards topic, all rewarded after {elapsed:.1f}s, {env.restarts} stall restarts"
             )
+        finally:
+            rewards.close()
+
+
+@pytest.mark.parametrize("kills", [3])
+def test_repeated_sigkills_exactly_one_reward_each(
+    kafka_config: dict[str, str], unique_name: str, tmp_path: Path, kills: int
+) -> None:
+    """Several SIGKILLs in one run, each while rewards flow and input is still arriving: none lost, none twice."""
+    n = 900
+    gens = [f"gen-{i:04d}" for i in range(n)]
+    no_judge = set(gens[::10])
+    batches: list[list[Contract]] = [[] for _ in range(kills + 1)]
+    for i, gid in enumerate(gens):  # each generation's parts in one batch: a deadline must not split them
+        batch = batches[i * (kills + 1) // n]
+        batch += [execution(gid), verdict(gid, passed=3 if i % 3 else 2)]
+        if gid not in no_judge:
+            batch.append(judgement(gid))
+    with reward_env(kafka_config, unique_name, tmp_path) as env:
+        policy = short_deadline_policy(tmp_path, deadline_s=2.0)
+        rewards = Reader(kafka_config, env.name("rewards"))
+        try:
+            proc = env.start(policy)
+            killed_at = []
+            for batch in batches[:-1]:
+                before = len(rewards.values)
+                env.produce(batch)
+                rewards.wait(lambda b=before: len(rewards.values) >= b + n // 10, 90, "more rewards", env)  # type: ignore[misc]
+                _kill(proc)
+                killed_at.append(len(rewards.values))
+                proc = env.start(policy)
+            env.produce(batches[-1])
+            rewards.wait(
+                lambda: len({r.generation_id for r in rewards.rewards()}) >= n,
+                180,
+                "all rewards",
+                env,
+                missing=lambda: sorted(set(gens) - {r.generation_id for r in rewards.rewards()}),
+            )
+            quiet_until, seen = time.monotonic() + 3.0, len(rewards.values)
+            while time.monotonic() < quiet_until:
+                rewards.poll()
+                if len(rewards.values) != seen:
+                    seen, quiet_until = len(rewards.values), time.monotonic() + 3.0
+            counts = Counter(r.generation_id for r in rewards.rewards())
+            assert {g: c for g, c in counts.items() if c != 1} == {}, f"duplicates (killed at {killed_at})"
+            assert set(counts) == set(gens)
+            by_gen = {r.generation_id: r for r in rewards.rewards()}
+            assert all(by_gen[g].reward == (1.0 if i % 3 else 0.0) for i, g in enumerate(gens))
+            print(f"\n{n} generations, {kills} kills at {killed_at} rewards, {env.restarts} stall restarts")
         finally:
             rewards.close()
 

@@ -47,9 +47,12 @@ class Outputs:
         self.dlq: list[bytes] = []
         self.logs: list[bytes] = []
         self.crash_after_reward = False
+        self.crash_before_reward = False
         self.idle: set[tuple[str, int]] = set()
 
     async def send_reward(self, partition: int, key: bytes, value: bytes) -> int:
+        if self.crash_before_reward:
+            raise SimulatedKillError
         log = self.rewards.setdefault(partition, [])
         log.append(value)
         if self.crash_after_reward:
@@ -150,6 +153,23 @@ def test_crash_between_reward_and_marker_is_deduplicated_on_restart(policy: Poli
     assert sorted(r.generation_id for r in rewards(outputs)) == ["a", "b"]
     assert second.counts["recovered"] == 1
     assert store.data[watermark_key(0)] == b"2"
+
+
+def test_crash_between_table_write_and_reward_emits_when_the_input_is_read_again(policy: Policy) -> None:
+    """The complete state reached the changelog but the reward never went out: the re-read part (a duplicate
+    for the join) must still trigger the decision, not leave the generation to the deadline."""
+    store, outputs = Store(), Outputs()
+    first = make(policy, store, outputs)
+    outputs.crash_before_reward = True
+    with pytest.raises(SimulatedKillError):
+        feed(first, [execution("b"), verdict("b"), judgement("b")])
+    assert b'"status":"pending"' in store.data["b"]
+    assert rewards(outputs) == []
+    outputs.crash_before_reward = False
+    second = make(policy, store, outputs)
+    feed(second, [judgement("b")], start=2)  # the uncommitted input again: nothing new for the join
+    assert [r.generation_id for r in rewards(outputs)] == ["b"]
+    assert b'"status":"emitted"' in store.data["b"]
 
 
 def test_deadline_in_event_time_not_while_inputs_are_unread(policy: Policy) -> None:
