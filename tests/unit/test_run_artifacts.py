@@ -156,6 +156,30 @@ def test_output_beyond_the_harness_cap_keeps_the_tail_and_says_so() -> None:
     assert ran.output.stdout_truncated
 
 
+def test_a_candidate_printing_without_end_does_not_stall_the_run() -> None:
+    code = (
+        "import _thread\n"  # a builtin module: LocalRunner as root finds no stdlib outside the sandbox
+        "started = _thread.allocate_lock()\n"
+        "started.acquire()\n"
+        "def spam():\n"
+        "    print('z' * 1000, flush=True)\n"
+        "    started.release()\n"
+        "    while True:\n"
+        "        print('z' * 1000)\n"
+        "_thread.start_new_thread(spam, ())\n"
+        "started.acquire()\n"
+        "def add(a, b):\n"
+        "    return a + b\n"
+    )
+    t = task(CALL)
+    assert t.public_tests is not None
+    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", t.public_tests)], t.limits)
+    assert [c.status for c in ran.outcomes[0].cases] == ["passed", "failed"]
+    assert ran.run.wall_ms < 4000
+    assert 1001 <= len(ran.output.stdout) <= harness.OUTPUT_CAP
+    assert set(ran.output.stdout) <= set(b"z\n")
+
+
 def test_split_output_takes_only_this_runs_framed_records() -> None:
     nonce = b"n" * 32
     frame = MAGIC + b" " + nonce + b" "
@@ -169,11 +193,28 @@ def test_split_output_takes_only_this_runs_framed_records() -> None:
     assert out.stderr_truncated
     assert not out.stdout_truncated
     assert rest == b"\n".join([frame + b'{"hello":true}', other])
-    # One stream missing (cut off): nothing is known, the records are left for the parser.
-    rest, none = split_output(frame + record, nonce)
-    assert none is None
+    # No record for a stream: nothing was written to it when the harness finished, unknown when it did not.
+    rest, only_stdout = split_output(frame + record, nonce)
+    assert only_stdout == CandidateOutput(b"hi", b"", 2, 0)
+    _, cut = split_output(frame + record, nonce, reported=False)
+    assert cut.stderr_truncated
     bad = frame + b'{"output":"stdout","b64":"!!","bytes":2}'
-    assert split_output(bad, nonce) == (bad, None)
+    assert split_output(bad, nonce) == (bad, CandidateOutput())
+
+
+def test_output_written_before_a_hang_is_kept() -> None:
+    # Block-buffered like any Python writing to a pipe: what the candidate flushed before it was killed.
+    code = (
+        "def add(a, b):\n    print('before the hang', flush=True)\n    print('lost')\n    while True:\n        pass\n"
+    )
+    t = task({"kind": "call", "cases": [{"args": [1, 2], "expected": 3}]})
+    assert t.public_tests is not None
+    ran = local_grader(LocalRunner()).run_suites(
+        code, "add", [("public", t.public_tests)], t.limits.model_copy(update={"timeout_s": 1})
+    )
+    assert ran.outcomes[0].cases[0].status == "timeout"
+    assert ran.output.stdout == b"before the hang\n"  # the harness killed the case and still reported
+    assert not ran.output.stdout_truncated
 
 
 def test_inline_output_is_the_tail() -> None:

@@ -19,7 +19,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schemas.errors import SandboxError
@@ -123,17 +123,19 @@ class CandidateOutput:
         return not self.reported or self.stderr_bytes > len(self.stderr)
 
 
-def split_output(stdout: bytes, nonce: bytes) -> tuple[bytes, CandidateOutput | None]:
-    """Take the harness's two ``output`` records out of a run's stdout: (the rest, the output).
+def split_output(stdout: bytes, nonce: bytes, *, reported: bool = True) -> tuple[bytes, CandidateOutput]:
+    """Take the harness's ``output`` records out of a run's stdout: (the rest, the candidate's output).
 
-    Only lines framed with this run's nonce count (candidate code cannot write them). A malformed output
-    record is left in place, for ``parse_records`` to report as a protocol error (or to ignore as the cut
-    last line of truncated output). ``None`` when the run did not report its output.
+    Only lines framed with this run's nonce count (candidate code cannot write them). The harness writes no
+    record for a stream nothing was written to, so ``reported`` (the harness got to its ``done`` record, or
+    never started: see ``parse_records``) says whether a missing record means "nothing" or "unknown". A
+    malformed output record is left in place, for ``parse_records`` to report (or to ignore as the cut last
+    line of truncated output).
     """
     prefix = MAGIC + b" " + nonce + b" "
     head = prefix + OUTPUT_RECORD
     if head not in stdout:
-        return stdout, None
+        return stdout, CandidateOutput(reported=reported)
     rest: list[bytes] = []
     found: dict[str, tuple[bytes, int]] = {}
     for line in stdout.split(b"\n"):
@@ -147,10 +149,8 @@ def split_output(stdout: bytes, nonce: bytes) -> tuple[bytes, CandidateOutput | 
             except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
                 pass
         rest.append(line)
-    if len(found) < 2:
-        return b"\n".join(rest), None
-    (out, out_n), (err, err_n) = found["stdout"], found["stderr"]
-    return b"\n".join(rest), CandidateOutput(out, err, out_n, err_n)
+    (out, out_n), (err, err_n) = found.get("stdout", (b"", 0)), found.get("stderr", (b"", 0))
+    return b"\n".join(rest), CandidateOutput(out, err, out_n, err_n, reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +277,9 @@ class Grader:
                 result = _error_result(exc, getattr(self.sandbox, "name", "?"))
             protocol, output = split_output(result.stdout, nonce)
             records = parse_records(protocol, nonce, truncated=result.stdout_truncated)
+            # A harness that never started ran no candidate code; one that did not finish may not have said
+            # all the candidate wrote.
+            output = replace(output, reported=records.done or records.hello is None)
             problem = infra_problem(result, records)
             if problem is None:
                 break
@@ -285,8 +288,8 @@ class Grader:
                 self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter, not crypto
         if result is None or records is None:  # the loop always runs at least once
             raise SandboxError("grader: no sandbox attempt was made")
-        if output is None:  # a harness that never started ran no candidate code: it wrote nothing
-            output = CandidateOutput(reported=records.hello is None)
+        if output is None:  # the loop always runs at least once
+            raise SandboxError("grader: no sandbox attempt was made")
         return result, records, attempt, problem, output
 
     def run_suites(

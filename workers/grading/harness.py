@@ -19,7 +19,7 @@ Why it is shaped like this (the grader's trust argument):
 * ``io``: one child per case, stdin from a memfd, stdout/stderr read by the parent with caps.
 * What candidate processes write to their stdout/stderr goes to pipes the parent drains whenever it waits
   (never to the parent's stdout, which is the protocol channel). The parent keeps the last ``OUTPUT_CAP``
-  bytes of each stream and reports them, base64, in two ``output`` records at the end: the grader shows
+  bytes of each stream and reports them, base64, in ``output`` records before ``done``: the grader shows
   the policy the candidate's output, never the protocol or check code's output.
 * Deadlines are enforced by the parent with SIGKILL; the outer sandbox enforces the whole run.
 
@@ -328,9 +328,12 @@ class Capture:
             del buf[: len(buf) - self.cap]
 
     def emit(self, out: Emitter) -> None:
-        """Two ``output`` records (stdout, then stderr), each cut to fit what is left of the output budget."""
+        """An ``output`` record for stdout, then stderr, each cut to fit what is left of the output budget;
+        none for a stream nothing was written to (the ``done`` record after them says the report is whole)."""
         for stream, name in enumerate(("stdout", "stderr")):
             buf = self.kept[stream]
+            if not self.total[stream]:
+                continue
             room = (out.budget - 1024) // (2 - stream)  # stdout leaves half for stderr; 1 KiB for the rest
             keep = max(0, min(self.cap, len(buf), room * 3 // 4 - 64))
             data = bytes(buf[len(buf) - keep :])
