@@ -400,3 +400,42 @@ def test_s3_outage_delays_results_and_loses_none(
             assert store.get(url)  # there, and matching its digest
         if "stdout" in result.artifacts:
             assert store.get(result.artifacts["stdout"]) == loud_stdout([(1, 2), (2, 2)]).encode()
+
+
+def test_stop_during_an_s3_outage_leaves_the_work_to_the_next_worker(
+    rig: Rig, kafka_config: dict[str, str], minio_client: Any, relay: Relay
+) -> None:
+    settings = rig.settings(s3_endpoint=f"127.0.0.1:{relay.port}")
+    specs = catalog(rig.prefix, PARTITIONS, 1)
+    executions = topic_for("executions", specs).name
+    reader = Results(kafka_config, [executions])
+    relay.open()
+    events = [generation(f"s{i}", QUIET.replace("hi", f"hi {i}")) for i in range(4)]
+    try:
+        stop, threads, metrics, outcome = start_workers(settings, ["executor"], Dependencies(sandbox=rig.sandbox))
+        try:
+            wait_until("the worker created its bucket", lambda: minio_client.bucket_exists(rig.bucket), 60)
+            relay.close()
+            publish(kafka_config, topic_for("generations", specs).name, events)
+            m = metrics["executor"]
+            wait_until("uploads are retried", lambda: m.value("rewardstream_retries_total", dependency="s3") >= 4, 120)
+        finally:
+            stop_workers(stop, threads)  # S3 still down: the stop ends the retrying
+        assert isinstance(outcome["executor"], WorkerStats), f"the stop was not clean: {outcome}"
+        reader.poll(1.0)
+        assert reader.values[executions] == [], "a result was committed without its artifacts"
+
+        relay.open()
+        stop, threads, _metrics, outcome = start_workers(settings, ["executor"], Dependencies(sandbox=rig.sandbox))
+        try:
+            reader.wait_for(executions, len(events), 180)
+        finally:
+            stop_workers(stop, threads)
+        assert isinstance(outcome["executor"], WorkerStats), outcome
+    finally:
+        reader.close()
+    results = [decode(v, ExecutionResult) for v in reader.values[executions]]
+    assert sorted(r.generation_id for r in results) == sorted(e.generation_id for e in events), "lost or duplicated"
+    store = ArtifactStore(make_minio(Settings()), rig.bucket)
+    for result in results:
+        assert store.get(result.artifacts["code"]).decode().startswith("def add")
