@@ -1,15 +1,21 @@
-"""The ``docker`` backend: one run = one ``docker exec`` in a locked-down container from a warm pool.
+"""The ``docker`` backend: locked-down containers, one run per container at a time, from a warm pool.
 
 Containers: ``network_mode=none``, read-only rootfs, tmpfs work dirs with size and inode caps, non-root uid,
-``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, docker-init as pid 1.
-Why a pool with a verified reset: creating a container costs hundreds of milliseconds; an exec costs tens.
-After a clean run the container is reset FROM THE HOST, as root, with no docker API call (a second ``docker
-exec`` per run used to cost as much CPU as the run itself): every process in the container's cgroup except
-its idle init is killed through a pidfd, the pids controller must be back to the init alone (no zombies),
-the writable mounts are emptied through ``/proc/<init>/root`` with symlink-safe deletion, and a container
-with SysV IPC objects is discarded. Nothing inside the container takes part, so a leftover process of the
-previous run cannot interfere with its own reset. A run that ended abnormally (timeout, output or memory
-limit) or a reset that cannot be verified discards the container instead; a fresh one starts in background.
+``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom seccomp profile, the idle ``sleep``
+as pid 1. Why a pool with a verified reset: creating a container costs hundreds of milliseconds.
+How a run enters a pooled container: through the container's entry server (``docker_entry``; default when
+the worker is root with ``nsenter`` and the container has no userns-remap or LSM label): a server started
+once per container in its namespaces forks per run a supervisor that joins the container's cgroups and a
+program entered exactly like a ``docker exec --user`` process (verified against the container's init per
+run), so a run costs no docker API call and no ``runc exec`` (~60 ms each). Otherwise (and always in the
+naive container-per-run mode, ``pool_size=0``) a run is one ``docker exec``.
+After a clean run the container is reset FROM THE HOST, as root, with no docker API call: every process in
+the container's cgroup except its idle init is killed through a pidfd, the pids controller must be back to
+the init alone (no zombies), the writable mounts are emptied through ``/proc/<init>/root`` with symlink-safe
+deletion, and SysV IPC objects are removed from the container's IPC namespace. Nothing inside the container
+takes part, so a leftover process of the previous run cannot interfere with its own reset. A run that ended
+abnormally (timeout, output or memory limit) or a reset that cannot be verified discards the container
+instead; a fresh one starts in background.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +42,24 @@ from schemas.errors import SandboxError
 from schemas.settings import Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import poll_until_empty
-from workers.sandbox.process import _Capture, base_env, check_relpath, classify, error_result
-from workers.sandbox.seccomp import docker_profile
+from workers.sandbox.docker_entry import (
+    EntryServer,
+    Observed,
+    cgroup_procs_files,
+    nsenter_path,
+    same_user_namespace,
+    watch,
+)
+from workers.sandbox.process import (
+    _Capture,
+    _memfd,
+    _zygote_spec,
+    base_env,
+    check_relpath,
+    classify,
+    error_result,
+)
+from workers.sandbox.seccomp import build_filter, docker_profile
 
 LABEL = "rewardstream.sandbox"
 OWNER_LABEL = "rewardstream.sandbox.owner"
@@ -79,6 +101,8 @@ class _Container:
     cgroup: dict[str, Path]
     init_pid: int = 0
     runs: int = 0
+    entry: EntryServer | None = None
+    roots: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # writable mount -> (mode, uid, gid)
 
 
 class DockerSandbox:
@@ -86,7 +110,17 @@ class DockerSandbox:
 
     name = "docker"
 
-    def __init__(self, settings: Settings, client: Any, image: str, *, pool_size: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: Any,
+        image: str,
+        *,
+        pool_size: int | None = None,
+        entry: bool | None = None,
+    ) -> None:
+        """``entry``: run pooled containers' programs through an entry server instead of ``docker exec``
+        (default: whenever possible: a pool, root, ``nsenter``, no userns-remap, no AppArmor/SELinux label)."""
         self._client = client
         self._api = client.api
         self._image = image
@@ -98,6 +132,11 @@ class DockerSandbox:
         self._closed = False
         self._busy: set[str] = set()
         self._seccomp = docker_profile()
+        self._nsenter = nsenter_path() if entry is not False and self._pool_size > 0 else None
+        if entry and self._nsenter is None:
+            raise SandboxError("docker entry server needs a warm pool, root and nsenter (Debian util-linux)")
+        self._filter = build_filter() if self._nsenter else b""
+        self._entries: dict[str, EntryServer] = {}
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rs-docker-pool")
         self.sweep_stale()
 
@@ -130,6 +169,8 @@ class DockerSandbox:
             shm_size=limits.size_mb << 20,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
+            # The idle init's stdout is reachable by the sandbox uid (/proc/1/fd/1): nothing may be logged.
+            log_config={"Type": "none", "Config": {}},
             # No docker-init: pid 1 is the idle ``sleep`` itself, which the sandbox uid cannot signal.
             init=False,
             ipc_mode="private",
@@ -150,13 +191,31 @@ class DockerSandbox:
         cid = created["Id"]
         try:
             self._api.start(cid)
-            pid = int(self._api.inspect_container(cid)["State"]["Pid"])
-            return _Container(cid, limits, _container_cgroups(pid), pid)
+            info = self._api.inspect_container(cid)
+            pid = int(info["State"]["Pid"])
+            container = _Container(cid, limits, _container_cgroups(pid), pid, roots=_mount_roots(pid))
+            labelled = info.get("AppArmorProfile") not in (None, "", "unconfined") or bool(info.get("ProcessLabel"))
+            if self._nsenter and not labelled and same_user_namespace(pid):
+                container.entry = EntryServer(
+                    nsenter=self._nsenter,
+                    init_pid=pid,
+                    procs_files=cgroup_procs_files(pid),
+                    seccomp=self._filter,
+                    name=cid[:12],
+                )
+                with self._lock:
+                    self._entries[cid] = container.entry
+            return container
         except Exception:
             self._remove(cid)
             raise
 
     def _remove(self, cid: str) -> None:
+        """Stop the container's entry server (if any), then remove the container."""
+        with self._lock:
+            entry = self._entries.pop(cid, None)
+        if entry is not None:
+            entry.close()
         with contextlib.suppress(Exception):
             self._api.remove_container(cid, force=True)
 
@@ -185,10 +244,14 @@ class DockerSandbox:
         if self._pool_size <= 0:
             return self._create(limits)
         pool = self._pool(limits)
-        try:
-            return pool.get_nowait()
-        except queue.Empty:
-            return self._create(limits)
+        while True:
+            try:
+                container = pool.get_nowait()
+            except queue.Empty:
+                return self._create(limits)
+            if container.entry is None or container.entry.alive():
+                return container
+            self._release(container, reusable=False)  # its entry server is gone: replace the container
 
     def _release(self, container: _Container, reusable: bool) -> None:
         """Return the container off the caller's critical path: reset+verify (or replace) in background."""
@@ -213,7 +276,7 @@ class DockerSandbox:
     def _reset(self, container: _Container) -> bool:
         """Kill every process but the init, wipe writable mounts; True only if verified clean (host side)."""
         try:
-            return _host_reset(container.cgroup, container.init_pid)
+            return _host_reset(container.cgroup, container.init_pid, container.roots)
         except Exception:
             return False
 
@@ -232,6 +295,8 @@ class DockerSandbox:
                     break
         for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
             self._remove(c["Id"])
+        for cid in list(self._entries):
+            self._remove(cid)
 
     def audit(self, wait_s: float = 0.0) -> list[str]:
         """Leftovers: containers of ours neither pooled nor busy, and extra processes in pooled ones."""
@@ -242,6 +307,15 @@ class DockerSandbox:
             pooled = {c.cid for pool in self._pools.values() for c in list(pool.queue)}
             busy = set(self._busy)
         found: list[str] = []
+        with self._lock:
+            entries = dict(self._entries)
+        for cid, entry in entries.items():
+            if cid not in pooled and cid not in busy:
+                found.append(
+                    f"entry server {entry.pid} of container {cid[:12]} ({'alive' if entry.alive() else 'exited'})"
+                )
+            elif not entry.alive():
+                found.append(f"entry server {entry.pid} of pooled container {cid[:12]} is dead")
         for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
             if c["Id"] in busy:
                 continue
@@ -269,7 +343,10 @@ class DockerSandbox:
             self._busy.add(container.cid)
         reusable = False
         try:
-            result = self._run_in(container, spec, archive)
+            if container.entry is not None:
+                result = self._run_entered(container, container.entry, spec)
+            else:
+                result = self._run_in(container, spec, archive)
             reusable = result.status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT, SandboxStatus.CRASHED)
             reusable = reusable and self._pool_size > 0
             return result
@@ -338,6 +415,78 @@ class DockerSandbox:
             stdout_truncated=cap.truncated["out"],
             stderr_truncated=cap.truncated["err"],
             wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
+            cpu_ms=round(cpu_ms, 3),
+            max_rss_kb=peak_kb,
+            backend=self.name,
+        )
+
+    def _run_entered(self, container: _Container, entry: EntryServer, spec: SandboxSpec) -> SandboxResult:
+        """One run through the container's entry server: no docker API call, no ``runc exec``."""
+        if not spec.argv:
+            raise SandboxError("spec.argv is empty")
+        cg = container.cgroup
+        _reset_peak(cg)
+        cpu0, oom0 = _cpu_ns(cg), _oom_kills(cg)
+        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
+        cap = _Capture(spec.output_limit_bytes, marker)
+        mine: list[int] = []  # read ends, ours to close
+        theirs: list[int] = []  # what the entry server's supervisor gets
+        try:
+            theirs.append(_memfd("spec", _zygote_spec(spec, marker)))
+            theirs.append(_memfd("stdin", spec.stdin))
+            for _ in range(3):  # stdout, stderr, status
+                r, w = os.pipe()
+                mine.append(r)
+                theirs.append(w)
+            spawn_at = time.monotonic()
+            try:
+                entry.launch(theirs)
+            finally:
+                for fd in theirs:
+                    os.close(fd)
+                theirs.clear()
+            obs = watch(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], spec=spec, cap=cap, spawn_at=spawn_at)
+            if not obs.exited:
+                # Stopped (timeout, output limit, no start): kill the run from the host right now; the
+                # container is not reused (the caller discards it).
+                _kill_run(cg, container.init_pid)
+            raw = _read_status(mine[2], 0.0 if not obs.exited else 2.0)
+        finally:
+            for fd in (*theirs, *mine):
+                os.close(fd)
+        cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
+        oom = max(0, _oom_kills(cg) - oom0)
+        peak_kb = _peak(cg) // 1024
+        returncode = int.from_bytes(raw, "big") if len(raw) == 4 else None
+        return self._entered_result(obs, cap, returncode, cpu_ms=cpu_ms, oom=oom, peak_kb=peak_kb)
+
+    def _entered_result(
+        self, obs: Observed, cap: _Capture, returncode: int | None, *, cpu_ms: float, oom: int, peak_kb: int
+    ) -> SandboxResult:
+        if obs.started_at is None:
+            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
+            return error_result(self.name, f"sandbox did not start (exit {returncode}): {detail}")
+        if obs.stopped_for is None and returncode is None and oom == 0:
+            # The supervisor (root, out of the program's reach) always reports; only the infrastructure
+            # failing (the entry server or its container gone) loses the status.
+            raise SandboxError("entry supervisor died without reporting a status")
+        exit_code: int | None = None
+        sig: int | None = None
+        if obs.stopped_for is None and returncode is not None:
+            if 128 < returncode < 128 + 65:
+                sig = returncode - 128
+            else:
+                exit_code = returncode
+        status = classify(stopped_for=obs.stopped_for, oom_kills=oom, exit_code=exit_code, sig=sig)
+        return SandboxResult(
+            status=status,
+            exit_code=exit_code,
+            signal=sig,
+            stdout=bytes(cap.data["out"]),
+            stderr=bytes(cap.data["err"]),
+            stdout_truncated=cap.truncated["out"],
+            stderr_truncated=cap.truncated["err"],
+            wall_ms=round(((obs.ended_at or time.monotonic()) - obs.started_at) * 1e3, 3),
             cpu_ms=round(cpu_ms, 3),
             max_rss_kb=peak_kb,
             backend=self.name,
@@ -470,7 +619,7 @@ def _cg_dir(cg: dict[str, Path], controller: str) -> Path:
     return cg[controller] if controller in cg else cg.get("", Path("/nonexistent"))
 
 
-def _host_reset(cg: dict[str, Path], init_pid: int) -> bool:
+def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, int, int]]) -> bool:
     """Reset a container after a clean run from the host; True only when verified pristine.
 
     1. SIGKILL every process of the container's cgroup but its init, through a pidfd opened and then checked
@@ -479,7 +628,8 @@ def _host_reset(cg: dict[str, Path], init_pid: int) -> bool:
        holds a pid slot forever, so such a container is not reused.
     3. Empty /work, /tmp, /dev/shm, /dev/mqueue via ``/proc/<init>/root`` (``shutil.rmtree`` is symlink-attack
        safe; every process is dead by now, so nothing races the deletion) and verify they are empty.
-    4. A container holding SysV IPC objects is not reused (they live in its IPC namespace).
+    4. SysV IPC objects (they live in the container's IPC namespace) are removed; a container where any is
+       left is not reused.
     """
     if init_pid <= 0 or not _alive(init_pid):
         return False
@@ -493,7 +643,29 @@ def _host_reset(cg: dict[str, Path], init_pid: int) -> bool:
         if time.monotonic() > end:
             return False
         time.sleep(0.001)
-    return _wipe_writable(init_pid) and _alive(init_pid) and not _has_sysv_ipc(init_pid)
+    return _wipe_writable(init_pid, roots) and _alive(init_pid) and not _sysv_ipc_left(init_pid)
+
+
+def _kill_run(cg: dict[str, Path], init_pid: int) -> None:
+    """SIGKILL every process of the container but its init (a stopped run's tree, its supervisor included)."""
+    procs = _cg_dir(cg, "pids") / "cgroup.procs"
+    marker = str(procs.parent).split("/sys/fs/cgroup", 1)[-1].split("/", 2)[-1]
+    _kill_all_but(init_pid, procs, marker, time.monotonic() + _RESET_DEADLINE_S)
+
+
+def _read_status(fd: int, wait_s: float) -> bytes:
+    """The supervisor's 4-byte status if it is (or within ``wait_s`` becomes) readable, else b''."""
+    data = b""
+    end = time.monotonic() + wait_s
+    while len(data) < 4:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 4 - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _kill_all_but(init_pid: int, procs: Path, marker: str, end: float) -> bool:
@@ -509,12 +681,26 @@ def _kill_all_but(init_pid: int, procs: Path, marker: str, end: float) -> bool:
         time.sleep(0.001)
 
 
-def _wipe_writable(init_pid: int) -> bool:
-    """Empty the container's writable mounts through its init's root; True when all are verified empty."""
+def _mount_roots(init_pid: int) -> dict[str, tuple[int, int, int]]:
+    """(mode, uid, gid) of each writable mount's root as the fresh container has it."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for mount in _WRITABLE:
+        base = Path(f"/proc/{init_pid}/root") / mount.lstrip("/")
+        if base.is_dir():
+            st = base.stat()
+            out[mount] = (st.st_mode & 0o7777, st.st_uid, st.st_gid)
+    return out
+
+
+def _wipe_writable(init_pid: int, roots: dict[str, tuple[int, int, int]]) -> bool:
+    """Empty the container's writable mounts through its init's root and give their roots back the fresh
+    container's mode, owner and no xattrs (a run may chmod or tag ``/work`` itself); True when verified."""
     root = Path(f"/proc/{init_pid}/root")
     for mount in _WRITABLE:
         base = root / mount.lstrip("/")
         if not base.is_dir():
+            if mount in roots:
+                return False
             continue
         for entry in os.scandir(base):
             if entry.is_dir(follow_symlinks=False):
@@ -522,6 +708,16 @@ def _wipe_writable(init_pid: int) -> bool:
             else:
                 os.unlink(entry.path)
         if any(True for _ in os.scandir(base)):
+            return False
+        if mount not in roots:
+            return False  # a writable mount the fresh container did not have
+        mode, uid, gid = roots[mount]
+        os.chown(base, uid, gid)
+        os.chmod(base, mode)
+        for name in os.listxattr(base):
+            os.removexattr(base, name)
+        st = base.stat()
+        if (st.st_mode & 0o7777, st.st_uid, st.st_gid) != roots[mount] or os.listxattr(base):
             return False
     return True
 
@@ -551,8 +747,10 @@ def _kill_in_cgroup(pid: int, marker: str) -> None:
 _IPC_TABLES = ("/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg")
 
 
-def _has_sysv_ipc(init_pid: int) -> bool:
-    """Whether the container's IPC namespace holds SysV objects (read from a thread that joins it)."""
+def _sysv_ipc_left(init_pid: int) -> bool:
+    """Remove every SysV object of the container's IPC namespace (from a thread that joins it; every process
+    of the container but its idle init is dead by now, so nothing holds or recreates one); True if any is
+    left or the namespace could not be checked."""
     found: list[bool] = []
 
     def look() -> None:
@@ -566,6 +764,14 @@ def _has_sysv_ipc(init_pid: int) -> bool:
                 found.append(True)  # cannot check: treat as dirty
                 return
             try:
+                for table, rmid in zip(_IPC_TABLES, (libc.shmctl, libc.semctl, libc.msgctl), strict=True):
+                    for row in Path(table).read_text().splitlines()[1:]:
+                        # shmctl(id, IPC_RMID, NULL) / semctl(id, 0, IPC_RMID) / msgctl(id, IPC_RMID, NULL)
+                        ipc_id = int(row.split()[1])
+                        if rmid is libc.semctl:
+                            rmid(ipc_id, 0, _IPC_RMID)
+                        else:
+                            rmid(ipc_id, _IPC_RMID, None)
                 found.append(any(len(Path(t).read_text().splitlines()) > 1 for t in _IPC_TABLES))
             finally:
                 if libc.setns(own, _CLONE_NEWIPC) != 0:
@@ -581,6 +787,7 @@ def _has_sysv_ipc(init_pid: int) -> bool:
 
 
 _CLONE_NEWIPC = 0x08000000
+_IPC_RMID = 0
 
 
 def _alive(pid: int) -> bool:

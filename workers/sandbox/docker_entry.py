@@ -1,0 +1,253 @@
+"""Host side of the docker warm pool's entry server (see ``docker_entry_main``): start, feed, stop, watch.
+
+One server per pooled container, started with ``nsenter --no-fork`` into the container's namespaces (its pid
+namespace only for the server's children) running the image's own ``/usr/bin/python3``. A run is one
+``sendmsg`` of five fds; no docker API call and no ``runc exec`` per run. The server lives exactly as long as
+its container: ``close`` (or the worker's death) closes the control socket and it exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from schemas.errors import SandboxError
+from workers.sandbox.api import SandboxSpec, SandboxStatus
+from workers.sandbox.process import _Capture
+
+_SOURCE = Path(__file__).with_name("docker_entry_main.py")
+#: Reads this module's program from stdin (it is not put on the command line, which the container can read).
+_BOOT = (
+    "import sys\n"
+    "d=sys.stdin.buffer.read()\n"
+    "n=int(sys.argv[1])\n"
+    "exec(compile(d[:n],'docker_entry_main.py','exec'),{'__name__':'__main__','INPUT':d[n:]})\n"
+)
+_START_S = 15.0
+_READ_CHUNK = 1 << 16
+_DRAIN_GRACE_S = 2.0
+_HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+TAG_PREFIX = "rs-docker-entry-of-"
+
+
+def nsenter_path() -> str | None:
+    """``nsenter`` (Debian ``util-linux``) when this worker may use it (root: it enters other namespaces)."""
+    if os.geteuid() != 0:
+        return None
+    return shutil.which("nsenter", path=_HOST_ENV["PATH"])
+
+
+def same_user_namespace(init_pid: int) -> bool:
+    """The entry maps no uids: it needs the container in the host's user namespace (no userns-remap)."""
+    try:
+        return os.readlink(f"/proc/{init_pid}/ns/user") == os.readlink("/proc/self/ns/user")
+    except OSError:
+        return False
+
+
+def cgroup_procs_files(init_pid: int) -> list[Path]:
+    """``cgroup.procs`` of every hierarchy (v1 controllers, named v1, v2) the container's init is in."""
+    v1: list[tuple[set[str], Path]] = []
+    v2: Path | None = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(rfields) < 3:
+            continue
+        mount_point = Path(fields[4].replace("\\040", " "))
+        if rfields[0] == "cgroup2" and v2 is None:
+            v2 = mount_point
+        elif rfields[0] == "cgroup":
+            v1.append((set(rfields[2].split(",")), mount_point))
+    out: list[Path] = []
+    for line in Path(f"/proc/{init_pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        wanted = set(ctrls.split(","))
+        base = v2 if ctrls == "" else next((m for opts, m in v1 if wanted <= opts), None)
+        if base is None:
+            raise SandboxError(f"cgroup hierarchy {ctrls or 'v2'!r} of the container is not mounted here")
+        out.append(base / path.lstrip("/") / "cgroup.procs")
+    return out
+
+
+_LIMIT_NAMES = {
+    "Max cpu time": "RLIMIT_CPU", "Max file size": "RLIMIT_FSIZE", "Max data size": "RLIMIT_DATA",
+    "Max stack size": "RLIMIT_STACK", "Max core file size": "RLIMIT_CORE", "Max resident set": "RLIMIT_RSS",
+    "Max processes": "RLIMIT_NPROC", "Max open files": "RLIMIT_NOFILE", "Max locked memory": "RLIMIT_MEMLOCK",
+    "Max address space": "RLIMIT_AS", "Max file locks": "RLIMIT_LOCKS", "Max pending signals": "RLIMIT_SIGPENDING",
+    "Max msgqueue size": "RLIMIT_MSGQUEUE", "Max nice priority": "RLIMIT_NICE",
+    "Max realtime priority": "RLIMIT_RTPRIO", "Max realtime timeout": "RLIMIT_RTTIME",
+}  # fmt: skip
+
+
+def init_rlimits(init_pid: int) -> list[list[int]]:
+    """``[resource, soft, hard]`` of the container's init, from ``/proc/<pid>/limits`` (prlimit on another
+    uid's process needs CAP_SYS_RESOURCE, which a worker in a container may lack)."""
+    out: list[list[int]] = []
+    for line in Path(f"/proc/{init_pid}/limits").read_text().splitlines()[1:]:
+        name = next((n for n in _LIMIT_NAMES if line.startswith(n)), None)
+        res = getattr(resource, _LIMIT_NAMES[name], None) if name else None
+        if name is None or res is None:
+            continue
+        soft, hard = line[len(name) :].split()[:2]
+        out.append([res, *(resource.RLIM_INFINITY if v == "unlimited" else int(v) for v in (soft, hard))])
+    return out
+
+
+def _init_config(init_pid: int, filter_len: int) -> bytes:
+    """The container init's identity, rlimits and oom_score_adj (a docker exec'd process gets the same)."""
+    status: dict[str, list[str]] = {}
+    for line in Path(f"/proc/{init_pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        status[key] = value.split()
+    uid, gid = int(status["Uid"][0]), int(status["Gid"][0])
+    if uid == 0 or gid == 0 or len(set(status["Uid"])) != 1 or len(set(status["Gid"])) != 1:
+        raise SandboxError("the container's init does not run as one non-root uid/gid")
+    config = {
+        "uid": uid,
+        "gid": gid,
+        "groups": [int(g) for g in status["Groups"]],
+        "rlimits": init_rlimits(init_pid),
+        "oom_score_adj": int(Path(f"/proc/{init_pid}/oom_score_adj").read_text().strip()),
+        "filter_len": filter_len,
+    }
+    return json.dumps(config).encode()
+
+
+class EntryServer:
+    """The entry server of one container. ``launch`` is called by one run at a time (one run per container)."""
+
+    def __init__(self, *, nsenter: str, init_pid: int, procs_files: Sequence[Path], seccomp: bytes, name: str) -> None:
+        self.tag = f"{TAG_PREFIX}{os.getpid()}-{name}-{secrets.token_hex(3)}"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        procs: list[int] = []
+        payload = b""
+        try:
+            procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in procs_files]
+            source = _SOURCE.read_bytes()
+            payload = source + _init_config(init_pid, len(seccomp)) + b"\n" + seccomp
+            argv = [
+                nsenter, f"--target={init_pid}",
+                "--mount", "--uts", "--ipc", "--net", "--cgroup", "--pid", "--no-fork", "--root", "--wd",
+                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", _BOOT, str(len(source)),
+                str(theirs.fileno()), self.tag, *(str(fd) for fd in procs),
+            ]  # fmt: skip
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), *procs),
+                env=_HOST_ENV,
+                cwd="/",
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+            for fd in procs:
+                os.close(fd)
+        self._sock = ours
+        try:
+            if self._proc.stdin is None:
+                raise SandboxError("entry server stdin missing")
+            self._proc.stdin.write(payload)
+            self._proc.stdin.close()
+            ours.settimeout(_START_S)
+            if ours.recv(16) != b"ready":
+                raise SandboxError(f"entry server did not start (exit {self._proc.poll()})")
+            ours.settimeout(None)
+        except (OSError, SandboxError) as exc:
+            self.close()
+            raise SandboxError(f"entry server did not start: {exc}") from exc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def launch(self, fds: Sequence[int]) -> None:
+        """Hand one run's fds (spec, stdin, stdout, stderr, status) to the server; it forks the run."""
+        self._sock.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", fds))])
+
+    def close(self) -> None:
+        """EOF makes the server exit; it is killed if it has not within a second. Idempotent."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        try:
+            self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait()
+
+
+@dataclass(slots=True)
+class Observed:
+    """What the worker saw of one entered run."""
+
+    stopped_for: SandboxStatus | None = None
+    exited: bool = False
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+def watch(*, out_fd: int, err_fd: int, exit_fd: int, spec: SandboxSpec, cap: _Capture, spawn_at: float) -> Observed:
+    """Pump output with caps until the status arrives (its supervisor killed and reaped everything of the
+    run first), the clock runs out (from the start marker on) or output overflows."""
+    obs = Observed()
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(out_fd, selectors.EVENT_READ, "out")
+        sel.register(err_fd, selectors.EVENT_READ, "err")
+        sel.register(exit_fd, selectors.EVENT_READ, "exit")
+        deadline = spawn_at + spec.timeout_s + 5.0  # setup gets its own small allowance
+        drain_until: float | None = None
+        while sel.get_map():
+            now = time.monotonic()
+            if drain_until is None and now >= deadline:
+                obs.stopped_for = SandboxStatus.TIMEOUT if obs.started_at is not None else None
+                return obs
+            if drain_until is not None and now >= drain_until:
+                return obs
+            for key, _ in sel.select((drain_until or deadline) - now):
+                fd, which = int(key.fd), str(key.data)
+                if which == "exit":
+                    obs.ended_at = time.monotonic()
+                    obs.exited = True
+                    sel.unregister(fd)
+                    drain_until = obs.ended_at + _DRAIN_GRACE_S
+                    continue
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    sel.unregister(fd)
+                elif not cap.feed(which, chunk):
+                    obs.stopped_for = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
+                    return obs
+                if obs.started_at is None and cap.started_at is not None:
+                    obs.started_at = cap.started_at  # the clock starts with the program, not the entry
+                    deadline = obs.started_at + spec.timeout_s
+        return obs
+    finally:
+        sel.close()
+        if obs.ended_at is None:
+            obs.ended_at = time.monotonic()
+        if obs.started_at is None:
+            obs.started_at = cap.started_at
