@@ -152,4 +152,4 @@ def explain(
     if as_json:
         print_json(story)
     else:
-        _render(story, Console())
+        _render(story, Console(soft_wrap=True))

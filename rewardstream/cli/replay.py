@@ -194,7 +194,12 @@ def replay(
     only_diff: Annotated[bool, typer.Option("--diff", help="show only what changed")] = False,
     as_json: Annotated[bool, typer.Option("--json", help='print {"replayed": N, "changed": [...], ...}')] = False,
     keep: Annotated[bool, typer.Option("--keep", help="keep the replay topics and logs afterwards")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="seconds to wait for the new rewards")] = 900.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="give up when no new reward came for this many seconds")
+    ] = 300.0,
+    window: Annotated[
+        int, typer.Option("--window", min=1, help="most generations in the replay pipeline at once")
+    ] = 64,
     concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="sandbox runs per worker")] = None,
     replay_id: Annotated[str | None, typer.Option("--replay-id", help="namespace id (default: time + random)")] = None,
 ) -> None:
@@ -222,8 +227,8 @@ def replay(
     )
     child_env = {"RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(count), "RS_TASKS_DIR": str(settings.tasks_dir)}
     pipeline = _ReplayPipeline(replay_settings, policy, concurrency, child_env)
-    plan = ReplayPlan(settings.kafka_client_config(), settings.topic_prefix, prefix, count, selection, timeout)
-    err = Console(stderr=True)
+    plan = ReplayPlan(settings.kafka_client_config(), settings.topic_prefix, prefix, count, selection, timeout, window)
+    err = Console(stderr=True, soft_wrap=True)
     err.print(f"replay {rid}: namespace {prefix}*, policy {policy or 'packaged default'}")
     columns = (
         SpinnerColumn(),
@@ -244,7 +249,7 @@ def replay(
     if as_json:
         print_json({"replay_id": rid, "selection": selection.describe(), **report.as_json(only_differences=only_diff)})
     else:
-        _render(report, only_diff, Console())
+        _render(report, only_diff, Console(soft_wrap=True))
     if not ok:
         missing = [e.generation_id for e in report.of("new_missing")]
         err.print(

@@ -10,9 +10,10 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from schemas.codec import decode
 from schemas.errors import KafkaError, RewardstreamError
@@ -45,61 +46,95 @@ def replay_prefix(live_prefix: str, replay_id: str) -> str:
     return prefix
 
 
-def copy_generations(config: Mapping[str, str], topic: str, generations: Sequence[Selected]) -> None:
-    """Produce each selected generation's original key and bytes to the replay's generations topic."""
-    failures: list[str] = []
+class _Copier:
+    """An idempotent producer of the selected generations' original keys and bytes into the replay topic."""
 
-    def on_delivery(err: object, _msg: object) -> None:
+    def __init__(self, config: Mapping[str, str], topic: str) -> None:
+        self.topic = topic
+        self.failures: list[str] = []
+        self._producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3})
+
+    def _on_delivery(self, err: object, _msg: object) -> None:
         if err is not None:
-            failures.append(str(err))
+            self.failures.append(str(err))
 
-    producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3})
-    try:
-        for selected in generations:
-            while True:
-                try:
-                    producer.produce(
-                        topic, key=selected.record.key, value=selected.record.value, on_delivery=on_delivery
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-        left = producer.flush(60)
-    except KafkaException as exc:
-        raise KafkaError(f"copying generations to {topic} failed: {exc}", topic=topic) from exc
-    if left or failures:
-        raise KafkaError(f"copying generations to {topic} failed: {left} undelivered; {failures[:3]}", topic=topic)
+    def send(self, batch: Sequence[Selected]) -> None:
+        try:
+            for selected in batch:
+                record = selected.record
+                while True:
+                    try:
+                        self._producer.produce(
+                            self.topic, key=record.key, value=record.value, on_delivery=self._on_delivery
+                        )
+                        break
+                    except BufferError:
+                        self._producer.poll(0.1)
+            left = self._producer.flush(60)
+        except KafkaException as exc:
+            raise KafkaError(f"copying generations to {self.topic} failed: {exc}", topic=self.topic) from exc
+        if left or self.failures:
+            raise KafkaError(
+                f"copying generations to {self.topic} failed: {left} undelivered; {self.failures[:3]}", topic=self.topic
+            )
 
 
-def collect_rewards(
+def _new_rewards(consumer: Consumer, topic: str, wanted: set[str], found: dict[str, RewardEvent]) -> bool:
+    """Poll once; add the first reward of each wanted id to ``found``; True when something new came."""
+    before = len(found)
+    for msg in consumer.consume(1000, timeout=0.5):
+        if msg.error() is not None:
+            raise KafkaError(f"reading {topic} failed: {msg.error()}", topic=topic, partition=msg.partition())
+        try:
+            reward = decode(msg.value() or b"", RewardEvent)
+        except RewardstreamError:
+            continue
+        if reward.generation_id in wanted and reward.generation_id not in found:
+            found[reward.generation_id] = reward
+    return len(found) > before
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """Where the replay feeds generations in and reads rewards out, and how fast."""
+
+    generations_topic: str
+    rewards_topic: str
+    partitions: Sequence[int]
+    #: At most this many generations without a reward at once: a backlog the replay itself created must not
+    #: make the join's deadline (counted from the first part that arrived) fire before the slowest part.
+    window: int = 64
+    #: Give up when no new reward arrived for this long.
+    idle_timeout_s: float = 300.0
+
+
+def feed_and_collect(
     config: Mapping[str, str],
-    topic: str,
-    partitions: Sequence[int],
-    generation_ids: set[str],
-    *,
-    timeout_s: float,
+    feed: Feed,
+    generations: Sequence[Selected],
     progress: Callable[[int], None] = lambda _n: None,
 ) -> dict[str, RewardEvent]:
-    """Read the replay's rewards topic (read_committed, from the start) until every id has one or time runs out."""
+    """Copy the generations into the replay namespace (windowed) and collect the first reward of each."""
+    wanted = {s.event.generation_id for s in generations}
     found: dict[str, RewardEvent] = {}
+    copier = _Copier(config, feed.generations_topic)
     consumer = scan_consumer(config)
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        deadline = time.monotonic() + timeout_s
-        while len(found) < len(generation_ids) and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is not None:
-                    raise KafkaError(f"reading {topic} failed: {msg.error()}", topic=topic, partition=msg.partition())
-                try:
-                    reward = decode(msg.value() or b"", RewardEvent)
-                except RewardstreamError:
-                    continue
-                if reward.generation_id in generation_ids and reward.generation_id not in found:
-                    found[reward.generation_id] = reward
+        consumer.assign([TopicPartition(feed.rewards_topic, p, 0) for p in feed.partitions])
+        sent = 0
+        last_new = time.monotonic()
+        while len(found) < len(wanted):
+            room = len(found) + feed.window - sent
+            if room > 0 and sent < len(generations):
+                copier.send(generations[sent : sent + room])
+                sent = min(len(generations), sent + room)
+            if _new_rewards(consumer, feed.rewards_topic, wanted, found):
+                last_new = time.monotonic()
             progress(len(found))
+            if time.monotonic() - last_new > feed.idle_timeout_s:
+                break
         return found
     except KafkaException as exc:
-        raise KafkaError(f"reading {topic} failed: {exc}", topic=topic) from exc
+        raise KafkaError(f"reading {feed.rewards_topic} failed: {exc}", topic=feed.rewards_topic) from exc
     finally:
         consumer.close()

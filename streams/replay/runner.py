@@ -11,7 +11,8 @@ from typing import Protocol
 
 from schemas.topics import catalog, topic_for
 from streams.replay.diff import Replayed, Report, diff
-from streams.replay.namespace import collect_rewards, copy_generations
+from streams.replay.namespace import Feed, feed_and_collect
+from streams.replay.ready import pipeline_groups, wait_groups_ready
 from streams.replay.selection import Selection
 from streams.replay.source import Found, read_rewards, select_generations
 
@@ -41,7 +42,8 @@ class ReplayPlan:
     replay_prefix: str
     partitions: int
     selection: Selection
-    timeout_s: float
+    idle_timeout_s: float = 300.0
+    window: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,18 +65,19 @@ def run_replay(plan: ReplayPlan, pipeline: ReplayPipeline, reporter: Reporter) -
     reporter.phase("reading old rewards", None)
     old = read_rewards(plan.kafka, topic_for("rewards", live).name, ids, since_ms=earliest, progress=reporter.update)
     reporter.phase("starting the replay pipeline", None)
+    feed = Feed(
+        topic_for("generations", replay).name,
+        topic_for("rewards", replay).name,
+        range(plan.partitions),
+        window=plan.window,
+        idle_timeout_s=plan.idle_timeout_s,
+    )
     try:
         pipeline.start()
-        copy_generations(plan.kafka, topic_for("generations", replay).name, found.generations)
+        reporter.phase("waiting for the replay pipeline's consumer groups", None)
+        wait_groups_ready(plan.kafka, pipeline_groups(plan.replay_prefix))
         reporter.phase("replaying", len(ids))
-        new = collect_rewards(
-            plan.kafka,
-            topic_for("rewards", replay).name,
-            range(plan.partitions),
-            ids,
-            timeout_s=plan.timeout_s,
-            progress=reporter.update,
-        )
+        new = feed_and_collect(plan.kafka, feed, found.generations, reporter.update)
     finally:
         reporter.phase("stopping the replay pipeline", None)
         pipeline.stop()
