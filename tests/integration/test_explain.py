@@ -18,6 +18,7 @@ import pytest
 
 from schemas.codec import decode
 from schemas.events import RewardEvent
+from streams.replay.ready import pipeline_groups, wait_groups_ready
 from tests.integration.reward_env import PARTITIONS, REPO, RewardEnv, reward_env
 from tests.integration.sdk_env import Problems, convert_problems
 
@@ -100,6 +101,7 @@ def test_explain_tells_the_whole_story_of_a_submitted_generation(  # noqa: PLR09
             renv,
             env,
         ):
+            wait_groups_ready(kafka_config, [*pipeline_groups(renv.prefix)[:3], renv.app_id])  # all assigned
             done = cli(["submit", "--solutions", str(solutions), "--out", str(out), "--run-id", run_id,
                         "--timeout", "180"], env)  # fmt: skip
             assert done.returncode == 0, done.stderr + renv.logs()
