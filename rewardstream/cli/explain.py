@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.syntax import Syntax
 from rich.table import Table
 
 from rewardstream.cli.common import load_settings, print_json
@@ -21,6 +22,9 @@ from rewardstream.cli.main import app
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 from streams.replay.locate import DEFAULT_SCAN_LIMIT, Hint, locate
+
+#: Lines of the generation's code shown in the human-readable story (``--json`` has all of it).
+CODE_LINES = 40
 
 
 class GenerationNotFoundError(RewardstreamError):
@@ -84,6 +88,12 @@ def _render(story: dict[str, Any], console: Console) -> None:
         "created": gen["created_at"], "code": f"{gen['code_chars']} chars inline" if gen["code_ref"] is None
         else gen["code_ref"], "at": _where(gen),
     })  # fmt: skip
+    if gen and gen["code"]:
+        lines = gen["code"].splitlines()
+        shown = "\n".join(lines[:CODE_LINES]) + (
+            f"\n... ({len(lines) - CODE_LINES} more lines)" if len(lines) > CODE_LINES else ""
+        )
+        console.print(Syntax(shown, "python", line_numbers=True))
     _section(console, "public tests (executor)", ex and {
         "sandbox": ex["sandbox"]["status"], "passed": f"{ex['passed']}/{ex['total']}",
         "cases": ", ".join(f"{c['case_id']}={c['status']}" for c in ex["cases"]), "feedback": ex["feedback"],

@@ -46,6 +46,7 @@ def _generation(found: Found) -> dict[str, Any]:
         "policy_version": event.policy_version,
         "language": event.language,
         "created_at": event.created_at.isoformat(),
+        "code": event.code,
         "code_chars": None if event.code is None else len(event.code),
         "code_ref": event.code_ref,
         "code_sha256": event.code_sha256,
