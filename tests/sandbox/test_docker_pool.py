@@ -356,3 +356,24 @@ def test_close_stops_every_entry_server(sandbox_settings: Settings) -> None:
         sb.close()
     assert not mine & set(_entry_servers(prefix))
     assert sb._api.containers(all=True, filters={"label": f"rewardstream.sandbox.owner={sb._owner}"}) == []
+
+
+def test_oneshot_baseline_is_a_container_per_run_with_the_same_limits(sandbox_settings: Settings) -> None:
+    """``run_oneshot`` (the benchmark's ``docker_run`` baseline): the run is the container's own command."""
+    sb: Any = make_sandbox(sandbox_settings.model_copy(update={"sandbox_pool_size": 0}), "docker")
+    code = (
+        "import os, sys\n"
+        "st = {l.split(':')[0]: l.split()[1] for l in open('/proc/self/status') if l.startswith(('Uid', 'CapBnd'))}\n"
+        "print(os.getpid(), st['Uid'], int(st['CapBnd'], 16), sys.stdin.read())\n"
+        "open('/etc/x', 'w')\n"
+    )
+    try:
+        r = sb.run_oneshot(SandboxSpec(argv=("python3", "main.py"), files={"main.py": code.encode()}, stdin=b"IN"))
+        assert r.status is S.NONZERO_EXIT, r
+        assert r.stdout == f"1 {sb._uid} 0 IN\n".encode()  # pid 1 of its own container, no capability
+        assert b"Read-only file system" in r.stderr
+        r = sb.run_oneshot(SandboxSpec(argv=("sleep", "30"), timeout_s=1.0))
+        assert r.status is S.TIMEOUT, r
+        assert sb.audit(wait_s=10.0) == []
+    finally:
+        sb.close()
