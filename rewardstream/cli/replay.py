@@ -116,13 +116,18 @@ class _Bar:
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
         self._task: TaskID | None = None
+        self._total: int | None = None
+        self._completed = 0
 
     def phase(self, name: str, total: int | None) -> None:
         if self._task is not None:
+            done = max(self._completed, 1) if self._total is None else self._total
+            self._progress.update(self._task, total=self._total or done, completed=self._completed or done)
             self._progress.stop_task(self._task)
-        self._task = self._progress.add_task(name, total=total)
+        self._task, self._total, self._completed = self._progress.add_task(name, total=total), total, 0
 
     def update(self, completed: int) -> None:
+        self._completed = completed
         if self._task is not None:
             self._progress.update(self._task, completed=completed)
 
@@ -132,7 +137,7 @@ def _delete_namespace(settings: Settings, prefix: str) -> list[str]:
     from infra.topics import delete_topics
 
     config = settings.kafka_client_config()
-    admin = AdminClient(dict(config))
+    admin = AdminClient({**config, "log_level": 3})
     names = sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix))
     delete_topics(names, config)
     groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid]
@@ -163,7 +168,11 @@ def _reward_text(entry: Entry, side: str) -> str:
 
 def _render(report: Report, only_differences: bool, console: Console) -> None:
     entries = [e for e in report.entries if not only_differences or e.kind != "same"]
-    table = Table("generation", "task", "old", "new", "kind", "reasons (- old, + new)")
+    table = Table()
+    table.add_column("generation", overflow="fold")  # ids whole, never cut with an ellipsis
+    table.add_column("task", overflow="fold")
+    for name in ("old", "new", "kind", "reasons (- old, + new)"):
+        table.add_column(name)
     for entry in entries:
         lines = [f"- {r}" for r in entry.reasons_removed()] + [f"+ {r}" for r in entry.reasons_added()]
         table.add_row(

@@ -35,7 +35,7 @@ def _ready(description: object) -> bool:
 
 def wait_groups_ready(config: Mapping[str, str], groups: Sequence[str], timeout_s: float = 180.0) -> None:
     """Return once every group is stable with partitions assigned; a one-line error naming the laggards."""
-    admin = AdminClient(dict(config))
+    admin = AdminClient({**config, "log_level": 3})
     deadline = time.monotonic() + timeout_s
     while True:
         waiting = []
