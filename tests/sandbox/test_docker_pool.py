@@ -377,3 +377,50 @@ def test_oneshot_baseline_is_a_container_per_run_with_the_same_limits(sandbox_se
         assert sb.audit(wait_s=10.0) == []
     finally:
         sb.close()
+
+
+WORKER = """
+import sys, time
+from schemas.settings import Settings
+from workers.sandbox.api import SandboxSpec
+from workers.sandbox.factory import make_sandbox
+sb = make_sandbox(Settings().model_copy(update={"sandbox_pool_size": 2}), "docker")
+r = sb.run(SandboxSpec(argv=("python3", "-I", "-S", "-B", "-c", "print(1)")))
+print(r.status.value, flush=True)
+time.sleep(300)
+"""
+
+
+def test_worker_death_stops_its_entry_servers_and_the_next_worker_sweeps(sandbox_settings: Settings) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=root, stdout=subprocess.PIPE)
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline() == b"ok\n"
+        prefix = f"{TAG_PREFIX}{worker.pid}-"
+        end = time.monotonic() + 30
+        while len(_entry_servers(prefix)) < 2 and time.monotonic() < end:  # the pool refilled
+            time.sleep(0.05)
+        assert _entry_servers(prefix)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        end = time.monotonic() + 15
+        while _entry_servers(prefix) and time.monotonic() < end:  # EOF on the control socket: they exit
+            time.sleep(0.05)
+        assert _entry_servers(prefix) == []
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+    fresh: Any = make_sandbox(sandbox_settings.model_copy(update={"sandbox_pool_size": 0}), "docker")
+    try:
+        left = fresh._api.containers(all=True, filters={"label": "rewardstream.sandbox"})
+        owners = [c["Labels"].get("rewardstream.sandbox.owner", "").split(":")[1:2] for c in left]
+        assert [str(worker.pid)] not in owners
+    finally:
+        fresh.close()
