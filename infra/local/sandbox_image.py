@@ -60,6 +60,14 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _private_mounts() -> list[str]:
+    """``unshare`` into a new mount namespace (root only, as ``--mode=root`` is), when available."""
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        return []
+    return [unshare, "--mount", "--propagation", "private"]
+
+
 def rootfs_path(settings: Settings) -> Path:
     """Where the tree for the current settings lives (it may not exist yet)."""
     return _sandbox_dir(settings) / f"rootfs-{image_version(settings)}"
@@ -89,7 +97,11 @@ def ensure_sandbox_rootfs(settings: Settings) -> Path:
             'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/etc/machine-id',
             'rm -f "$1"/etc/hostname "$1"/etc/resolv.conf && : > "$1/etc/resolv.conf"',
         ]
+        # In a private mount namespace: mmdebstrap mounts /proc, /sys and /dev inside the tree while it builds;
+        # if it is killed half-way (a test or an `up` interrupted), those mounts die with the namespace
+        # instead of staying behind on the host.
         cmd = [
+            *_private_mounts(),
             mmdebstrap,
             "--mode=root",
             "--variant=minbase",

@@ -54,14 +54,23 @@ class IsolatedPlatform:
         shutil.rmtree(service_base(self.cache_dir), ignore_errors=True)
 
 
-def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:
-    """A platform config on ports base_port+{92,93,200,300,0} sharing the main cache's downloads."""
+def shared_cache(tmp: Path) -> Path:
+    """``tmp/cache``: a cache dir of its own (pid files, logs, tasks) that shares the main cache's downloads and
+    sandbox rootfs, so a test never builds a rootfs of its own (slow, and mounts if killed mid-build)."""
     cache = tmp / "cache"
+    if cache.is_dir():
+        return cache
     cache.mkdir(parents=True)
     main_cache = Settings().cache_dir
     for part in SHARED_CACHE_PARTS:
         (main_cache / part).mkdir(parents=True, exist_ok=True)
         (cache / part).symlink_to(main_cache / part)
+    return cache
+
+
+def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:
+    """A platform config on ports base_port+{92,93,200,300,0} sharing the main cache's downloads."""
+    cache = shared_cache(tmp)
     env = {
         **os.environ,
         "RS_CACHE_DIR": str(cache),

@@ -23,6 +23,7 @@ import pytest
 
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
+from tests.integration.platform_env import shared_cache
 from tests.integration.reward_env import PARTITIONS, REPO, RewardEnv, reward_env
 
 ROLES = ("executor", "verifier", "judge")
@@ -100,7 +101,7 @@ def pipeline(
             "RS_TOPIC_PREFIX": env.prefix,
             "RS_TOPIC_PARTITIONS": str(PARTITIONS),
             "RS_TASKS_DIR": str(registry_dir),
-            "RS_CACHE_DIR": str(tmp / "cache"),
+            "RS_CACHE_DIR": str(shared_cache(tmp)),
             "RS_METRICS_PORT": "0",
             "RS_WORKER_STORE_ARTIFACTS": "false",
             "RS_WORKER_TRANSACTION_TIMEOUT_MS": "10000",

@@ -14,7 +14,7 @@ import pytest
 
 from infra.local.process import group_members
 from schemas.settings import Settings
-from tests.integration.platform_env import SHARED_CACHE_PARTS
+from tests.integration.platform_env import shared_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -61,11 +61,7 @@ def _free_port_run(count: int) -> int:
 
 def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int]:
     """Own cache dir (pid files, task registry, reward state), topics and metrics ports; shared services."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    main_cache = Settings().cache_dir
-    for shared in SHARED_CACHE_PARTS:  # no second download or rootfs build
-        (cache / shared).symlink_to(main_cache / shared)
+    cache = shared_cache(tmp_path)  # no second download or rootfs build
     metrics = _free_port_run(4)
     env = {
         **os.environ,
