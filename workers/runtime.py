@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from queue import Empty, SimpleQueue
 from typing import Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka import KafkaError as LibKafkaError
 
 from schemas.codec import Contract, DecodeError, decode, encode
@@ -463,15 +471,21 @@ class TransactionalWorker:
             return
         if not isinstance(outcome, Done):
             return
+        stamp_type, stamp = item.msg.timestamp()
         for out in outcome.outputs:
-            self._produce(out)
+            self._produce(out, stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0)
         if outcome.log is not None:
             self.shipper.emit(outcome.log)
 
-    def _produce(self, out: Output) -> None:
+    def _produce(self, out: Output, timestamp_ms: int = 0) -> None:
+        """Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the
+        reward processor's deadlines run in generation time, so a role that lags is never mistaken for a dead
+        one. 0: the producer's clock."""
         for attempt in range(100):
             try:
-                self.producer.produce(out.topic, key=out.key, value=out.value, on_delivery=self._tracker.callback)
+                self.producer.produce(
+                    out.topic, key=out.key, value=out.value, on_delivery=self._tracker.callback, timestamp=timestamp_ms
+                )
                 return
             except BufferError:
                 self.producer.poll(0.1 if attempt else 0.0)
