@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,14 @@ import typer
 
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
+
+
+class Engine(StrEnum):
+    """Which reward processor runs."""
+
+    kafka = "kafka"
+    faust = "faust"
+
 
 reward_app = typer.Typer(help="The reward processor (Faust) and reward policies.", no_args_is_help=True)
 app.add_typer(reward_app, name="reward")
@@ -34,13 +43,31 @@ def run(
     kill_after_rewards: Annotated[
         int | None, typer.Option("--kill-after-rewards", min=1, hidden=True, help="fault injection for crash tests")
     ] = None,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            help="kafka: transactions, exactly once by construction (default); faust: the Faust app with "
+            "emit-then-mark de-duplication (its consumer can skip input after a rebalance: upstream bugs)",
+        ),
+    ] = Engine.kafka,
 ) -> None:
     """Join the co-partitioned results into one reward per generation, until SIGTERM."""
-    from streams.reward.app import AppOptions, build_app, run_worker
     from streams.reward.policy import load_policy
 
     settings = load_settings()
     loaded = load_policy(policy)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if engine is Engine.kafka:
+        from streams.reward.engine import EngineOptions, RewardEngine, run_engine
+
+        options_ = EngineOptions(app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards)
+        banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka"
+        print(banner, file=sys.stderr, flush=True)
+        run_engine(RewardEngine(settings, loaded, options_))
+        return
+    from streams.reward.app import AppOptions, build_app, run_worker
+
     options = AppOptions(
         app_id=app_id,
         data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
@@ -49,7 +76,6 @@ def run(
         stall_timeout_s=stall_timeout_s,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     faust_app, _processor = build_app(settings, loaded, options)
     print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}", file=sys.stderr, flush=True)
     run_worker(faust_app, loglevel)

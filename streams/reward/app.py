@@ -23,6 +23,7 @@ from typing import Any
 
 from schemas.settings import Settings
 from schemas.topics import catalog, topic_for
+from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
 from streams.reward.policy import Policy
 from streams.reward.processor import RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions, read_partition
@@ -135,10 +136,9 @@ class _FaustOutputs:
 
 def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[Any, RewardProcessor]:
     """A configured Faust app and the processor it drives (not started)."""
-    faust: Any = importlib.import_module("faust")  # untyped glue: faust's own hints do not hold for our use
     specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
     names = {role: topic_for(role, specs).name for role in ("executions", "verdicts", "judgements")}
-    app = faust.App(
+    app = read_committed_app_class()(
         options.app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
         store="memory://",
@@ -243,11 +243,15 @@ def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[st
     async def on_rebalance(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
         processor.forget_partitions()
 
+    async def on_assigned(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
+        log.info("partitions assigned; inputs read with isolation level %s", isolation_level(app))
+
     app.agent(source, name="reward-join")(join_agent)
     app.timer(options.tick_s)(deadlines)
     if options.stall_timeout_s > 0:
         app.timer(max(1.0, options.stall_timeout_s / 4))(_watchdog(app, processor, input_names, options))
     app.on_partitions_assigned.connect(on_rebalance)
+    app.on_partitions_assigned.connect(on_assigned)
     app.on_partitions_revoked.connect(on_rebalance)
 
 

@@ -194,7 +194,7 @@ def reward_event(state: JoinState, scored: Scored, missing: tuple[Part, ...], po
     )
 
 
-def emitted(state: JoinState, event_id: str, offset: int) -> JoinState:
+def emitted(state: JoinState, event_id: str, offset: int | None) -> JoinState:
     """The slim state kept after emission: ids only, so late parts are recognised and the table stays small."""
     return state.model_copy(
         update={

@@ -34,6 +34,7 @@ from streams.reward.join import (
     GiveUp,
     JoinState,
     PartEvent,
+    Wait,
     Withhold,
     absorb,
     decide,
@@ -66,8 +67,9 @@ class StateStore(Protocol):
 class Outputs(Protocol):
     """Where the processor's messages go."""
 
-    async def send_reward(self, partition: int, key: bytes, value: bytes) -> int:
-        """Produce and wait for the acknowledgement; return the offset."""
+    async def send_reward(self, partition: int, key: bytes, value: bytes) -> int | None:
+        """Produce and wait for the acknowledgement; return the offset. None: the reward is written in the same
+        Kafka transaction as its ``emitted`` marker (the transactional engine), so no offset is needed."""
         ...
 
     async def send_dlq(self, key: bytes | None, value: bytes) -> None: ...
@@ -106,6 +108,7 @@ class RewardProcessor:
         *,
         clock: Callable[[], float] = time.time,
         retention_s: float = 7 * 86_400.0,
+        watermark_every: int = 200,
     ) -> None:
         self.policy = policy
         self.topics = topics
@@ -113,6 +116,8 @@ class RewardProcessor:
         self.outputs = outputs
         self.clock = clock
         self.retention_s = retention_s
+        #: Rewards between two stored watermarks of a partition (at most this many are re-read after a crash).
+        self.watermark_every = watermark_every
         self._next_expiry = 0.0
         self._next_note = 0.0
         self._progress: dict[tuple[str, int], float] = {}
@@ -122,6 +127,7 @@ class RewardProcessor:
         self.worker = f"{socket.gethostname()}:{os.getpid()}"[:256]
         self._lock = asyncio.Lock()
         self._scanned: set[int] = set()
+        self._watermarks: dict[int, int] = {}
         self._topic_time: dict[tuple[str, int], float] = {}
         self.processed: dict[tuple[str, int], int] = {}
         self.counts: dict[str, int] = {
@@ -186,8 +192,7 @@ class RewardProcessor:
                     # to the deadline.
                     await self._act(result.state, self._partition_time(partition, 0.0, set()))
                 return
-            await self.store.put(partition, event.generation_id, result.state.dumps())
-            await self._act(result.state, self._partition_time(partition, 0.0, set()))
+            await self._act(result.state, self._partition_time(partition, 0.0, set()), changed=True)
 
     async def tick(self, partitions: set[int]) -> None:
         """Apply deadlines to pending generations of the partitions this worker owns."""
@@ -257,13 +262,20 @@ class RewardProcessor:
         return out
 
     def _partition_time(self, partition: int, wall: float, idle: set[tuple[str, int]]) -> float:
-        """Event time of a partition: the slowest input's newest timestamp; a fully consumed input is at ``wall``.
+        """Event time of a partition: the slowest input's newest timestamp (results carry their generation's
+        timestamp); an input that is consumed to its end AND has brought nothing new for the policy deadline
+        (its producer is gone, e.g. the judge stopped) is at ``wall``.
 
         The minimum, because the inputs are read independently: one topic's newer events must not time out
-        parts still waiting, unread, on another.
+        parts still waiting, unread, on another. The quiet period, because a role that lags (a busy verifier)
+        often has nothing committed for a moment while it works: that is not a dead role.
         """
+        quiet_since = wall - self.policy.join.deadline_s
         times = [
-            wall if (topic, partition) in idle else self._topic_time.get((topic, partition), 0.0)
+            wall
+            if (topic, partition) in idle
+            and self._progress.get((topic, partition), self._progress_since) <= quiet_since
+            else self._topic_time.get((topic, partition), 0.0)
             for topic in self.topics.roles
         ]
         return min(times, default=0.0)
@@ -293,7 +305,13 @@ class RewardProcessor:
             log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, exc)
             return None
 
-    async def _act(self, state: JoinState, now: float) -> None:
+    async def _act(self, state: JoinState, now: float, *, changed: bool = False) -> None:
+        """Decide and do it; ``changed``: the state differs from the table's and must be stored unless superseded.
+
+        A state that is emitted at once is never stored complete: its last part's input offset is committed
+        only after the ``emitted`` marker, so a crash before that re-reads the part and decides again (the
+        rewards-tail scan catches a reward that did go out).
+        """
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
             reward = decision.reward
@@ -301,8 +319,12 @@ class RewardProcessor:
             offset = await self.outputs.send_reward(state.partition, reward.key(), encode(reward))
             self.doing = "idle"
             await self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
-            await self.store.put(state.partition, watermark_key(state.partition), str(offset + 1).encode())
+            if offset is not None:
+                await self._advance_watermark(state.partition, offset + 1)
             self.counts["rewards"] += 1
+        elif isinstance(decision, Wait):
+            if changed:
+                await self.store.put(state.partition, state.generation_id, state.dumps())
         elif isinstance(decision, Withhold):
             self.counts["withheld"] += 1
             await self.store.put(
@@ -315,6 +337,13 @@ class RewardProcessor:
                 state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
             )
             await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
+
+    async def _advance_watermark(self, partition: int, end: int) -> None:
+        """Store "every reward below ``end`` is marked" now and then: it only bounds the tail scan after a
+        crash, so writing it per reward would double the changelog for nothing."""
+        if end - self._watermarks.get(partition, 0) >= self.watermark_every:
+            await self.store.put(partition, watermark_key(partition), str(end).encode())
+            self._watermarks[partition] = end
 
     async def _ensure_scanned(self, partition: int) -> None:
         """Mark rewards produced after the partition's watermark (a crash may have lost their markers)."""
@@ -342,6 +371,7 @@ class RewardProcessor:
             log.info("reward for %s found on the rewards topic, marked emitted", reward.generation_id)
         if end > start:
             await self.store.put(partition, watermark_key(partition), str(end).encode())
+        self._watermarks[partition] = max(start, end)
         self._scanned.add(partition)
 
     async def _log(self, state: JoinState, level: str, message: str) -> None:

@@ -60,10 +60,16 @@ def idle_partitions(
     processed: Mapping[tuple[str, int], int],
     timeout_s: float = 10.0,
 ) -> set[tuple[str, int]]:
-    """The ``(topic, partition)`` of ``topics`` x ``partitions`` consumed to the end (committed or processed)."""
+    """The ``(topic, partition)`` of ``topics`` x ``partitions`` consumed to the end (committed or processed).
+
+    "The end" is the last committed record, not the high watermark: the workers write in transactions, so a
+    partition whose producer stopped (a judge that died) ends with a commit marker (and maybe aborted
+    records) that no consumer ever delivers. Those partitions are probed with a read_committed consumer.
+    """
     consumer = Consumer({**client_config, "group.id": group_id, "enable.auto.commit": False, "log_level": 3})
     try:
         idle: set[tuple[str, int]] = set()
+        behind: dict[tuple[str, int], tuple[int, int]] = {}
         wanted = [TopicPartition(t, p) for t in topics for p in partitions]
         for tp in consumer.committed(wanted, timeout=timeout_s):
             low, high = consumer.get_watermark_offsets(
@@ -72,8 +78,53 @@ def idle_partitions(
             done = max(tp.offset, low, processed.get((tp.topic, tp.partition), -1) + 1)
             if done >= high:
                 idle.add((tp.topic, tp.partition))
-        return idle
+            else:
+                behind[(tp.topic, tp.partition)] = (done, high)
+        return idle | _only_markers_left(client_config, behind, timeout_s)
     except KafkaException as exc:
         raise KafkaError(f"reading consumer lag of {group_id} failed: {exc}") from exc
+    finally:
+        consumer.close()
+
+
+#: Records a consumer may fetch past the processed offset before a partition counts as busy: a batch of
+#: control markers and aborted records rarely exceeds this, real backlogs almost always do.
+_PROBE_LIMIT = 1000
+
+
+def _only_markers_left(
+    client_config: Mapping[str, str], behind: Mapping[tuple[str, int], tuple[int, int]], timeout_s: float
+) -> set[tuple[str, int]]:
+    """Of ``behind`` ((topic, partition) -> (next offset to process, high watermark)), those where nothing a
+    read_committed consumer would deliver lies between the two (only transaction markers or aborted records).
+    A partition with an open transaction is not idle: its records may still commit."""
+    probe = {tp: span for tp, span in behind.items() if span[1] - span[0] <= _PROBE_LIMIT}
+    if not probe:
+        return set()
+    consumer = Consumer(
+        {
+            **client_config,
+            "group.id": "rewardstream-rewards-probe",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _high) in probe.items()])
+        undecided = dict(probe)
+        idle: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + min(timeout_s, 3.0)
+        while undecided and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=0.2):
+                if msg.error() is None:
+                    undecided.pop((msg.topic() or "", msg.partition() or 0), None)  # a real record waits
+            positions = consumer.position([TopicPartition(t, p) for t, p in undecided])
+            for pos in positions:
+                key = (pos.topic, pos.partition)
+                if key in undecided and pos.offset >= undecided[key][1]:
+                    idle.add(key)
+                    del undecided[key]
+        return idle
     finally:
         consumer.close()

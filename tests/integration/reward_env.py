@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from schemas.events import (
 )
 from schemas.topics import catalog, topic_for
 from streams.reward.app import STALL_EXIT_CODE
+from tests.integration.platform_env import shared_cache
 
 PARTITIONS = 3
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +56,7 @@ class RewardEnv:
             **os.environ,
             "RS_TOPIC_PREFIX": self.prefix,
             "RS_TOPIC_PARTITIONS": str(PARTITIONS),
-            "RS_CACHE_DIR": str(self.tmp / "cache"),
+            "RS_CACHE_DIR": str(shared_cache(self.tmp)),
             "PYTHONWARNINGS": "ignore",
         }
         cmd = [
@@ -127,6 +129,21 @@ class RewardEnv:
             producer.poll(0)
         assert producer.flush(30) == 0
 
+    def produce_in_transaction(self, events: list[Contract], *, abort: bool = False) -> None:
+        """As the workers do: one Kafka transaction (committed, or aborted as by a worker killed mid-run)."""
+        producer = Producer({**self.kafka_config, "transactional.id": f"{self.app_id}-txn", "linger.ms": 5})
+        roles = {ExecutionResult: "executions", HiddenVerdict: "verdicts", JudgeScore: "judgements"}
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for event in events:
+            producer.produce(self.name(roles[type(event)]), key=event.key(), value=encode(event))  # type: ignore[attr-defined]
+            producer.poll(0)
+        if abort:
+            assert producer.flush(30) == 0  # on the broker first: an abort purges what was not sent yet
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+
     def produce_raw(self, role: str, key: bytes, value: bytes) -> None:
         producer = Producer(self.kafka_config)
         producer.produce(self.name(role), key=key, value=value)
@@ -172,6 +189,22 @@ class Reader:
                     f"{env.diagnose() if env else ''}"
                 )
             self.poll()
+
+    def settle(self, quiet_s: float = 3.0) -> None:
+        """Poll until nothing new arrived for ``quiet_s`` (a late duplicate would arrive now)."""
+        quiet_until, seen = time.monotonic() + quiet_s, len(self.values)
+        while time.monotonic() < quiet_until:
+            self.poll()
+            if len(self.values) != seen:
+                seen, quiet_until = len(self.values), time.monotonic() + quiet_s
+
+    def exactly_one_each(self, generations: list[str], context: str = "") -> dict[str, RewardEvent]:
+        """After the stream settled: assert one reward per generation, none twice, none foreign; by generation."""
+        self.settle()
+        counts = Counter(r.generation_id for r in self.rewards())
+        assert {g: c for g, c in counts.items() if c != 1} == {}, f"duplicate rewards {context}"
+        assert set(counts) == set(generations), f"missing {sorted(set(generations) - set(counts))[:20]} {context}"
+        return {r.generation_id: r for r in self.rewards()}
 
     def rewards(self) -> list[RewardEvent]:
         return [decode(v, RewardEvent) for v in self.values]

@@ -89,8 +89,12 @@ def policy() -> Policy:
     return load_policy()
 
 
-def make(policy: Policy, store: Store, outputs: Outputs, clock: Clock | None = None) -> RewardProcessor:
-    return RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=clock or Clock(T0))
+def make(
+    policy: Policy, store: Store, outputs: Outputs, clock: Clock | None = None, watermark_every: int = 1
+) -> RewardProcessor:
+    return RewardProcessor(
+        policy, Topics(INPUTS), store, outputs, clock=clock or Clock(T0), watermark_every=watermark_every
+    )
 
 
 def feed(proc: RewardProcessor, events: list[object], partition: int = 0, ts: float = T0, start: int = 0) -> None:
@@ -172,6 +176,24 @@ def test_crash_between_table_write_and_reward_emits_when_the_input_is_read_again
     assert b'"status":"emitted"' in store.data["b"]
 
 
+def test_sparse_watermarks_still_deduplicate_and_a_complete_state_is_never_stored(policy: Policy) -> None:
+    """Watermarks every N rewards only lengthen the tail scan; an emitted-at-once state skips the table."""
+    store, outputs = Store(), Outputs()
+    first = make(policy, store, outputs, watermark_every=3)
+    feed(first, [e for g in "abcd" for e in (execution(g), verdict(g), judgement(g))])
+    assert store.data[watermark_key(0)] == b"3"  # after the third reward, not after the fourth
+    writes = [k for _, k in store.changelog if k == "a"]
+    assert writes == ["a", "a", "a"]  # execution, verdict, then the emitted marker: never the complete state
+    outputs.crash_after_reward = True
+    with pytest.raises(SimulatedKillError):
+        feed(first, [execution("e"), verdict("e"), judgement("e")], start=12)
+    outputs.crash_after_reward = False
+    second = make(policy, store, outputs, watermark_every=3)
+    feed(second, [judgement("e")], start=14)
+    assert sorted(r.generation_id for r in rewards(outputs)) == ["a", "b", "c", "d", "e"]
+    assert second.counts["recovered"] == 1  # d and e above the watermark were scanned; e's marker rebuilt
+
+
 def test_deadline_in_event_time_not_while_inputs_are_unread(policy: Policy) -> None:
     store, outputs, clock = Store(), Outputs(), Clock(T0)
     proc = make(policy, store, outputs, clock)
@@ -197,11 +219,29 @@ def test_deadline_fires_in_stream_when_every_input_moved_past_it(policy: Policy)
     assert by_gen["h"].missing == []
 
 
+def test_an_input_read_to_its_end_counts_as_now_only_after_a_quiet_deadline(policy: Policy) -> None:
+    """A lagging role (the verifier busy on older generations) often has nothing new for a moment: that must
+    not time out the generations it has not reached. Only an input quiet for the deadline is "now"."""
+    store, outputs, clock = Store(), Outputs(), Clock(T0 + 3600)
+    outputs.idle = {(t, 0) for t in INPUTS}
+    proc = make(policy, store, outputs, clock)
+    feed(proc, [execution("g"), judgement("g")], ts=T0)  # published an hour ago; its verdict is still coming
+    clock.now += policy.join.deadline_s - 1
+    asyncio.run(proc.tick({0}))
+    assert rewards(outputs) == []
+    clock.now += 1
+    asyncio.run(proc.tick({0}))
+    [reward] = rewards(outputs)
+    assert reward.missing == ["verdict"]
+
+
 def test_ticks_only_touch_owned_partitions(policy: Policy) -> None:
     store, outputs = Store(), Outputs()
     outputs.idle = {(t, p) for t in INPUTS for p in range(3)}
-    proc = make(policy, store, outputs, Clock(T0 + 3600))
+    clock = Clock(T0 + 3600)
+    proc = make(policy, store, outputs, clock)
     feed(proc, [execution("g"), verdict("g")], partition=2)
+    clock.now += policy.join.deadline_s  # the inputs have been quiet for the deadline: their producers are gone
     asyncio.run(proc.tick({0, 1}))
     assert rewards(outputs) == []
     asyncio.run(proc.tick({2}))
@@ -240,7 +280,7 @@ def test_withheld_generations_wait_for_the_retry_limit_not_the_deadline(policy: 
 
 def test_finished_generations_expire_after_the_retention(policy: Policy) -> None:
     store, outputs, clock = Store(), Outputs(), Clock(T0)
-    proc = RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=clock, retention_s=100.0)
+    proc = RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=clock, retention_s=100.0, watermark_every=1)
     feed(proc, [execution("g"), verdict("g"), judgement("g"), execution("p")])
     clock.now = T0 + 101
     asyncio.run(proc.tick({0}))
