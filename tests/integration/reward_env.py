@@ -49,7 +49,7 @@ class RewardEnv:
         return topic_for(role, catalog(self.prefix, PARTITIONS)).name  # type: ignore[arg-type]
 
     def start(
-        self, policy: Path | None = None, tag: str = "p", kill_after: int | None = None
+        self, policy: Path | None = None, tag: str = "p", kill_after: int | None = None, engine: str = "kafka"
     ) -> subprocess.Popen[bytes]:
         """The processor as a subprocess, logging to tmp/<tag>-N.log."""
         env = {
@@ -73,6 +73,8 @@ class RewardEnv:
             "0.2",
             "--stall-timeout",
             "8",
+            "--engine",
+            engine,
         ]
         if policy is not None:
             cmd += ["--policy", str(policy)]

@@ -30,9 +30,13 @@ def short_deadline_policy(tmp_path: Path, deadline_s: float = 3.0, retry_s: floa
     return path
 
 
-def test_join_rewards_deadline_and_dlq(kafka_config: dict[str, str], unique_name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["kafka", "faust"])
+def test_join_rewards_deadline_and_dlq(
+    kafka_config: dict[str, str], unique_name: str, tmp_path: Path, engine: str
+) -> None:
+    """Both engines join, apply the policy and the deadline, and dead-letter what is invalid."""
     with reward_env(kafka_config, unique_name, tmp_path) as env:
-        env.start(short_deadline_policy(tmp_path))
+        env.start(short_deadline_policy(tmp_path), engine=engine)
         good, wrong, hack, overfit, nojudge, retried = (
             f"g-{n}" for n in ("good", "wrong", "hack", "overfit", "nojudge", "retry")
         )
