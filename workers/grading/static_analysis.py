@@ -14,6 +14,7 @@ The analysis never executes the code and is bounded (size cap, recursion caught)
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -241,12 +242,18 @@ def hack_rules(flags: Iterable[Flag]) -> list[str]:
     return sorted({f.rule for f in flags if f.severity == "hack"})
 
 
+#: CPython 3.11 can raise "AST constructor recursion depth mismatch" when threads parse at once (gh-106905):
+#: every caller (grader threads, verifier runners) takes turns; a parse takes well under a millisecond.
+_PARSE_LOCK = threading.Lock()
+
+
 def analyze(code: str) -> list[Flag]:
     """All findings for ``code``, at most one per (rule, line), capped at ``MAX_FLAGS``; never raises."""
     if len(code) > MAX_CODE_CHARS:
         return [_flag("too_large", f"{len(code)} characters", None)]
     try:
-        tree = ast.parse(code)
+        with _PARSE_LOCK:
+            tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
         return [_flag("syntax_error", f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}", line)]
