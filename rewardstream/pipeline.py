@@ -74,13 +74,9 @@ class Pipeline:
     def start(self, report: Callable[[str], None] = lambda _msg: None) -> None:
         """Create the topics, then start each process that is not running and wait until it is ready."""
         from infra.topics import ensure_topics
-        from schemas.topics import catalog
+        from schemas.topics import catalog_for
 
-        specs = catalog(
-            prefix=self._settings.topic_prefix,
-            partitions=self._settings.topic_partitions,
-            replication_factor=self._settings.topic_replication_factor,
-        )
+        specs = catalog_for(self._settings)
         topics = ensure_topics(specs, self._settings.kafka_client_config())
         differing = [f"{t.name}: {'; '.join(t.differences)}" for t in topics.topics if t.differences]
         if differing:

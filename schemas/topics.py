@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from schemas.codec import MAX_MESSAGE_BYTES, Contract
 from schemas.errors import ConfigError
@@ -23,6 +23,9 @@ from schemas.events import (
     LogRecord,
     RewardEvent,
 )
+
+if TYPE_CHECKING:
+    from schemas.settings import Settings
 
 Role = Literal["generations", "executions", "verdicts", "judgements", "rewards", "logs", "dlq"]
 
@@ -104,6 +107,11 @@ def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 
         )
         for role, model, days, joined, description in _ROLES
     )
+
+
+def catalog_for(settings: Settings) -> tuple[TopicSpec, ...]:
+    """The catalog these settings describe (prefix, partitions, replication): what every component uses."""
+    return catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
 
 
 def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:

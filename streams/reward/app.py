@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.settings import Settings
-from schemas.topics import catalog, topic_for
+from schemas.topics import catalog_for, topic_for
 from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
 from streams.reward.policy import Policy
 from streams.reward.processor import RewardProcessor, Topics
@@ -136,7 +136,7 @@ class _FaustOutputs:
 
 def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[Any, RewardProcessor]:
     """A configured Faust app and the processor it drives (not started)."""
-    specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    specs = catalog_for(settings)
     names = {role: topic_for(role, specs).name for role in ("executions", "verdicts", "judgements")}
     app = read_committed_app_class()(
         options.app_id,

@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from infra.topics import ensure_topics
 from schemas.settings import Settings
-from schemas.topics import catalog, topic_for
+from schemas.topics import catalog_for, topic_for
 from streams.reward.changelog import changelog_name, changelog_spec, restore_partition
 from streams.reward.policy import Policy
 from streams.reward.processor import RewardProcessor, Topics
@@ -139,7 +139,7 @@ class RewardEngine:
     def __init__(self, settings: Settings, policy: Policy, options: EngineOptions) -> None:
         self.settings = settings
         self.options = options
-        specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+        specs = catalog_for(settings)
         self.names = {
             role: topic_for(role, specs).name
             for role in ("executions", "verdicts", "judgements", "rewards", "dlq", "logs")

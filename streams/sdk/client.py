@@ -30,7 +30,7 @@ from schemas.codec import decode, encode
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
 from schemas.settings import Settings
-from schemas.topics import catalog, topic_for
+from schemas.topics import catalog_for, topic_for
 
 log = logging.getLogger("rewardstream.sdk")
 
@@ -76,7 +76,7 @@ class TrainerConfig:
     @classmethod
     def from_settings(cls, settings: Settings, run_id: str, **overrides: Any) -> TrainerConfig:
         """Topic names and Kafka connection from the one settings object."""
-        specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+        specs = catalog_for(settings)
         return cls(
             kafka=settings.kafka_client_config(),
             generations_topic=topic_for("generations", specs).name,

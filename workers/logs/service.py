@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from schemas.settings import Settings
-from schemas.topics import catalog, topic_for
+from schemas.topics import catalog_for, topic_for
 from workers.kafka.clients import make_consumer, make_producer
 from workers.logs.indexer import IndexerConfig, LogIndexer
 from workers.logs.indices import LogIndices
@@ -39,7 +39,7 @@ def opensearch_client(settings: Settings, timeout_s: float = 10.0) -> Any:
 
 def indexer_config(settings: Settings, **overrides: Any) -> IndexerConfig:
     """The indexer's topics, group and index prefix from Settings (the topic catalog names the topics)."""
-    specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    specs = catalog_for(settings)
     values: dict[str, Any] = {
         "logs_topic": topic_for("logs", specs).name,
         "dlq_topic": topic_for("dlq", specs).name,

@@ -19,7 +19,7 @@ from typing import Literal
 from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Role as TopicRole
-from schemas.topics import catalog, topic_for
+from schemas.topics import catalog_for, topic_for
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.judge.cache import CachedJudge
 from workers.kafka.clients import make_consumer, make_producer
@@ -56,7 +56,7 @@ def worker_config(settings: Settings, role: RoleName, *, concurrency: int | None
     """Topics, group and transactional id of ``role`` from Settings."""
     if role not in OUTPUT_ROLE:
         raise ConfigError(f"unknown worker role {role!r}; expected executor, verifier or judge")
-    specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    specs = catalog_for(settings)
     return WorkerConfig(
         role=role,
         source_topic=topic_for("generations", specs).name,
@@ -83,7 +83,7 @@ def build_worker(
     """A ready worker; everything it owns (sandbox, judge, clients) is released on exit."""
     deps = deps or Dependencies()
     config = worker_config(settings, role, concurrency=concurrency)
-    specs = catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    specs = catalog_for(settings)
     kafka = settings.kafka_client_config()
     with ExitStack() as stack:
         artifacts = deps.artifacts
