@@ -2,7 +2,7 @@
 
 Why a namespace: a replay must never mix into the live rewards a trainer reads. The replay runs executor,
 verifier, judge and the reward processor (no indexer) on topics ``<prefix>replay.<id>.*`` with their own
-consumer groups, Faust app id, pid files and metrics ports; the live topics are only read.
+consumer groups, reward processor app id (and changelog), pid files and metrics ports; the live topics are only read.
 """
 
 from __future__ import annotations
