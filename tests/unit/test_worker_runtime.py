@@ -49,6 +49,9 @@ class FakeMessage:
     def value(self) -> bytes | None:
         return self._value
 
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self.offset())  # TIMESTAMP_CREATE_TIME, ms
+
     def error(self) -> None:
         return None
 
@@ -128,6 +131,7 @@ class FakeProducer:
     transactions: list[tuple[list[tuple[str, bytes | None, bytes]], dict[int, int]]] = field(default_factory=list)
     fail_next_commit: bool = False
     aborted: int = 0
+    timestamps: dict[bytes, int] = field(default_factory=dict)
 
     def init_transactions(self, _timeout: float) -> None:
         pass
@@ -136,9 +140,12 @@ class FakeProducer:
         assert self.open is None
         self.open = []
 
-    def produce(self, topic: str, key: bytes | None = None, value: bytes = b"", on_delivery: Any = None) -> None:
+    def produce(
+        self, topic: str, key: bytes | None = None, value: bytes = b"", on_delivery: Any = None, timestamp: int = 0
+    ) -> None:
         assert self.open is not None, "produced outside a transaction"
         self.open.append((topic, key, value))
+        self.timestamps[value] = timestamp
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], _meta: object, _timeout: float) -> None:
         self.offsets = offsets
@@ -246,6 +253,14 @@ def test_only_the_finished_prefix_is_committed_with_its_results() -> None:
     # g1..g3 finished long before g0 but are committed (and produced) only together with it.
     assert producer.transactions[0][1] == {0: 4}
     assert [v for _, _, v in producer.results()] == [b"g0", b"g1", b"g2", b"g3"]
+
+
+def test_results_carry_their_generations_timestamp() -> None:
+    """The reward processor's deadlines run in generation time: results inherit the input's timestamp."""
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, Recorder({}), concurrency=2)
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
+    assert [producer.timestamps[v] for _, _, v in producer.results()] == [1_700_000_000_000 + i for i in range(3)]
 
 
 def test_undecodable_and_invalid_events_become_dead_letters_with_their_source() -> None:
