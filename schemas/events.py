@@ -249,7 +249,11 @@ class RewardEvent(Event):
     reasons: list[Annotated[str, StringConstraints(max_length=1024)]] = Field(
         default_factory=list, max_length=64, description="human-readable why, one line each"
     )
-    flags: list[str] = Field(default_factory=list, max_length=64, description="hacking/static flags applied")
+    flags: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="hack flags (rule ids; they gate), warn:<rule> (shown, not gating), public_passed_hidden_failed",
+    )
     missing: list[Literal["execution", "verdict", "judgement"]] = Field(
         default_factory=list, description="signals that had not arrived by the policy deadline"
     )

@@ -24,6 +24,8 @@ PARTS: tuple[Part, ...] = ("execution", "verdict", "judgement")
 POLICY_SCHEMA = "rewardstream.reward-policy/v1"
 #: Flag raised when the public tests all pass but a hidden one fails: the classic overfit-to-examples sign.
 PUBLIC_PASSED_HIDDEN_FAILED = "public_passed_hidden_failed"
+#: Prefix of the reward flags that name a warn-severity (non-gating) static-analysis finding.
+WARN_FLAG_PREFIX = "warn:"
 
 RuleId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 
@@ -170,8 +172,8 @@ def evaluate(policy: Policy, signals: Signals, missing: tuple[Part, ...] = ()) -
     if ex is not None and ex.total > 0 and ex.passed == ex.total and signals.verdict is not None and not hidden_ok:
         flags.append(PUBLIC_PASSED_HIDDEN_FAILED)
         reasons.append("public passed, hidden failed")
-    hacks, penalty = _flags(policy, signals, reasons)
-    flags.extend(hacks)
+    hacks, warnings, penalty = _flags(policy, signals, reasons)
+    flags.extend([*hacks, *warnings])
     judge = signals.judgement
     if judge is not None and judge.score is not None:
         components["judge"] = judge.score
@@ -237,11 +239,12 @@ def _io_only(signals: Signals) -> bool:
     )
 
 
-def _flags(policy: Policy, signals: Signals, reasons: list[str]) -> tuple[list[str], float]:
-    """Hack rule ids (sorted, unique) and the total penalty for warn-severity rules."""
+def _flags(policy: Policy, signals: Signals, reasons: list[str]) -> tuple[list[str], list[str], float]:
+    """Hack rule ids and ``warn:<rule>`` for the non-gating ones (each sorted, unique), and the total penalty
+    for warn-severity rules."""
     verdict = signals.verdict
     if verdict is None:
-        return [], 0.0
+        return [], [], 0.0
     warn = set(policy.gates.warn_rules)
     if _io_only(signals):
         lenient = sorted({f.rule for f in verdict.static_flags if f.rule in policy.gates.io_self_only_rules})
@@ -254,4 +257,5 @@ def _flags(policy: Policy, signals: Signals, reasons: list[str]) -> tuple[list[s
     reasons.extend(f"hack flag: {rule}" for rule in hacks)
     penalty = sum(policy.penalties.get(rule, 0.0) for rule in warned)
     reasons.extend(f"penalty {policy.penalties[rule]} for {rule}" for rule in warned if policy.penalties.get(rule))
-    return hacks, penalty
+    # Warn-severity findings do not gate, but the trainer and the SRE see them on the reward ("warn:<rule>").
+    return hacks, [f"{WARN_FLAG_PREFIX}{rule}" for rule in warned], penalty

@@ -10,6 +10,7 @@ import pytest
 from schemas.events import StaticFlag
 from streams.reward.policy import (
     PUBLIC_PASSED_HIDDEN_FAILED,
+    WARN_FLAG_PREFIX,
     Policy,
     PolicyError,
     Scored,
@@ -67,7 +68,11 @@ def test_default_reproduces_the_grader_policy(
     )
     got = scored(evaluate(default, signals))
     assert got.reward == expected.reward
-    assert {f for f in got.flags if f != PUBLIC_PASSED_HIDDEN_FAILED} == set(expected.flags)
+    gating = {f for f in got.flags if f != PUBLIC_PASSED_HIDDEN_FAILED and not f.startswith(WARN_FLAG_PREFIX)}
+    assert gating == set(expected.flags)
+    assert {f for f in got.flags if f.startswith(WARN_FLAG_PREFIX)} == {
+        f"{WARN_FLAG_PREFIX}{r}" for r in rules if RULES[r][0] == "warn"
+    }
 
 
 def test_public_passed_hidden_failed_is_flagged(default: Policy) -> None:
@@ -114,6 +119,7 @@ def test_judge_weight_partial_credit_and_penalties(default: Policy) -> None:
     assert partial.reward == pytest.approx(0.5 * 2 / 3)
     penalised = scored(evaluate(policy, Signals(execution("g"), verdict("g", flags=("file_access",)))))
     assert penalised.reward == pytest.approx(0.9)
+    assert penalised.flags == ("warn:file_access",)  # shown on the reward, never gating
     hacked = scored(evaluate(policy, Signals(execution("g"), verdict("g", passed=2, flags=("exit_call",)))))
     assert hacked.reward == 0.0
     assert hacked.flags == ("exit_call",) or "exit_call" in hacked.flags
@@ -159,7 +165,7 @@ def test_io_only_tasks_do_not_gate_on_self_only_rules(default: Policy) -> None:
     ex = execution("g").model_copy(update={"suite_kind": "io"})
     got = scored(evaluate(default, Signals(ex, v, judgement("g"))))
     assert got.reward == 1.0
-    assert got.flags == ()
+    assert got.flags == ("warn:exit_call", "warn:signal_tricks")
     assert any("not gating" in r for r in got.reasons)
     call_public = execution("g")  # a call suite: exiting early could skip checks, so it gates
     assert scored(evaluate(default, Signals(call_public, v, judgement("g")))).reward == 0.0
