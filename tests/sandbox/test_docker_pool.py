@@ -22,6 +22,7 @@ import pytest
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxSpec
 from workers.sandbox.api import SandboxStatus as S
+from workers.sandbox.audit import tagged_pids
 from workers.sandbox.docker_entry import TAG_PREFIX
 from workers.sandbox.factory import make_sandbox
 
@@ -330,19 +331,6 @@ def test_timeout_discards_the_container_and_leaves_nothing(pool_of_one: Any) -> 
     assert pool_of_one.audit(wait_s=10.0) == []
 
 
-def _entry_servers(prefix: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(arg.startswith(prefix.encode()) for arg in argv):
-                found.append(int(entry.name))
-    return found
-
-
 def test_close_stops_every_entry_server(sandbox_settings: Settings) -> None:
     sb: Any = make_sandbox(sandbox_settings.model_copy(update={"sandbox_pool_size": 2}), "docker")
     prefix = f"{TAG_PREFIX}{os.getpid()}-"
@@ -351,10 +339,10 @@ def test_close_stops_every_entry_server(sandbox_settings: Settings) -> None:
         _wait_pooled(sb)
         mine = {e.pid for e in sb._entries.values()}
         assert mine
-        assert mine <= set(_entry_servers(prefix))
+        assert mine <= set(tagged_pids(prefix))
     finally:
         sb.close()
-    assert not mine & set(_entry_servers(prefix))
+    assert not mine & set(tagged_pids(prefix))
     assert sb._api.containers(all=True, filters={"label": f"rewardstream.sandbox.owner={sb._owner}"}) == []
 
 
@@ -402,15 +390,15 @@ def test_worker_death_stops_its_entry_servers_and_the_next_worker_sweeps(sandbox
         assert worker.stdout.readline() == b"ok\n"
         prefix = f"{TAG_PREFIX}{worker.pid}-"
         end = time.monotonic() + 30
-        while len(_entry_servers(prefix)) < 2 and time.monotonic() < end:  # the pool refilled
+        while len(tagged_pids(prefix)) < 2 and time.monotonic() < end:  # the pool refilled
             time.sleep(0.05)
-        assert _entry_servers(prefix)
+        assert tagged_pids(prefix)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         end = time.monotonic() + 15
-        while _entry_servers(prefix) and time.monotonic() < end:  # EOF on the control socket: they exit
+        while tagged_pids(prefix) and time.monotonic() < end:  # EOF on the control socket: they exit
             time.sleep(0.05)
-        assert _entry_servers(prefix) == []
+        assert tagged_pids(prefix) == []
     finally:
         if worker.poll() is None:
             worker.kill()

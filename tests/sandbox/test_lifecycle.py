@@ -18,7 +18,7 @@ import pytest
 
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxSpec, SandboxStatus
-from workers.sandbox.audit import processes_of_uid
+from workers.sandbox.audit import pid_alive, processes_of_uid, tagged_pids
 from workers.sandbox.cgroups import GROUP_NAME
 from workers.sandbox.factory import make_sandbox
 
@@ -45,20 +45,7 @@ def _wait(cond: object, deadline_s: float) -> bool:
 
 def _fork_servers_of(pid: int) -> list[int]:
     """Host pids of fork-server processes (bwrap, server, supervisors) started by worker ``pid``."""
-    return _tagged(f"rs-forkserver-of-{pid}-")
-
-
-def _tagged(prefix: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(arg.startswith(prefix.encode()) for arg in argv):
-                found.append(int(entry.name))
-    return found
+    return tagged_pids(f"rs-forkserver-of-{pid}-")
 
 
 def test_worker_death_kills_the_sandbox_and_next_worker_sweeps(sandbox_settings: Settings) -> None:
@@ -122,7 +109,7 @@ def test_suite_left_nothing_behind(process_sandbox: Sandbox, sandbox_settings: S
 
     def foreign_live_run(cgroups: str) -> bool:
         owners = {int(m) for m in others.findall(cgroups)}
-        return bool(owners) and os.getpid() not in owners and all(_pid_alive(o) for o in owners)
+        return bool(owners) and os.getpid() not in owners and all(pid_alive(o) for o in owners)
 
     strays = [
         p
@@ -133,23 +120,13 @@ def test_suite_left_nothing_behind(process_sandbox: Sandbox, sandbox_settings: S
     assert os.path.isdir(sandbox_settings.sandbox_run_dir)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def test_fork_server_close_stops_it(sandbox_settings: Settings) -> None:
     sb = make_sandbox(sandbox_settings, "process")
     tag = sb.fork_server_tag  # type: ignore[attr-defined]
     try:
         assert tag is not None
         assert sb.run(SandboxSpec(argv=("true",))).status is SandboxStatus.OK
-        assert _tagged(tag)
+        assert tagged_pids(tag)
     finally:
         sb.close()
-    assert _wait(lambda: not _tagged(tag), 15), _tagged(tag)
+    assert _wait(lambda: not tagged_pids(tag), 15), tagged_pids(tag)

@@ -6,6 +6,7 @@ Why: "no run leaves a process, container, mount or cgroup behind" must be checka
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,3 +71,29 @@ def poll_until_empty(check: Callable[[], list[str]], wait_s: float) -> list[str]
         if not found or time.monotonic() >= end:
             return found
         time.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts: ``EPERM`` means it is there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def tagged_pids(prefix: str, proc_root: Path = Path("/proc")) -> list[int]:
+    """Host pids of the processes with a command-line argument starting with ``prefix``: how tests and SREs
+    find a worker's fork server or entry servers by their tag."""
+    found = []
+    for entry in proc_root.iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(arg.startswith(prefix.encode()) for arg in argv):
+                found.append(int(entry.name))
+    return found

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.errors import SandboxError
+from workers.sandbox.audit import pid_alive
 
 _V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 _V2_CONTROLLERS = ("memory", "pids", "cpu")
@@ -159,20 +160,10 @@ class CgroupManager:
                 if not child.is_dir():
                     continue
                 owner = child.name.split("-", 1)[0]
-                if owner.isdigit() and not _pid_alive(int(owner)):
+                if owner.isdigit() and not pid_alive(int(owner)):
                     RunCgroup(self.version, [child], self._parents).destroy()
                     removed += 1
         return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RunCgroup:

@@ -41,7 +41,7 @@ from typing import Any
 from schemas.errors import SandboxError
 from schemas.settings import Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.audit import poll_until_empty
+from workers.sandbox.audit import pid_alive, poll_until_empty
 from workers.sandbox.docker_entry import (
     EntryServer,
     Observed,
@@ -149,7 +149,7 @@ class DockerSandbox:
         for c in self._api.containers(all=True, filters={"label": LABEL}):
             owner = c.get("Labels", {}).get(OWNER_LABEL, "")
             parts = owner.split(":")
-            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not pid_alive(int(parts[1])):
                 with contextlib.suppress(Exception):
                     self._api.remove_container(c["Id"], force=True)
                     removed += 1
@@ -697,7 +697,7 @@ def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, 
     4. SysV IPC objects (they live in the container's IPC namespace) are removed; a container where any is
        left is not reused.
     """
-    if init_pid <= 0 or not _alive(init_pid):
+    if init_pid <= 0 or not pid_alive(init_pid):
         return False
     procs = _cg_dir(cg, "pids") / "cgroup.procs"
     marker = str(procs.parent).split("/sys/fs/cgroup", 1)[-1].split("/", 2)[-1]
@@ -709,7 +709,7 @@ def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, 
         if time.monotonic() > end:
             return False
         time.sleep(0.001)
-    return _wipe_writable(init_pid, roots) and _alive(init_pid) and not _sysv_ipc_left(init_pid)
+    return _wipe_writable(init_pid, roots) and pid_alive(init_pid) and not _sysv_ipc_left(init_pid)
 
 
 def _kill_run(cg: dict[str, Path], init_pid: int) -> None:
@@ -854,13 +854,3 @@ def _sysv_ipc_left(init_pid: int) -> bool:
 
 _CLONE_NEWIPC = 0x08000000
 _IPC_RMID = 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

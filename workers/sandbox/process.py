@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from schemas.errors import SandboxError
 from schemas.settings import Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.audit import poll_until_empty, processes_of_uid
+from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
 from workers.sandbox.mounts import Mounter, mounts_under, remove_tree
 from workers.sandbox.seccomp import build_filter
@@ -212,7 +212,7 @@ class ProcessSandbox:
         removed = self._cgroups.sweep()
         for child in base.iterdir():
             owner = child.name.split("-", 1)[0]
-            if owner.isdigit() and not _alive(int(owner)):
+            if owner.isdigit() and not pid_alive(int(owner)):
                 remove_tree(self._mounter, child)
                 removed += 1
         return removed
@@ -753,13 +753,3 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
