@@ -33,6 +33,7 @@ import struct
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,6 @@ from workers.sandbox.process import (
     _zygote_spec,
     base_env,
     check_relpath,
-    classify,
     error_result,
 )
 from workers.sandbox.seccomp import build_filter, docker_profile
@@ -378,19 +378,8 @@ class DockerSandbox:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         try:
             sock = self._api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
             cap = _Capture(spec.output_limit_bytes, marker)
-            try:
-                self._api.start(cid)
-                spawn_at = time.monotonic()
-                raw.sendall(archive)
-                raw.shutdown(socket.SHUT_WR)
-                stopped_for, started_at, ended_at = _pump(raw, spec, cap, spawn_at)
-            finally:
-                with contextlib.suppress(OSError):
-                    raw.close()
-                with contextlib.suppress(Exception):
-                    sock.close()
+            stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap, start=lambda: self._api.start(cid))
             if stopped_for is not None:
                 with contextlib.suppress(Exception):
                     self._api.kill(cid)
@@ -403,23 +392,8 @@ class DockerSandbox:
             except RuntimeError:
                 self._remove(cid)
         if started_at is None:
-            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
-            return error_result(self.name, f"sandbox did not start (exit {code}): {detail}")
-        sig = code - 128 if code is not None and 128 < code < 128 + 65 else None
-        exit_code = code if sig is None else None
-        return SandboxResult(
-            status=classify(stopped_for=stopped_for, oom_kills=0, exit_code=exit_code, sig=sig),
-            exit_code=exit_code,
-            signal=sig,
-            stdout=bytes(cap.data["out"]),
-            stderr=bytes(cap.data["err"]),
-            stdout_truncated=cap.truncated["out"],
-            stderr_truncated=cap.truncated["err"],
-            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
-            cpu_ms=0.0,
-            max_rss_kb=0,
-            backend=self.name,
-        )
+            return error_result(self.name, f"sandbox did not start (exit {code}): {cap.error_detail()}")
+        return cap.result(self.name, stopped_for=stopped_for, returncode=code, started_at=started_at, ended_at=ended_at)
 
     def _run_in(self, container: _Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
         cg = container.cgroup
@@ -439,18 +413,8 @@ class DockerSandbox:
             environment=env,
         )["Id"]
         sock = self._api.exec_start(exec_id, socket=True)
-        raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
         cap = _Capture(spec.output_limit_bytes, marker)
-        spawn_at = time.monotonic()
-        try:
-            raw.sendall(archive)
-            raw.shutdown(socket.SHUT_WR)
-            stopped_for, started_at, ended_at = _pump(raw, spec, cap, spawn_at)
-        finally:
-            with contextlib.suppress(OSError):
-                raw.close()
-            with contextlib.suppress(Exception):
-                sock.close()
+        stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap)
         # Measure before any kill: a killed container's cgroup disappears with it.
         cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
         oom = max(0, _oom_kills(cg) - oom0)
@@ -462,28 +426,16 @@ class DockerSandbox:
         # A stopped run's container is gone with its exec; its exit code is irrelevant anyway.
         exit_code_raw = None if stopped_for is not None else self._api.exec_inspect(exec_id).get("ExitCode")
         if started_at is None:
-            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
-            return error_result(self.name, f"sandbox did not start (exit {exit_code_raw}): {detail}")
-        exit_code: int | None = None
-        sig: int | None = None
-        if stopped_for is None and exit_code_raw is not None:
-            if 128 < exit_code_raw < 128 + 65:
-                sig = exit_code_raw - 128
-            else:
-                exit_code = exit_code_raw
-        status = classify(stopped_for=stopped_for, oom_kills=oom, exit_code=exit_code, sig=sig)
-        return SandboxResult(
-            status=status,
-            exit_code=exit_code,
-            signal=sig,
-            stdout=bytes(cap.data["out"]),
-            stderr=bytes(cap.data["err"]),
-            stdout_truncated=cap.truncated["out"],
-            stderr_truncated=cap.truncated["err"],
-            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
-            cpu_ms=round(cpu_ms, 3),
+            return error_result(self.name, f"sandbox did not start (exit {exit_code_raw}): {cap.error_detail()}")
+        return cap.result(
+            self.name,
+            stopped_for=stopped_for,
+            returncode=exit_code_raw,
+            started_at=started_at,
+            ended_at=ended_at,
+            oom_kills=oom,
+            cpu_ms=cpu_ms,
             max_rss_kb=peak_kb,
-            backend=self.name,
         )
 
     def _run_entered(self, container: _Container, entry: EntryServer, spec: SandboxSpec) -> SandboxResult:
@@ -530,33 +482,41 @@ class DockerSandbox:
         self, obs: Observed, cap: _Capture, returncode: int | None, *, cpu_ms: float, oom: int, peak_kb: int
     ) -> SandboxResult:
         if obs.started_at is None:
-            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
-            return error_result(self.name, f"sandbox did not start (exit {returncode}): {detail}")
+            return error_result(self.name, f"sandbox did not start (exit {returncode}): {cap.error_detail()}")
         if obs.stopped_for is None and returncode is None and oom == 0:
             # The supervisor (root, out of the program's reach) always reports; only the infrastructure
             # failing (the entry server or its container gone) loses the status.
             raise SandboxError("entry supervisor died without reporting a status")
-        exit_code: int | None = None
-        sig: int | None = None
-        if obs.stopped_for is None and returncode is not None:
-            if 128 < returncode < 128 + 65:
-                sig = returncode - 128
-            else:
-                exit_code = returncode
-        status = classify(stopped_for=obs.stopped_for, oom_kills=oom, exit_code=exit_code, sig=sig)
-        return SandboxResult(
-            status=status,
-            exit_code=exit_code,
-            signal=sig,
-            stdout=bytes(cap.data["out"]),
-            stderr=bytes(cap.data["err"]),
-            stdout_truncated=cap.truncated["out"],
-            stderr_truncated=cap.truncated["err"],
-            wall_ms=round(((obs.ended_at or time.monotonic()) - obs.started_at) * 1e3, 3),
-            cpu_ms=round(cpu_ms, 3),
+        return cap.result(
+            self.name,
+            stopped_for=obs.stopped_for,
+            returncode=returncode,
+            started_at=obs.started_at,
+            ended_at=obs.ended_at,
+            oom_kills=oom,
+            cpu_ms=cpu_ms,
             max_rss_kb=peak_kb,
-            backend=self.name,
         )
+
+
+def _talk(
+    sock: Any, archive: bytes, spec: SandboxSpec, cap: _Capture, start: Callable[[], object] | None = None
+) -> tuple[SandboxStatus | None, float | None, float | None]:
+    """Start the run (``start``, unless it runs already), send it its files and stdin (``archive``) and pump its
+    output (``_pump``); the attached socket is closed however that ends."""
+    raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
+    try:
+        if start is not None:
+            start()
+        spawn_at = time.monotonic()
+        raw.sendall(archive)
+        raw.shutdown(socket.SHUT_WR)
+        return _pump(raw, spec, cap, spawn_at)
+    finally:
+        with contextlib.suppress(OSError):
+            raw.close()
+        with contextlib.suppress(Exception):
+            sock.close()
 
 
 def _pump(

@@ -156,6 +156,47 @@ class _Capture:
         buf += chunk
         return True
 
+    def error_detail(self) -> str:
+        """The end of stderr: why a sandbox that never reached the program did not start."""
+        return bytes(self.data["err"][-400:]).decode(errors="replace").strip()
+
+    def result(
+        self,
+        backend: str,
+        *,
+        stopped_for: SandboxStatus | None,
+        returncode: int | None,
+        started_at: float,
+        ended_at: float | None,
+        oom_kills: int = 0,
+        cpu_ms: float = 0.0,
+        max_rss_kb: int = 0,
+        pids_limit_hit: bool = False,
+    ) -> SandboxResult:
+        """The result of a run that reached the program. ``returncode`` as bwrap, runc and the in-sandbox
+        servers report it (128 + N for a death by signal N); none counts once the parent stopped the run."""
+        exit_code: int | None = None
+        sig: int | None = None
+        if stopped_for is None and returncode is not None:
+            if 128 < returncode < 128 + 65:
+                sig = returncode - 128
+            else:
+                exit_code = returncode
+        return SandboxResult(
+            status=classify(stopped_for=stopped_for, oom_kills=oom_kills, exit_code=exit_code, sig=sig),
+            exit_code=exit_code,
+            signal=sig,
+            stdout=bytes(self.data["out"]),
+            stderr=bytes(self.data["err"]),
+            stdout_truncated=self.truncated["out"],
+            stderr_truncated=self.truncated["err"],
+            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
+            cpu_ms=round(cpu_ms, 3),
+            max_rss_kb=max_rss_kb,
+            backend=backend,
+            pids_limit_hit=pids_limit_hit,
+        )
+
 
 @dataclass(slots=True)
 class _Observed:
@@ -554,32 +595,20 @@ class ProcessSandbox:
         ended = obs.ended_at or time.monotonic()
         if started is None:
             # No start marker: bwrap never reached the program, so nothing here is the program's doing.
-            detail = bytes(cap.data["err"][-400:]).decode(errors="replace").strip()
             why = obs.stopped_for or f"exit {returncode}"
+            detail = cap.error_detail()
             return error_result(self.name, f"sandbox did not start ({why}): {detail}", (ended - spawn_at) * 1e3)
-        exit_code: int | None = None
-        sig: int | None = None
-        if obs.stopped_for is None and returncode is not None:
-            # bwrap reports a signal death of the program as 128 + signal number.
-            if returncode < 0:
-                sig = -returncode
-            elif 128 < returncode < 128 + 65:
-                sig = returncode - 128
-            else:
-                exit_code = returncode
-        status = classify(stopped_for=obs.stopped_for, oom_kills=stats.oom_kills, exit_code=exit_code, sig=sig)
-        return SandboxResult(
-            status=status,
-            exit_code=exit_code,
-            signal=sig,
-            stdout=bytes(cap.data["out"]),
-            stderr=bytes(cap.data["err"]),
-            stdout_truncated=cap.truncated["out"],
-            stderr_truncated=cap.truncated["err"],
-            wall_ms=round((ended - started) * 1e3, 3),
-            cpu_ms=round(stats.cpu_ms, 3),
+        if returncode is not None and returncode < 0:
+            returncode = 128 - returncode  # killed by signal N (subprocess: -N): as bwrap reports it, 128 + N
+        return cap.result(
+            self.name,
+            stopped_for=obs.stopped_for,
+            returncode=returncode,
+            started_at=started,
+            ended_at=ended,
+            oom_kills=stats.oom_kills,
+            cpu_ms=stats.cpu_ms,
             max_rss_kb=stats.memory_peak_bytes // 1024,
-            backend=self.name,
             pids_limit_hit=stats.pids_limit_hits > 0,
         )
 
