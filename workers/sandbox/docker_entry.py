@@ -26,15 +26,18 @@ from pathlib import Path
 
 from schemas.errors import SandboxError
 from workers.sandbox.api import SandboxSpec, SandboxStatus
-from workers.sandbox.process import _Capture
+from workers.sandbox.process import BOOT_COMMON, _Capture, boot_source
 
-_SOURCE = Path(__file__).with_name("docker_entry_main.py")
-#: Reads this module's program from stdin (it is not put on the command line, which the container can read).
+#: Reads the server's code from stdin (it is not put on the command line, which the container can read):
+#: ``boot_common`` (A bytes), then ``docker_entry_main`` (B bytes, ``argv[1]`` is ``A,B``), run in one globals
+#: dict; the rest of stdin is the server's ``INPUT``.
 _BOOT = (
     "import sys\n"
     "d=sys.stdin.buffer.read()\n"
-    "n=int(sys.argv[1])\n"
-    "exec(compile(d[:n],'docker_entry_main.py','exec'),{'__name__':'__main__','INPUT':d[n:]})\n"
+    "a,b=(int(x) for x in sys.argv[1].split(','))\n"
+    "g={'__name__':'__main__','INPUT':d[a+b:]}\n"
+    "exec(compile(d[:a],'boot_common.py','exec'),g)\n"
+    "exec(compile(d[a:a+b],'docker_entry_main.py','exec'),g)\n"
 )
 _START_S = 15.0
 _READ_CHUNK = 1 << 16
@@ -137,12 +140,12 @@ class EntryServer:
         payload = b""
         try:
             procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in procs_files]
-            source = _SOURCE.read_bytes()
-            payload = source + _init_config(init_pid, len(seccomp)) + b"\n" + seccomp
+            common, source = (boot_source(name).encode() for name in (BOOT_COMMON, "docker_entry_main.py"))
+            payload = common + source + _init_config(init_pid, len(seccomp)) + b"\n" + seccomp
             argv = [
                 nsenter, f"--target={init_pid}",
                 "--mount", "--uts", "--ipc", "--net", "--cgroup", "--pid", "--no-fork", "--root", "--wd",
-                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", _BOOT, str(len(source)),
+                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", _BOOT, f"{len(common)},{len(source)}",
                 str(theirs.fileno()), self.tag, *(str(fd) for fd in procs),
             ]  # fmt: skip
             self._proc = subprocess.Popen(

@@ -613,6 +613,20 @@ class ProcessSandbox:
         )
 
 
+BOOT_COMMON = "boot_common.py"
+
+
+def boot_source(name: str) -> str:
+    """The source of a module of this package that runs inside a sandbox (``boot_common``, a server's main)."""
+    return Path(__file__).with_name(name).read_text(encoding="utf-8")
+
+
+def boot_program(main: str) -> str:
+    """A ``python3 -c`` program that runs ``boot_common`` and then ``main`` in its own (``__main__``) globals,
+    both under their file names: how the fork server gets the code it shares with the docker entry server."""
+    return "".join(f"exec(compile({boot_source(name)!r}, {name!r}, 'exec'))\n" for name in (BOOT_COMMON, main))
+
+
 class ForkServer:
     """The pre-started sandbox interpreter (see ``zygote_main``), restarted when it is gone.
 
@@ -625,7 +639,7 @@ class ForkServer:
         self._rootfs = rootfs
         self._uid = uid
         self._seccomp = seccomp
-        self._source = (Path(__file__).with_name("zygote_main.py")).read_text()
+        self._program = boot_program("zygote_main.py")
         self.tag = f"rs-forkserver-of-{os.getpid()}-{secrets.token_hex(3)}"
         self._lock = threading.Lock()
         self._closed = False
@@ -657,7 +671,7 @@ class ForkServer:
                 "--clearenv", "--setenv", "PATH", _SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
                 "--chdir", "/",
                 "--cap-add", "ALL",
-                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", self._source,
+                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", self._program,
                 str(theirs.fileno()), str(self._uid), str(len(self._seccomp)),
                 self.tag,  # lets tests and SREs find a worker's fork server
             ]  # fmt: skip

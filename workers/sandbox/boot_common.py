@@ -1,0 +1,257 @@
+"""What the two in-sandbox servers share: the fork server (``zygote_main``) and the docker entry server
+(``docker_entry_main``). Standard library only, like them: it runs on the sandbox's own python3.
+
+Shipped, never imported at run time: each launcher hands this source over together with its main script
+and runs both in ONE globals dict, this one first (``process.boot_program`` puts both on the fork server's
+``-c`` command line; ``docker_entry`` sends both on the entry server's stdin and its BOOT execs them). The
+main scripts import these names only under ``TYPE_CHECKING`` (``False`` at run time), for mypy and readers;
+at run time the names are already in their globals. So this module must not import ``workers`` or anything
+outside the standard library, and must not define a name a main script defines too.
+"""
+
+from __future__ import annotations
+
+import array
+import builtins
+import collections
+import ctypes
+import functools
+import gc
+import io
+import json
+import marshal
+import math
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+import types
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn
+
+#: Imported up front for the in-process harness (``FAST_FLAGS``): a forked run finds them loaded.
+PRELOADED = (builtins, collections, functools, io, json, marshal, math, select, time, traceback, types)
+
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+SETUP_FAILED = 125
+FAST_FLAGS = ("-I", "-S", "-B")
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def ok(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, what + ": " + os.strerror(err))
+
+
+def prctl(option: int, arg: int) -> None:
+    ok(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+
+
+def read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def stdin_from_devnull() -> None:
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
+def parse_spec(blob: bytes) -> dict[str, Any]:
+    """Header line (JSON) + the raw bytes of every file, in header order."""
+    nl = blob.index(b"\n")
+    spec: dict[str, Any] = json.loads(blob[:nl])
+    pos = nl + 1
+    files = []
+    for name, size in spec["files"]:
+        parts = name.split("/")
+        if name.startswith("/") or not parts or ".." in parts or "" in parts or "." in parts:
+            raise ValueError("bad file name " + repr(name))
+        files.append((parts, blob[pos : pos + size]))
+        pos += size
+    spec["files"] = files
+    return spec
+
+
+def set_oom_score_adj(value: int) -> None:
+    """Best effort (lowering it needs CAP_SYS_RESOURCE in the host's user namespace, which the worker may
+    lack, e.g. in a container)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
+def drop_caps_and_ids(uid: int, gid: int, groups: list[int]) -> None:
+    """Every capability (bounding and ambient sets too) dropped, then ``uid``/``gid``/``groups`` taken
+    (real, effective and saved); verified. No-new-privs is the caller's next step."""
+    last_cap = int(read_text("/proc/sys/kernel/cap_last_cap"))
+    for cap in range(last_cap + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    status = read_text("/proc/self/status")
+    for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
+        value = status.split(key, 1)[1].split(None, 1)[0]
+        if int(value, 16) != 0:
+            raise OSError("capabilities left after the drop: " + key + value)
+    if (
+        os.getresuid() != (uid, uid, uid)
+        or os.getresgid() != (gid, gid, gid)
+        or sorted(os.getgroups()) != sorted(groups)
+    ):
+        raise OSError("uid/gid drop failed")
+
+
+def load_seccomp(filter_bytes: bytes) -> None:
+    buf = ctypes.create_string_buffer(filter_bytes, len(filter_bytes))
+    prog = SockFprog(len(filter_bytes) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    ok(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+def status_code(status: int) -> int:
+    """A wait status as bwrap and runc report it: the exit code, or 128 + signal."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) & 0xFF
+
+
+def _default_signals() -> None:
+    for sig in range(1, signal.NSIG):
+        try:  # noqa: SIM105
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+
+
+def run_program(spec: dict[str, Any], *, default_signals: bool) -> int:
+    """Last step of H (already sandboxed): the grader's harness in-process, anything else exec'd (with every
+    signal disposition reset to the default first if ``default_signals``, as under runc)."""
+    argv = list(spec["argv"])
+    env = dict(spec["env"])
+    os.environ.clear()
+    os.environ.update(env)
+    del spec
+    n = len(FAST_FLAGS)
+    fast = argv[0] in ("python3", "/usr/bin/python3") and tuple(argv[1 : 1 + n]) == FAST_FLAGS
+    if not (fast and len(argv) > n + 2 and argv[1 + n] == "-c"):
+        if default_signals:
+            _default_signals()
+        try:
+            os.execvpe(argv[0], argv, env)  # noqa: S606 - the sandboxed program, after every drop
+        except OSError as exc:
+            os.write(2, f"exec {argv[0]}: {exc.strerror}\n".encode())
+            return 127
+    source = argv[2 + n]
+    sys.argv = ["-c", *argv[3 + n :]]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    status = 0
+    try:
+        exec(compile(source, "<string>", "exec", dont_inherit=True), main.__dict__)  # noqa: S102 - sandboxed
+    except SystemExit as exc:
+        status = 0 if exc.code is None else (exc.code & 0xFF if type(exc.code) is int else 1)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        status = status or 1
+    return status
+
+
+def report(fd: int, what: str, exc: BaseException) -> None:
+    try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+        os.write(fd, f"{what}: {type(exc).__name__}: {exc}\n".encode())
+    except OSError:
+        pass
+
+
+def exit_with(report_fd: int, body: Callable[[], int]) -> NoReturn:
+    """In a forked child: exit with ``body()``'s code; if it raises, say why on ``report_fd`` and exit
+    ``SETUP_FAILED``. Never returns into the parent's code."""
+    code = SETUP_FAILED
+    try:
+        code = body()
+    except BaseException as exc:
+        report(report_fd, "sandbox setup failed", exc)
+    finally:
+        os._exit(code)
+
+
+def _supervise_request(sock: socket.socket, supervise: Callable[[list[int]], int], fds: list[int]) -> int:
+    sock.close()
+    return supervise(fds)
+
+
+def serve_requests(
+    ctl_fd: int, max_fds: int, accept: Callable[[int], bool], supervise: Callable[[list[int]], int]
+) -> int:
+    """The server loop: one forked ``supervise(fds)`` per ``run`` request whose fd count ``accept`` takes.
+    Requests are fds only, never run data. Ends at the worker's EOF."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    gc.collect()
+    gc.freeze()  # a collection in a forked run must not touch (and so copy) every page of the server
+    sock = socket.socket(fileno=ctl_fd)
+    sock.sendall(b"ready")
+    fd_size = array.array("i").itemsize
+    while True:
+        try:
+            msg, ancdata, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(max_fds * fd_size))
+        except InterruptedError:
+            continue
+        if not msg:
+            return 0
+        received = array.array("i")
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                received.frombytes(data[: len(data) - (len(data) % fd_size)])
+        fds = list(received)
+        if msg == b"run" and accept(len(fds)):
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1
+            if pid == 0:  # a failure in the child must never return into this loop
+                exit_with(fds[3], functools.partial(_supervise_request, sock, supervise, fds))
+        for fd in fds:
+            os.close(fd)
