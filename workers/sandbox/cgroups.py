@@ -55,9 +55,10 @@ def _kv(text: str) -> dict[str, int]:
     return out
 
 
-def _cgroup_mounts() -> tuple[dict[str, Path], Path | None]:
-    """v1 mount point per controller, and the cgroup2 mount point (if any), from /proc/self/mountinfo."""
-    v1: dict[str, Path] = {}
+def cgroup_mountinfo() -> tuple[list[tuple[list[str], Path]], Path | None]:
+    """Every cgroup v1 mount (its super options: controllers, ``name=...``; its mount point) in mount order,
+    and the first cgroup2 mount point (if any), from /proc/self/mountinfo."""
+    v1: list[tuple[list[str], Path]] = []
     v2: Path | None = None
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         left, _, right = line.partition(" - ")
@@ -68,9 +69,18 @@ def _cgroup_mounts() -> tuple[dict[str, Path], Path | None]:
         if rfields[0] == "cgroup2" and v2 is None:
             v2 = mount_point
         elif rfields[0] == "cgroup":
-            for opt in rfields[2].split(","):
-                if opt in _V1_CONTROLLERS:
-                    v1.setdefault(opt, mount_point)
+            v1.append((rfields[2].split(","), mount_point))
+    return v1, v2
+
+
+def _cgroup_mounts() -> tuple[dict[str, Path], Path | None]:
+    """v1 mount point per controller (the first one), and the cgroup2 mount point (if any)."""
+    v1: dict[str, Path] = {}
+    mounts, v2 = cgroup_mountinfo()
+    for opts, mount_point in mounts:
+        for opt in opts:
+            if opt in _V1_CONTROLLERS:
+                v1.setdefault(opt, mount_point)
     return v1, v2
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from schemas.errors import SandboxError
 from workers.sandbox.api import SandboxSpec, SandboxStatus
+from workers.sandbox.cgroups import cgroup_mountinfo
 from workers.sandbox.process import BOOT_COMMON, _Capture, boot_source
 
 #: Reads the server's code from stdin (it is not put on the command line, which the container can read):
@@ -63,18 +64,8 @@ def same_user_namespace(init_pid: int) -> bool:
 
 def cgroup_procs_files(init_pid: int) -> list[Path]:
     """``cgroup.procs`` of every hierarchy (v1 controllers, named v1, v2) the container's init is in."""
-    v1: list[tuple[set[str], Path]] = []
-    v2: Path | None = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rfields = left.split(), right.split()
-        if len(rfields) < 3:
-            continue
-        mount_point = Path(fields[4].replace("\\040", " "))
-        if rfields[0] == "cgroup2" and v2 is None:
-            v2 = mount_point
-        elif rfields[0] == "cgroup":
-            v1.append((set(rfields[2].split(",")), mount_point))
+    v1_mounts, v2 = cgroup_mountinfo()
+    v1 = [(set(opts), mount_point) for opts, mount_point in v1_mounts]
     out: list[Path] = []
     for line in Path(f"/proc/{init_pid}/cgroup").read_text().splitlines():
         _, ctrls, path = line.split(":", 2)
