@@ -7,6 +7,7 @@ every component, newest first, without writing OpenSearch queries. ``--json`` pr
 from __future__ import annotations
 
 import re
+import time
 from typing import Annotated, Any
 
 import typer
@@ -64,12 +65,26 @@ def build_query(
     }
 
 
-def search(client: Any, index_prefix: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Hits over every daily index: ``_source`` plus ``_index`` and ``_id``."""
-    try:
-        response = client.search(index=f"{index_prefix}-*", body=body, ignore_unavailable=True)
-    except Exception as exc:  # opensearch-py raises transport/connection errors of many kinds
-        raise LogSearchError(f"log search in {index_prefix}-* failed: {type(exc).__name__}: {exc}") from exc
+def search(
+    client: Any, index_prefix: str, body: dict[str, Any], *, unavailable_wait_s: float = 15.0
+) -> list[dict[str, Any]]:
+    """Hits over every daily index: ``_source`` plus ``_index`` and ``_id``.
+
+    A 503 (a daily index just created, its shard not started yet: "search_phase_execution_exception") is
+    retried with backoff for ``unavailable_wait_s``; any other failure is reported at once.
+    """
+    deadline = time.monotonic() + unavailable_wait_s
+    delay = 0.2
+    while True:
+        try:
+            response = client.search(index=f"{index_prefix}-*", body=body, ignore_unavailable=True)
+            break
+        except Exception as exc:  # opensearch-py raises transport/connection errors of many kinds
+            if getattr(exc, "status_code", None) == 503 and time.monotonic() + delay < deadline:
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
+                continue
+            raise LogSearchError(f"log search in {index_prefix}-* failed: {type(exc).__name__}: {exc}") from exc
     return [{"_index": h["_index"], "_id": h["_id"], **h["_source"]} for h in response["hits"]["hits"]]
 
 

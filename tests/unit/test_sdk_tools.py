@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from rewardstream.cli.logs import build_query, since_expr
+from rewardstream.cli.logs import LogSearchError, build_query, since_expr
+from rewardstream.cli.logs import search as search_logs
 from rewardstream.cli.submit import read_solutions
 from schemas.errors import ConfigError, ValidationError
 from schemas.settings import Settings
@@ -131,3 +132,31 @@ def test_submit_rejects_an_empty_file(tmp_path: Path) -> None:
     path.write_text("\n")
     with pytest.raises(ValidationError, match="no solutions"):
         read_solutions(path)
+
+
+class _FlakyIndex:
+    """An OpenSearch client whose new index answers 503 (shard not started) ``failures`` times."""
+
+    def __init__(self, failures: int, status: int = 503) -> None:
+        self.failures, self.status, self.calls = failures, status, 0
+
+    def search(self, **_kwargs: object) -> dict[str, object]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            error = RuntimeError("search_phase_execution_exception")
+            error.status_code = self.status  # type: ignore[attr-defined]
+            raise error
+        return {"hits": {"hits": [{"_index": "p-2026.11.29", "_id": "1", "_source": {"message": "m"}}]}}
+
+
+def test_logs_search_waits_for_a_just_created_index_but_not_for_other_errors() -> None:
+    flaky = _FlakyIndex(failures=2)
+    hits = search_logs(flaky, "p", {}, unavailable_wait_s=5.0)
+    assert hits == [{"_index": "p-2026.11.29", "_id": "1", "message": "m"}]
+    assert flaky.calls == 3
+    with pytest.raises(LogSearchError, match="search_phase_execution_exception"):
+        search_logs(_FlakyIndex(failures=100), "p", {}, unavailable_wait_s=0.5)
+    refused = _FlakyIndex(failures=1, status=400)
+    with pytest.raises(LogSearchError):
+        search_logs(refused, "p", {}, unavailable_wait_s=5.0)
+    assert refused.calls == 1
