@@ -42,3 +42,21 @@ class PlatformPaths:
         """Create every directory (idempotent)."""
         for path in (self.downloads, self.dist, self.data, self.logs, self.run, self.maven_repo):
             path.mkdir(parents=True, exist_ok=True)
+
+
+#: Parts of a cache dir that another cache dir may share: downloads, unpacked distributions, the sandbox rootfs.
+SHARED_CACHE_PARTS = ("downloads", "m2", "dist", "sandbox")
+
+
+def shared_cache(directory: Path, main: Path) -> Path:
+    """A cache dir of its own under ``directory`` (pid files, logs, tasks, data) that links the shareable parts
+    of ``main``: a second platform, a test or a benchmark never downloads or builds a rootfs again (a rootfs
+    build is slow, and a killed one is cleaned up by its mount namespace only)."""
+    cache = directory / "cache"
+    if cache.is_dir():
+        return cache
+    cache.mkdir(parents=True)
+    for part in SHARED_CACHE_PARTS:
+        (main / part).mkdir(parents=True, exist_ok=True)
+        (cache / part).symlink_to(main / part)
+    return cache

@@ -17,9 +17,8 @@ from typing import Any
 import orjson
 
 from infra.local.opensearch import service_base
+from infra.local.paths import shared_cache as _shared_cache
 from schemas.settings import Settings
-
-SHARED_CACHE_PARTS = ("downloads", "m2", "dist", "sandbox")
 
 
 @dataclass
@@ -55,17 +54,8 @@ class IsolatedPlatform:
 
 
 def shared_cache(tmp: Path) -> Path:
-    """``tmp/cache``: a cache dir of its own (pid files, logs, tasks) that shares the main cache's downloads and
-    sandbox rootfs, so a test never builds a rootfs of its own (slow, and mounts if killed mid-build)."""
-    cache = tmp / "cache"
-    if cache.is_dir():
-        return cache
-    cache.mkdir(parents=True)
-    main_cache = Settings().cache_dir
-    for part in SHARED_CACHE_PARTS:
-        (main_cache / part).mkdir(parents=True, exist_ok=True)
-        (cache / part).symlink_to(main_cache / part)
-    return cache
+    """``tmp/cache`` sharing the main cache's downloads and sandbox rootfs (``infra.local.paths.shared_cache``)."""
+    return _shared_cache(tmp, Settings().cache_dir)
 
 
 def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.local.paths import SHARED_CACHE_PARTS
 from infra.local.process import group_members
-from tests.integration.platform_env import SHARED_CACHE_PARTS, IsolatedPlatform, isolated_platform, one_line_error
+from tests.integration.platform_env import IsolatedPlatform, isolated_platform, one_line_error
 
 pytestmark = pytest.mark.integration
 
