@@ -94,7 +94,7 @@ def main() -> None:
     settings = Settings()
     kafka = settings.kafka_client_config()
     topic = f"bench-sdk-{uuid.uuid4().hex[:8]}.generations"
-    admin = AdminClient(kafka)
+    admin = AdminClient({**kafka})
     admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=1)])[topic].result(timeout=30)
     code = (CODE * (args.code_bytes // len(CODE) + 1))[: args.code_bytes]
     config = TrainerConfig(

@@ -57,7 +57,7 @@ def kafka_topic(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]
     """A fresh 3-partition topic, deleted after the test."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(kafka_config)
+    admin = AdminClient({**kafka_config})
     topic = f"rs-test.{unique_name}"
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(timeout=30)
     try:

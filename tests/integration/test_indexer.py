@@ -97,7 +97,7 @@ def start_indexer(pipeline: Pipeline, opensearch_url: str, group: str, concurren
 
 @pytest.fixture
 def pipeline(kafka_config: dict[str, str], unique_name: str) -> Iterator[Pipeline]:
-    admin = AdminClient(kafka_config)
+    admin = AdminClient({**kafka_config})
     logs, dlq = f"rs-test.{unique_name}.logs", f"rs-test.{unique_name}.dlq"
     for future in admin.create_topics(
         [NewTopic(t, num_partitions=3, replication_factor=1) for t in (logs, dlq)]

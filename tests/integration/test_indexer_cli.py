@@ -33,7 +33,7 @@ RECORDS = 20_000
 def topics(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
     """A topic prefix with its own logs and dlq topics."""
     prefix = f"rs-test.{unique_name}."
-    admin = AdminClient(kafka_config)
+    admin = AdminClient({**kafka_config})
     names = [f"{prefix}logs", f"{prefix}dlq"]
     for future in admin.create_topics([NewTopic(n, num_partitions=3, replication_factor=1) for n in names]).values():
         future.result(timeout=30)

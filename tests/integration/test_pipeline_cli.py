@@ -39,7 +39,9 @@ def _delete_topics_with_prefix(prefix: str) -> None:
     from confluent_kafka.admin import AdminClient
 
     names = [
-        t for t in AdminClient(settings.kafka_client_config()).list_topics(timeout=10).topics if t.startswith(prefix)
+        t
+        for t in AdminClient({**settings.kafka_client_config()}).list_topics(timeout=10).topics
+        if t.startswith(prefix)
     ]
     if names:
         delete_topics(names, settings.kafka_client_config())

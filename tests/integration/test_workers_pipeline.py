@@ -451,7 +451,7 @@ def _scrape(log: Path) -> str:
 def _wait_for_members(kafka_config: dict[str, str], group: str, n: int, logs: Callable[[], str]) -> None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(kafka_config)
+    admin = AdminClient({**kafka_config})
     deadline = time.monotonic() + 120
     while True:
         try:
