@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from schemas.events import (
     CaseResult,
     ExecutionResult,
@@ -17,7 +19,16 @@ def run(status: str = "ok") -> SandboxRun:
     return SandboxRun(status=status, exit_code=0, wall_ms=5.0, cpu_ms=4.0, max_rss_kb=1000, backend="process")  # type: ignore[arg-type]
 
 
-def ids(gid: str) -> dict[str, str]:
+class Ids(TypedDict):
+    """The ids every event of one generation shares (unpacked with ``**`` into an event's fields)."""
+
+    generation_id: str
+    episode_id: str
+    run_id: str
+    task_id: str
+
+
+def ids(gid: str) -> Ids:
     return {"generation_id": gid, "episode_id": gid, "run_id": "run-1", "task_id": "HumanEval/0"}
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from rewardstream.cli import grade as grade_cli
 from rewardstream.cli.main import _register, app
-from workers.grading import GraderConfig
+from workers.grading import Grader, GraderConfig
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 
 PY = ("/usr/bin/python3", "-I", "-S", "-B")
@@ -59,7 +59,7 @@ CONTRACT_KEYS = {"generation_id", "task_id", "status", "public", "hidden", "flag
 def cli(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     _register()
     monkeypatch.setattr(grade_cli, "make_sandbox", lambda _settings, _backend: LocalRunner())
-    original = grade_cli.Grader
+    original = Grader  # the class grade_cli uses (it imports it from workers.grading.grader)
 
     def local_grader(sandbox: Any, config: GraderConfig | None = None) -> Any:
         return original(sandbox, GraderConfig(python_argv=PY))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from schemas.events import GenerationEvent, RewardEvent
@@ -15,7 +17,7 @@ class FakeClient:
     def __init__(self) -> None:
         self.sent: list[GenerationEvent] = []
 
-    def generation(self, task_id: str, code: str, **fields: object) -> GenerationEvent:
+    def generation(self, task_id: str, code: str, **fields: Any) -> GenerationEvent:
         return GenerationEvent(
             run_id="r",
             task_id=task_id,
@@ -23,7 +25,7 @@ class FakeClient:
             policy_version="p",
             episode_id=str(fields["generation_id"]),
             **fields,
-        )  # type: ignore[arg-type]
+        )
 
     def send(self, event: GenerationEvent) -> None:
         self.sent.append(event)

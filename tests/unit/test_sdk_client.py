@@ -3,6 +3,7 @@ handed out, duplicates and other runs' rewards are dropped, timeouts name what i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -42,7 +43,7 @@ def reward(gid: str, run: str = "run-1", value: float = 1.0) -> bytes:
 
 
 @pytest.fixture
-def client() -> TrainerClient:
+def client() -> Iterator[TrainerClient]:
     config = TrainerConfig(
         kafka={"bootstrap.servers": "127.0.0.1:1"}, generations_topic="rs.generations",
         rewards_topic="rs.rewards", run_id="run-1", producer_overrides={"log_level": 0},

@@ -66,7 +66,7 @@ def event(task_id: str = "T/1", **kw: object) -> GenerationEvent:
 
 
 def grader(sandbox: BrokenSandbox) -> Grader:
-    return Grader(sandbox, GraderConfig(attempts=3, backoff_s=0.0), sleep=lambda _s: None)  # type: ignore[arg-type]
+    return Grader(sandbox, GraderConfig(attempts=3, backoff_s=0.0), sleep=lambda _s: None)
 
 
 def test_executor_publishes_sandbox_error_after_retries(tmp_path: Path) -> None:

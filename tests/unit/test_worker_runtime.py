@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,7 +176,7 @@ def event(gen: str, episode: str | None = None, turn: int = 0) -> GenerationEven
                            policy_version="p", code="x = 1\n", turn=turn)  # fmt: skip
 
 
-def messages(partition: int, values: list[tuple[bytes | None, bytes | None]]) -> list[FakeMessage]:
+def messages(partition: int, values: Sequence[tuple[bytes | None, bytes | None]]) -> list[FakeMessage]:
     return [FakeMessage(TOPIC, partition, i, k, v) for i, (k, v) in enumerate(values)]
 
 
