@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +17,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from infra.topics import delete_topics, ensure_topics
-from schemas.codec import Contract, decode, encode
+from schemas.codec import decode, encode
 from schemas.events import (
     DeadLetter,
+    Event,
     ExecutionResult,
     HiddenVerdict,
     JudgeScore,
@@ -123,22 +124,22 @@ class RewardEnv:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
 
-    def produce(self, events: list[Contract]) -> None:
+    def produce(self, events: Sequence[Event]) -> None:
         producer = Producer({**self.kafka_config, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
         roles = {ExecutionResult: "executions", HiddenVerdict: "verdicts", JudgeScore: "judgements"}
         for event in events:
-            producer.produce(self.name(roles[type(event)]), key=event.key(), value=encode(event))  # type: ignore[attr-defined]
+            producer.produce(self.name(roles[type(event)]), key=event.key(), value=encode(event))
             producer.poll(0)
         assert producer.flush(30) == 0
 
-    def produce_in_transaction(self, events: list[Contract], *, abort: bool = False) -> None:
+    def produce_in_transaction(self, events: Sequence[Event], *, abort: bool = False) -> None:
         """As the workers do: one Kafka transaction (committed, or aborted as by a worker killed mid-run)."""
         producer = Producer({**self.kafka_config, "transactional.id": f"{self.app_id}-txn", "linger.ms": 5})
         roles = {ExecutionResult: "executions", HiddenVerdict: "verdicts", JudgeScore: "judgements"}
         producer.init_transactions(30)
         producer.begin_transaction()
         for event in events:
-            producer.produce(self.name(roles[type(event)]), key=event.key(), value=encode(event))  # type: ignore[attr-defined]
+            producer.produce(self.name(roles[type(event)]), key=event.key(), value=encode(event))
             producer.poll(0)
         if abort:
             assert producer.flush(30) == 0  # on the broker first: an abort purges what was not sent yet
@@ -229,5 +230,5 @@ def reward_env(kafka_config: dict[str, str], unique_name: str, tmp: Path) -> Ite
         yield env
     finally:
         env.stop_all()
-        internal = [t for t in AdminClient(kafka_config).list_topics(timeout=30).topics if t.startswith(env.app_id)]
+        internal = [t for t in AdminClient({**kafka_config}).list_topics(timeout=30).topics if t.startswith(env.app_id)]
         delete_topics([s.name for s in specs] + internal, kafka_config)

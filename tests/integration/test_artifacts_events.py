@@ -235,7 +235,9 @@ class Results:
 
 def start_workers(
     settings: Settings, roles: list[RoleName], deps: Dependencies
-) -> tuple[threading.Event, list[threading.Thread], dict[str, WorkerMetrics], dict[str, WorkerStats | BaseException]]:
+) -> tuple[
+    threading.Event, list[threading.Thread], dict[RoleName, WorkerMetrics], dict[str, WorkerStats | BaseException]
+]:
     stop = threading.Event()
     metrics = {role: WorkerMetrics(role) for role in roles}
     outcome: dict[str, WorkerStats | BaseException] = {}
@@ -364,7 +366,10 @@ def test_s3_outage_delays_results_and_loses_none(
     # S3 is down when the worker starts: creating its bucket waits (retried) until S3 is back.
     stop, threads, metrics, outcome = start_workers(settings, ["executor"], Dependencies(sandbox=process_sandbox))
     m = metrics["executor"]
-    s3_retries = lambda: m.value("rewardstream_retries_total", dependency="s3")  # noqa: E731
+
+    def s3_retries() -> float:
+        return m.value("rewardstream_retries_total", dependency="s3")
+
     try:
         wait_until("the bucket creation is retried", lambda: s3_retries() >= 2, 60)
         assert not minio_client.bucket_exists(fresh_bucket)

@@ -59,7 +59,7 @@ def strict_policy(path: Path, min_hidden_cases: int) -> Path:
 
 
 def replay_topics(kafka_config: dict[str, str], prefix: str) -> list[str]:
-    return sorted(t for t in AdminClient(kafka_config).list_topics(timeout=30).topics if t.startswith(prefix))
+    return sorted(t for t in AdminClient({**kafka_config}).list_topics(timeout=30).topics if t.startswith(prefix))
 
 
 def live_reward_count(kafka_config: dict[str, str], topic: str) -> int:
@@ -77,7 +77,7 @@ def delete_namespace(kafka_config: dict[str, str], prefix: str) -> None:
     from infra.topics import delete_topics
 
     delete_topics(replay_topics(kafka_config, prefix), kafka_config)
-    admin = AdminClient(kafka_config)
+    admin = AdminClient({**kafka_config})
     groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid]
     ours = [g for g in groups if g.startswith(prefix)]
     if ours:
@@ -104,9 +104,11 @@ def test_replay_same_policy_changes_nothing_stricter_policy_changes_exactly_the_
     rows = []
     for task_id in task_ids:
         for k in range(PER_TASK):
-            good = k % 2 == 0
-            code = problems.canonical[task_id] if good else problems.wrong[task_id]
-            rows.append((task_id, f"{unique_name}-{task_id.replace('/', '_')}-{k}-{'good' if good else 'bad'}", code))
+            is_good = k % 2 == 0
+            code = problems.canonical[task_id] if is_good else problems.wrong[task_id]
+            rows.append(
+                (task_id, f"{unique_name}-{task_id.replace('/', '_')}-{k}-{'good' if is_good else 'bad'}", code)
+            )
     assert len(rows) == 200
     with pipeline(kafka_config, unique_name, tmp_path, problems.registry_dir) as pipe:
         config = TrainerConfig.from_settings(pipe.settings, run_id, policy_version="replay-test")
@@ -184,7 +186,7 @@ def test_replay_same_policy_changes_nothing_stricter_policy_changes_exactly_the_
         # Isolation: the live rewards topic still holds exactly one reward per generation; no replay topic is left.
         assert live_reward_count(kafka_config, pipe.env.name("rewards")) == 200
         assert replay_topics(kafka_config, f"{pipe.env.prefix}replay.") == []
-        groups = AdminClient(kafka_config).list_consumer_groups(request_timeout=30).result().valid
+        groups = AdminClient({**kafka_config}).list_consumer_groups(request_timeout=30).result().valid
         assert [g.group_id for g in groups if g.group_id.startswith(f"{pipe.env.prefix}replay.")] == []
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.codec import Contract
+from schemas.events import Event
 from streams.reward.app import STALL_EXIT_CODE
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
 from tests.integration.reward_env import Reader, reward_env
@@ -194,7 +194,7 @@ def test_repeated_sigkills_exactly_one_reward_each(
     n = 900
     gens = [f"gen-{i:04d}" for i in range(n)]
     no_judge = set(gens[::10])
-    batches: list[list[Contract]] = [[] for _ in range(kills + 1)]
+    batches: list[list[Event]] = [[] for _ in range(kills + 1)]
     for i, gid in enumerate(gens):  # each generation's parts in one batch: a deadline must not split them
         batch = batches[i * (kills + 1) // n]
         batch += [execution(gid), verdict(gid, passed=3 if i % 3 else 2)]

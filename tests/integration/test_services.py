@@ -29,7 +29,7 @@ def test_confluent_kafka_round_trip(kafka_config: dict[str, str], kafka_topic: s
          "isolation.level": "read_committed"}
     )  # fmt: skip
     consumer.subscribe([kafka_topic])
-    received: dict[bytes, bytes] = {}
+    received: dict[bytes | None, bytes | None] = {}
     deadline = time.monotonic() + 30
     try:
         while len(received) < len(sent) and time.monotonic() < deadline:
