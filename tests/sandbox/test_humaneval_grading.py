@@ -59,7 +59,7 @@ def grade_all(sandbox: Sandbox, jobs: Sequence[tuple[Task, str]]) -> list[GradeR
         return list(pool.map(lambda job: grader.grade(job[0], job[1], generation_id=job[0].task_id), jobs))
 
 
-def summary(results: Sequence[GradeResult]) -> list[tuple[str, str, list[object]]]:
+def summary(results: Sequence[GradeResult]) -> list[tuple[str, str, list[dict[str, object]]]]:
     return [
         (r.task_id, r.status, [c.to_json() for c in ((r.public.cases if r.public else ()) + r.hidden.cases)][:3])
         for r in results
