@@ -14,27 +14,27 @@ import time
 
 from infra.local.sandbox_image import ensure_sandbox_rootfs
 from schemas.settings import Settings
-from workers.sandbox.api import SandboxSpec
+from workers.sandbox.api import Sandbox, SandboxSpec
 from workers.sandbox.docker_backend import DockerSandbox, docker_client
-from workers.sandbox.factory import make_sandbox
+from workers.sandbox.factory import Backend, make_sandbox
 from workers.sandbox.process import ProcessSandbox
 
 FLOOD = "import os\nb = b'x' * (1 << 20)\nfor _ in range(1024): os.write(1, b)"
 
 
-def _time_runs(sandbox: object, runs: int) -> float:
+def _time_runs(sandbox: Sandbox, runs: int) -> float:
     spec = SandboxSpec(argv=("python3", "-c", "pass"))
-    sandbox.run(spec)  # type: ignore[attr-defined]  # warm-up (pool fill, page cache)
+    sandbox.run(spec)  # warm-up (pool fill, page cache)
     t0 = time.perf_counter()
     for _ in range(runs):
-        result = sandbox.run(spec)  # type: ignore[attr-defined]
+        result = sandbox.run(spec)
         assert result.status.value == "ok", result
     return (time.perf_counter() - t0) * 1e3 / runs
 
 
-def flood_rss(backend: str) -> dict[str, float | str]:
+def flood_rss(backend: Backend) -> dict[str, float | str]:
     """Worker peak RSS (KiB) before and after one flooding run."""
-    sandbox = make_sandbox(Settings(), backend)  # type: ignore[arg-type]
+    sandbox = make_sandbox(Settings(), backend)
     try:
         sandbox.run(SandboxSpec(argv=("python3", "-c", "pass")))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

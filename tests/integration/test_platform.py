@@ -10,13 +10,14 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from infra.local.paths import SHARED_CACHE_PARTS
 from infra.local.process import group_members
+from infra.local.service import Health
 from tests.integration.platform_env import IsolatedPlatform, isolated_platform, one_line_error
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ JAVA_SERVICES = ("kafka", "opensearch", "s3")
 IDLE_MEMORY_LIMIT_MB = 3 * 1024
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -55,7 +56,7 @@ def _rss_kb(pid: int) -> int:
 
 
 @pytest.fixture
-def isolated(tmp_path: Path, platform_health: dict) -> Iterator[IsolatedPlatform]:  # type: ignore[type-arg]
+def isolated(tmp_path: Path, platform_health: dict[str, Health]) -> Iterator[IsolatedPlatform]:
     if not platform_health["docker"].healthy:
         pytest.skip("docker is not available; start it with `rewardstream up`")
     platform = isolated_platform(tmp_path, base_port=19000)
@@ -121,7 +122,7 @@ def test_up_status_kill_recover_down_and_warm_up(isolated: IsolatedPlatform) -> 
     assert warm_s < 60
 
 
-def test_port_taken_is_one_line_and_starts_nothing(tmp_path: Path, platform_health: dict) -> None:  # type: ignore[type-arg]
+def test_port_taken_is_one_line_and_starts_nothing(tmp_path: Path, platform_health: dict[str, Health]) -> None:
     platform = isolated_platform(tmp_path, base_port=29000)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 29092))
@@ -132,7 +133,7 @@ def test_port_taken_is_one_line_and_starts_nothing(tmp_path: Path, platform_heal
     assert not list((platform.cache_dir / "run").glob("*.pid"))
 
 
-def test_java_missing_is_one_line(tmp_path: Path, platform_health: dict) -> None:  # type: ignore[type-arg]
+def test_java_missing_is_one_line(tmp_path: Path, platform_health: dict[str, Health]) -> None:
     platform = isolated_platform(tmp_path, base_port=29000)
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
@@ -144,7 +145,7 @@ def test_java_missing_is_one_line(tmp_path: Path, platform_health: dict) -> None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs as a full disk needs root")
-def test_disk_full_is_one_line(tmp_path: Path, platform_health: dict) -> None:  # type: ignore[type-arg]
+def test_disk_full_is_one_line(tmp_path: Path, platform_health: dict[str, Health]) -> None:
     tiny = tmp_path / "tiny"
     tiny.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(tiny)], check=True)

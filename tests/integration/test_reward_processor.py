@@ -99,10 +99,10 @@ def test_join_rewards_deadline_and_dlq(
             dlq.close()
 
 
-def _kill(proc: object) -> None:
-    pid = proc.pid  # type: ignore[attr-defined]
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    pid = proc.pid
     os.killpg(pid, signal.SIGKILL)
-    proc.wait(timeout=30)  # type: ignore[attr-defined]
+    proc.wait(timeout=30)
 
 
 def test_transactional_inputs_judge_stopped_and_aborted_results(
@@ -209,7 +209,11 @@ def test_repeated_sigkills_exactly_one_reward_each(
             for batch in batches[:-1]:
                 before = len(rewards.values)
                 env.produce(batch)
-                rewards.wait(lambda b=before: len(rewards.values) >= b + n // 10, 90, "more rewards", env)  # type: ignore[misc]
+
+                def more_rewards(b: int = before) -> bool:
+                    return len(rewards.values) >= b + n // 10
+
+                rewards.wait(more_rewards, 90, "more rewards", env)
                 _kill(proc)
                 killed_at.append(len(rewards.values))
                 proc = env.start(policy)

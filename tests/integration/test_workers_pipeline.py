@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -185,10 +186,10 @@ def stop_workers(stop: threading.Event, threads: list[threading.Thread]) -> None
         assert not thread.is_alive(), f"{thread.name} did not stop"
 
 
-def settings_for(prefix: str, humaneval: HumanEval, bucket: str, **extra: object) -> Settings:
+def settings_for(prefix: str, humaneval: HumanEval, bucket: str, **extra: Any) -> Settings:
     return Settings(
         topic_prefix=prefix, topic_partitions=PARTITIONS, tasks_dir=humaneval.registry_dir, s3_bucket=bucket,
-        worker_concurrency=2, **extra,  # type: ignore[arg-type]
+        worker_concurrency=2, **extra,
     )  # fmt: skip
 
 

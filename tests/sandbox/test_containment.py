@@ -650,7 +650,7 @@ print(json.dumps(out))
 
 
 def test_concurrent_runs_are_isolated(sandbox: Sandbox) -> None:
-    results: dict[int, object] = {}
+    results: dict[int, SandboxResult] = {}
 
     def work(i: int) -> None:
         code = f"import os, time\nopen('mine', 'w').write('{i}')\ntime.sleep(0.2)\nprint(open('mine').read())"
@@ -663,8 +663,8 @@ def test_concurrent_runs_are_isolated(sandbox: Sandbox) -> None:
         t.join(timeout=120)
     assert sorted(results) == list(range(8))
     for i, r in results.items():
-        assert r.status is S.OK, r  # type: ignore[attr-defined]
-        assert r.stdout == f"{i}\n".encode()  # type: ignore[attr-defined]
+        assert r.status is S.OK, r
+        assert r.stdout == f"{i}\n".encode()
 
 
 def test_sysv_ipc_and_mqueue_do_not_reach_the_next_run(sandbox: Sandbox) -> None:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,10 @@ sb.run(SandboxSpec(argv=("python3", "-c", "import os, time\\nos.fork()\\ntime.sl
 """
 
 
-def _wait(cond: object, deadline_s: float) -> bool:
+def _wait(cond: Callable[[], object], deadline_s: float) -> bool:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        if cond():  # type: ignore[operator]
+        if cond():
             return True
         time.sleep(0.05)
     return False
