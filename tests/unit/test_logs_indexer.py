@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta, timezone
+from typing import Any
 
 from confluent_kafka import Message
 
@@ -13,9 +14,9 @@ from workers.logs.indices import expired, index_day, index_name, index_template,
 from workers.logs.shipper import tail
 
 
-def _record(**kw: object) -> LogRecord:
-    base: dict[str, object] = {"level": "info", "component": "executor", "worker": "h:1", "message": "ran"}
-    return LogRecord(**{**base, **kw})  # type: ignore[arg-type]
+def _record(**kw: Any) -> LogRecord:
+    base: dict[str, Any] = {"level": "info", "component": "executor", "worker": "h:1", "message": "ran"}
+    return LogRecord(**{**base, **kw})
 
 
 def test_index_name_is_the_utc_day_of_the_record_itself() -> None:

@@ -9,6 +9,7 @@ from streams.reward.join import (
     Emit,
     GiveUp,
     JoinState,
+    PartEvent,
     Wait,
     Withhold,
     absorb,
@@ -27,10 +28,10 @@ def policy() -> Policy:
     return load_policy()
 
 
-def join(*events: object, now: float = T0) -> JoinState:
+def join(*events: PartEvent, now: float = T0) -> JoinState:
     state: JoinState | None = None
     for event in events:
-        state = absorb(state, event, 2, now).state  # type: ignore[arg-type]
+        state = absorb(state, event, 2, now).state
     assert state is not None
     return state
 

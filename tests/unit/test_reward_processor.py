@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import pytest
 
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, LogRecord, RewardEvent
+from streams.reward.join import PartEvent
 from streams.reward.policy import Policy, load_policy
 from streams.reward.processor import RewardProcessor, Topics, watermark_key
 from tests.unit.reward_events import execution, judgement, verdict
@@ -97,12 +98,14 @@ def make(
     )
 
 
-def feed(proc: RewardProcessor, events: list[object], partition: int = 0, ts: float = T0, start: int = 0) -> None:
+def feed(
+    proc: RewardProcessor, events: Sequence[PartEvent], partition: int = 0, ts: float = T0, start: int = 0
+) -> None:
     async def go() -> None:
         for i, event in enumerate(events):
             role = {"ExecutionResult": "executions", "HiddenVerdict": "verdicts", "JudgeScore": "judgements"}
             topic = TOPIC[role[type(event).__name__]]
-            await proc.handle(topic, partition, start + i, timestamp=ts, key=b"k", value=encode(event))  # type: ignore[arg-type]
+            await proc.handle(topic, partition, start + i, timestamp=ts, key=b"k", value=encode(event))
 
     asyncio.run(go())
 

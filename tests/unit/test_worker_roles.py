@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,12 +58,12 @@ def context(tmp_path: Path, role: str, *, public: bool = True) -> RoleContext:
     return RoleContext(role=role, worker="host:1", tasks=TaskSource(registry), artifacts=None, output_topic="out")
 
 
-def event(task_id: str = "T/1", **kw: object) -> GenerationEvent:
-    values: dict[str, object] = {
+def event(task_id: str = "T/1", **kw: Any) -> GenerationEvent:
+    values: dict[str, Any] = {
         "generation_id": "g1", "episode_id": "ep", "run_id": "r", "task_id": task_id, "policy_version": "p",
         "code": "def inc(x):\n    return x + 1\n", "turn": 2, **kw,
     }  # fmt: skip
-    return GenerationEvent(**values)  # type: ignore[arg-type]
+    return GenerationEvent(**values)
 
 
 def grader(sandbox: BrokenSandbox) -> Grader:
