@@ -18,7 +18,7 @@ import pytest
 
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 
-from .conftest import run_py
+from .conftest import audit, run_py
 
 pytestmark = pytest.mark.sandbox
 
@@ -98,6 +98,36 @@ print(json.dumps({
     assert info["seccomp"] == "2"
     # stdin, stdout, stderr and the fd listdir itself opened: nothing inherited from the worker.
     assert info["fds"] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("backend", ["process", "process_inline", "process_chain"])
+def test_process_runs_live_in_a_user_namespace_of_their_own(request: pytest.FixtureRequest, backend: str) -> None:
+    """Process backend: the program's user namespace maps only its own uid and gid; host root (and every
+    other host id) is unmapped inside, so root-owned files show as the overflow uid and no id can be taken."""
+    sandbox: Sandbox = request.getfixturevalue(f"{backend}_sandbox")
+    code = """
+import json, os
+ns = os.readlink('/proc/self/ns/user')
+print(json.dumps({
+    'uid_map': open('/proc/self/uid_map').read().split(), 'gid_map': open('/proc/self/gid_map').read().split(),
+    'usr_owner': os.stat('/usr').st_uid, 'uid': os.getuid(), 'ns': ns,
+}))
+"""
+    r = run_py(sandbox, code)
+    assert r.status is S.OK, r.stderr
+    info = _json_out(r)
+    assert len(info["uid_map"]) == 3, info  # exactly one mapping line
+    assert len(info["gid_map"]) == 3, info
+    inside, outside, count = (int(x) for x in info["uid_map"])
+    assert count == 1
+    assert info["uid"] == inside
+    if backend != "process_chain":  # fork server: the parent namespace is the host's, the map is the identity
+        assert outside == inside != 0, "host root must never be mapped into a run"
+    # process_chain: bwrap (started by the unprivileged uid, so it cannot map host root) nests a second
+    # namespace; the parent is bwrap's setup namespace, where the sandbox uid shows as 0.
+    assert info["usr_owner"] == 65534, "root-owned files must show as the overflow uid"
+    assert info["ns"] != os.readlink("/proc/self/ns/user"), "the run must not share the worker's user namespace"
+    assert not audit(sandbox)
 
 
 def test_clean_environment(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:

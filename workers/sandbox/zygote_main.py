@@ -11,7 +11,9 @@ this already-started interpreter costs ~1 ms. Every run still gets a pristine sa
   fresh tmpfs with the run's size and inode caps (bound on /work, /tmp, /dev/shm) and a new devpts, and
   forks the pid-1 reaper ("G", mounts a fresh /proc) which forks the program ("H").
 * H drops every capability (bounding and ambient sets too), becomes the unprivileged sandbox uid with no
-  supplementary groups, sets no-new-privs and rlimits, loads the same seccomp filter as bwrap, gets a clean
+  supplementary groups, sets no-new-privs and rlimits, enters a user namespace of its own that maps only that
+  uid and gid (host root is unmapped inside; the new namespace's capabilities are emptied at once), loads the
+  same seccomp filter as bwrap (which denies creating further namespaces), gets a clean
   environment and only fds 0-2, prints the start marker and then runs the program. The grader's harness
   (``python3 -I -S -B -c BOOT``, the server's own flags) runs in-process; anything else is exec'd.
 * G exits when H does (pid 1 gone: the kernel kills the rest of the namespace); C reports H's status like
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
     from typing import Any
 
     from workers.sandbox.boot_common import (
+        PR_CAPBSET_DROP,
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
@@ -50,6 +53,7 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         parse_spec,
         prctl,
         read_all,
+        read_text,
         run_program,
         serve_requests,
         set_oom_score_adj,
@@ -59,6 +63,8 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
     )
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -141,6 +147,46 @@ def _drop_privileges(uid: int) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _write_proc_self(name: str, text: str) -> None:
+    fd = os.open("/proc/self/" + name, os.O_WRONLY)
+    try:
+        write_all(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _enter_user_namespace(uid: int) -> None:
+    """H's own user namespace, entered unprivileged (as ``uid``, after the drop): only ``uid``/its group map
+    onto themselves, every other host id (root included) is unmapped inside, setgroups is denied. A new user
+    namespace grants a full capability set over what it owns (nothing: every other namespace of the run
+    belongs to the host's); it is emptied at once, bounding set included, and verified."""
+    prctl(PR_SET_DUMPABLE, 1)  # /proc/self/*_map belong to root while non-dumpable (after the uid change)
+    ok(libc.unshare(CLONE_NEWUSER), "unshare user")
+    _write_proc_self("setgroups", "deny")
+    _write_proc_self("uid_map", f"{uid} {uid} 1")
+    _write_proc_self("gid_map", f"{uid} {uid} 1")
+    prctl(PR_SET_DUMPABLE, 0)
+    last_cap = int(read_text("/proc/sys/kernel/cap_last_cap"))
+    for cap in range(last_cap + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    ok(libc.capset(ctypes.byref(header), data), "capset")
+    status = read_text("/proc/self/status")
+    for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
+        if int(status.split(key, 1)[1].split(None, 1)[0], 16) != 0:
+            raise OSError("capabilities left in the run's user namespace: " + key)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
+        raise OSError("ids changed entering the run's user namespace")
+
+
 def _program(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: bytes, marker: bytes) -> int:
     """H: pid 2 of the run's pid namespace."""
     os.setsid()
@@ -150,6 +196,7 @@ def _program(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: byt
     os.chdir("/work")
     set_oom_score_adj(0)
     _drop_privileges(uid)
+    _enter_user_namespace(uid)
     load_seccomp(seccomp_filter)
     write_all(1, marker)
     return run_program(spec, default_signals=False)
