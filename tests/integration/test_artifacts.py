@@ -6,9 +6,7 @@ the shared service itself is never stopped.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,71 +17,17 @@ from pydantic import SecretStr
 
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
+from tests.integration.relay import Relay, free_port_below_ephemeral
 from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
 from workers.artifacts import minio_client as make_minio
 
 pytestmark = pytest.mark.integration
 
 
-class Relay:
-    """Forwards a local port to S3; ``close`` makes S3 unreachable (connection refused), ``open`` restores it."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = 0
-        self._listener: socket.socket | None = None
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def open(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self.port = listener.getsockname()[1]
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def close(self) -> None:
-        if self._listener is not None:
-            with contextlib.suppress(OSError):  # wakes the thread blocked in accept()
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            for conn in self._conns:
-                conn.close()
-            self._conns.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target, timeout=10)
-            with self._lock:
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-
 @pytest.fixture
 def relay(settings: Settings, minio_client: Any) -> Iterator[Relay]:
     host, port = settings.s3_endpoint.rsplit(":", 1)
-    relay = Relay((host, int(port)))
+    relay = Relay(free_port_below_ephemeral(), (host, int(port)))
     relay.open()
     try:
         yield relay

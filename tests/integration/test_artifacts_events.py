@@ -8,10 +8,8 @@ itself is never stopped.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import socket
 import threading
 import time
 import uuid
@@ -30,6 +28,7 @@ from schemas.events import OUTPUT_TAIL_MAX_CHARS, ExecutionResult, GenerationEve
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
+from tests.integration.relay import Relay, free_port_below_ephemeral
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
 from workers.kafka.clients import make_consumer, make_producer
@@ -125,77 +124,6 @@ def fresh_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
             for obj in minio_client.list_objects(unique_name, recursive=True):
                 minio_client.remove_object(unique_name, obj.object_name)
             minio_client.remove_bucket(unique_name)
-
-
-class Relay:
-    """Forwards a fixed local port to S3; ``close`` makes S3 refuse connections, ``open`` restores it."""
-
-    def __init__(self, port: int, target: tuple[str, int]) -> None:
-        self.port = port
-        self.target = target
-        self._listener: socket.socket | None = None
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def open(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def close(self) -> None:
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            for conn in self._conns:
-                with contextlib.suppress(OSError):
-                    conn.close()
-            self._conns.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-
-def free_port_below_ephemeral() -> int:
-    """A port nothing listens on, below 32768 (a client's local port is never taken from there)."""
-    for port in range(23100, 32000, 7):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port below 32768")
 
 
 @pytest.fixture
