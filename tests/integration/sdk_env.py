@@ -25,6 +25,7 @@ from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 from tests.integration.platform_env import shared_cache
 from tests.integration.reward_env import PARTITIONS, REPO, RewardEnv, reward_env
+from workers.sandbox.api import Sandbox
 
 ROLES = ("executor", "verifier", "judge")
 
@@ -39,7 +40,8 @@ class Problems:
     prompts: dict[str, str]
 
 
-def process_sandbox_or_skip() -> object:
+def process_sandbox_or_skip() -> Sandbox:
+    """A process sandbox; skip the test (fail it under CI, where everything must run) when it cannot start."""
     from workers.sandbox.factory import make_sandbox
 
     try:
@@ -61,7 +63,7 @@ def convert_problems(registry_dir: Path, count: int) -> Problems:
         problems = load_problems()[:count]
         tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=2)
     finally:
-        sandbox.close()  # type: ignore[attr-defined]
+        sandbox.close()
     TaskRegistry(registry_dir).store(tasks)
     kept = {t.task_id for t in tasks}
     return Problems(

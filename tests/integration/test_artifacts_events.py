@@ -9,7 +9,6 @@ itself is never stopped.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 import uuid
@@ -23,12 +22,12 @@ import pytest
 from confluent_kafka import Consumer
 
 from schemas.codec import decode, encode
-from schemas.errors import RewardstreamError
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, ExecutionResult, GenerationEvent, HiddenVerdict
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
 from tests.integration.relay import Relay, free_port_below_ephemeral
+from tests.integration.sdk_env import process_sandbox_or_skip
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
 from workers.kafka.clients import make_consumer, make_producer
@@ -78,15 +77,7 @@ def loud_stdout(args: list[tuple[int, int]]) -> str:
 
 @pytest.fixture(scope="module")
 def process_sandbox() -> Iterator[Sandbox]:
-    from workers.sandbox.factory import make_sandbox
-
-    try:
-        sandbox = make_sandbox(Settings(), "process")
-    except RewardstreamError as exc:
-        message = f"process sandbox unavailable ({exc}); run `rewardstream up` / see README to enable it"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    sandbox = process_sandbox_or_skip()
     try:
         yield sandbox
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -12,8 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from schemas.errors import RewardstreamError
-from schemas.settings import Settings
+from tests.integration.sdk_env import process_sandbox_or_skip
 
 pytestmark = pytest.mark.integration
 
@@ -27,15 +25,7 @@ def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def process_sandbox_available() -> None:
     """Skip (or, under CI, fail) when the process sandbox backend cannot start."""
-    from workers.sandbox.factory import make_sandbox
-
-    try:
-        make_sandbox(Settings(), "process").close()
-    except RewardstreamError as exc:
-        message = f"process sandbox unavailable ({exc}); run `rewardstream up` / see README to enable it"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    process_sandbox_or_skip().close()
 
 
 @pytest.mark.sandbox

@@ -24,11 +24,11 @@ import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from schemas.codec import decode, encode
-from schemas.errors import RewardstreamError
 from schemas.events import DeadLetter, ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore, LogRecord
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
+from tests.integration.sdk_env import process_sandbox_or_skip
 from workers.kafka.clients import make_consumer, make_producer
 from workers.metrics import WorkerMetrics
 from workers.roles.service import Dependencies, RoleName, run_worker
@@ -51,15 +51,7 @@ class HumanEval:
 
 @pytest.fixture(scope="module")
 def process_sandbox() -> Iterator[Sandbox]:
-    from workers.sandbox.factory import make_sandbox
-
-    try:
-        sandbox = make_sandbox(Settings(), "process")
-    except RewardstreamError as exc:
-        message = f"process sandbox unavailable ({exc}); run `rewardstream up` / see README to enable it"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    sandbox = process_sandbox_or_skip()
     try:
         yield sandbox
     finally:
