@@ -5,13 +5,10 @@ Named like Faust's (``<app_id>-reward-join-changelog``) so both engines find the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-from schemas.errors import KafkaError
 from schemas.topics import TopicSpec
+from streams.reward.partition_reader import read_to_end
 
 TABLE_NAME = "reward-join"
 
@@ -41,42 +38,15 @@ def restore_partition(
 ) -> dict[str, bytes]:
     """The table partition as the committed changelog says (tombstones delete; aborted writes never show).
 
-    Reads to the end with ``read_committed``: a transaction left open by a killed processor holds the end back
-    until the broker aborts it (``transaction.timeout.ms``), which is why that timeout is short.
+    A transaction left open by a killed processor holds the end back until the broker aborts it
+    (``transaction.timeout.ms``), which is why that timeout is short.
     """
-    consumer = Consumer(
-        {
-            **client_config,
-            "group.id": f"{topic}-restore",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        }
-    )
+    records, _end = read_to_end(client_config, topic, partition, 0, group=f"{topic}-restore", timeout_s=timeout_s)
     table: dict[str, bytes] = {}
-    try:
-        tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-        if high <= low:
-            return table
-        consumer.assign([TopicPartition(topic, partition, low)])
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is not None:
-                    raise KafkaError(f"restoring {topic}[{partition}] failed: {msg.error()}")
-                key = (msg.key() or b"").decode()
-                value = msg.value()
-                if value is None:
-                    table.pop(key, None)
-                else:
-                    table[key] = value
-            position = consumer.position([tp])[0].offset
-            if position >= high:
-                return table
-            if time.monotonic() > deadline:
-                raise KafkaError(f"restoring {topic}[{partition}] {low}..{high} timed out at {position}")
-    except KafkaException as exc:
-        raise KafkaError(f"restoring {topic}[{partition}] failed: {exc}") from exc
-    finally:
-        consumer.close()
+    for _offset, key, value in records:
+        name = (key or b"").decode()
+        if value is None:
+            table.pop(name, None)
+        else:
+            table[name] = value
+    return table

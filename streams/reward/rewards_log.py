@@ -8,47 +8,17 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from schemas.errors import KafkaError
+from streams.reward.partition_reader import read_to_end
 
 
 def read_partition(
     client_config: Mapping[str, str], topic: str, partition: int, start: int, timeout_s: float = 60.0
 ) -> tuple[list[tuple[int, bytes]], int]:
     """``(offset, value)`` of every committed record in ``topic[partition]`` from ``start`` to the end."""
-    consumer = Consumer(
-        {
-            **client_config,
-            "group.id": "rewardstream-rewards-scan",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        }
+    records, end = read_to_end(
+        client_config, topic, partition, start, group="rewardstream-rewards-scan", timeout_s=timeout_s
     )
-    try:
-        tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
-        begin = max(start, low)
-        if begin >= high:
-            return [], max(high, start)
-        consumer.assign([TopicPartition(topic, partition, begin)])
-        found: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for msg in consumer.consume(1000, timeout=0.5):
-                if msg.error() is not None:
-                    raise KafkaError(f"reading rewards failed: {msg.error()}", topic=topic, partition=partition)
-                value = msg.value()
-                offset = msg.offset()
-                if value is not None and offset is not None:
-                    found.append((offset, value))
-            position = consumer.position([tp])[0].offset
-            if position >= high:
-                return found, high
-            if time.monotonic() > deadline:
-                raise KafkaError(f"reading rewards {topic}[{partition}] {begin}..{high} timed out at {position}")
-    except KafkaException as exc:
-        raise KafkaError(f"reading rewards {topic}[{partition}] failed: {exc}") from exc
-    finally:
-        consumer.close()
+    return [(offset, value) for offset, _key, value in records if value is not None], end
 
 
 def idle_partitions(

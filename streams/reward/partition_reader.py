@@ -1,0 +1,57 @@
+"""Reading one partition from an offset to its end, committed records only: the rewards tail and the changelog."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from schemas.errors import KafkaError
+
+#: (offset, key, value) of one record; value None is a tombstone.
+Record = tuple[int, bytes | None, bytes | None]
+
+
+def read_to_end(
+    client_config: Mapping[str, str], topic: str, partition: int, start: int, *, group: str, timeout_s: float
+) -> tuple[list[Record], int]:
+    """Every committed record of ``topic[partition]`` from ``start`` (or the log start) to the end, and the end.
+
+    ``read_committed``: records of aborted transactions never show, and a transaction still open holds the
+    end back until it commits or the broker aborts it.
+    """
+    consumer = Consumer(
+        {
+            **client_config,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        begin = max(start, low)
+        if begin >= high:
+            return [], max(high, start)
+        consumer.assign([TopicPartition(topic, partition, begin)])
+        found: list[Record] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for msg in consumer.consume(1000, timeout=0.5):
+                if msg.error() is not None:
+                    raise KafkaError(f"reading {topic}[{partition}] failed: {msg.error()}", topic=topic)
+                offset = msg.offset()
+                if offset is not None:
+                    found.append((offset, msg.key(), msg.value()))
+            position = consumer.position([tp])[0].offset
+            if position >= high:
+                return found, high
+            if time.monotonic() > deadline:
+                raise KafkaError(f"reading {topic}[{partition}] {begin}..{high} timed out at {position}", topic=topic)
+    except KafkaException as exc:
+        raise KafkaError(f"reading {topic}[{partition}] failed: {exc}", topic=topic) from exc
+    finally:
+        consumer.close()
