@@ -184,3 +184,29 @@ def delete_topics(names: Sequence[str], client_config: Mapping[str, str], timeou
             if isinstance(err, LibKafkaError) and err.code() == LibKafkaError.UNKNOWN_TOPIC_OR_PART:
                 continue
             raise _fail(f"deleting topic {name}", exc, bootstrap) from exc
+
+
+def delete_groups_with_prefix(prefix: str, client_config: Mapping[str, str], timeout_s: float = 30.0) -> list[str]:
+    """Delete every consumer group whose id starts with ``prefix``; return their ids.
+
+    A group can vanish between the listing and the deletion (an empty one expires, a short-lived reader's
+    group is dropped): that is what was asked, not an error.
+    """
+    admin = _admin(client_config)
+    bootstrap = client_config.get("bootstrap.servers", "?")
+    try:
+        listed = admin.list_consumer_groups(request_timeout=timeout_s).result().valid
+    except KafkaException as exc:
+        raise _fail("listing consumer groups", exc, bootstrap) from exc
+    ours = sorted(g.group_id for g in listed if g.group_id.startswith(prefix))
+    if not ours:
+        return []
+    for name, fut in admin.delete_consumer_groups(ours, request_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, LibKafkaError) and err.code() == LibKafkaError.GROUP_ID_NOT_FOUND:
+                continue
+            raise _fail(f"deleting consumer group {name}", exc, bootstrap) from exc
+    return ours

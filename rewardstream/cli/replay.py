@@ -134,17 +134,13 @@ class _Bar:
 
 def _delete_namespace(settings: Settings, prefix: str) -> list[str]:
     """Delete every topic and consumer group under the replay prefix (catalog, Faust changelogs, workers')."""
-    from infra.topics import delete_topics
+    from infra.topics import delete_groups_with_prefix, delete_topics
 
     config = settings.kafka_client_config()
     admin = AdminClient({**config, "log_level": 3})
     names = sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix))
     delete_topics(names, config)
-    groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid]
-    ours = [g for g in groups if g.startswith(prefix)]
-    if ours:
-        for future in admin.delete_consumer_groups(ours, request_timeout=30).values():
-            future.result()
+    delete_groups_with_prefix(prefix, config)
     return names
 
 

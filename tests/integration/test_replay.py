@@ -74,15 +74,10 @@ def live_reward_count(kafka_config: dict[str, str], topic: str) -> int:
 
 
 def delete_namespace(kafka_config: dict[str, str], prefix: str) -> None:
-    from infra.topics import delete_topics
+    from infra.topics import delete_groups_with_prefix, delete_topics
 
     delete_topics(replay_topics(kafka_config, prefix), kafka_config)
-    admin = AdminClient({**kafka_config})
-    groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=30).result().valid]
-    ours = [g for g in groups if g.startswith(prefix)]
-    if ours:
-        for future in admin.delete_consumer_groups(ours, request_timeout=30).values():
-            future.result()
+    delete_groups_with_prefix(prefix, kafka_config)
 
 
 def check_replay(done: subprocess.CompletedProcess[str], logs: str) -> dict[str, Any]:

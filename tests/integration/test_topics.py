@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.topics import delete_topics, describe_topics, ensure_topics
+from infra.topics import delete_groups_with_prefix, delete_topics, describe_topics, ensure_topics
 from schemas.topics import catalog
 
 pytestmark = pytest.mark.integration
@@ -77,3 +77,22 @@ def test_cli_create_json_then_difference_exits_2(prefix: str) -> None:
     assert differs.stderr.startswith("rewardstream: error: 7 topic(s) differ from the catalog: ")
     assert f"{prefix}generations has 2 partitions, catalog says 3" in differs.stderr
     assert f"{prefix}rewards" in differs.stdout
+
+
+def test_groups_under_a_prefix_are_deleted_and_a_second_delete_is_no_error(
+    kafka_config: dict[str, str], prefix: str
+) -> None:
+    """What replay does to clean its namespace: groups that hold committed offsets go; none left is fine."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    specs = catalog(prefix, 1)
+    ensure_topics(specs, kafka_config)
+    groups = [f"{prefix}g{i}" for i in range(2)]
+    for group in groups:
+        consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=[TopicPartition(specs[0].name, 0, 0)], asynchronous=False)
+        finally:
+            consumer.close()
+    assert delete_groups_with_prefix(prefix, kafka_config) == groups
+    assert delete_groups_with_prefix(prefix, kafka_config) == []
