@@ -253,8 +253,12 @@ class TransactionalWorker:
         self._collect()
         self._start_runnable()
         now = self._clock()
+        # Commit early when finished results fill half the buffer: they count against ``buffer_limit`` until
+        # committed, and waiting for the interval paused consumption with every slot idle (a throughput cap of
+        # buffer_limit per commit interval).
+        batch = min(self.config.commit_batch, max(1, self.config.buffer_limit // 2))
         if self._ready_count() and (
-            now - self._last_commit >= self.config.commit_interval_s or self._ready_count() >= self.config.commit_batch
+            now - self._last_commit >= self.config.commit_interval_s or self._ready_count() >= batch
         ):
             self._commit()
         self._backpressure()
