@@ -25,12 +25,10 @@ from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
 from streams.reward.policy import Policy
-from streams.reward.processor import RewardProcessor, Topics
+from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions, read_partition
 
 TABLE_NAME = "reward-join"
-#: Exit code of a worker that stopped itself because an input stalled (EX_SOFTWARE): restart it.
-STALL_EXIT_CODE = 70
 log = logging.getLogger("rewardstream.rewards")
 
 
@@ -184,14 +182,14 @@ def _owned(app: Any, input_names: set[str]) -> set[int]:
 
 
 def _exit(why: str) -> None:
-    """Crash-only recovery: stop at once with STALL_EXIT_CODE; the supervisor restarts the worker."""
+    """Crash-only recovery: stop at once with RESTART_EXIT_CODE; the supervisor restarts the worker."""
     log.error(
         "%s: exiting (code %d) so the supervisor restarts this worker; nothing is lost or duplicated",
         why,
-        STALL_EXIT_CODE,
+        RESTART_EXIT_CODE,
     )
     logging.shutdown()
-    os._exit(STALL_EXIT_CODE)
+    os._exit(RESTART_EXIT_CODE)
 
 
 def _exit_if_failed(what: str) -> Callable[[asyncio.Future[Any]], None]:

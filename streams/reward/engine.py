@@ -36,12 +36,10 @@ from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.changelog import changelog_name, changelog_spec, restore_partition
 from streams.reward.policy import Policy
-from streams.reward.processor import RewardProcessor, Topics
+from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions
 from workers.kafka.clients import consumer_config, producer_config
 
-#: Exit code of a processor that stopped itself so the supervisor restarts it from committed state.
-RESTART_EXIT_CODE = 70
 log = logging.getLogger("rewardstream.rewards")
 
 

@@ -44,6 +44,9 @@ from streams.reward.join import (
 from streams.reward.policy import Policy
 
 COMPONENT = "rewards"
+#: Exit code (EX_SOFTWARE) of a processor that stopped itself so that its supervisor restarts it from
+#: committed state: crash-only recovery in both engines.
+RESTART_EXIT_CODE = 70
 _MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore]] = {
     "executions": ExecutionResult,
     "verdicts": HiddenVerdict,

@@ -27,7 +27,7 @@ from schemas.events import (
     RewardEvent,
 )
 from schemas.topics import catalog, topic_for
-from streams.reward.app import STALL_EXIT_CODE
+from streams.reward.processor import RESTART_EXIT_CODE
 from tests.integration.platform_env import shared_cache
 
 PARTITIONS = 3
@@ -95,7 +95,7 @@ class RewardEnv:
     def supervise(self) -> None:
         """What ``up --pipeline`` must do: restart a processor that stopped itself (stall watchdog, code 70)."""
         for proc in list(self.procs):
-            if proc.poll() == STALL_EXIT_CODE and proc.pid in self._args:
+            if proc.poll() == RESTART_EXIT_CODE and proc.pid in self._args:
                 policy, tag, kill_after = self._args.pop(proc.pid)
                 self.restarts += 1
                 self.start(policy, tag, kill_after)

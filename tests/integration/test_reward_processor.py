@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from schemas.events import Event
-from streams.reward.app import STALL_EXIT_CODE
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
+from streams.reward.processor import RESTART_EXIT_CODE
 from tests.integration.reward_env import Reader, reward_env
 from tests.unit.reward_events import execution, judgement, verdict
 
@@ -253,8 +253,8 @@ def test_killed_between_reward_and_marker_no_duplicate(
         try:
             env.produce(events)
             for kill_after in (40, 30):
-                code = STALL_EXIT_CODE
-                while code == STALL_EXIT_CODE:  # a stalled processor stops itself; the supervisor restarts it
+                code = RESTART_EXIT_CODE
+                while code == RESTART_EXIT_CODE:  # a stalled processor stops itself; the supervisor restarts it
                     proc = env.start(kill_after=kill_after)
                     try:
                         code = proc.wait(timeout=90)
