@@ -4,6 +4,12 @@ Why a deny list: the sandbox already runs with no capabilities in fresh user/pid
 filter's job is to shrink the kernel attack surface (new namespaces, mounts, ptrace, keyrings, bpf, io_uring,
 module loading, foreign architectures) rather than to enumerate everything Python needs.
 The result is the raw ``struct sock_filter`` array that ``bwrap --seccomp FD`` loads.
+
+Architectures: x86_64 and aarch64. The policy is written once, by syscall name (``_DENY`` plus the
+argument-filtered clone/clone3/socket/ioctl); each architecture only maps names to its own numbers
+(x86_64: ``asm/unistd_64.h``; aarch64: the asm-generic table, ``asm-generic/unistd.h``). A denied name that
+does not exist on an architecture (``mknod``, ``iopl``... on aarch64) is simply absent from its map.
+``tests/unit/test_seccomp.py`` checks every number against the kernel headers when they are installed.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import errno
 import platform
 import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from schemas.errors import SandboxError
 
@@ -25,9 +33,12 @@ _RET_KILL_PROCESS = 0x80000000
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
-_AUDIT_ARCH_X86_64 = 0xC000003E
+_AUDIT_ARCH_X86_64 = 0xC000003E  # EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+_AUDIT_ARCH_AARCH64 = 0xC00000B7  # EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
 _X32_SYSCALL_BIT = 0x40000000
 
+# struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6] (both arches little-endian,
+# so the low 32 bits of args[i] are at 16 + 8 * i).
 _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0_LO = 16
@@ -38,10 +49,26 @@ _CLONE_NS_MASK = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 
 _CLONE_NS_MASK |= 0x40000000
 
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
-_TIOCSTI = 0x5412
+_TIOCSTI = 0x5412  # same value on x86_64 and aarch64 (asm-generic/ioctls.h)
 
-# x86_64 syscall numbers that untrusted code never needs.
-_X86_64_DENY: dict[str, int] = {
+# Syscalls that untrusted code never needs: refused outright with EPERM, on every architecture that has them.
+_DENY: tuple[str, ...] = (
+    "ptrace", "syslog", "uselib", "personality", "mknod", "vhangup", "modify_ldt", "pivot_root", "_sysctl",
+    "adjtimex", "chroot", "acct", "settimeofday", "mount", "umount2", "swapon", "swapoff", "reboot",
+    "sethostname", "setdomainname", "iopl", "ioperm", "create_module", "init_module", "delete_module",
+    "get_kernel_syms", "query_module", "quotactl", "nfsservctl", "lookup_dcookie", "clock_settime", "mbind",
+    "kexec_load", "add_key", "request_key", "keyctl", "migrate_pages", "mknodat", "unshare", "move_pages",
+    "perf_event_open", "fanotify_init", "name_to_handle_at", "open_by_handle_at", "clock_adjtime", "setns",
+    "process_vm_readv", "process_vm_writev", "kcmp", "finit_module", "seccomp", "kexec_file_load", "bpf",
+    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree", "move_mount",
+    "fsopen", "fsconfig", "fsmount", "fspick", "pidfd_getfd", "process_madvise", "mount_setattr",
+    "quotactl_fd", "memfd_secret",
+)  # fmt: skip
+# Syscalls the filter inspects arguments of (every architecture must map all four).
+_ARG_FILTERED: tuple[str, ...] = ("clone", "clone3", "socket", "ioctl")
+
+# Numbers from the kernel uapi headers (linux-libc-dev 6.1): asm/unistd_64.h.
+_X86_64_NR: dict[str, int] = {
     "ptrace": 101, "syslog": 103, "uselib": 134, "personality": 135, "mknod": 133, "vhangup": 153,
     "modify_ldt": 154, "pivot_root": 155, "_sysctl": 156, "adjtimex": 159, "chroot": 161, "acct": 163,
     "settimeofday": 164, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169,
@@ -56,11 +83,58 @@ _X86_64_DENY: dict[str, int] = {
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
     "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
     "quotactl_fd": 443, "memfd_secret": 447,
+    "clone": 56, "clone3": 435, "socket": 41, "ioctl": 16,
 }  # fmt: skip
-_X86_64_CLONE = 56
-_X86_64_CLONE3 = 435
-_X86_64_SOCKET = 41
-_X86_64_IOCTL = 16
+
+# asm-generic/unistd.h as arm64 includes it (64-bit; __ARCH_WANT_SYS_CLONE3 and __ARCH_WANT_MEMFD_SECRET set).
+# Not in that table, so absent here: uselib, mknod, modify_ldt, _sysctl, iopl, ioperm, create_module,
+# get_kernel_syms, query_module.
+_AARCH64_NR: dict[str, int] = {
+    "lookup_dcookie": 18, "mknodat": 33, "umount2": 39, "mount": 40, "pivot_root": 41, "nfsservctl": 42,
+    "chroot": 51, "vhangup": 58, "quotactl": 60, "acct": 89, "personality": 92, "unshare": 97,
+    "kexec_load": 104, "init_module": 105, "delete_module": 106, "clock_settime": 112, "syslog": 116,
+    "ptrace": 117, "reboot": 142, "sethostname": 161, "setdomainname": 162, "settimeofday": 170,
+    "adjtimex": 171, "add_key": 217, "request_key": 218, "keyctl": 219, "swapon": 224, "swapoff": 225,
+    "mbind": 235, "migrate_pages": 238, "move_pages": 239, "perf_event_open": 241, "fanotify_init": 262,
+    "name_to_handle_at": 264, "open_by_handle_at": 265, "clock_adjtime": 266, "setns": 268,
+    "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "seccomp": 277,
+    "bpf": 280, "userfaultfd": 282, "kexec_file_load": 294, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+    "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
+    "quotactl_fd": 443, "memfd_secret": 447,
+    "ioctl": 29, "socket": 198, "clone": 220, "clone3": 435,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Arch:
+    name: str
+    machines: frozenset[str]  # platform.machine() spellings
+    audit_arch: int  # AUDIT_ARCH_* as seen in seccomp_data.arch
+    scmp_arch: str  # docker / libseccomp name
+    numbers: Mapping[str, int]
+    x32_bit: bool  # x86_64: syscalls with __X32_SYSCALL_BIT set are the x32 ABI, refused
+
+
+_ARCHES: tuple[_Arch, ...] = (
+    _Arch("x86_64", frozenset({"x86_64", "amd64", "AMD64"}), _AUDIT_ARCH_X86_64, "SCMP_ARCH_X86_64", _X86_64_NR,
+          x32_bit=True),
+    _Arch("aarch64", frozenset({"aarch64", "arm64", "ARM64"}), _AUDIT_ARCH_AARCH64, "SCMP_ARCH_AARCH64",
+          _AARCH64_NR, x32_bit=False),
+)  # fmt: skip
+
+
+def _arch(machine: str | None) -> _Arch:
+    machine = machine or platform.machine()
+    for arch in _ARCHES:
+        if machine in arch.machines:
+            return arch
+    supported = ", ".join(a.name for a in _ARCHES)
+    raise SandboxError(f"seccomp filter: unsupported architecture {machine!r} (supported: {supported})")
+
+
+def _denied(arch: _Arch) -> list[str]:
+    return [name for name in _DENY if name in arch.numbers]
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -73,25 +147,25 @@ def _ret_errno(err: int) -> bytes:
 
 def build_filter(machine: str | None = None) -> bytes:
     """Return the filter for this machine's architecture; raise ``SandboxError`` if it is unsupported."""
-    machine = machine or platform.machine()
-    if machine not in ("x86_64", "amd64", "AMD64"):
-        raise SandboxError(f"seccomp filter: unsupported architecture {machine!r} (x86_64 only)")
+    arch = _arch(machine)
+    nr = arch.numbers
     prog: list[bytes] = [
+        # Any other audit arch (i386 / x32-as-i386, arm compat, ...) would index another syscall table: kill.
         _insn(_LD_W_ABS, _OFF_ARCH),
-        _insn(_JEQ_K, _AUDIT_ARCH_X86_64, jt=1, jf=0),
+        _insn(_JEQ_K, arch.audit_arch, jt=1, jf=0),
         _insn(_RET_K, _RET_KILL_PROCESS),
         _insn(_LD_W_ABS, _OFF_NR),
-        # x32 ABI syscalls bypass x86_64 numbers: refuse them all.
-        _insn(_JGE_K, _X32_SYSCALL_BIT, jt=0, jf=1),
-        _ret_errno(errno.ENOSYS),
     ]
-    for nr in sorted(_X86_64_DENY.values()):
-        prog += [_insn(_JEQ_K, nr, jt=0, jf=1), _ret_errno(errno.EPERM)]
+    if arch.x32_bit:
+        # x32 ABI syscalls bypass x86_64 numbers: refuse them all.
+        prog += [_insn(_JGE_K, _X32_SYSCALL_BIT, jt=0, jf=1), _ret_errno(errno.ENOSYS)]
+    for number in sorted(nr[name] for name in _denied(arch)):
+        prog += [_insn(_JEQ_K, number, jt=0, jf=1), _ret_errno(errno.EPERM)]
     # clone3 passes flags in memory BPF cannot read: ENOSYS makes libc fall back to clone(2).
-    prog += [_insn(_JEQ_K, _X86_64_CLONE3, jt=0, jf=1), _ret_errno(errno.ENOSYS)]
-    # clone(2) with any namespace flag is refused.
+    prog += [_insn(_JEQ_K, nr["clone3"], jt=0, jf=1), _ret_errno(errno.ENOSYS)]
+    # clone(2) with any namespace flag is refused (flags are args[0] on both arches; the kernel uses the low 32 bits).
     prog += [
-        _insn(_JEQ_K, _X86_64_CLONE, jt=0, jf=4),
+        _insn(_JEQ_K, nr["clone"], jt=0, jf=4),
         _insn(_LD_W_ABS, _OFF_ARG0_LO),
         _insn(_JSET_K, _CLONE_NS_MASK, jt=0, jf=1),
         _ret_errno(errno.EPERM),
@@ -99,7 +173,7 @@ def build_filter(machine: str | None = None) -> bytes:
     ]
     # socket(2): local and IP families only (the network namespace is empty anyway); no netlink/packet.
     prog += [
-        _insn(_JEQ_K, _X86_64_SOCKET, jt=0, jf=6),
+        _insn(_JEQ_K, nr["socket"], jt=0, jf=6),
         _insn(_LD_W_ABS, _OFF_ARG0_LO),
         _insn(_JEQ_K, _AF_UNIX, jt=3, jf=0),
         _insn(_JEQ_K, _AF_INET, jt=2, jf=0),
@@ -109,7 +183,7 @@ def build_filter(machine: str | None = None) -> bytes:
     ]
     # ioctl(TIOCSTI) would inject input into a terminal.
     prog += [
-        _insn(_JEQ_K, _X86_64_IOCTL, jt=0, jf=3),
+        _insn(_JEQ_K, nr["ioctl"], jt=0, jf=3),
         _insn(_LD_W_ABS, _OFF_ARG1_LO),
         _insn(_JEQ_K, _TIOCSTI, jt=0, jf=1),
         _ret_errno(errno.EPERM),
@@ -118,12 +192,12 @@ def build_filter(machine: str | None = None) -> bytes:
     return b"".join(prog)
 
 
-def denied_syscalls() -> frozenset[str]:
-    """Names of the syscalls the filter refuses outright (for tests and docs)."""
-    return frozenset(_X86_64_DENY)
+def denied_syscalls(machine: str | None = None) -> frozenset[str]:
+    """Names of the syscalls the filter refuses outright on this machine's architecture (for tests and docs)."""
+    return frozenset(_denied(_arch(machine)))
 
 
-def docker_profile() -> str:
+def docker_profile(machine: str | None = None) -> str:
     """The same policy as a docker seccomp JSON profile (``security_opt=["seccomp=<json>"]``).
 
     Docker's built-in profile still allows ptrace and io_uring; this one denies exactly what
@@ -131,8 +205,9 @@ def docker_profile() -> str:
     """
     import json
 
+    arch = _arch(machine)
     rules: list[dict[str, object]] = [
-        {"names": sorted(_X86_64_DENY), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
+        {"names": sorted(_denied(arch)), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
         {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
     ]
     for bit in range(32):
@@ -171,5 +246,5 @@ def docker_profile() -> str:
             "args": [{"index": 1, "value": _TIOCSTI, "op": "SCMP_CMP_EQ"}],
         }
     )
-    profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"], "syscalls": rules}
+    profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch.scmp_arch], "syscalls": rules}
     return json.dumps(profile)
