@@ -13,20 +13,19 @@ import json
 import os
 import resource
 import secrets
-import selectors
 import shutil
 import signal
 import socket
 import subprocess
-import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.errors import SandboxError
-from workers.sandbox.api import SandboxSpec, SandboxStatus
+from workers.sandbox.api import SandboxSpec
 from workers.sandbox.cgroups import cgroup_mountinfo
+from workers.sandbox.output_pump import Deadlines, pump
+from workers.sandbox.output_pump import Observed as Observed  # noqa: PLC0414 - re-exported: what ``watch`` returns
 from workers.sandbox.process import BOOT_COMMON, _Capture, boot_source
 
 #: Reads the server's code from stdin (it is not put on the command line, which the container can read):
@@ -41,8 +40,6 @@ _BOOT = (
     "exec(compile(d[a:a+b],'docker_entry_main.py','exec'),g)\n"
 )
 _START_S = 15.0
-_READ_CHUNK = 1 << 16
-_DRAIN_GRACE_S = 2.0
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 TAG_PREFIX = "rs-docker-entry-of-"
 
@@ -193,55 +190,22 @@ class EntryServer:
             self._proc.wait()
 
 
-@dataclass(slots=True)
-class Observed:
-    """What the worker saw of one entered run."""
-
-    stopped_for: SandboxStatus | None = None
-    exited: bool = False
-    started_at: float | None = None
-    ended_at: float | None = None
+#: The clock runs from the start marker; setup (entering, writing the files) gets its own small allowance.
+_DEADLINES = Deadlines(setup_s=5.0, drain_s=2.0, timeout_before_start=False)
 
 
 def watch(*, out_fd: int, err_fd: int, exit_fd: int, spec: SandboxSpec, cap: _Capture, spawn_at: float) -> Observed:
     """Pump output with caps until the status arrives (its supervisor killed and reaped everything of the
     run first), the clock runs out (from the start marker on) or output overflows."""
-    obs = Observed()
-    sel = selectors.DefaultSelector()
-    try:
-        sel.register(out_fd, selectors.EVENT_READ, "out")
-        sel.register(err_fd, selectors.EVENT_READ, "err")
-        sel.register(exit_fd, selectors.EVENT_READ, "exit")
-        deadline = spawn_at + spec.timeout_s + 5.0  # setup gets its own small allowance
-        drain_until: float | None = None
-        while sel.get_map():
-            now = time.monotonic()
-            if drain_until is None and now >= deadline:
-                obs.stopped_for = SandboxStatus.TIMEOUT if obs.started_at is not None else None
-                return obs
-            if drain_until is not None and now >= drain_until:
-                return obs
-            for key, _ in sel.select((drain_until or deadline) - now):
-                fd, which = int(key.fd), str(key.data)
-                if which == "exit":
-                    obs.ended_at = time.monotonic()
-                    obs.exited = True
-                    sel.unregister(fd)
-                    drain_until = obs.ended_at + _DRAIN_GRACE_S
-                    continue
-                chunk = os.read(fd, _READ_CHUNK)
-                if not chunk:
-                    sel.unregister(fd)
-                elif not cap.feed(which, chunk):
-                    obs.stopped_for = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
-                    return obs
-                if obs.started_at is None and cap.started_at is not None:
-                    obs.started_at = cap.started_at  # the clock starts with the program, not the entry
-                    deadline = obs.started_at + spec.timeout_s
-        return obs
-    finally:
-        sel.close()
-        if obs.ended_at is None:
-            obs.ended_at = time.monotonic()
-        if obs.started_at is None:
-            obs.started_at = cap.started_at
+    obs = pump(
+        out_fd=out_fd,
+        err_fd=err_fd,
+        exit_fd=exit_fd,
+        timeout_s=spec.timeout_s,
+        spawn_at=spawn_at,
+        cap=cap,
+        deadlines=_DEADLINES,
+    )
+    if obs.started_at is None:
+        obs.started_at = cap.started_at  # the marker came with output that overflowed at once
+    return obs

@@ -19,7 +19,6 @@ import json
 import os
 import queue
 import secrets
-import selectors
 import shlex
 import shutil
 import signal
@@ -38,6 +37,7 @@ from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
 from workers.sandbox.mounts import Mounter, mounts_under, remove_tree
+from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.seccomp import build_filter
 
 CRASH_SIGNALS = frozenset(
@@ -51,8 +51,8 @@ CRASH_SIGNALS = frozenset(
         signal.SIGTRAP,
     }
 )
-_READ_CHUNK = 1 << 16
-_DRAIN_GRACE_S = 1.0
+#: bwrap and the fork server: the clock runs from the spawn until the start marker arrives, then from it.
+_DEADLINES = Deadlines(setup_s=0.0, drain_s=1.0, timeout_before_start=True)
 _NOFILE = 1024
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ZYGOTE_START_S = 15.0
@@ -196,14 +196,6 @@ class _Capture:
             backend=backend,
             pids_limit_hit=pids_limit_hit,
         )
-
-
-@dataclass(slots=True)
-class _Observed:
-    stopped_for: SandboxStatus | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    returncode: int | None = None
 
 
 class ProcessSandbox:
@@ -371,7 +363,6 @@ class ProcessSandbox:
         inputs: tuple[int, int],
         marker: bytes,
     ) -> SandboxResult:
-        obs = _Observed()
         cap = _Capture(spec.output_limit_bytes, marker)
         mine: list[int] = []  # read ends, ours to close
         theirs: list[int] = []  # write ends and cgroup fds, handed to the fork server
@@ -394,7 +385,7 @@ class ProcessSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            self._watch(out_fd=out_r, err_fd=err_r, exit_fd=status_r, spec=spec, spawn_at=spawn_at, cap=cap, obs=obs)
+            obs = _watch(out_r, err_r, status_r, spec=spec, spawn_at=spawn_at, cap=cap)
         finally:
             for fd in theirs:
                 os.close(fd)
@@ -491,7 +482,6 @@ class ProcessSandbox:
         seccomp_fd = _memfd("seccomp", self._seccomp)
         marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
         proc: subprocess.Popen[bytes] | None = None
-        obs = _Observed()
         cap = _Capture(spec.output_limit_bytes, marker)
         try:
             argv = self._argv(spec, mnt, group, seccomp_fd, marker)
@@ -510,15 +500,7 @@ class ProcessSandbox:
                 raise SandboxError("output pipes missing")
             pidfd = os.pidfd_open(proc.pid)
             try:
-                self._watch(
-                    out_fd=proc.stdout.fileno(),
-                    err_fd=proc.stderr.fileno(),
-                    exit_fd=pidfd,
-                    spec=spec,
-                    spawn_at=spawn_at,
-                    cap=cap,
-                    obs=obs,
-                )
+                obs = _watch(proc.stdout.fileno(), proc.stderr.fileno(), pidfd, spec=spec, spawn_at=spawn_at, cap=cap)
             finally:
                 os.close(pidfd)
         finally:
@@ -534,59 +516,10 @@ class ProcessSandbox:
         stats = group.stats()
         return self._result(proc.returncode, obs, cap, stats, spawn_at)
 
-    def _watch(
-        self,
-        *,
-        out_fd: int,
-        err_fd: int,
-        exit_fd: int,
-        spec: SandboxSpec,
-        spawn_at: float,
-        cap: _Capture,
-        obs: _Observed,
-    ) -> None:
-        """Pump output with caps until the program ends (``exit_fd`` readable), the clock runs out or output
-        overflows."""
-        sel = selectors.DefaultSelector()
-        try:
-            sel.register(out_fd, selectors.EVENT_READ, "out")
-            sel.register(err_fd, selectors.EVENT_READ, "err")
-            sel.register(exit_fd, selectors.EVENT_READ, "exit")
-            deadline = spawn_at + spec.timeout_s
-            drain_until: float | None = None
-            while sel.get_map():
-                now = time.monotonic()
-                if drain_until is None and now >= deadline:
-                    obs.stopped_for = SandboxStatus.TIMEOUT
-                    return
-                if drain_until is not None and now >= drain_until:
-                    return
-                for key, _ in sel.select((drain_until or deadline) - now):
-                    fd, which = int(key.fd), str(key.data)
-                    if which == "exit":
-                        obs.ended_at = time.monotonic()
-                        sel.unregister(fd)
-                        drain_until = obs.ended_at + _DRAIN_GRACE_S
-                        continue
-                    chunk = os.read(fd, _READ_CHUNK)
-                    if not chunk:
-                        sel.unregister(fd)
-                    elif not cap.feed(which, chunk):
-                        obs.stopped_for = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
-                        return
-                    if obs.started_at is None and cap.started_at is not None:
-                        # The clock starts when the program does, not when bwrap starts.
-                        obs.started_at = cap.started_at
-                        deadline = obs.started_at + spec.timeout_s
-        finally:
-            sel.close()
-            if obs.ended_at is None:
-                obs.ended_at = time.monotonic()
-
     def _result(
         self,
         returncode: int | None,
-        obs: _Observed,
+        obs: Observed,
         cap: _Capture,
         stats: CgroupStats,
         spawn_at: float,
@@ -611,6 +544,20 @@ class ProcessSandbox:
             max_rss_kb=stats.memory_peak_bytes // 1024,
             pids_limit_hit=stats.pids_limit_hits > 0,
         )
+
+
+def _watch(out_fd: int, err_fd: int, exit_fd: int, *, spec: SandboxSpec, spawn_at: float, cap: _Capture) -> Observed:
+    """Pump output with caps until the program ends (``exit_fd`` readable), the clock runs out or output
+    overflows."""
+    return pump(
+        out_fd=out_fd,
+        err_fd=err_fd,
+        exit_fd=exit_fd,
+        timeout_s=spec.timeout_s,
+        spawn_at=spawn_at,
+        cap=cap,
+        deadlines=_DEADLINES,
+    )
 
 
 BOOT_COMMON = "boot_common.py"

@@ -1,0 +1,99 @@
+"""The one output pump of every sandbox path that ends with a readable "exit" fd (a pidfd, a status pipe).
+
+Pumps stdout/stderr into a ``_Capture`` (caps, start marker) until the exit fd fires and the output drained,
+the clock runs out or output overflows. What differs between backends is only the ``Deadlines`` policy.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from workers.sandbox.api import SandboxStatus
+
+if TYPE_CHECKING:
+    from workers.sandbox.process import _Capture
+
+_READ_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """When a run is stopped for time. Once the start marker arrived, every backend allows ``timeout_s`` from
+    the program's start (the marker), not from the spawn.
+
+    ``setup_s``: allowance on top of ``timeout_s`` from the spawn until the marker arrives.
+    ``drain_s``: how long output may still arrive after the exit fd fired.
+    ``timeout_before_start``: running out of time before the marker is reported as ``TIMEOUT`` (else as no
+    stop reason at all: the caller turns a run that never started into a ``sandbox_error`` either way).
+    """
+
+    setup_s: float
+    drain_s: float
+    timeout_before_start: bool
+
+
+@dataclass(slots=True)
+class Observed:
+    """What the worker saw of one run."""
+
+    stopped_for: SandboxStatus | None = None
+    exited: bool = False
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+def pump(
+    *,
+    out_fd: int,
+    err_fd: int,
+    exit_fd: int,
+    timeout_s: float,
+    spawn_at: float,
+    cap: _Capture,
+    deadlines: Deadlines,
+) -> Observed:
+    """Pump output with caps until the exit fd fires (and the output is drained or ``drain_s`` passed), the
+    clock runs out or output overflows. ``ended_at`` is when the exit fd fired (else when the pump stopped);
+    ``started_at`` is when the start marker arrived, if the loop got to see it."""
+    obs = Observed()
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(out_fd, selectors.EVENT_READ, "out")
+        sel.register(err_fd, selectors.EVENT_READ, "err")
+        sel.register(exit_fd, selectors.EVENT_READ, "exit")
+        deadline = spawn_at + timeout_s + deadlines.setup_s
+        drain_until: float | None = None
+        while sel.get_map():
+            now = time.monotonic()
+            if drain_until is None and now >= deadline:
+                if obs.started_at is not None or deadlines.timeout_before_start:
+                    obs.stopped_for = SandboxStatus.TIMEOUT
+                return obs
+            if drain_until is not None and now >= drain_until:
+                return obs
+            for key, _ in sel.select((drain_until or deadline) - now):
+                fd, which = int(key.fd), str(key.data)
+                if which == "exit":
+                    obs.ended_at = time.monotonic()
+                    obs.exited = True
+                    sel.unregister(fd)
+                    drain_until = obs.ended_at + deadlines.drain_s
+                    continue
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    sel.unregister(fd)
+                elif not cap.feed(which, chunk):
+                    obs.stopped_for = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
+                    return obs
+                if obs.started_at is None and cap.started_at is not None:
+                    obs.started_at = cap.started_at  # the clock starts with the program, not the sandbox
+                    deadline = obs.started_at + timeout_s
+        return obs
+    finally:
+        sel.close()
+        if obs.ended_at is None:
+            obs.ended_at = time.monotonic()
