@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,34 +16,11 @@ from pydantic import SecretStr
 
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
-from tests.integration.relay import Relay, free_port_below_ephemeral
+from tests.integration.relay import Relay
 from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
 from workers.artifacts import minio_client as make_minio
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def relay(settings: Settings, minio_client: Any) -> Iterator[Relay]:
-    host, port = settings.s3_endpoint.rsplit(":", 1)
-    relay = Relay(free_port_below_ephemeral(), (host, int(port)))
-    relay.open()
-    try:
-        yield relay
-    finally:
-        relay.close()
-
-
-@pytest.fixture
-def bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
-    """A bucket name the store must create itself; emptied and removed afterwards."""
-    try:
-        yield unique_name
-    finally:
-        if minio_client.bucket_exists(unique_name):
-            for obj in minio_client.list_objects(unique_name, recursive=True):
-                minio_client.remove_object(unique_name, obj.object_name)
-            minio_client.remove_bucket(unique_name)
 
 
 def _store(settings: Settings, endpoint: str, bucket: str, **kw: Any) -> ArtifactStore:
@@ -52,17 +28,19 @@ def _store(settings: Settings, endpoint: str, bucket: str, **kw: Any) -> Artifac
     return ArtifactStore(client, bucket, **kw)
 
 
-def test_put_is_content_addressed_deduplicated_and_verified(settings: Settings, minio_client: Any, bucket: str) -> None:
-    store = ArtifactStore(make_minio(settings), bucket)
+def test_put_is_content_addressed_deduplicated_and_verified(
+    settings: Settings, minio_client: Any, fresh_bucket: str
+) -> None:
+    store = ArtifactStore(make_minio(settings), fresh_bucket)
     store.start()
     store.start()  # idempotent
-    assert minio_client.bucket_exists(bucket)
+    assert minio_client.bucket_exists(fresh_bucket)
     code = "def add(a, b):\n    return a + b\n" * 5000  # bigger than one would inline
     first = store.put_text(code)
     digest = hashlib.sha256(code.encode()).hexdigest()
     assert first.uploaded
     assert first.sha256 == digest
-    assert first.url == f"s3://{bucket}/sha256/{digest[:2]}/{digest}"
+    assert first.url == f"s3://{fresh_bucket}/sha256/{digest[:2]}/{digest}"
     second = store.put_text(code)
     assert not second.uploaded
     assert second.url == first.url
@@ -83,16 +61,17 @@ def test_put_is_content_addressed_deduplicated_and_verified(settings: Settings, 
     # Someone overwrote the object: reading it back says so instead of returning wrong bytes.
     import io
 
-    minio_client.put_object(bucket, first.key, io.BytesIO(b"tampered"), 8)
+    minio_client.put_object(fresh_bucket, first.key, io.BytesIO(b"tampered"), 8)
     with pytest.raises(ArtifactError, match="does not match its sha256"):
         store.get(first.url)
 
 
-def test_s3_outage_is_retried_until_s3_is_back(settings: Settings, relay: Relay, bucket: str) -> None:
+def test_s3_outage_is_retried_until_s3_is_back(settings: Settings, relay: Relay, fresh_bucket: str) -> None:
+    relay.open()
     retries: list[BaseException] = []
     store = _store(
-        settings, f"127.0.0.1:{relay.port}", bucket, retry=RetryPolicy(initial_s=0.1, max_s=0.5, max_elapsed_s=60),
-        on_retry=retries.append,
+        settings, f"127.0.0.1:{relay.port}", fresh_bucket,
+        retry=RetryPolicy(initial_s=0.1, max_s=0.5, max_elapsed_s=60), on_retry=retries.append,
     )  # fmt: skip
     store.start()
     relay.close()
@@ -111,8 +90,9 @@ def test_s3_outage_is_retried_until_s3_is_back(settings: Settings, relay: Relay,
     assert store.get(result[0].url) == b"stdout that must not be lost"
 
 
-def test_outage_longer_than_the_budget_and_refusals_raise(settings: Settings, relay: Relay, bucket: str) -> None:
-    store = _store(settings, f"127.0.0.1:{relay.port}", bucket, retry=RetryPolicy(0.1, 0.2, max_elapsed_s=1.0))
+def test_outage_longer_than_the_budget_and_refusals_raise(settings: Settings, relay: Relay, fresh_bucket: str) -> None:
+    relay.open()
+    store = _store(settings, f"127.0.0.1:{relay.port}", fresh_bucket, retry=RetryPolicy(0.1, 0.2, max_elapsed_s=1.0))
     store.start()
     relay.close()
     started = time.monotonic()
@@ -122,7 +102,7 @@ def test_outage_longer_than_the_budget_and_refusals_raise(settings: Settings, re
     relay.open()
 
     wrong = settings.model_copy(update={"s3_secret_key": SecretStr("definitely-wrong")})
-    bad = ArtifactStore(make_minio(wrong), bucket, retry=RetryPolicy(0.1, 0.2, max_elapsed_s=30))
+    bad = ArtifactStore(make_minio(wrong), fresh_bucket, retry=RetryPolicy(0.1, 0.2, max_elapsed_s=30))
     started = time.monotonic()
     with pytest.raises(ArtifactError) as info:
         bad.put(b"x")

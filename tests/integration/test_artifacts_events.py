@@ -9,10 +9,9 @@ itself is never stopped.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,20 +25,18 @@ from schemas.events import OUTPUT_TAIL_MAX_CHARS, ExecutionResult, GenerationEve
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
-from tests.integration.relay import Relay, free_port_below_ephemeral
-from tests.integration.sdk_env import process_sandbox_or_skip
+from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
+from tests.integration.relay import Relay
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
 from workers.kafka.clients import make_consumer, make_producer
-from workers.metrics import WorkerMetrics
-from workers.roles.service import Dependencies, RoleName, run_worker
+from workers.roles.service import Dependencies
 from workers.runtime import WorkerStats
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
-PARTITIONS = 3
 HIDDEN_EXPECTED = 987654321  # a value that must never appear in any artifact
 TASK = Task.model_validate(
     {
@@ -75,56 +72,11 @@ def loud_stdout(args: list[tuple[int, int]]) -> str:
     return out
 
 
-@pytest.fixture(scope="module")
-def process_sandbox() -> Iterator[Sandbox]:
-    sandbox = process_sandbox_or_skip()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
-
-
 @pytest.fixture
 def registry_dir(tmp_path: Path) -> Path:
     path = tmp_path / "registry"
     TaskRegistry(path).store([TASK])
     return path
-
-
-@pytest.fixture
-def prefix(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
-    """A topic prefix with the whole catalog created, deleted afterwards."""
-    from infra.topics import delete_topics, ensure_topics
-
-    name = f"rs-test.{unique_name}."
-    specs = catalog(name, PARTITIONS, 1)
-    ensure_topics(specs, kafka_config)
-    try:
-        yield name
-    finally:
-        delete_topics([s.name for s in specs], kafka_config)
-
-
-@pytest.fixture
-def fresh_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
-    """A bucket name nobody created: the worker must create it on start. Emptied and removed afterwards."""
-    try:
-        yield unique_name
-    finally:
-        if minio_client.bucket_exists(unique_name):
-            for obj in minio_client.list_objects(unique_name, recursive=True):
-                minio_client.remove_object(unique_name, obj.object_name)
-            minio_client.remove_bucket(unique_name)
-
-
-@pytest.fixture
-def relay(settings: Settings, minio_client: Any) -> Iterator[Relay]:
-    host, port = settings.s3_endpoint.rsplit(":", 1)
-    relay = Relay(free_port_below_ephemeral(), (host, int(port)))
-    try:
-        yield relay
-    finally:
-        relay.close()
 
 
 class Results:
@@ -150,35 +102,6 @@ class Results:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def start_workers(
-    settings: Settings, roles: list[RoleName], deps: Dependencies
-) -> tuple[
-    threading.Event, list[threading.Thread], dict[RoleName, WorkerMetrics], dict[str, WorkerStats | BaseException]
-]:
-    stop = threading.Event()
-    metrics = {role: WorkerMetrics(role) for role in roles}
-    outcome: dict[str, WorkerStats | BaseException] = {}
-
-    def run(role: RoleName) -> None:
-        try:
-            outcome[role] = run_worker(settings, role, stop, metrics[role], deps=deps)
-        except BaseException as exc:
-            outcome[role] = exc
-            raise
-
-    threads = [threading.Thread(target=run, args=(role,), name=f"test-{role}", daemon=True) for role in roles]
-    for thread in threads:
-        thread.start()
-    return stop, threads, metrics, outcome
-
-
-def stop_workers(stop: threading.Event, threads: list[threading.Thread]) -> None:
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=60)
-        assert not thread.is_alive(), f"{thread.name} did not stop"
 
 
 def publish(kafka_config: dict[str, str], topic: str, events: list[GenerationEvent]) -> None:

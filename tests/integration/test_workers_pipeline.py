@@ -11,11 +11,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,18 +27,14 @@ from schemas.events import DeadLetter, ExecutionResult, GenerationEvent, HiddenV
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
-from tests.integration.sdk_env import process_sandbox_or_skip
+from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
 from workers.kafka.clients import make_consumer, make_producer
-from workers.metrics import WorkerMetrics
-from workers.roles.service import Dependencies, RoleName, run_worker
-from workers.runtime import WorkerStats
+from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import Problem
 from workers.tasks.registry import TaskRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
-
-PARTITIONS = 3
 
 
 @dataclass(frozen=True)
@@ -47,15 +42,6 @@ class HumanEval:
     problems: list[Problem]
     tasks: dict[str, Task]
     registry_dir: Path
-
-
-@pytest.fixture(scope="module")
-def process_sandbox() -> Iterator[Sandbox]:
-    sandbox = process_sandbox_or_skip()
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
 
 
 @pytest.fixture(scope="module")
@@ -68,20 +54,6 @@ def humaneval(process_sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
     registry_dir = tmp_path_factory.mktemp("registry")
     TaskRegistry(registry_dir).store(tasks)
     return HumanEval(problems, {t.task_id: t for t in tasks}, registry_dir)
-
-
-@pytest.fixture
-def prefix(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
-    """A topic prefix with the whole catalog created (3 partitions each), deleted afterwards."""
-    from infra.topics import delete_topics, ensure_topics
-
-    name = f"rs-test.{unique_name}."
-    specs = catalog(name, PARTITIONS, 1)
-    ensure_topics(specs, kafka_config)
-    try:
-        yield name
-    finally:
-        delete_topics([s.name for s in specs], kafka_config)
 
 
 def wrong_code(problem: Problem) -> str:
@@ -150,32 +122,6 @@ class Reader:
 
     def close(self) -> None:
         self.consumer.close()
-
-
-def in_process_workers(
-    settings: Settings, roles: list[RoleName], deps: Dependencies
-) -> tuple[threading.Event, list[threading.Thread], dict[str, WorkerStats | BaseException]]:
-    stop = threading.Event()
-    outcome: dict[str, WorkerStats | BaseException] = {}
-
-    def run(role: RoleName) -> None:
-        try:
-            outcome[role] = run_worker(settings, role, stop, WorkerMetrics(role), deps=deps)
-        except BaseException as exc:
-            outcome[role] = exc
-            raise
-
-    threads = [threading.Thread(target=run, args=(role,), name=f"test-{role}", daemon=True) for role in roles]
-    for thread in threads:
-        thread.start()
-    return stop, threads, outcome
-
-
-def stop_workers(stop: threading.Event, threads: list[threading.Thread]) -> None:
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=60)
-        assert not thread.is_alive(), f"{thread.name} did not stop"
 
 
 def settings_for(prefix: str, humaneval: HumanEval, bucket: str, **extra: Any) -> Settings:
@@ -258,7 +204,7 @@ def test_thousand_generations_exactly_one_correct_result_per_role(
     deps = Dependencies(sandbox=process_sandbox)
     reader = Reader(kafka_config, [names["executions"], names["verdicts"], names["judgements"]])
     started = time.monotonic()
-    stop, threads, outcome = in_process_workers(settings, ["executor", "verifier", "judge"], deps)
+    stop, threads, _metrics, outcome = start_workers(settings, ["executor", "verifier", "judge"], deps)
     try:
         results = (names["executions"], names["verdicts"], names["judgements"])
         reader.poll_until(
@@ -308,7 +254,7 @@ def test_each_run_logs_one_record_with_artifacts(
     publish(kafka_config, topic_for("generations", specs).name, [(ev.key(), encode(ev)) for ev in events])
     logs_topic = topic_for("logs", specs).name
     reader = Reader(kafka_config, [logs_topic])
-    stop, threads, outcome = in_process_workers(
+    stop, threads, _metrics, outcome = start_workers(
         settings_for(prefix, humaneval, s3_bucket), ["executor", "verifier"], Dependencies(sandbox=process_sandbox)
     )
     try:
@@ -375,7 +321,7 @@ def test_invalid_events_go_to_the_dlq_with_their_source_and_reason(
     offsets = publish(kafka_config, generations, values)
 
     reader = Reader(kafka_config, [dlq, executions])
-    stop, threads, outcome = in_process_workers(
+    stop, threads, _metrics, outcome = start_workers(
         settings_for(prefix, humaneval, s3_bucket), ["executor"], Dependencies(sandbox=process_sandbox)
     )
     try:
