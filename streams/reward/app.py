@@ -5,7 +5,8 @@ lives in ``processor``/``join``/``policy`` (typed, unit-tested); this module onl
 topics to the processor's ports. Nothing happens at import time; ``build_app`` makes a fresh app.
 
 The app runs with at_least_once (input offsets are committed only after the producer flushed the table
-changelog and the rewards) and a memory store recovered from the changelog topic on start.
+changelog and the rewards) and a memory store recovered from the changelog topic on start; exactly once
+comes from ``emit_then_mark`` between the processor and the table and topics.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
+from streams.reward.emit_then_mark import EmitThenMark
 from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
@@ -90,7 +92,7 @@ class _TableStore:
 
 
 class _FaustOutputs:
-    """The processor's Outputs over Faust topics (and a plain consumer for the rewards tail)."""
+    """``emit_then_mark.AckedOutputs`` over Faust topics (and a plain consumer for the rewards tail)."""
 
     def __init__(
         self, settings: Settings, options: AppOptions, *, inputs: list[str], rewards: Any, dlq: Any, logs: Any
@@ -161,14 +163,14 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
     logs = app.topic(topic_for("logs", specs).name, **raw)
     table = app.Table(TABLE_NAME, partitions=settings.topic_partitions, key_type=bytes, value_type=bytes)
     table.key_serializer = table.value_serializer = "raw"  # before the changelog topic is made (lazily)
-    processor = RewardProcessor(
-        policy,
-        Topics({name: role for role, name in names.items()}),
+    marks = EmitThenMark(
         _TableStore(table),
         _FaustOutputs(settings, options, inputs=list(names.values()), rewards=rewards, dlq=dlq, logs=logs),
-        retention_s=options.retention_s,
     )
-    _wire(app, source, processor, set(names.values()), options)
+    processor = RewardProcessor(
+        policy, Topics({name: role for role, name in names.items()}), marks, marks, retention_s=options.retention_s
+    )
+    _wire(app, source, processor, marks, input_names=set(names.values()), options=options)
     return app, processor
 
 
@@ -206,7 +208,20 @@ def _exit_if_failed(what: str) -> Callable[[asyncio.Future[Any]], None]:
     return check
 
 
-def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[str], options: AppOptions) -> None:
+def _doing(processor: RewardProcessor, marks: EmitThenMark) -> str:
+    """What the processor awaits right now (a rewards tail scan, or the processor's own step)."""
+    return marks.doing or processor.doing
+
+
+def _wire(
+    app: Any,
+    source: Any,
+    processor: RewardProcessor,
+    marks: EmitThenMark,
+    *,
+    input_names: set[str],
+    options: AppOptions,
+) -> None:
     """The agent, the deadline timer, the stall watchdog and the rebalance hooks."""
     limit_s = max(2 * options.stall_timeout_s, 10.0) if options.stall_timeout_s > 0 else None
 
@@ -234,12 +249,13 @@ def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[st
         try:
             await asyncio.wait_for(processor.tick(_owned(app, input_names)), limit_s)
         except TimeoutError:
-            _exit(f"the deadline check hung ({processor.doing})")
+            _exit(f"the deadline check hung ({_doing(processor, marks)})")
         except Exception:  # a failed check must not kill the timer: the next one retries
             log.exception("deadline check failed; retrying at the next tick")
 
     async def on_rebalance(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
-        processor.forget_partitions()
+        marks.forget_partitions()
+        processor.restart_progress_clock()
 
     async def on_assigned(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
         log.info("partitions assigned; inputs read with isolation level %s", isolation_level(app))
@@ -247,14 +263,14 @@ def _wire(app: Any, source: Any, processor: RewardProcessor, input_names: set[st
     app.agent(source, name="reward-join")(join_agent)
     app.timer(options.tick_s)(deadlines)
     if options.stall_timeout_s > 0:
-        app.timer(max(1.0, options.stall_timeout_s / 4))(_watchdog(app, processor, input_names, options))
+        app.timer(max(1.0, options.stall_timeout_s / 4))(_watchdog(app, processor, marks, input_names, options))
     app.on_partitions_assigned.connect(on_rebalance)
     app.on_partitions_assigned.connect(on_assigned)
     app.on_partitions_revoked.connect(on_rebalance)
 
 
 def _watchdog(
-    app: Any, processor: RewardProcessor, input_names: set[str], options: AppOptions
+    app: Any, processor: RewardProcessor, marks: EmitThenMark, input_names: set[str], options: AppOptions
 ) -> Callable[[], Awaitable[None]]:
     """Exit when an input with waiting messages makes no progress, or a rebalance/recovery never finishes.
 
@@ -276,7 +292,7 @@ def _watchdog(
             processor.note_waiting("no input partitions assigned")
             return
         try:
-            check = processor.outputs.caught_up(owned, dict(processor.processed))
+            check = marks.caught_up(owned, dict(processor.processed))
             idle = await asyncio.wait_for(check, max(2 * options.stall_timeout_s, 10.0))
         except TimeoutError:
             _exit("the progress check hung")
@@ -285,7 +301,7 @@ def _watchdog(
             return
         backlog = [(t, p) for t in input_names for p in owned if (t, p) not in idle]
         if backlog:
-            processor.note_waiting(f"inputs with messages waiting: {backlog}; now {processor.doing}")
+            processor.note_waiting(f"inputs with messages waiting: {backlog}; now {_doing(processor, marks)}")
         stalled = processor.stalled(backlog, options.stall_timeout_s)
         if stalled:
             _exit(f"no progress for {options.stall_timeout_s:.0f}s on {stalled} although messages are waiting")

@@ -32,9 +32,12 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka import KafkaError as LibKafkaError
 
 from infra.topics import ensure_topics
+from schemas.codec import encode
+from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.changelog import changelog_name, changelog_spec, restore_partition
+from streams.reward.join import JoinState, emitted
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions
@@ -95,34 +98,38 @@ class _Table:
 
 
 class _Outputs:
-    """The processor's Outputs: produced into the open transaction (acknowledged when it commits)."""
+    """The processor's Outputs: produced into the open transaction (acknowledged when it commits), a reward
+    together with its marker."""
 
     def __init__(
-        self, settings: Settings, options: EngineOptions, producer: Producer, names: Mapping[str, str]
+        self, settings: Settings, options: EngineOptions, producer: Producer, table: _Table, names: Mapping[str, str]
     ) -> None:
         self._producer = producer
+        self._table = table
         self._names = names
         self._client_config = settings.kafka_client_config()
         self._options = options
         self._sent = 0
 
-    async def send_reward(self, partition: int, key: bytes, value: bytes) -> int | None:
-        self._producer.produce(self._names["rewards"], key=key, value=value, partition=partition)
+    async def mark_sent(self, partition: int) -> None:
+        """Nothing to mark: a reward and its marker commit in one transaction, or neither does."""
+
+    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
+        self._producer.produce(
+            self._names["rewards"], key=reward.key(), value=encode(reward), partition=state.partition
+        )
         self._sent += 1
         if self._options.kill_after_rewards is not None and self._sent >= self._options.kill_after_rewards:
             log.warning("fault injection: SIGKILL after reward %d, inside its transaction", self._sent)
             self._producer.flush(10)  # on the broker, uncommitted: the worst case for read_committed readers
             os.kill(os.getpid(), signal.SIGKILL)
-        return None
+        await self._table.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())
 
     async def send_dlq(self, key: bytes | None, value: bytes) -> None:
         self._producer.produce(self._names["dlq"], key=key, value=value)
 
     async def send_log(self, key: bytes, value: bytes) -> None:
         self._producer.produce(self._names["logs"], key=key, value=value)
-
-    async def read_rewards(self, partition: int, start: int) -> tuple[list[tuple[int, bytes]], int]:
-        return [], start  # rewards and their markers commit together: nothing to de-duplicate
 
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
         inputs = [self._names[r] for r in ("executions", "verdicts", "judgements")]
@@ -158,7 +165,7 @@ class RewardEngine:
             policy,
             Topics({name: role for role, name in self.names.items() if name in self.inputs}),
             self.table,
-            _Outputs(settings, options, self.producer, self.names),
+            _Outputs(settings, options, self.producer, self.table, self.names),
         )
         self.owned: set[int] = set()
         self.stop = threading.Event()
@@ -232,7 +239,7 @@ class RewardEngine:
                 _restart(f"restoring table partition {number} failed: {exc}")
             self.table.load(number, rows)
         self.owned |= {tp.partition for tp in partitions}
-        self.processor.forget_partitions()
+        self.processor.restart_progress_clock()
         log.info(
             "Setting newly assigned partitions %s: table restored (%d partitions) in %.1fs; inputs read_committed",
             sorted(self.owned),
@@ -244,7 +251,7 @@ class RewardEngine:
         numbers = {tp.partition for tp in partitions}
         self.owned -= numbers
         self.table.drop(numbers)
-        self.processor.forget_partitions()
+        self.processor.restart_progress_clock()
         log.info("partitions revoked: %s", sorted(numbers))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -1,13 +1,8 @@
-"""The reward processor's core, independent of Faust: decode, join, decide, emit exactly once.
+"""The reward processor's core, shared by both engines: decode, join, decide, emit.
 
-Exactly once, by idempotent emission plus de-duplication (Faust's exactly_once has open upstream bugs:
-duplicates after a kill, crashes on rebalance): a reward is produced and acknowledged first, then the
-generation is marked ``emitted`` in the table (changelog) together with a per-partition watermark, "every
-reward below this rewards offset is marked". A crash between the two leaves rewards that are not marked;
-before touching a partition after (re)assignment the processor reads the rewards partition from the
-watermark to its end and marks them. Rewards go to the same partition number as their inputs, and only the
-owner of that partition writes it, so that tail holds every unmarked reward. Input offsets are committed
-only after the producer flushed (Faust's at_least_once), so nothing is lost either.
+Exactly once is the engine's job, behind ``Outputs``: the transactional engine (``engine``) commits a reward
+and its ``emitted`` marker in one Kafka transaction; the Faust engine emits, then marks, and de-duplicates
+after a crash (``emit_then_mark``).
 
 Deadlines run in event time: a partition's clock is the oldest of its inputs' newest processed timestamps,
 and an input read to its end counts as "now", so a processor catching up on a backlog (after a restart)
@@ -38,8 +33,6 @@ from streams.reward.join import (
     Withhold,
     absorb,
     decide,
-    emitted,
-    emitted_from_reward,
 )
 from streams.reward.policy import Policy
 
@@ -70,26 +63,21 @@ class StateStore(Protocol):
 class Outputs(Protocol):
     """Where the processor's messages go."""
 
-    async def send_reward(self, partition: int, key: bytes, value: bytes) -> int | None:
-        """Produce and wait for the acknowledgement; return the offset. None: the reward is written in the same
-        Kafka transaction as its ``emitted`` marker (the transactional engine), so no offset is needed."""
+    async def mark_sent(self, partition: int) -> None:
+        """Mark emitted every generation of ``partition`` whose reward went out without its marker; called
+        under the table lock before the processor reads the partition's states."""
+        ...
+
+    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
+        """Send ``reward`` and store ``state`` marked emitted (``join.emitted``), so it goes out exactly once."""
         ...
 
     async def send_dlq(self, key: bytes | None, value: bytes) -> None: ...
     async def send_log(self, key: bytes, value: bytes) -> None: ...
 
-    async def read_rewards(self, partition: int, start: int) -> tuple[list[tuple[int, bytes]], int]:
-        """(offset, value) of every reward in ``partition`` from ``start`` to the end, and the end offset."""
-        ...
-
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
         """The input (topic, partition)s of ``partitions`` with nothing left to read (``processed``: last offsets)."""
         ...
-
-
-def watermark_key(partition: int) -> str:
-    """Table key of a partition's watermark; '#' never occurs in a generation id, so keys cannot collide."""
-    return f"#watermark/{partition}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +99,6 @@ class RewardProcessor:
         *,
         clock: Callable[[], float] = time.time,
         retention_s: float = 7 * 86_400.0,
-        watermark_every: int = 200,
     ) -> None:
         self.policy = policy
         self.topics = topics
@@ -119,8 +106,6 @@ class RewardProcessor:
         self.outputs = outputs
         self.clock = clock
         self.retention_s = retention_s
-        #: Rewards between two stored watermarks of a partition (at most this many are re-read after a crash).
-        self.watermark_every = watermark_every
         self._next_expiry = 0.0
         self._next_note = 0.0
         self._progress: dict[tuple[str, int], float] = {}
@@ -129,23 +114,15 @@ class RewardProcessor:
         self.doing = "idle"
         self.worker = f"{socket.gethostname()}:{os.getpid()}"[:256]
         self._lock = asyncio.Lock()
-        self._scanned: set[int] = set()
-        self._watermarks: dict[int, int] = {}
         self._topic_time: dict[tuple[str, int], float] = {}
         self.processed: dict[tuple[str, int], int] = {}
         self.counts: dict[str, int] = {
             "rewards": 0,
             "dlq": 0,
-            "recovered": 0,
             "gave_up": 0,
             "withheld": 0,
             "expired": 0,
         }
-
-    def forget_partitions(self) -> None:
-        """After a rebalance: re-read each partition's rewards tail before using it again."""
-        self._scanned.clear()
-        self.restart_progress_clock()
 
     def restart_progress_clock(self) -> None:
         """Start the no-progress clock of every input afresh (after assignment or recovery)."""
@@ -176,7 +153,7 @@ class RewardProcessor:
         if event is None:
             return
         async with self._lock:
-            await self._ensure_scanned(partition)
+            await self.outputs.mark_sent(partition)
             raw = self.store.get(event.generation_id)
             state = JoinState.loads(raw) if raw is not None else None
             if state is not None and state.partition != partition:
@@ -224,7 +201,7 @@ class RewardProcessor:
             return
         async with self._lock:
             for state in due:
-                await self._ensure_scanned(state.partition)
+                await self.outputs.mark_sent(state.partition)
                 raw = self.store.get(state.generation_id)  # re-read: the agent may have emitted meanwhile
                 if raw is not None:
                     await self._act(JoinState.loads(raw), now[state.partition])
@@ -248,7 +225,7 @@ class RewardProcessor:
         """Forget finished generations after the retention (a part arriving later than that starts anew)."""
         cutoff = wall - self.retention_s
         for key, raw in list(self.store.items()):
-            if raw.startswith(PENDING_PREFIX) or key.startswith("#"):
+            if raw.startswith(PENDING_PREFIX):
                 continue
             state = JoinState.loads(raw)
             if state.partition in partitions and state.first_seen < cutoff:
@@ -312,18 +289,14 @@ class RewardProcessor:
         """Decide and do it; ``changed``: the state differs from the table's and must be stored unless superseded.
 
         A state that is emitted at once is never stored complete: its last part's input offset is committed
-        only after the ``emitted`` marker, so a crash before that re-reads the part and decides again (the
-        rewards-tail scan catches a reward that did go out).
+        only after the ``emitted`` marker, so a crash before that re-reads the part and decides again
+        (``Outputs.mark_sent`` catches a reward that did go out).
         """
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
-            reward = decision.reward
             self.doing = f"waiting for the ack of the reward for {state.generation_id}"
-            offset = await self.outputs.send_reward(state.partition, reward.key(), encode(reward))
+            await self.outputs.send_reward(state, decision.reward)
             self.doing = "idle"
-            await self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
-            if offset is not None:
-                await self._advance_watermark(state.partition, offset + 1)
             self.counts["rewards"] += 1
         elif isinstance(decision, Wait):
             if changed:
@@ -340,42 +313,6 @@ class RewardProcessor:
                 state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
             )
             await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
-
-    async def _advance_watermark(self, partition: int, end: int) -> None:
-        """Store "every reward below ``end`` is marked" now and then: it only bounds the tail scan after a
-        crash, so writing it per reward would double the changelog for nothing."""
-        if end - self._watermarks.get(partition, 0) >= self.watermark_every:
-            await self.store.put(partition, watermark_key(partition), str(end).encode())
-            self._watermarks[partition] = end
-
-    async def _ensure_scanned(self, partition: int) -> None:
-        """Mark rewards produced after the partition's watermark (a crash may have lost their markers)."""
-        if partition in self._scanned:
-            return
-        raw = self.store.get(watermark_key(partition))
-        start = int(raw) if raw else 0
-        self.doing = f"reading rewards partition {partition} from {start}"
-        found, end = await self.outputs.read_rewards(partition, start)
-        self.doing = "idle"
-        now = self.clock()
-        for offset, value in found:
-            try:
-                reward = decode(value, RewardEvent)
-            except DecodeError as exc:
-                log.error("unreadable reward at partition %d offset %d: %s", partition, offset, exc)
-                continue
-            old = self.store.get(reward.generation_id)
-            if old is not None and not old.startswith(PENDING_PREFIX):
-                continue
-            await self.store.put(
-                partition, reward.generation_id, emitted_from_reward(reward, partition, offset, now).dumps()
-            )
-            self.counts["recovered"] += 1
-            log.info("reward for %s found on the rewards topic, marked emitted", reward.generation_id)
-        if end > start:
-            await self.store.put(partition, watermark_key(partition), str(end).encode())
-        self._watermarks[partition] = max(start, end)
-        self._scanned.add(partition)
 
     async def _log(self, state: JoinState, level: str, message: str) -> None:
         record = LogRecord(

@@ -1,4 +1,5 @@
-"""The processor core with an in-memory table and outputs: DLQ, deadlines in event time, crash de-duplication."""
+"""The processor core with an in-memory table and outputs: DLQ, deadlines in event time, and (through the
+Faust engine's emit-then-mark layer) crash de-duplication."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, LogRecord, RewardEvent
-from streams.reward.join import PartEvent
+from streams.reward.emit_then_mark import EmitThenMark, watermark_key
+from streams.reward.join import JoinState, PartEvent, emitted
 from streams.reward.policy import Policy, load_policy
-from streams.reward.processor import RewardProcessor, Topics, watermark_key
+from streams.reward.processor import RewardProcessor, Topics
 from tests.unit.reward_events import execution, judgement, verdict
 
 INPUTS = {"x.executions": "executions", "x.verdicts": "verdicts", "x.judgements": "judgements"}
@@ -43,6 +45,8 @@ class Store:
 
 
 class Outputs:
+    """The Faust engine's acknowledged outputs (``emit_then_mark.AckedOutputs``)."""
+
     def __init__(self, rewards: dict[int, list[bytes]] | None = None) -> None:
         self.rewards: dict[int, list[bytes]] = rewards if rewards is not None else {}
         self.dlq: list[bytes] = []
@@ -74,6 +78,30 @@ class Outputs:
         return {tp for tp in self.idle if tp[1] in partitions}
 
 
+class TransactionalOutputs:
+    """The transactional engine's contract: a reward and its marker are written together, no tail to scan."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.rewards: dict[int, list[bytes]] = {}
+
+    async def mark_sent(self, partition: int) -> None:
+        pass
+
+    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
+        self.rewards.setdefault(state.partition, []).append(encode(reward))
+        await self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())
+
+    async def send_dlq(self, key: bytes | None, value: bytes) -> None:
+        raise AssertionError("no dead letter expected")
+
+    async def send_log(self, key: bytes, value: bytes) -> None:
+        raise AssertionError("no log record expected")
+
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
+        return set()
+
+
 class Clock:
     def __init__(self, now: float) -> None:
         self.now = now
@@ -91,11 +119,23 @@ def policy() -> Policy:
 
 
 def make(
-    policy: Policy, store: Store, outputs: Outputs, clock: Clock | None = None, watermark_every: int = 1
+    policy: Policy,
+    store: Store,
+    outputs: Outputs,
+    clock: Clock | None = None,
+    *,
+    watermark_every: int = 1,
+    retention_s: float = 7 * 86_400.0,
 ) -> RewardProcessor:
-    return RewardProcessor(
-        policy, Topics(INPUTS), store, outputs, clock=clock or Clock(T0), watermark_every=watermark_every
-    )
+    """The processor as the Faust engine builds it: over the emit-then-mark layer."""
+    clock = clock or Clock(T0)
+    marks = EmitThenMark(store, outputs, clock=clock, watermark_every=watermark_every)
+    return RewardProcessor(policy, Topics(INPUTS), marks, marks, clock=clock, retention_s=retention_s)
+
+
+def marks_of(proc: RewardProcessor) -> EmitThenMark:
+    assert isinstance(proc.outputs, EmitThenMark)
+    return proc.outputs
 
 
 def feed(
@@ -110,7 +150,7 @@ def feed(
     asyncio.run(go())
 
 
-def rewards(outputs: Outputs) -> list[RewardEvent]:
+def rewards(outputs: Outputs | TransactionalOutputs) -> list[RewardEvent]:
     return [decode(v, RewardEvent) for log in outputs.rewards.values() for v in log]
 
 
@@ -121,6 +161,16 @@ def test_complete_generation_emits_once_and_marks_it(policy: Policy) -> None:
     assert [r.generation_id for r in rewards(outputs)] == ["g"]
     assert store.data[watermark_key(0)] == b"1"
     assert b'"status":"emitted"' in store.data["g"]
+
+
+def test_with_transactional_outputs_the_core_emits_once_and_stores_only_the_generation(policy: Policy) -> None:
+    store = Store()
+    outputs = TransactionalOutputs(store)
+    proc = RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=Clock(T0))
+    feed(proc, [execution("g"), verdict("g"), judgement("g"), judgement("g")])
+    assert [r.generation_id for r in rewards(outputs)] == ["g"]
+    assert b'"status":"emitted"' in store.data["g"]
+    assert list(store.data) == ["g"]
 
 
 def test_invalid_messages_go_to_the_dlq_with_the_reason(policy: Policy) -> None:
@@ -158,7 +208,7 @@ def test_crash_between_reward_and_marker_is_deduplicated_on_restart(policy: Poli
     second = make(policy, store, outputs)  # restart: same table (changelog), same rewards topic
     feed(second, [judgement("b")])  # the uncommitted input is delivered again
     assert sorted(r.generation_id for r in rewards(outputs)) == ["a", "b"]
-    assert second.counts["recovered"] == 1
+    assert marks_of(second).recovered == 1
     assert store.data[watermark_key(0)] == b"2"
 
 
@@ -194,7 +244,7 @@ def test_sparse_watermarks_still_deduplicate_and_a_complete_state_is_never_store
     second = make(policy, store, outputs, watermark_every=3)
     feed(second, [judgement("e")], start=14)
     assert sorted(r.generation_id for r in rewards(outputs)) == ["a", "b", "c", "d", "e"]
-    assert second.counts["recovered"] == 1  # d and e above the watermark were scanned; e's marker rebuilt
+    assert marks_of(second).recovered == 1  # d and e above the watermark were scanned; e's marker rebuilt
 
 
 def test_deadline_in_event_time_not_while_inputs_are_unread(policy: Policy) -> None:
@@ -283,7 +333,7 @@ def test_withheld_generations_wait_for_the_retry_limit_not_the_deadline(policy: 
 
 def test_finished_generations_expire_after_the_retention(policy: Policy) -> None:
     store, outputs, clock = Store(), Outputs(), Clock(T0)
-    proc = RewardProcessor(policy, Topics(INPUTS), store, outputs, clock=clock, retention_s=100.0, watermark_every=1)
+    proc = make(policy, store, outputs, clock, retention_s=100.0)
     feed(proc, [execution("g"), verdict("g"), judgement("g"), execution("p")])
     clock.now = T0 + 101
     asyncio.run(proc.tick({0}))
@@ -303,5 +353,5 @@ def test_stalled_inputs_are_those_with_backlog_and_no_progress(policy: Policy) -
     assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1), ("x.verdicts", 1)]
     feed(proc, [verdict("g")], partition=1)
     assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1)]
-    proc.forget_partitions()  # a rebalance restarts every clock
+    proc.restart_progress_clock()  # a rebalance restarts every clock
     assert proc.stalled(backlog, stall_s=20) == []
