@@ -13,7 +13,11 @@ forks per run (~1 ms). Every run still gets exactly what a ``docker exec`` gets,
 * Per run E forks a supervisor ("C", root, pid namespace = the container's) that joins every cgroup of the
   container first (from then on docker's memory/cpu/pids limits apply and the worker accounts the run),
   verifies that its namespaces and cgroups are exactly those of the container's init, becomes a child
-  subreaper, and forks the program ("H").
+  subreaper, checks that the init is exactly as E first saw it, and forks the program ("H"). The init is the
+  sandbox uid's own dumpable process and outlives every run: a run can write its memory through
+  ``/proc/1/mem`` and change its rlimits, scheduling and some of its /proc files, which the next run could
+  read. So a run in a container whose init changed is refused (a ``sandbox_error``: the container is replaced
+  and the run retried) before any of its code exists.
 * H drops every capability (bounding and ambient too), takes the container init's uid, gid and groups
   (never root) and its rlimits, sets no-new-privs, loads the same seccomp policy the
   container was created with (``docker_profile`` == ``build_filter``), checks that its uid/gid/groups,
@@ -41,6 +45,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_common first, same globals
@@ -52,6 +57,7 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         SETUP_FAILED,
         drop_caps_and_ids,
         exit_with,
+        libc,
         load_seccomp,
         parse_spec,
         prctl,
@@ -99,6 +105,81 @@ def _verify_entered() -> None:
         raise OSError("cgroups differ from the container's")
     if _lsm_label("self") != _lsm_label("1"):
         raise OSError("LSM label differs from the container's")
+
+
+_VOLATILE_STATUS = ("Vm", "Rss", "Hugetlb", "voluntary_ctxt", "nonvoluntary_ctxt", "SigQ")
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+_UNSETTLED = "unsettled"
+
+
+def _init_memory() -> list[tuple[str, int, bytes]]:
+    """Every mapping of the init with its anonymous (written) memory: its contents where there is some (a
+    write through ``/proc/1/mem`` into a page that was clean makes it anonymous, one into an anonymous page
+    changes its contents)."""
+    out: list[tuple[str, int, bytes]] = []
+    header = ""
+    fd = os.open("/proc/1/mem", os.O_RDONLY)
+    try:
+        for line in read_text("/proc/1/smaps").splitlines():
+            if not line.split(" ", 1)[0].endswith(":"):
+                header = line
+            elif line.startswith("Anonymous:"):
+                anon_kb = int(line.split()[1])
+                data = b""
+                if anon_kb:
+                    start, end = (int(x, 16) for x in header.split(" ", 1)[0].split("-"))
+                    data = os.pread(fd, end - start, start)
+                out.append((header, anon_kb, data))
+    finally:
+        os.close(fd)
+    return out
+
+
+def _init_state() -> tuple[object, ...]:
+    """What a run could change of the container's idle init (pid 1: the sandbox uid's own, dumpable process,
+    alive across runs): its memory (``/proc/1/mem`` is writable by the same uid), rlimits (``prlimit``), nice,
+    scheduling, affinity, I/O priority, ``oom_score_adj``, ``coredump_filter``, autogroup, and where it sleeps.
+    Anything of it changed would carry one run's data to the next: a run sees only an init in this state."""
+    stat = read_text("/proc/1/stat")
+    fields = stat[stat.rindex(")") + 2 :].split()
+    status = [line for line in read_text("/proc/1/status").splitlines() if not line.startswith(_VOLATILE_STATUS)]
+    ioprio_nr = _IOPRIO_GET.get(os.uname().machine)
+    ioprio = libc.syscall(ioprio_nr, 1, 1) if ioprio_nr is not None else None  # IOPRIO_WHO_PROCESS, pid 1
+    extra = [read_text("/proc/1/" + name) for name in ("oom_score_adj", "coredump_filter", "autogroup")
+             if os.path.exists("/proc/1/" + name)]  # fmt: skip
+    return (
+        read_text("/proc/1/syscall"),
+        read_text("/proc/1/limits"),
+        [fields[i] for i in (0, 15, 16, 17, 37, 38)],  # state, priority, nice, threads, rt_priority, policy
+        status,
+        sorted(os.sched_getaffinity(1)),
+        ioprio,
+        extra,
+        _init_memory(),
+    )
+
+
+def _settled_init_state(wait_s: float = 5.0) -> tuple[object, ...]:
+    """E, at start (before any run): the init's state once it sleeps for good (two equal looks, blocked in a
+    syscall), the reference every run's supervisor checks against."""
+    end = time.monotonic() + wait_s
+    last = _init_state()
+    while time.monotonic() < end:
+        time.sleep(0.02)
+        now = _init_state()
+        if now == last and not str(now[0]).startswith("running"):
+            return now
+        last = now
+    raise OSError("the container's init did not settle")
+
+
+def _check_init(reference: tuple[object, ...]) -> None:
+    """C, before anything of the run exists: the init is exactly as the entry server first saw it."""
+    now = _init_state()
+    if now != reference:
+        names = ("syscall", "limits", "stat", "status", "affinity", "ioprio", "proc files", "memory")
+        diff = [n for n, a, b in zip(names, now, reference, strict=True) if a != b]
+        raise OSError("the container's init was changed (by an earlier run): " + ",".join(diff))
 
 
 def _drop_privileges(config: dict[str, Any]) -> None:
@@ -172,6 +253,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
     prctl(PR_SET_DUMPABLE, 0)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     _verify_entered()
+    _check_init(config["init_state"])
     spec_fd, status_fd = fds[0], fds[4]
     spec = parse_spec(read_all(spec_fd))
     os.close(spec_fd)
@@ -211,6 +293,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
 
 def serve(ctl_fd: int, procs: list[int], config: dict[str, Any], seccomp_filter: bytes) -> int:
     """E: fork one supervisor per request; requests are fds only, never run data. Ends at the worker's EOF."""
+    config = {**config, "init_state": _settled_init_state()}
     return serve_requests(ctl_fd, 8, lambda n: n == N_FDS, lambda fds: _supervise(fds, procs, config, seccomp_filter))
 
 
