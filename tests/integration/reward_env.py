@@ -44,7 +44,7 @@ class RewardEnv:
     app_id: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     restarts: int = 0
-    _args: dict[int, tuple[Path | None, str, int | None]] = field(default_factory=dict)
+    _args: dict[int, tuple[Path | None, str, int | None, str]] = field(default_factory=dict)
 
     def name(self, role: str) -> str:
         return topic_for(role, catalog(self.prefix, PARTITIONS)).name  # type: ignore[arg-type]
@@ -89,16 +89,16 @@ class RewardEnv:
         finally:
             out.close()
         self.procs.append(proc)
-        self._args[proc.pid] = (policy, tag, kill_after)
+        self._args[proc.pid] = (policy, tag, kill_after, engine)
         return proc
 
     def supervise(self) -> None:
         """What ``up --pipeline`` must do: restart a processor that stopped itself (stall watchdog, code 70)."""
         for proc in list(self.procs):
             if proc.poll() == RESTART_EXIT_CODE and proc.pid in self._args:
-                policy, tag, kill_after = self._args.pop(proc.pid)
+                policy, tag, kill_after, engine = self._args.pop(proc.pid)
                 self.restarts += 1
-                self.start(policy, tag, kill_after)
+                self.start(policy, tag, kill_after, engine)
 
     def logs(self, tail: int | None = 6000) -> str:
         """The processors' output (each file's last ``tail`` characters; None: all of it)."""
