@@ -3,7 +3,8 @@ and the container's idle init, which outlives every run of a pooled container.
 
 The candidate (the sandbox uid, no capabilities, no-new-privs, seccomp) tries to signal, trace, read and
 write the supervisor, to confuse its wait with ``clone`` tricks, to race its final kill, and to leave state in
-the init (same uid, dumpable: its memory, rlimits, scheduling...) for the next run. Every attack must fail,
+the init (same uid but not dumpable: its memory and page-table state must be out of reach; its rlimits,
+scheduling... are not, and must not reach the next run either) for the next run. Every attack must fail,
 the run's result must stay what the program really did, and the next run in the same pool must be pristine.
 Hostile programs run only inside the docker sandbox under test.
 """
@@ -43,7 +44,10 @@ LOOK = r"""
 import json, os, resource
 def anon_memory():
     out, header = [], ''
-    fd = os.open('/proc/1/mem', os.O_RDONLY)
+    try:
+        fd = os.open('/proc/1/mem', os.O_RDONLY)
+    except PermissionError:
+        return 'unreadable'
     for line in open('/proc/1/smaps'):
         if not line.split(' ', 1)[0].endswith(':'):
             header = line
@@ -61,7 +65,7 @@ print(json.dumps({
     'nice': os.getpriority(os.PRIO_PROCESS, 1), 'policy': os.sched_getscheduler(1),
     'affinity': sorted(os.sched_getaffinity(1)),
     'files': [open(f'/proc/1/{f}').read() for f in ('oom_score_adj', 'coredump_filter')],
-    'secret': anon_memory(), 'procs': sorted(procs),
+    'memory': anon_memory(), 'procs': sorted(procs),
 }))
 """
 
@@ -117,6 +121,8 @@ print(json.dumps(done), flush=True)
 """
 
 TAMPERS = ("mem", "code", "prlimit", "nice", "policy", "affinity", "oom_score_adj", "coredump_filter", "ioprio")
+#: Refused at the source: the init is not dumpable, so these need privileges a run does not have.
+BLOCKED = ("mem", "code", "oom_score_adj", "coredump_filter")
 
 
 @pytest.mark.parametrize("what", TAMPERS)
@@ -128,12 +134,14 @@ def test_what_a_run_does_to_the_init_never_reaches_the_next_run(pool: Any, what:
     before = _run(pool, LOOK)
     assert before.status is S.OK, before
     pristine = json.loads(before.stdout)
-    assert pristine["secret"] == 0
+    assert pristine["memory"] == "unreadable"  # not dumpable
     (cid,) = _wait_pooled(pool)
 
     tamper = _run(pool, TAMPER.replace("WHAT", repr(what)))
     assert (tamper.status, tamper.exit_code) == (S.OK, 0), tamper  # the tampering run's own result is truthful
     changed = json.loads(tamper.stdout) == [what]
+    if what in BLOCKED:
+        assert not changed, f"{what} of the init worked"
     assert _wait_pooled(pool) == {cid}  # reset from the host and back in the pool, like after any clean run
 
     after = _run(pool, LOOK)
@@ -145,6 +153,67 @@ def test_what_a_run_does_to_the_init_never_reaches_the_next_run(pool: Any, what:
         after = _run(pool, LOOK)
     assert after.status is S.OK, after
     assert json.loads(after.stdout) == pristine
+
+
+#: Every way at the init's memory and page-table state. Prints what each attempt got (errno name, or 'ok').
+AT_INIT_MEMORY = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+got = {}
+def attempt(name, fn):
+    try:
+        fn()
+        got[name] = 'ok'
+    except OSError as exc:
+        got[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+def checked(ret):
+    if ret < 0:
+        raise OSError(ctypes.get_errno(), 'failed')
+def open_close(path, flags):
+    os.close(os.open(path, flags))
+def write(path, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+def read(path):
+    with open(path, 'rb') as f:
+        f.read(64)
+class Iovec(ctypes.Structure):
+    _fields_ = (('base', ctypes.c_void_p), ('len', ctypes.c_size_t))
+def vm(fn):
+    buf = ctypes.create_string_buffer(64)
+    local, remote = Iovec(ctypes.addressof(buf), 64), Iovec(0x400000, 64)
+    checked(fn(1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0))
+attempt('open mem r', lambda: open_close('/proc/1/mem', os.O_RDONLY))
+attempt('open mem rw', lambda: open_close('/proc/1/mem', os.O_RDWR))
+attempt('open mem w', lambda: open_close('/proc/1/mem', os.O_WRONLY))
+for value in (b'1', b'2', b'3', b'4', b'5'):  # referenced/accessed bits, soft-dirty, peak RSS
+    attempt(f'write clear_refs {value.decode()}', lambda v=value: write('/proc/1/clear_refs', v))
+for name in ('pagemap', 'smaps', 'smaps_rollup', 'maps', 'environ', 'auxv', 'stack', 'syscall'):
+    attempt(f'read {name}', lambda n=name: read(f'/proc/1/{n}'))
+for name in ('fd', 'map_files', 'root', 'cwd'):
+    attempt(f'list {name}', lambda n=name: os.listdir(f'/proc/1/{n}'))
+attempt('process_vm_readv', lambda: vm(libc.process_vm_readv))
+attempt('process_vm_writev', lambda: vm(libc.process_vm_writev))
+attempt('ptrace seize', lambda: checked(libc.ptrace(0x4206, 1, 0, 0)))  # PTRACE_SEIZE: would not stop it
+print(json.dumps(got), flush=True)
+"""
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["exec", "in-process"])
+def test_the_init_memory_and_page_table_state_are_out_of_a_runs_reach(pool: Any, fast: bool) -> None:
+    """Reading ``/proc/1/mem`` (or ``pagemap``) or writing ``/proc/1/clear_refs`` changes the init's present,
+    referenced and soft-dirty page bits, which the next run could observe. The init is not dumpable: none of
+    it is open to the sandbox uid, although the init runs as that uid."""
+    r = _run(pool, AT_INIT_MEMORY, fast=fast)
+    assert (r.status, r.exit_code) == (S.OK, 0), r
+    got = json.loads(r.stdout)
+    assert len(got) == 23, got
+    assert {k: v for k, v in got.items() if v not in ("EACCES", "EPERM")} == {}, got
+    after = _run(pool, LOOK)
+    assert after.status is S.OK, after
 
 
 #: Every way at the run's supervisor (root, non-dumpable) the sandbox uid might have. Prints what worked.

@@ -1,8 +1,10 @@
 """The ``docker`` backend: locked-down containers, one run per container at a time, from a warm pool.
 
 Containers: ``network_mode=none``, read-only rootfs, tmpfs work dirs with size and inode caps, non-root uid,
-``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom seccomp profile, the idle ``sleep``
-as pid 1. Why a pool with a verified reset: creating a container costs hundreds of milliseconds.
+``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom seccomp profile, an idle init as
+pid 1 that is NOT dumpable (``_INIT``): it runs as the sandbox uid and outlives the runs of a pooled container,
+so a run must not be able to read or write its memory or page-table state (``/proc/1/mem``, ``clear_refs``,
+``pagemap``, ptrace). Why a pool with a verified reset: creating a container costs hundreds of milliseconds.
 How a run enters a pooled container: through the container's entry server (``docker_entry``; default when
 the worker is root with ``nsenter`` and the container has no userns-remap or LSM label): a server started
 once per container in its namespaces forks per run a supervisor that joins the container's cgroups and a
@@ -64,6 +66,23 @@ from workers.sandbox.seccomp import build_filter, docker_profile
 LABEL = "rewardstream.sandbox"
 OWNER_LABEL = "rewardstream.sandbox.owner"
 _MAX_LIFETIME_S = 3600
+#: pid 1 of every container (the image's own python3, ``-I -S -B -c _INIT <seconds>``): it makes itself
+#: non-dumpable, then sleeps. A process of the sandbox uid (a run) can then no longer ptrace it, open its
+#: ``mem``, ``maps``, ``smaps``, ``pagemap``, ``environ``, ``fd/*``, nor write its ``clear_refs``,
+#: ``oom_score_adj``, ``coredump_filter`` (those /proc files become root's): nothing a run does to it (its
+#: memory, its pages' present/soft-dirty/referenced bits) can reach the next run through it. It cannot exec
+#: ``sleep`` afterwards (``execve`` makes a process dumpable again). SIGINT, the only signal python catches,
+#: gets its default back: a pid namespace's init ignores every signal it has no handler for, so a run cannot
+#: end it (nor the container with it). It exits (70) if ``prctl`` fails; the container is then never used.
+_INIT = (
+    "import ctypes,signal,sys,time\n"
+    "signal.signal(signal.SIGINT,signal.SIG_DFL)\n"
+    "if ctypes.CDLL(None,use_errno=True).prctl(4,0,0,0,0)!=0:sys.exit(70)\n"  # PR_SET_DUMPABLE
+    "del ctypes\n"
+    "time.sleep(float(sys.argv[1]))\n"
+)
+_INIT_ARGV = ["/usr/bin/python3", "-I", "-S", "-B", "-c", _INIT, str(_MAX_LIFETIME_S)]
+_INIT_READY_S = 10.0
 _STDIN_FILE = "/tmp/.rs-stdin"  # noqa: S108 (inside the container's private tmpfs)
 _WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # noqa: S108
 _START = 'tar -x -f - -C / --no-same-permissions && exec 0<{stdin} && rm -f {stdin} && printf %s "$0" && exec "$@"'
@@ -156,11 +175,12 @@ class DockerSandbox:
         return removed
 
     def _create(self, limits: _Limits) -> _Container:
-        cid = self._create_container(limits, ["sleep", str(_MAX_LIFETIME_S)], {})
+        cid = self._create_container(limits, _INIT_ARGV, {})
         try:
             self._api.start(cid)
             info = self._api.inspect_container(cid)
             pid = int(info["State"]["Pid"])
+            _await_non_dumpable(pid)
             container = _Container(cid, limits, _container_cgroups(pid), pid, roots=_mount_roots(pid))
             labelled = info.get("AppArmorProfile") not in (None, "", "unconfined") or bool(info.get("ProcessLabel"))
             if self._nsenter and not labelled and same_user_namespace(pid):
@@ -195,9 +215,10 @@ class DockerSandbox:
             shm_size=limits.size_mb << 20,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
-            # The idle init's stdout is reachable by the sandbox uid (/proc/1/fd/1): nothing may be logged.
+            # Nothing of the idle init may be logged (its stdout, /proc/1/fd/1, is out of a run's reach only
+            # because it is not dumpable).
             log_config={"Type": "none", "Config": {}},
-            # No docker-init: pid 1 is the idle ``sleep`` itself, which the sandbox uid cannot signal.
+            # No docker-init: pid 1 is the idle ``_INIT`` itself, which the sandbox uid cannot signal.
             init=False,
             ipc_mode="private",
             ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 1024, "Hard": 1024}],
@@ -330,7 +351,7 @@ class DockerSandbox:
                 found.append(f"container {c['Id'][:12]} ({c['State']})")
                 continue
             top = self._api.top(c["Id"]).get("Processes") or []
-            if len(top) > 1:  # only the idle sleep
+            if len(top) > 1:  # only the idle init
                 found.append(f"container {c['Id'][:12]} has {len(top)} processes")
         return found
 
@@ -594,6 +615,27 @@ def _container_cgroups(pid: int) -> dict[str, Path]:
             if ctrl in v1:
                 out[ctrl] = v1[ctrl] / path.lstrip("/")
     return out
+
+
+def _await_non_dumpable(pid: int) -> None:
+    """Wait until the container's init (host pid ``pid``) made itself non-dumpable; ``SandboxError`` if it does
+    not (it exited, or is still dumpable after ``_INIT_READY_S``). Non-dumpable: its /proc files (all but the
+    directory) are owned by root of its user namespace instead of by its euid."""
+    end = time.monotonic() + _INIT_READY_S
+    while True:
+        try:
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+            state, euid = status["State"].split()[0], int(status["Uid"].split()[1])
+            owner = os.stat(f"/proc/{pid}/mem").st_uid
+        except (OSError, KeyError, ValueError, IndexError) as exc:
+            raise SandboxError(f"the container's init is gone: {exc}") from exc
+        if state in ("Z", "X"):
+            raise SandboxError("the container's init exited")
+        if owner != euid:
+            return
+        if time.monotonic() > end:
+            raise SandboxError("the container's init did not make itself non-dumpable")
+        time.sleep(0.002)
 
 
 def _read_int(path: Path, default: int = 0) -> int:

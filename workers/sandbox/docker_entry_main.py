@@ -13,11 +13,13 @@ forks per run (~1 ms). Every run still gets exactly what a ``docker exec`` gets,
 * Per run E forks a supervisor ("C", root, pid namespace = the container's) that joins every cgroup of the
   container first (from then on docker's memory/cpu/pids limits apply and the worker accounts the run),
   verifies that its namespaces and cgroups are exactly those of the container's init, becomes a child
-  subreaper, checks that the init is exactly as E first saw it, and forks the program ("H"). The init is the
-  sandbox uid's own dumpable process and outlives every run: a run can write its memory through
-  ``/proc/1/mem`` and change its rlimits, scheduling and some of its /proc files, which the next run could
-  read. So a run in a container whose init changed is refused (a ``sandbox_error``: the container is replaced
-  and the run retried) before any of its code exists.
+  subreaper, checks that the init is exactly as E first saw it, and forks the program ("H"). The init runs as
+  the sandbox uid and outlives every run. It is not dumpable (``docker_backend._INIT``), so a run can neither
+  read nor write its memory or page-table state (``/proc/1/mem``, ``clear_refs``, ``pagemap``, ptrace) nor
+  write its /proc files; but a run can still change its rlimits, nice, scheduling policy, affinity and I/O
+  priority (they only need the same uid), which the next run could read. So a run in a container whose init
+  changed, or is dumpable, is refused (a ``sandbox_error``: the container is replaced and the run retried)
+  before any of its code exists.
 * H drops every capability (bounding and ambient too), takes the container init's uid, gid and groups
   (never root) and its rlimits, sets no-new-privs, loads the same seccomp policy the
   container was created with (``docker_profile`` == ``build_filter``), checks that its uid/gid/groups,
@@ -112,34 +114,33 @@ _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _UNSETTLED = "unsettled"
 
 
-def _init_memory() -> list[tuple[str, int, bytes]]:
-    """Every mapping of the init with its anonymous (written) memory: its contents where there is some (a
-    write through ``/proc/1/mem`` into a page that was clean makes it anonymous, one into an anonymous page
-    changes its contents)."""
-    out: list[tuple[str, int, bytes]] = []
+def _init_non_dumpable() -> bool:
+    """The init is not dumpable: its /proc files (not its directory) are then owned by root, not by its uid
+    (never root, see ``docker_entry._init_config``). Only the init itself could make itself dumpable again."""
+    return os.stat("/proc/1/mem").st_uid == 0
+
+
+def _init_mappings() -> list[tuple[str, int]]:
+    """Every mapping of the init with its amount of anonymous (written) memory. Its contents are out of reach
+    of the sandbox uid (not dumpable, checked too), so they are not read (~5 ms for a python3 init); this is
+    a tripwire: a write into a clean page would make it anonymous, a new mapping would show."""
+    out: list[tuple[str, int]] = []
     header = ""
-    fd = os.open("/proc/1/mem", os.O_RDONLY)
-    try:
-        for line in read_text("/proc/1/smaps").splitlines():
-            if not line.split(" ", 1)[0].endswith(":"):
-                header = line
-            elif line.startswith("Anonymous:"):
-                anon_kb = int(line.split()[1])
-                data = b""
-                if anon_kb:
-                    start, end = (int(x, 16) for x in header.split(" ", 1)[0].split("-"))
-                    data = os.pread(fd, end - start, start)
-                out.append((header, anon_kb, data))
-    finally:
-        os.close(fd)
+    for line in read_text("/proc/1/smaps").splitlines():
+        if not line.split(" ", 1)[0].endswith(":"):
+            header = line
+        elif line.startswith("Anonymous:"):
+            out.append((header, int(line.split()[1])))
     return out
 
 
 def _init_state() -> tuple[object, ...]:
-    """What a run could change of the container's idle init (pid 1: the sandbox uid's own, dumpable process,
-    alive across runs): its memory (``/proc/1/mem`` is writable by the same uid), rlimits (``prlimit``), nice,
-    scheduling, affinity, I/O priority, ``oom_score_adj``, ``coredump_filter``, autogroup, and where it sleeps.
-    Anything of it changed would carry one run's data to the next: a run sees only an init in this state."""
+    """What a run could change of the container's idle init (pid 1: the sandbox uid's own process, alive across
+    runs): its rlimits (``prlimit``), nice, scheduling, affinity, I/O priority (all allowed to the same uid,
+    dumpable or not); and, out of a run's reach as long as the init is not dumpable (so that is checked
+    first), its memory, ``oom_score_adj``, ``coredump_filter``, autogroup, and where it sleeps. Anything of it
+    changed would carry one run's data to the next: a run sees only an init in this state."""
+    non_dumpable = _init_non_dumpable()
     stat = read_text("/proc/1/stat")
     fields = stat[stat.rindex(")") + 2 :].split()
     status = [line for line in read_text("/proc/1/status").splitlines() if not line.startswith(_VOLATILE_STATUS)]
@@ -148,6 +149,7 @@ def _init_state() -> tuple[object, ...]:
     extra = [read_text("/proc/1/" + name) for name in ("oom_score_adj", "coredump_filter", "autogroup")
              if os.path.exists("/proc/1/" + name)]  # fmt: skip
     return (
+        non_dumpable,
         read_text("/proc/1/syscall"),
         read_text("/proc/1/limits"),
         [fields[i] for i in (0, 15, 16, 17, 37, 38)],  # state, priority, nice, threads, rt_priority, policy
@@ -155,29 +157,29 @@ def _init_state() -> tuple[object, ...]:
         sorted(os.sched_getaffinity(1)),
         ioprio,
         extra,
-        _init_memory(),
+        _init_mappings(),
     )
 
 
 def _settled_init_state(wait_s: float = 5.0) -> tuple[object, ...]:
-    """E, at start (before any run): the init's state once it sleeps for good (two equal looks, blocked in a
-    syscall), the reference every run's supervisor checks against."""
+    """E, at start (before any run): the init's state once it sleeps for good (not dumpable any more, two
+    equal looks, blocked in a syscall), the reference every run's supervisor checks against."""
     end = time.monotonic() + wait_s
     last = _init_state()
     while time.monotonic() < end:
         time.sleep(0.02)
         now = _init_state()
-        if now == last and not str(now[0]).startswith("running"):
+        if now == last and now[0] is True and not str(now[1]).startswith("running"):
             return now
         last = now
-    raise OSError("the container's init did not settle")
+    raise OSError("the container's init did not settle (or is dumpable)")
 
 
 def _check_init(reference: tuple[object, ...]) -> None:
     """C, before anything of the run exists: the init is exactly as the entry server first saw it."""
     now = _init_state()
     if now != reference:
-        names = ("syscall", "limits", "stat", "status", "affinity", "ioprio", "proc files", "memory")
+        names = ("dumpable", "syscall", "limits", "stat", "status", "affinity", "ioprio", "proc files", "memory")
         diff = [n for n, a, b in zip(names, now, reference, strict=True) if a != b]
         raise OSError("the container's init was changed (by an earlier run): " + ",".join(diff))
 
