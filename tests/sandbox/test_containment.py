@@ -343,6 +343,22 @@ def test_output_flood(sandbox: Sandbox, stream: str) -> None:
     assert r.wall_ms < 10_000
 
 
+@pytest.mark.parametrize("fd", [1, 2], ids=["stdout", "stderr"])
+def test_a_flood_at_once_is_an_output_limit_never_a_sandbox_error(sandbox: Sandbox, fd: int) -> None:
+    """The start marker and the overflow can come in one read (or the stderr overflow before the marker is
+    read): still the program's own ``output_limit``. A ``sandbox_error`` would be retried and never scored,
+    so a program must not be able to turn its failure into one. Run as the grader's harness runs (``-I -S -B
+    -c``: in-process where a backend can, so it floods microseconds after the marker) and repeated: it is a
+    race with the reader (about one run in four lost it before the fix)."""
+    code = f"import os\nwhile True:\n    os.write({fd}, b'x' * 65536)\n"
+    spec = SandboxSpec(argv=("python3", "-I", "-S", "-B", "-c", code), output_limit_bytes=1, timeout_s=10)
+    for _ in range(12):
+        r = sandbox.run(spec)
+        assert r.status is S.OUTPUT_LIMIT, r
+        assert (r.stdout, r.stderr) == ((b"x", b"") if fd == 1 else (b"", b"x")), r
+        assert (r.stdout_truncated, r.stderr_truncated) == (fd == 1, fd == 2), r
+
+
 def test_single_huge_write(sandbox: Sandbox) -> None:
     code = "import os\nos.write(1, b'y' * (200 << 20))"
     r = run_py(sandbox, code, output_limit_bytes=1 << 20, memory_mb=512, timeout_s=30)

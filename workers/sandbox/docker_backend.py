@@ -543,9 +543,15 @@ def _talk(
 def _pump(
     raw: socket.socket, spec: SandboxSpec, cap: _Capture, spawn_at: float
 ) -> tuple[SandboxStatus | None, float | None, float | None]:
-    """Demultiplex docker's stream frames with caps and a deadline; return (stop reason, start, end)."""
+    """Demultiplex docker's stream frames with caps and a deadline; return (stop reason, start, end).
+
+    docker copies stdout and stderr separately: a stderr frame written after the start marker can come before
+    the marker's frame. A stderr overflow before the marker is therefore only an output limit once the marker
+    arrives (it is printed before the program exists); until then stderr is dropped. No marker ever: the
+    program never ran (no stop reason, no start)."""
     buf = bytearray()
     deadline = spawn_at + spec.timeout_s + 5.0  # setup (tar extraction) gets its own small allowance
+    err_over = False
     while True:
         now = time.monotonic()
         if now >= deadline:
@@ -556,9 +562,18 @@ def _pump(
             return None, cap.started_at, time.monotonic()
         buf += chunk or b""
         for kind, payload in _frames(buf):
-            if not cap.feed("out" if kind == 1 else "err", payload):
-                reason = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
-                return reason, cap.started_at, time.monotonic()
+            which = "out" if kind == 1 else "err"
+            if which == "err" and err_over:
+                continue
+            if not cap.feed(which, payload):
+                if cap.bad_start:
+                    return None, None, time.monotonic()
+                if cap.started_at is None:  # stderr, before the marker's frame
+                    err_over = True
+                    continue
+                return SandboxStatus.OUTPUT_LIMIT, cap.started_at, time.monotonic()
+            if cap.started_at is not None and err_over:
+                return SandboxStatus.OUTPUT_LIMIT, cap.started_at, time.monotonic()
             if cap.started_at is not None and deadline > cap.started_at + spec.timeout_s:
                 deadline = cap.started_at + spec.timeout_s
 

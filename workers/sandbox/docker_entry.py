@@ -197,7 +197,7 @@ _DEADLINES = Deadlines(setup_s=5.0, drain_s=2.0, timeout_before_start=False)
 def watch(*, out_fd: int, err_fd: int, exit_fd: int, spec: SandboxSpec, cap: _Capture, spawn_at: float) -> Observed:
     """Pump output with caps until the status arrives (its supervisor killed and reaped everything of the
     run first), the clock runs out (from the start marker on) or output overflows."""
-    obs = pump(
+    return pump(
         out_fd=out_fd,
         err_fd=err_fd,
         exit_fd=exit_fd,
@@ -206,6 +206,3 @@ def watch(*, out_fd: int, err_fd: int, exit_fd: int, spec: SandboxSpec, cap: _Ca
         cap=cap,
         deadlines=_DEADLINES,
     )
-    if obs.started_at is None:
-        obs.started_at = cap.started_at  # the marker came with output that overflowed at once
-    return obs

@@ -7,6 +7,7 @@ the clock runs out or output overflows. What differs between backends is only th
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import time
 from dataclasses import dataclass
@@ -44,6 +45,18 @@ class Observed:
     exited: bool = False
     started_at: float | None = None
     ended_at: float | None = None
+
+
+def _take_waiting_marker(out_fd: int, cap: _Capture) -> None:
+    """stderr overflowed before the start marker was read from stdout. The marker is written (one write, less
+    than a pipe buffer) before the program exists, so if the program wrote that stderr, its marker is waiting
+    on stdout: take it now (only it, never more), without blocking, so that the overflow is the program's."""
+    poller = select.poll()
+    poller.register(out_fd, select.POLLIN)
+    while cap.marker and cap.started_at is None and not cap.bad_start and poller.poll(0):
+        chunk = os.read(out_fd, max(1, len(cap.marker) - len(cap.prefix)))
+        if not chunk or not cap.feed("out", chunk):
+            return
 
 
 def pump(
@@ -86,12 +99,18 @@ def pump(
                 chunk = os.read(fd, _READ_CHUNK)
                 if not chunk:
                     sel.unregister(fd)
-                elif not cap.feed(which, chunk):
+                    continue
+                within = cap.feed(which, chunk)
+                if not within and which == "err":
+                    _take_waiting_marker(out_fd, cap)
+                if obs.started_at is None and cap.started_at is not None:
+                    # The clock starts with the program, not the sandbox. Taken before an overflow returns:
+                    # the marker and the program's first flood can come in one read.
+                    obs.started_at = cap.started_at
+                    deadline = obs.started_at + timeout_s
+                if not within:
                     obs.stopped_for = None if cap.bad_start else SandboxStatus.OUTPUT_LIMIT
                     return obs
-                if obs.started_at is None and cap.started_at is not None:
-                    obs.started_at = cap.started_at  # the clock starts with the program, not the sandbox
-                    deadline = obs.started_at + timeout_s
         return obs
     finally:
         sel.close()
