@@ -45,6 +45,7 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SETUP_FAILED = 125
 FAST_FLAGS = ("-I", "-S", "-B")
 
@@ -117,6 +118,21 @@ def set_oom_score_adj(value: int) -> None:
         pass
 
 
+class CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class CapData(ctypes.Structure):
+    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+
+def clear_capability_sets() -> None:
+    """Empty the effective, permitted and inheritable sets with capset(2). Needed beside the uid change:
+    leaving uid 0 clears permitted and effective only, never inheritable (bwrap's ``--cap-add`` fills it)."""
+    header, data = CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (CapData * 2)()
+    ok(libc.capset(ctypes.byref(header), data), "capset")
+
+
 def drop_caps_and_ids(uid: int, gid: int, groups: list[int]) -> None:
     """Every capability (bounding and ambient sets too) dropped, then ``uid``/``gid``/``groups`` taken
     (real, effective and saved); verified. No-new-privs is the caller's next step."""
@@ -127,6 +143,7 @@ def drop_caps_and_ids(uid: int, gid: int, groups: list[int]) -> None:
     os.setgroups(groups)
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
+    clear_capability_sets()
     status = read_text("/proc/self/status")
     for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
         value = status.split(key, 1)[1].split(None, 1)[0]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
+        clear_capability_sets,
         drop_caps_and_ids,
         exit_with,
         libc,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -147,14 +147,6 @@ def _drop_privileges(uid: int) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
 def _write_proc_self(name: str, text: str) -> None:
     fd = os.open("/proc/self/" + name, os.O_WRONLY)
     try:
@@ -177,8 +169,7 @@ def _enter_user_namespace(uid: int) -> None:
     last_cap = int(read_text("/proc/sys/kernel/cap_last_cap"))
     for cap in range(last_cap + 1):
         prctl(PR_CAPBSET_DROP, cap)
-    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
-    ok(libc.capset(ctypes.byref(header), data), "capset")
+    clear_capability_sets()
     status = read_text("/proc/self/status")
     for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
         if int(status.split(key, 1)[1].split(None, 1)[0], 16) != 0:
@@ -188,11 +179,16 @@ def _enter_user_namespace(uid: int) -> None:
 
 
 def _program(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: bytes, marker: bytes) -> int:
-    """H: pid 2 of the run's pid namespace."""
+    """H: pid 2 of the run's pid namespace. Once its fds are 0-2 only, a setup failure is reported on its
+    stderr (the one it was handed is closed by then)."""
     os.setsid()
     for target, fd in enumerate(fds[1:4]):
         os.dup2(fd, target)
     os.closerange(3, 1 << 16)
+    exit_with(2, functools.partial(_isolate_and_run, spec, uid, seccomp_filter, marker))
+
+
+def _isolate_and_run(spec: dict[str, Any], uid: int, seccomp_filter: bytes, marker: bytes) -> int:
     os.chdir("/work")
     set_oom_score_adj(0)
     _drop_privileges(uid)
