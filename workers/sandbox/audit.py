@@ -74,7 +74,10 @@ def poll_until_empty(check: Callable[[], list[str]], wait_s: float) -> list[str]
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user counts: ``EPERM`` means it is there)."""
+    """Whether process ``pid`` exists (one of another user counts: ``EPERM`` means it is there). Never a
+    process group: 0 and negative numbers are not a process."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

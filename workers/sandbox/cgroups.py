@@ -226,28 +226,34 @@ class RunCgroup:
         pids_ev = _kv(_read(self._file("", "pids.events"))).get("max", 0)
         return CgroupStats(cpu_us / 1e3, peak, oom, pids_ev)
 
-    def pids(self) -> list[int]:
-        """Every process still in the run's cgroup."""
+    def _members(self) -> set[int]:
+        """What ``cgroup.procs`` lists. cgroup v2 lists a task whose pid is already released (it is exiting) as
+        0, which ``kill`` would read as "my own process group": callers signal positive pids only."""
         found: set[int] = set()
         for d in self.dirs:
             with contextlib.suppress(FileNotFoundError):
                 found.update(int(x) for x in _read(d / "cgroup.procs").split())
-        return sorted(found)
+        return found
+
+    def pids(self) -> list[int]:
+        """Every live process still in the run's cgroup."""
+        return sorted(pid for pid in self._members() if pid > 0)
 
     def kill_all(self, deadline_s: float = 5.0) -> bool:
-        """SIGKILL every process in the cgroup until it is empty; True when empty."""
+        """SIGKILL every process in the cgroup until it is empty (exiting tasks gone too); True when empty."""
         kill_file = self._file("", "cgroup.kill") if self.version == 2 else None
         end = time.monotonic() + deadline_s
         while True:
-            pids = self.pids()
-            if not pids:
+            members = self._members()
+            if not members:
                 return True
             if kill_file is not None and kill_file.exists():
                 with contextlib.suppress(OSError):
                     _write(kill_file, "1")
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            for pid in members:
+                if pid > 0:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
             if time.monotonic() > end:
                 return False
             time.sleep(0.001)
