@@ -197,6 +197,11 @@ def denied_syscalls(machine: str | None = None) -> frozenset[str]:
     return frozenset(_denied(_arch(machine)))
 
 
+def syscall_numbers(machine: str | None = None) -> Mapping[str, int]:
+    """This architecture's number for every syscall the filter names (tests call them by number)."""
+    return _arch(machine).numbers
+
+
 def docker_profile(machine: str | None = None) -> str:
     """The same policy as a docker seccomp JSON profile (``security_opt=["seccomp=<json>"]``).
 
