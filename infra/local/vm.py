@@ -67,7 +67,7 @@ mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
 mount -t mqueue mqueue /dev/mqueue
-for d in /tmp /run/lock /var/tmp; do mkdir -p "$d"; mount -t tmpfs -o mode=1777 tmp "$d"; done
+# no tmpfs over /tmp: the repo or the cache may live there (a CI clone); the overlay root is writable
 ip link set lo up 2>/dev/null || true
 hostname rs-vm
 export HOME={home} PATH={path} LANG=C.UTF-8
