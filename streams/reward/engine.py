@@ -70,7 +70,17 @@ class _Table:
         self._data: dict[str, bytes] = {}
 
     def load(self, partition: int, rows: Mapping[str, bytes]) -> None:
+        """Restored rows, join states only. The Faust engine's watermarks ('#' keys: written by it, and by this
+        engine before the emit-then-mark split) are its own and stay in the changelog; a row that is no join
+        state is logged and left out, not parsed by every batch (a crash on each batch is a restart loop)."""
         for key, value in rows.items():
+            if key.startswith("#"):
+                continue
+            try:
+                JoinState.loads(value)
+            except ValueError as exc:
+                log.error("table partition %d: ignoring changelog row %r, not a join state: %s", partition, key, exc)
+                continue
             self._data[key] = value
             self._partition_of[key] = partition
 

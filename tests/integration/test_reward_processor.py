@@ -10,11 +10,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
+from infra.topics import ensure_topics
 from schemas.events import Event
+from schemas.topics import catalog, topic_for
+from streams.reward.changelog import changelog_name, changelog_spec
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
 from streams.reward.processor import RESTART_EXIT_CODE
-from tests.integration.reward_env import Reader, reward_env
+from tests.integration.reward_env import PARTITIONS, Reader, reward_env
 from tests.unit.reward_events import execution, judgement, verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -288,5 +292,37 @@ def test_two_processors_one_killed_the_other_takes_over(
             env.produce(events[len(events) // 2 :])
             rewards.wait(lambda: len({r.generation_id for r in rewards.rewards()}) >= n, 120, "all rewards", env)
             rewards.exactly_one_each(gens)
+        finally:
+            rewards.close()
+
+
+def test_changelog_rows_from_another_version_do_not_stop_the_processor(
+    kafka_config: dict[str, str], unique_name: str, tmp_path: Path
+) -> None:
+    """An upgrade keeps its changelog: the Faust engine's watermarks ('#' keys, also written by this engine
+    before the emit-then-mark split) and a row that is no join state are left out of the restored table; they
+    used to fail every batch, so the processor restarted forever (seen running `make demo` on an old cache)."""
+    gens = [f"gen-{i:03d}" for i in range(30)]
+    events: list[Event] = []
+    for gid in gens:
+        events += [execution(gid), verdict(gid, passed=3), judgement(gid)]
+    with reward_env(kafka_config, unique_name, tmp_path) as env:
+        executions = topic_for("executions", catalog(env.prefix, PARTITIONS))
+        ensure_topics([changelog_spec(env.app_id, executions)], kafka_config)
+        producer = Producer(kafka_config)
+        for partition in range(executions.partitions):
+            producer.produce(changelog_name(env.app_id), key=f"#watermark/{partition}".encode(), value=b"14",
+                             partition=partition)  # fmt: skip
+        producer.produce(changelog_name(env.app_id), key=b"gen-corrupt", value=b"{not json", partition=0)
+        assert producer.flush(30) == 0
+        rewards = Reader(kafka_config, env.name("rewards"))
+        try:
+            env.start(short_deadline_policy(tmp_path))
+            env.produce(events)
+            rewards.wait(lambda: len(rewards.values) >= len(gens), 90, "rewards after an old changelog", env)
+            by_gen = rewards.exactly_one_each(gens)
+            assert all(by_gen[g].reward == 1.0 for g in gens)
+            assert all(p.poll() is None for p in env.procs), env.logs()
+            assert "ignoring changelog row 'gen-corrupt', not a join state" in env.logs()
         finally:
             rewards.close()
