@@ -1,4 +1,4 @@
-"""A throwaway KVM guest on this machine's own files, to run a command under another kernel setup.
+"""A throwaway qemu guest on this machine's own files, to run a command under another kernel setup.
 
 Why: the sandbox has a cgroup v1 and a cgroup v2 path, and this machine (like CI's) boots cgroup v1. The guest
 boots Debian's stock kernel with only cgroup v2 mounted at ``/sys/fs/cgroup``, on the host's root filesystem
@@ -41,7 +41,7 @@ _APT_TIMEOUT_S = 600.0
 
 _INIT = """#!/bin/busybox sh
 # Stage 1 (initramfs): load the 9p/overlay modules, mount the host's root read-only under a tmpfs overlay.
-/bin/busybox mkdir -p /proc /sys /dev /lower /upper /newroot /out
+/bin/busybox mkdir -p /proc /sys /dev /lower /upper /newroot
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t devtmpfs dev /dev
 while read -r module; do /bin/busybox insmod "$module" || echo "vm: insmod $module failed"; done < /modules.order
