@@ -46,13 +46,13 @@ from schemas.settings import Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty
 from workers.sandbox.docker_entry import (
+    ENTRY_DEADLINES,
     EntryServer,
-    Observed,
     cgroup_procs_files,
     nsenter_path,
     same_user_namespace,
-    watch,
 )
+from workers.sandbox.output_pump import Observed, pump
 from workers.sandbox.process import (
     _Capture,
     _memfd,
@@ -484,7 +484,8 @@ class DockerSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            obs = watch(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], spec=spec, cap=cap, spawn_at=spawn_at)
+            obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s, spawn_at=spawn_at,
+                       cap=cap, deadlines=ENTRY_DEADLINES)  # fmt: skip
             raw = _read_status(mine[2], 2.0) if obs.exited else b""
             if len(raw) != 4:
                 # Stopped (timeout, output limit, no start) or the supervisor died (OOM-killed): kill the run

@@ -22,11 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schemas.errors import SandboxError
-from workers.sandbox.api import SandboxSpec
 from workers.sandbox.cgroups import cgroup_mountinfo
-from workers.sandbox.output_pump import Deadlines, pump
-from workers.sandbox.output_pump import Observed as Observed  # noqa: PLC0414 - re-exported: what ``watch`` returns
-from workers.sandbox.process import BOOT_COMMON, _Capture, boot_source
+from workers.sandbox.output_pump import Deadlines
+from workers.sandbox.process import BOOT_COMMON, boot_source
 
 #: Reads the server's code from stdin (it is not put on the command line, which the container can read):
 #: ``boot_common`` (A bytes), then ``docker_entry_main`` (B bytes, ``argv[1]`` is ``A,B``), run in one globals
@@ -190,19 +188,6 @@ class EntryServer:
             self._proc.wait()
 
 
-#: The clock runs from the start marker; setup (entering, writing the files) gets its own small allowance.
-_DEADLINES = Deadlines(setup_s=5.0, drain_s=2.0, timeout_before_start=False)
-
-
-def watch(*, out_fd: int, err_fd: int, exit_fd: int, spec: SandboxSpec, cap: _Capture, spawn_at: float) -> Observed:
-    """Pump output with caps until the status arrives (its supervisor killed and reaped everything of the
-    run first), the clock runs out (from the start marker on) or output overflows."""
-    return pump(
-        out_fd=out_fd,
-        err_fd=err_fd,
-        exit_fd=exit_fd,
-        timeout_s=spec.timeout_s,
-        spawn_at=spawn_at,
-        cap=cap,
-        deadlines=_DEADLINES,
-    )
+#: Runs entered through the entry server: the clock runs from the start marker; setup (entering, writing the
+#: files) gets its own small allowance.
+ENTRY_DEADLINES = Deadlines(setup_s=5.0, drain_s=2.0, timeout_before_start=False)

@@ -385,7 +385,8 @@ class ProcessSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            obs = _watch(out_r, err_r, status_r, spec=spec, spawn_at=spawn_at, cap=cap)
+            obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s, spawn_at=spawn_at,
+                       cap=cap, deadlines=_DEADLINES)  # fmt: skip
         finally:
             for fd in theirs:
                 os.close(fd)
@@ -500,7 +501,8 @@ class ProcessSandbox:
                 raise SandboxError("output pipes missing")
             pidfd = os.pidfd_open(proc.pid)
             try:
-                obs = _watch(proc.stdout.fileno(), proc.stderr.fileno(), pidfd, spec=spec, spawn_at=spawn_at, cap=cap)
+                obs = pump(out_fd=proc.stdout.fileno(), err_fd=proc.stderr.fileno(), exit_fd=pidfd,
+                           timeout_s=spec.timeout_s, spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES)  # fmt: skip
             finally:
                 os.close(pidfd)
         finally:
@@ -544,20 +546,6 @@ class ProcessSandbox:
             max_rss_kb=stats.memory_peak_bytes // 1024,
             pids_limit_hit=stats.pids_limit_hits > 0,
         )
-
-
-def _watch(out_fd: int, err_fd: int, exit_fd: int, *, spec: SandboxSpec, spawn_at: float, cap: _Capture) -> Observed:
-    """Pump output with caps until the program ends (``exit_fd`` readable), the clock runs out or output
-    overflows."""
-    return pump(
-        out_fd=out_fd,
-        err_fd=err_fd,
-        exit_fd=exit_fd,
-        timeout_s=spec.timeout_s,
-        spawn_at=spawn_at,
-        cap=cap,
-        deadlines=_DEADLINES,
-    )
 
 
 BOOT_COMMON = "boot_common.py"
