@@ -126,29 +126,36 @@ class CapData(ctypes.Structure):
     _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
 
 
-def clear_capability_sets() -> None:
-    """Empty the effective, permitted and inheritable sets with capset(2). Needed beside the uid change:
-    leaving uid 0 clears permitted and effective only, never inheritable (bwrap's ``--cap-add`` fills it)."""
+def drop_bounding_and_ambient() -> None:
+    """Empty the bounding and ambient sets (dropping from the bounding set needs CAP_SETPCAP: before the uid
+    change, or right after entering a user namespace)."""
+    last_cap = int(read_text("/proc/sys/kernel/cap_last_cap"))
+    for cap in range(last_cap + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+
+def clear_capability_sets(where: str) -> None:
+    """Empty the effective, permitted and inheritable sets with capset(2), then verify all five sets are empty.
+    Needed beside the uid change: leaving uid 0 clears permitted and effective only, never inheritable (bwrap's
+    ``--cap-add`` fills it)."""
     header, data = CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (CapData * 2)()
     ok(libc.capset(ctypes.byref(header), data), "capset")
+    status = read_text("/proc/self/status")
+    for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
+        value = status.split(key, 1)[1].split(None, 1)[0]
+        if int(value, 16) != 0:
+            raise OSError("capabilities left " + where + ": " + key + value)
 
 
 def drop_caps_and_ids(uid: int, gid: int, groups: list[int]) -> None:
     """Every capability (bounding and ambient sets too) dropped, then ``uid``/``gid``/``groups`` taken
     (real, effective and saved); verified. No-new-privs is the caller's next step."""
-    last_cap = int(read_text("/proc/sys/kernel/cap_last_cap"))
-    for cap in range(last_cap + 1):
-        prctl(PR_CAPBSET_DROP, cap)
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    drop_bounding_and_ambient()
     os.setgroups(groups)
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    clear_capability_sets()
-    status = read_text("/proc/self/status")
-    for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
-        value = status.split(key, 1)[1].split(None, 1)[0]
-        if int(value, 16) != 0:
-            raise OSError("capabilities left after the drop: " + key + value)
+    clear_capability_sets("after the drop")
     if (
         os.getresuid() != (uid, uid, uid)
         or os.getresgid() != (gid, gid, gid)

@@ -41,11 +41,11 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
     from typing import Any
 
     from workers.sandbox.boot_common import (
-        PR_CAPBSET_DROP,
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
         clear_capability_sets,
+        drop_bounding_and_ambient,
         drop_caps_and_ids,
         exit_with,
         libc,
@@ -54,7 +54,6 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         parse_spec,
         prctl,
         read_all,
-        read_text,
         run_program,
         serve_requests,
         set_oom_score_adj,
@@ -166,14 +165,8 @@ def _enter_user_namespace(uid: int) -> None:
     _write_proc_self("uid_map", f"{uid} {uid} 1")
     _write_proc_self("gid_map", f"{uid} {uid} 1")
     prctl(PR_SET_DUMPABLE, 0)
-    last_cap = int(read_text("/proc/sys/kernel/cap_last_cap"))
-    for cap in range(last_cap + 1):
-        prctl(PR_CAPBSET_DROP, cap)
-    clear_capability_sets()
-    status = read_text("/proc/self/status")
-    for key in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
-        if int(status.split(key, 1)[1].split(None, 1)[0], 16) != 0:
-            raise OSError("capabilities left in the run's user namespace: " + key)
+    drop_bounding_and_ambient()
+    clear_capability_sets("in the run's user namespace")
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
         raise OSError("ids changed entering the run's user namespace")
 
