@@ -73,7 +73,7 @@ class Pipeline:
 
     def start(self, report: Callable[[str], None] = lambda _msg: None) -> None:
         """Create the topics, then start each process that is not running and wait until it is ready."""
-        from infra.topics import ensure_topics
+        from bus.admin import ensure_topics
         from schemas.topics import catalog_for
 
         specs = catalog_for(self._settings)

@@ -41,11 +41,11 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as LibKafkaError
 
+from bus.clients import DeliveryTracker, publish_dead_letter
+from bus.errors import KafkaClientError, from_exception, from_message
 from schemas.codec import Contract, DecodeError, decode, encode
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
-from workers.kafka.clients import DeliveryTracker, publish_dead_letter
-from workers.kafka.errors import KafkaClientError, from_exception, from_message
 from workers.logs.shipper import LogShipper
 from workers.metrics import WorkerMetrics
 

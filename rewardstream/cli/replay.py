@@ -134,7 +134,7 @@ class _Bar:
 
 def _delete_namespace(settings: Settings, prefix: str) -> list[str]:
     """Delete every topic and consumer group under the replay prefix (catalog, Faust changelogs, workers')."""
-    from infra.topics import delete_groups_with_prefix, delete_topics
+    from bus.admin import delete_groups_with_prefix, delete_topics
 
     config = settings.kafka_client_config()
     admin = AdminClient({**config, "log_level": 3})

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bus.changelog import TABLE_NAME
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.emit_then_mark import EmitThenMark
@@ -30,7 +31,6 @@ from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions, read_partition
 
-TABLE_NAME = "reward-join"
 log = logging.getLogger("rewardstream.rewards")
 
 

@@ -31,17 +31,17 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
-from infra.topics import ensure_topics
+from bus.admin import ensure_topics
+from bus.changelog import changelog_name, changelog_spec, restore_partition
+from bus.clients import consumer_config, producer_config
 from schemas.codec import encode
 from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
-from streams.reward.changelog import changelog_name, changelog_spec, restore_partition
 from streams.reward.join import JoinState, emitted
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions
-from workers.kafka.clients import consumer_config, producer_config
 
 log = logging.getLogger("rewardstream.rewards")
 

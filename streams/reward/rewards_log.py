@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from bus.partition_reader import read_to_end
 from schemas.errors import KafkaError
-from streams.reward.partition_reader import read_to_end
 
 
 def read_partition(

@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from infra.topics import delete_topics, ensure_topics
+from bus.admin import delete_topics, ensure_topics
 from schemas.codec import decode, encode
 from schemas.events import (
     DeadLetter,

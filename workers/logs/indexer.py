@@ -23,11 +23,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
+from bus.clients import DeliveryTracker, flush, next_offsets, publish_dead_letter
+from bus.errors import from_message
 from schemas.codec import DecodeError, decode
 from schemas.errors import RewardstreamError
 from schemas.events import LogRecord
-from workers.kafka.clients import DeliveryTracker, flush, next_offsets, publish_dead_letter
-from workers.kafka.errors import from_message
 from workers.logs.indices import LogIndices, index_name
 from workers.metrics import WorkerMetrics
 

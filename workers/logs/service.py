@@ -9,9 +9,9 @@ import logging
 import threading
 from typing import Any
 
+from bus.clients import make_consumer, make_producer
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
-from workers.kafka.clients import make_consumer, make_producer
 from workers.logs.indexer import IndexerConfig, LogIndexer
 from workers.logs.indices import LogIndices
 from workers.metrics import WorkerMetrics

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 from confluent_kafka import Producer
 
+from bus.clients import DeliveryTracker, flush
+from bus.errors import from_exception
 from schemas.codec import encode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
-from workers.kafka.clients import DeliveryTracker, flush
-from workers.kafka.errors import from_exception
 
 
 def worker_name() -> str:

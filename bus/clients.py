@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from bus.errors import from_exception, from_lib_error
 from schemas.codec import encode
 from schemas.events import DeadLetter
-from workers.kafka.errors import from_exception, from_lib_error
 
 
 def consumer_config(
