@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Literal
 
 from bus.clients import make_consumer, make_producer
+from bus.metrics import WorkerMetrics
 from schemas.codec import encode
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
 from workers.grading import Grader
-from workers.metrics import WorkerMetrics
 from workers.roles.service import OUTPUT_ROLE, Dependencies, RoleName, run_worker
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems

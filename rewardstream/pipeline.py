@@ -40,7 +40,7 @@ class PipelineProcess:
 
 
 def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
-    """Executor, verifier, judge and indexer (with /metrics on consecutive ports), then the reward processor.
+    """Executor, verifier, judge, indexer and the reward processor, with /metrics on consecutive ports.
 
     Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
     """
@@ -54,7 +54,9 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
         procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
     # The Faust app id is its consumer group and names its changelog topics: scope it like the workers'.
     app_id = f"{settings.topic_prefix}rewards"
-    procs.append(PipelineProcess("reward", (*_supervised("reward"), "reward", "run", "--app-id", app_id), None))
+    port = first_port + len(roles)
+    argv = [*_supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]
+    procs.append(PipelineProcess("reward", tuple(argv), port))
     return procs
 
 

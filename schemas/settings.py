@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="address the worker's /metrics endpoint binds to")
     metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics; 0 picks a free one")
 
+    # Every consumer (workers, indexer, reward processor)
+    crash_attempts: int = Field(
+        3, ge=1, le=100, description="deaths of a consumer while one message ran alone before it is dead-lettered"
+    )
+
     # Executor/verifier/judge workers
     worker_concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
     worker_max_in_flight: int = Field(0, ge=0, le=100_000, description="buffered events before pausing (0: 16x, >= 64)")

@@ -16,6 +16,11 @@ Why it is shaped like this:
   that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
+* One message's failure is that message's: undecodable or invalid -> DLQ at once; a handler that raises is
+  retried with backoff (S3 or registry hiccups), then dead-lettered as a handler crash with its traceback
+  logged. A message that kills the whole process is caught by the crash guard (``bus.crash_guard``): after
+  an owner died, the partition's next messages run alone, and one that kills the process alone
+  ``crash_attempts`` times is dead-lettered without running again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -42,12 +48,14 @@ from confluent_kafka import (
 from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.clients import DeliveryTracker, publish_dead_letter
+from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
 from bus.errors import KafkaClientError, from_exception, from_message
-from schemas.codec import Contract, DecodeError, decode, encode
-from schemas.errors import RewardstreamError
+from bus.metrics import WorkerMetrics
+from bus.transaction import commit_offsets
+from schemas.codec import Contract, decode, encode
+from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
 from workers.logs.shipper import LogShipper
-from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +101,8 @@ class Reject:
     """A message that cannot be handled (undecodable, invalid): it becomes a DeadLetter with ``error``."""
 
     error: BaseException
+    #: What SREs find in OpenSearch about it (a handler crash's traceback, a crash loop), in the same transaction.
+    log: LogRecord | None = None
 
 
 Outcome = Done | Reject
@@ -139,6 +149,8 @@ class WorkerConfig:
     handler_backoff_s: float = 0.5
     handler_backoff_max_s: float = 10.0
     lag_every_s: float = 5.0
+    #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
+    crash_attempts: int = DEFAULT_ATTEMPTS
 
     @property
     def buffer_limit(self) -> int:
@@ -157,6 +169,10 @@ class _Item:
     event: GenerationEvent | None = None
     outcome: Outcome | None = None
     attempts: int = 0
+    #: Runs alone (a suspect message after an owner died, see ``bus.crash_guard``).
+    alone: bool = False
+    #: Its "running alone" mark is committed (a retry after a handler exception needs no new one).
+    marked: bool = False
 
 
 @dataclass(eq=False)
@@ -218,6 +234,9 @@ class TransactionalWorker:
         self._draining = False
         self._last_commit = clock()
         self._last_lag = 0.0
+        self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
+        self._alone: deque[_Item] = deque()  # suspect messages waiting to run alone, in arrival order
+        self._running_alone: _Item | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
@@ -315,9 +334,13 @@ class TransactionalWorker:
         try:
             if value is None:
                 raise EmptyValueError("message has no value (tombstone)")
-            item.event = decode(value, GenerationEvent)
-        except (DecodeError, InvalidEventError) as exc:
+            item.event = decode(value, GenerationEvent)  # raises DecodeError only, for any bytes
+        except RewardstreamError as exc:
             item.outcome = Reject(exc)
+            return
+        if self.guard.suspect(topic, partition, offset):
+            item.alone = True
+            self._alone.append(item)
             return
         queue = part.episodes.setdefault(item.key, deque())
         queue.append(item)
@@ -329,7 +352,13 @@ class TransactionalWorker:
         if self._delayed:
             due = [entry for entry in self._delayed if entry[0] <= now]
             self._delayed = [entry for entry in self._delayed if entry[0] > now]
-            self._runnable.extend(item for _, item in due)
+            for _, item in due:
+                if item.alone:
+                    self._alone.appendleft(item)
+                else:
+                    self._runnable.append(item)
+        if self._running_alone is not None or self._start_alone():
+            return  # nothing else runs beside a suspect message, or while one waits for the others to finish
         # Every runnable item is handed to the runners at once (the buffer limit bounds them): a runner finds its
         # next item ready the moment it finishes one, even while this loop is busy committing a transaction.
         while not self._draining and self._runnable:
@@ -338,6 +367,55 @@ class TransactionalWorker:
                 continue
             self._running += 1
             self._work.put(item)
+
+    def _start_alone(self) -> bool:
+        """Start the first suspect message once nothing else runs and its partition is committed up to it.
+
+        True while suspect messages wait (normal ones are held back meanwhile: the window is short)."""
+        while self._alone and not self._alone[0].part.live:
+            self._alone.popleft()
+        if not self._alone or self._draining:
+            return bool(self._alone)
+        item = self._alone[0]
+        if self._running > 0:
+            return True
+        if next(iter(item.part.pending)) != item.offset:  # earlier offsets of its partition are not committed
+            self._commit()
+            if not item.part.live or next(iter(item.part.pending), None) != item.offset:
+                return True
+        self._alone.popleft()
+        topic, partition = item.part.topic, item.part.partition
+        if not item.marked:
+            decision = self.guard.before_alone(topic, partition, item.offset)
+            if isinstance(decision, GiveUp):
+                self._crash_loop(item, decision)
+                return bool(self._alone)
+            mark = TopicPartition(topic, partition, item.offset, metadata=decision.mark.encode())
+            commit_offsets(self.producer, self.consumer, [mark], self.config.kafka_timeout_s)
+            item.marked = True
+        log.info("%s: running %s[%d]@%d alone (crash guard)", self.config.role, topic, partition, item.offset)
+        self._running += 1
+        self._running_alone = item
+        self._work.put(item)
+        return True
+
+    def _crash_loop(self, item: _Item, decision: GiveUp) -> None:
+        """Dead-letter a message that killed the process each time it ran alone; say so where SREs look."""
+        error = decision.error
+        log.error("%s: crash loop: %s", self.config.role, error)
+        item.outcome = Reject(error, self._record(item, f"dead-lettered ({type(error).__name__}): {error}"))
+        self._commit()
+
+    def _record(self, item: _Item, message: str, exc: BaseException | None = None) -> LogRecord:
+        """An error LogRecord about ``item`` (with its ids and coordinates, and a traceback if given)."""
+        event = item.event
+        exc_text = "".join(traceback.format_exception(exc)) if exc is not None else None
+        return self.shipper.record(
+            "error", message, exc_text=exc_text, topic=item.part.topic, partition=item.part.partition,
+            offset=item.offset, generation_id=event.generation_id if event else None,
+            episode_id=event.episode_id if event else None, run_id=event.run_id if event else None,
+            task_id=event.task_id if event else None,
+        )  # fmt: skip
 
     def _runner(self) -> None:
         """Runner thread: handle items one at a time; outcomes (or the exception) go back to the loop."""
@@ -358,7 +436,7 @@ class TransactionalWorker:
                     )
             except InvalidEventError as exc:  # retrying cannot fix the event: dead-letter it now
                 outcome = Reject(exc)
-            except Exception as exc:
+            except Exception as exc:  # one message's failure is that message's: retried, then dead-lettered
                 outcome = exc
             self._done.put((item, outcome))
 
@@ -370,6 +448,12 @@ class TransactionalWorker:
             except Empty:
                 return
             self._running -= 1
+            if item is self._running_alone:
+                self._running_alone = None
+                if item.part.live and not isinstance(outcome, BaseException):
+                    item.outcome = outcome
+                    self._commit()  # its result is committed before anything else starts
+                    continue
             if not item.part.live or outcome is _NOT_STARTED:
                 continue
             if isinstance(outcome, BaseException):
@@ -395,9 +479,14 @@ class TransactionalWorker:
             self.metrics.retry("handler")
             self._delayed.append((self._clock() + delay, item))
             return
-        log.error("%s: giving up on %s[%d]@%d after %d attempts: %s", cfg.role, item.part.topic,
-                  item.part.partition, item.offset, item.attempts, exc)  # fmt: skip
-        item.outcome = Reject(exc)
+        log.error("%s: handler crashed on %s[%d]@%d on all %d attempts; dead-lettering it", cfg.role,
+                  item.part.topic, item.part.partition, item.offset, item.attempts, exc_info=exc)  # fmt: skip
+        why = f"handler crashed on all {item.attempts} attempts: {type(exc).__name__}: {exc}"
+        error = HandlerCrashError(why, topic=item.part.topic, partition=item.part.partition, offset=item.offset)
+        item.outcome = Reject(error, self._record(item, f"dead-lettered ({type(error).__name__}): {error}", exc))
+        if item.alone:
+            self._commit()
+            return
         queue = item.part.episodes.get(item.key)
         if queue and queue[0] is item:
             queue.popleft()
@@ -429,7 +518,8 @@ class TransactionalWorker:
                 ready.append(item)
                 last = offset
             if last is not None:
-                offsets.append(TopicPartition(part.topic, part.partition, last + 1))
+                metadata = self.guard.progress(part.topic, part.partition, last + 1)
+                offsets.append(TopicPartition(part.topic, part.partition, last + 1, metadata=metadata))
         return ready, offsets
 
     def _commit(self) -> None:
@@ -465,13 +555,15 @@ class TransactionalWorker:
                     self.metrics.sandbox_error()
             elif isinstance(outcome, Reject):
                 self.stats.dead_letters += 1
-                self.metrics.failed(type(outcome.error).__name__)
+                self.metrics.dead_letter(type(outcome.error).__name__)
 
     def _publish(self, item: _Item) -> None:
         outcome = item.outcome
         if isinstance(outcome, Reject):
             publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
                                 error=outcome.error, tracker=self._tracker)  # fmt: skip
+            if outcome.log is not None:
+                self.shipper.emit(outcome.log)
             return
         if not isinstance(outcome, Done):
             return
@@ -519,6 +611,7 @@ class TransactionalWorker:
         self._parts = {(tp.topic, tp.partition): _Partition(tp.topic, tp.partition) for tp in tps}
         self._runnable.clear()
         self._delayed.clear()
+        self._alone.clear()
         if not tps:
             return
         try:
@@ -571,20 +664,26 @@ class TransactionalWorker:
             consumer.pause(partitions)
         else:
             consumer.resume(partitions)
+        marks = start_marks(consumer, self.guard, partitions, self.config.kafka_timeout_s)
+        commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is ready while we still own the partitions; drop the rest (the next owner re-runs it)."""
         log.info("%s: revoked %s", self.config.role, sorted(tp.partition for tp in partitions))
         self._collect()
-        if self._ready_count():
-            try:
+        try:
+            if self._ready_count():
                 self._commit()
-            except RewardstreamError as exc:
-                log.warning("%s: commit on revoke failed; the new owner re-runs: %s", self.config.role, exc)
+            commit_offsets(self.producer, self.consumer, release_marks(self.guard, partitions),
+                           self.config.kafka_timeout_s)  # fmt: skip
+        except RewardstreamError as exc:
+            log.warning("%s: commit on revoke failed; the new owner re-runs: %s", self.config.role, exc)
         self._drop(partitions)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("%s: lost %s", self.config.role, sorted(tp.partition for tp in partitions))
+        for tp in partitions:
+            self.guard.lost(tp.topic, tp.partition)
         self._drop(partitions)
 
     def _drop(self, partitions: list[TopicPartition]) -> None:
@@ -598,6 +697,7 @@ class TransactionalWorker:
                 part.live = False
         self._runnable = deque(item for item in self._runnable if item.part.live)
         self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
+        self._alone = deque(item for item in self._alone if item.part.live)
 
 
 def _is_ready(item: _Item) -> bool:

@@ -91,7 +91,7 @@ def _environ(overrides: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _free_port_base(host: str, count: int = 3) -> int:
+def _free_port_base(host: str, count: int = 5) -> int:
     """A port with ``count`` free consecutive ports above it, below the ephemeral range (workers' /metrics)."""
     rng = random.SystemRandom()
     for _ in range(_PORTS_TRIED):

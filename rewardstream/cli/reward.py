@@ -1,7 +1,8 @@
-"""``rewardstream reward run|policy``: the Faust reward processor and its policy file.
+"""``rewardstream reward run|policy``: the reward processor (Kafka transactions, or the Faust app) and its policy.
 
 The processor joins executions, verdicts and judgements into one reward per generation; SIGTERM stops it
-cleanly, SIGKILL loses nothing (the next start recovers the table and de-duplicates from the rewards topic).
+cleanly, SIGKILL loses nothing (the next start recovers the table from its changelog and re-reads the inputs
+it had not committed). /metrics serves dead letters by reason, like the workers'.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def run(
     kill_after_rewards: Annotated[
         int | None, typer.Option("--kill-after-rewards", min=1, hidden=True, help="fault injection for crash tests")
     ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="/metrics port (default: RS_METRICS_PORT)")
+    ] = None,
     engine: Annotated[
         Engine,
         typer.Option(
@@ -53,18 +57,27 @@ def run(
     ] = Engine.kafka,
 ) -> None:
     """Join the co-partitioned results into one reward per generation, until SIGTERM."""
+    from bus.metrics import WorkerMetrics, serve
     from streams.reward.policy import load_policy
 
     settings = load_settings()
     loaded = load_policy(policy)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    metrics = WorkerMetrics("rewards")
+    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
+    where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
     if engine is Engine.kafka:
         from streams.reward.engine import EngineOptions, RewardEngine, run_engine
 
-        options_ = EngineOptions(app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards)
-        banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka"
+        options_ = EngineOptions(
+            app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards, crash_attempts=settings.crash_attempts
+        )
+        banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka, {where}"
         print(banner, file=sys.stderr, flush=True)
-        run_engine(RewardEngine(settings, loaded, options_))
+        try:
+            run_engine(RewardEngine(settings, loaded, options_, metrics))
+        finally:
+            server.close()
         return
     from streams.reward.app import AppOptions, build_app, run_worker
 
@@ -76,9 +89,13 @@ def run(
         stall_timeout_s=stall_timeout_s,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)
-    faust_app, _processor = build_app(settings, loaded, options)
-    print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}", file=sys.stderr, flush=True)
-    run_worker(faust_app, loglevel)
+    faust_app, processor = build_app(settings, loaded, options)
+    processor.on_dead_letter = metrics.dead_letter
+    print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, {where}", file=sys.stderr, flush=True)
+    try:
+        run_worker(faust_app, loglevel)
+    finally:
+        server.close()
 
 
 @reward_app.command("policy")

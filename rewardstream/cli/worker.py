@@ -14,10 +14,10 @@ from types import FrameType
 
 import typer
 
+from bus.metrics import WorkerMetrics, serve
 from rewardstream.cli.common import load_settings
 from rewardstream.cli.main import app
 from workers.logs.service import run_indexers
-from workers.metrics import WorkerMetrics, serve
 
 worker_app = typer.Typer(help="Run a worker process (consumer group member) until SIGTERM.", no_args_is_help=True)
 app.add_typer(worker_app, name="worker")

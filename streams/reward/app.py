@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.changelog import TABLE_NAME
+from schemas.errors import HandlerCrashError
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.emit_then_mark import EmitThenMark
@@ -213,6 +214,32 @@ def _doing(processor: RewardProcessor, marks: EmitThenMark) -> str:
     return marks.doing or processor.doing
 
 
+async def _handle_message(processor: RewardProcessor, message: Any, limit_s: float | None) -> None:
+    """One input message; a crash is that message's (dead-lettered, the agent goes on), a hang the process's."""
+    where = f"{message.topic}[{message.partition}]@{message.offset}"
+    work = processor.handle(
+        message.topic,
+        message.partition,
+        message.offset,
+        timestamp=float(message.timestamp or time.time()),
+        key=message.key,
+        value=message.value,
+    )
+    try:
+        await asyncio.wait_for(work, limit_s)
+    except TimeoutError:  # crash-only: a restart is safe (the input is re-read, rewards are de-duplicated)
+        _exit(f"handling {where} hung")
+    except Exception as exc:
+        error = HandlerCrashError(f"handler crashed: {type(exc).__name__}: {exc}", topic=message.topic,
+                                  partition=message.partition, offset=message.offset)  # fmt: skip
+        try:
+            await processor.dead_letter(message.topic, message.partition, message.offset, key=message.key,
+                                        value=message.value, error=error, crash=exc)  # fmt: skip
+        except Exception:
+            log.exception("dead-lettering %s failed", where)
+            _exit(f"dead-lettering {where} failed")
+
+
 def _wire(
     app: Any,
     source: Any,
@@ -227,20 +254,7 @@ def _wire(
 
     async def join_agent(stream: Any) -> None:
         async for event in stream.events():
-            message = event.message
-            work = processor.handle(
-                message.topic,
-                message.partition,
-                message.offset,
-                timestamp=float(message.timestamp or time.time()),
-                key=message.key,
-                value=message.value,
-            )
-            try:
-                await asyncio.wait_for(work, limit_s)
-            except Exception:  # crash-only: a restart is safe (the input is re-read, rewards are de-duplicated)
-                log.exception("handling %s[%d]@%d failed", message.topic, message.partition, message.offset)
-                _exit(f"handling {message.topic}[{message.partition}]@{message.offset} failed or hung")
+            await _handle_message(processor, event.message, limit_s)
 
     async def deadlines() -> None:
         if not _ready(app):

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -123,6 +124,8 @@ class RewardProcessor:
             "withheld": 0,
             "expired": 0,
         }
+        #: Called with the reason (error class) of every dead letter: the engine's metrics.
+        self.on_dead_letter: Callable[[str], None] = lambda _reason: None
 
     def restart_progress_clock(self) -> None:
         """Start the no-progress clock of every input afresh (after assignment or recovery)."""
@@ -204,7 +207,20 @@ class RewardProcessor:
                 await self.outputs.mark_sent(state.partition)
                 raw = self.store.get(state.generation_id)  # re-read: the agent may have emitted meanwhile
                 if raw is not None:
-                    await self._act(JoinState.loads(raw), now[state.partition])
+                    await self._act_or_give_up(JoinState.loads(raw), now[state.partition])
+
+    async def _act_or_give_up(self, state: JoinState, now: float) -> None:
+        """A deadline decision; if deciding crashes (a bug), that generation ends without a reward, loudly,
+        instead of crashing every tick (a restart loop for the whole processor)."""
+        try:
+            await self._act(state, now)
+        except Exception as exc:
+            log.exception("deciding the reward of %s failed", state.generation_id)
+            self.counts["gave_up"] += 1
+            await self.store.put(
+                state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
+            )
+            await self._log(state, "error", f"no reward: deciding it crashed ({type(exc).__name__}: {exc})")
 
     def note_waiting(self, why: str) -> None:
         """Log why deadlines are not applied, at most every 10 s (a silent stall is the worst failure)."""
@@ -227,17 +243,19 @@ class RewardProcessor:
         for key, raw in list(self.store.items()):
             if raw.startswith(PENDING_PREFIX):
                 continue
-            state = JoinState.loads(raw)
+            state = _load(key, raw)
+            if state is None:
+                continue
             if state.partition in partitions and state.first_seen < cutoff:
                 await self.store.delete(state.partition, key)
                 self.counts["expired"] += 1
 
     def _pending(self, partitions: set[int]) -> list[JoinState]:
         out: list[JoinState] = []
-        for _key, raw in list(self.store.items()):
+        for key, raw in list(self.store.items()):
             if raw.startswith(PENDING_PREFIX):
-                state = JoinState.loads(raw)
-                if state.partition in partitions:
+                state = _load(key, raw)
+                if state is not None and state.partition in partitions:
                     out.append(state)
         return out
 
@@ -271,19 +289,50 @@ class RewardProcessor:
                 raise DecodeError(_MODELS[role].__name__, [("", "empty message (tombstone)")])
             return decode(value, _MODELS[role])
         except DecodeError as exc:
-            letter = DeadLetter.capture(
-                source_topic=topic,
-                source_partition=partition,
-                source_offset=offset,
-                component=COMPONENT,
-                error=exc,
-                key=key,
-                value=value or b"",
-            )
-            await self.outputs.send_dlq(key, encode(letter))
-            self.counts["dlq"] += 1
-            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, exc)
+            await self.dead_letter(topic, partition, offset, key=key, value=value, error=exc)
             return None
+
+    async def dead_letter(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        error: BaseException,
+        crash: BaseException | None = None,
+    ) -> None:
+        """Send one input message to the DLQ with ``error``; a handler ``crash`` is also logged with its traceback
+        (here and in OpenSearch)."""
+        letter = DeadLetter.capture(
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=offset,
+            component=COMPONENT,
+            error=error,
+            key=key,
+            value=value or b"",
+        )
+        await self.outputs.send_dlq(key, encode(letter))
+        self.counts["dlq"] += 1
+        self.on_dead_letter(type(error).__name__)
+        if crash is None:
+            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, error)
+            return
+        log.error("dead-lettered %s[%d]@%d: %s", topic, partition, offset, error, exc_info=crash)
+        record = LogRecord(
+            level="error",
+            component=COMPONENT,
+            worker=self.worker,
+            logger=log.name,
+            message=f"dead-lettered ({type(error).__name__}): {error}"[:8192],
+            topic=topic[:249],
+            partition=partition,
+            offset=offset,
+            exc_text="".join(traceback.format_exception(crash))[-16384:],
+        )
+        await self.outputs.send_log(record.key(), encode(record))
 
     async def _act(self, state: JoinState, now: float, *, changed: bool = False) -> None:
         """Decide and do it; ``changed``: the state differs from the table's and must be stored unless superseded.
@@ -328,3 +377,12 @@ class RewardProcessor:
         )
         log.log(logging.ERROR if level == "error" else logging.WARNING, "%s: %s", state.generation_id, message)
         await self.outputs.send_log(record.key(), encode(record))
+
+
+def _load(key: str, raw: bytes) -> JoinState | None:
+    """A table row as a join state; a row that is none (written by something else) is skipped, not fatal."""
+    try:
+        return JoinState.loads(raw)
+    except ValueError as exc:
+        log.debug("table row %r is no join state: %s", key, exc)
+        return None

@@ -430,7 +430,7 @@ class TrainerClient:
             while not self._stop.is_set():
                 for msg in consumer.consume(1000, timeout=_POLL_S):
                     if msg.error() is None:
-                        self._handle(msg)
+                        self._handle_guarded(msg)
                     else:
                         log.warning("rewards consumer: %s", msg.error())
                 self._serve_commits()
@@ -452,6 +452,19 @@ class TrainerClient:
                 consumer.commit(offsets=tps, asynchronous=True)
             except KafkaException as exc:
                 log.warning("auto-commit failed (retried next interval): %s", exc)
+
+    def _handle_guarded(self, msg: Message) -> None:
+        """One reward message; a failure handling it (a bug) skips that message, never the trainer's rewards."""
+        try:
+            self._handle(msg)
+        except Exception:
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            log.exception(
+                "skipping the reward message at %s[%d]@%d: handling it failed", msg.topic(), partition, offset
+            )
+            with self._state.cond:
+                self._state.undecodable += 1
+                _advance(self._state, partition, offset)
 
     def _handle(self, msg: Message) -> None:
         partition, offset = msg.partition() or 0, msg.offset() or 0

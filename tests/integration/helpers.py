@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
+from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from tests.integration.reward_env import REPO
-from workers.metrics import WorkerMetrics
 from workers.roles.service import Dependencies, RoleName, run_worker
 from workers.runtime import WorkerStats
 

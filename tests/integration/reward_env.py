@@ -76,6 +76,8 @@ class RewardEnv:
             "8",
             "--engine",
             engine,
+            "--metrics-port",
+            "0",
         ]
         if policy is not None:
             cmd += ["--policy", str(policy)]

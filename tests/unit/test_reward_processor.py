@@ -355,3 +355,27 @@ def test_stalled_inputs_are_those_with_backlog_and_no_progress(policy: Policy) -
     assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1)]
     proc.restart_progress_clock()  # a rebalance restarts every clock
     assert proc.stalled(backlog, stall_s=20) == []
+
+
+def test_the_dead_letter_of_the_reward_engine_names_the_handler_crash() -> None:
+    """(pure) the processor's dead letter for a crash: its error and a log record with the traceback."""
+    sent: list[tuple[str, bytes]] = []
+
+    class Outs:
+        async def send_dlq(self, key: bytes | None, value: bytes) -> None:
+            sent.append(("dlq", value))
+
+        async def send_log(self, key: bytes, value: bytes) -> None:
+            sent.append(("log", value))
+
+    processor = RewardProcessor(load_policy(None), Topics({}), None, Outs())  # type: ignore[arg-type]
+    try:
+        raise ZeroDivisionError("boom")
+    except ZeroDivisionError as crash:
+        asyncio.run(processor.dead_letter("t", 1, 5, key=b"k", value=b"v", error=ValueError("handler crashed"),
+                                          crash=crash))  # fmt: skip
+    assert [kind for kind, _ in sent] == ["dlq", "log"]
+    letter, record = decode(sent[0][1], DeadLetter), decode(sent[1][1], LogRecord)
+    assert (letter.source_offset, letter.error) == (5, "handler crashed")
+    assert record.exc_text is not None
+    assert "ZeroDivisionError: boom" in record.exc_text

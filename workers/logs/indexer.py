@@ -25,11 +25,11 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.clients import DeliveryTracker, flush, next_offsets, publish_dead_letter
 from bus.errors import from_message
+from bus.metrics import WorkerMetrics
 from schemas.codec import DecodeError, decode
-from schemas.errors import RewardstreamError
+from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import LogRecord
 from workers.logs.indices import LogIndices, index_name
-from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -183,10 +183,17 @@ class LogIndexer:
         for msg in messages:
             try:
                 record = decode(msg.value() or b"", LogRecord)
+                doc = document(record, msg)
             except DecodeError as exc:
                 self._dead_letter(msg, exc)
                 continue
-            docs.append((record, document(record, msg)))
+            except Exception as exc:  # one message's failure is that message's, never the indexer's
+                log.exception(
+                    "handling %s[%s]@%s failed; dead-lettering it", msg.topic(), msg.partition(), msg.offset()
+                )
+                self._dead_letter(msg, HandlerCrashError(f"handler crashed: {type(exc).__name__}: {exc}"))
+                continue
+            docs.append((record, doc))
             sources.append(msg)
         if not self._index(docs, sources):
             return  # stopping: nothing committed, all of it is re-delivered to whoever takes over
@@ -199,7 +206,7 @@ class LogIndexer:
             self._producer, self.config.dlq_topic, msg, component=self.config.component, error=exc,
             tracker=self._tracker,
         )  # fmt: skip
-        self._metrics.failed(type(exc).__name__)
+        self._metrics.dead_letter(type(exc).__name__)
         log.warning("dead-lettered %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), exc)
 
     def _index(self, docs: list[tuple[LogRecord, dict[str, Any]]], sources: list[Message]) -> bool:

@@ -10,11 +10,11 @@ import threading
 from typing import Any
 
 from bus.clients import make_consumer, make_producer
+from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from workers.logs.indexer import IndexerConfig, LogIndexer
 from workers.logs.indices import LogIndices
-from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 

@@ -69,9 +69,26 @@ class LogShipper:
         fields: Mapping[str, LogValue] | None = None,
         stdout: str | None = None,
         stderr: str | None = None,
+        exc_text: str | None = None,
         **context: str | int | None,
     ) -> LogRecord:
-        """Build and emit a record; ``context`` sets ids (generation_id, episode_id, ...), ``fields`` extras.
+        """Build and emit a record (see ``record``)."""
+        return self.emit(
+            self.record(level, message, fields=fields, stdout=stdout, stderr=stderr, exc_text=exc_text, **context)
+        )
+
+    def record(
+        self,
+        level: LogLevel,
+        message: str,
+        *,
+        fields: Mapping[str, LogValue] | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+        exc_text: str | None = None,
+        **context: str | int | None,
+    ) -> LogRecord:
+        """A record of this component; ``context`` sets ids (generation_id, episode_id, ...), ``fields`` extras.
 
         ``stdout``/``stderr`` are kept as their last OUTPUT_TAIL_MAX_CHARS characters (full output belongs in
         the artifact store) and indexed as full text; ``*_truncated`` says whether they were cut.
@@ -82,15 +99,15 @@ class LogShipper:
                 kept, cut = tail(text)
                 extra[name] = kept
                 extra[f"{name}_truncated"] = cut
-        record = LogRecord(
+        return LogRecord(
             level=level,
             component=self.component,
             worker=self.worker,
             message=message[:8192],
             fields=extra,
+            exc_text=None if exc_text is None else exc_text[-16384:],
             **context,  # type: ignore[arg-type]
         )
-        return self.emit(record)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every queued record is in Kafka; raise KafkaError if one could not be delivered."""

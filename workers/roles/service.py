@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bus.clients import make_consumer, make_producer
+from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Role as TopicRole
@@ -24,7 +25,6 @@ from schemas.topics import catalog_for, topic_for
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
-from workers.metrics import WorkerMetrics
 from workers.roles.common import RoleContext, TaskSource
 from workers.runtime import Handler, TransactionalWorker, WorkerConfig, WorkerStats
 from workers.sandbox.api import Sandbox

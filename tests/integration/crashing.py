@@ -1,0 +1,105 @@
+"""Consumers that die on one message, for the crash-loop tests: run under the real supervisor.
+
+``python -m tests.integration.crashing worker --poison GEN ...`` is a transactional worker whose handler
+SIGKILLs its own process when it meets generation GEN (as a segfault in a C extension would);
+``... rewards --poison GEN`` is the reward engine doing the same while it handles a part of GEN. Everything
+else is the production code path. Settings come from the environment (``RS_TOPIC_PREFIX`` etc.).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from bus.clients import make_consumer, make_producer
+from bus.metrics import WorkerMetrics
+from schemas.events import GenerationEvent
+from schemas.settings import Settings
+from schemas.topics import catalog_for, topic_for
+from workers.logs.shipper import LogShipper
+from workers.runtime import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+
+
+class KillsItselfOn:
+    """A handler that dies (SIGKILL, no cleanup) on one generation and echoes every other one."""
+
+    def __init__(self, poison: str, out_topic: str) -> None:
+        self.poison = poison
+        self.out_topic = out_topic
+
+    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
+        if event.generation_id == self.poison:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return Done((Output(self.out_topic, event.key(), event.generation_id.encode()),))
+
+
+def _stop_on_sigterm() -> threading.Event:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
+    return stop
+
+
+def worker_main(poison: str, group: str) -> None:
+    settings = Settings()
+    specs = catalog_for(settings)
+    kafka = settings.kafka_client_config()
+    config = WorkerConfig(
+        role="executor",
+        source_topic=topic_for("generations", specs).name,
+        dlq_topic=topic_for("dlq", specs).name,
+        group_id=group,
+        transactional_id=f"{group}-tx",  # stable: a restart fences the dead one's open transaction at once
+        concurrency=2,
+        commit_interval_s=0.1,
+        crash_attempts=settings.crash_attempts,
+    )
+    overrides: dict[str, str | int | bool] = {
+        "transactional.id": config.transactional_id,
+        "transaction.timeout.ms": 10_000,
+    }
+    producer = make_producer(kafka, **overrides)
+    consumer = make_consumer(kafka, group, **{"session.timeout.ms": 6000})
+    shipper = LogShipper(producer, topic_for("logs", specs).name, "executor")
+    handler = KillsItselfOn(poison, topic_for("executions", specs).name)
+    metrics = WorkerMetrics("executor")
+    worker = TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics,
+                                 stop=_stop_on_sigterm(), shipper=shipper)  # fmt: skip
+    worker.run()
+
+
+def rewards_main(poison: str, app_id: str) -> None:
+    from streams.reward.engine import EngineOptions, RewardEngine, run_engine
+    from streams.reward.policy import load_policy
+
+    settings = Settings()
+    engine = RewardEngine(settings, load_policy(None), EngineOptions(app_id=app_id, tick_s=0.2))
+    handle = engine.processor.handle
+    marker = f'"generation_id":"{poison}"'.encode()
+
+    async def dies_on_poison(topic: str, partition: int, offset: int, **kwargs: Any) -> None:
+        if marker in (kwargs.get("value") or b""):
+            os.kill(os.getpid(), signal.SIGKILL)
+        await handle(topic, partition, offset, **kwargs)
+
+    engine.processor.handle = dies_on_poison  # type: ignore[method-assign]
+    run_engine(engine)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["worker", "rewards"])
+    parser.add_argument("--poison", required=True)
+    parser.add_argument("--group", required=True)
+    args = parser.parse_args(argv)
+    if args.kind == "worker":
+        worker_main(args.poison, args.group)
+    else:
+        rewards_main(args.poison, args.group)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
