@@ -71,8 +71,8 @@ def demo(
     console.print(
         f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch_url}, indices "
         f"{settings.opensearch_index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
-        f"worker metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
-        f"{settings.metrics_port + 3}/metrics; `rewardstream down` stops everything."
+        f"pipeline metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
+        f"{settings.metrics_port + 4}/metrics; `rewardstream down` stops everything."
     )
     if missing:
         raise typer.Exit(1)
