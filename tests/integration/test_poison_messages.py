@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 
@@ -29,6 +30,7 @@ from schemas.events import (
     RewardEvent,
 )
 from streams.sdk import TrainerClient, TrainerConfig
+from tests.integration.helpers import cli
 from tests.integration.reward_env import Reader
 from tests.integration.sdk_env import Problems, convert_problems, pipeline
 from tests.unit.test_codec_fuzz import TROUBLE
@@ -149,6 +151,16 @@ def test_poison_on_every_input_topic_is_dead_lettered_once_and_every_generation_
             # nobody restarted: the processes started with the pipeline are all there is, and all are alive
             assert env.procs == started
             assert [p.poll() for p in env.procs] == [None] * len(started), pipe.logs()
+            # replay and explain read the same poisoned topics
+            replayed = cli(["replay", "--run-id", run, "--json", "--replay-id", "poison"], pipe.worker_env, 600)
+            assert replayed.returncode == 0, replayed.stderr[-4000:]
+            report = orjson.loads(replayed.stdout)
+            assert report["replayed"] == len(expected)
+            assert report["counts"]["same"] == len(expected), report["counts"]
+            target = f"{run}-g0"
+            story = cli(["explain", target, "--json"], pipe.worker_env, 300)
+            assert story.returncode == 0, story.stderr[-4000:]
+            assert orjson.loads(story.stdout)["reward"]["reward"] == 1.0
         finally:
             client.close()
             rewards.close()
