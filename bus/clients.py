@@ -1,114 +1,34 @@
-"""Consumer/producer construction and dead-letter publishing shared by every worker.
-
-Why here: every worker needs the same choices (manual commits, read_committed, idempotent producer, DLQ
-messages that keep the original key), and getting one of them wrong silently loses or duplicates work.
-"""
+"""Kafka clients built from ``bus.config``, and the offsets to commit after a batch."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from bus.errors import from_exception, from_lib_error
-from schemas.codec import encode
-from schemas.events import DeadLetter
-
-
-def consumer_config(
-    client_config: Mapping[str, str], group_id: str, **overrides: str | int | bool
-) -> dict[str, str | int | bool]:
-    """A consumer that commits only what the caller says is done and never sees aborted transactions."""
-    return {
-        **client_config,
-        "group.id": group_id,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-        # Heartbeats run on librdkafka's own thread, so a short session timeout is safe and lets a crashed
-        # worker's partitions move to a live one in ~10 s instead of the default 45 s.
-        "session.timeout.ms": 10_000,
-        "log_level": 3,
-        **overrides,
-    }
-
-
-def producer_config(client_config: Mapping[str, str], **overrides: str | int | bool) -> dict[str, str | int | bool]:
-    """An idempotent producer: broker retries never duplicate or reorder a partition's messages."""
-    return {
-        **client_config,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
-        "log_level": 3,
-        **overrides,
-    }
+from bus.config import consumer_config, producer_config, reader_config, transactional_config
 
 
 def make_consumer(client_config: Mapping[str, str], group_id: str, **overrides: str | int | bool) -> Consumer:
-    """A ``Consumer`` built from ``consumer_config``."""
+    """A consumer-group member (``bus.config.consumer_config``)."""
     return Consumer(consumer_config(client_config, group_id, **overrides))
 
 
+def make_reader(client_config: Mapping[str, str], group_id: str, **overrides: str | int | bool) -> Consumer:
+    """A self-assigning read_committed reader (``bus.config.reader_config``)."""
+    return Consumer(reader_config(client_config, group_id, **overrides))
+
+
 def make_producer(client_config: Mapping[str, str], **overrides: str | int | bool) -> Producer:
-    """A ``Producer`` built from ``producer_config``."""
+    """An idempotent producer (``bus.config.producer_config``)."""
     return Producer(producer_config(client_config, **overrides))
 
 
-@dataclass
-class DeliveryTracker:
-    """Collects delivery failures of asynchronous ``produce`` calls so a flush can raise them."""
-
-    errors: list[Exception] = field(default_factory=list)
-
-    def callback(self, err: object, msg: Message) -> None:
-        """``on_delivery`` callback: remember the first failures (with the message's topic)."""
-        if err is not None and len(self.errors) < 100:
-            self.errors.append(from_lib_error("delivery failed", err, topic=msg.topic()))  # type: ignore[arg-type]
-
-    def raise_first(self) -> None:
-        """Raise (and forget) the first recorded failure, if any."""
-        if self.errors:
-            first, self.errors = self.errors[0], []
-            raise first
-
-
-def flush(producer: Producer, tracker: DeliveryTracker, timeout_s: float) -> None:
-    """Wait until every queued message is delivered; raise if one failed or time ran out."""
-    remaining = producer.flush(timeout_s)
-    tracker.raise_first()
-    if remaining:
-        raise from_exception("flush", TimeoutError(f"{remaining} messages still undelivered after {timeout_s}s"))
-
-
-def publish_dead_letter(
-    producer: Producer,
-    dlq_topic: str,
-    msg: Message,
-    *,
-    component: str,
-    error: BaseException,
-    tracker: DeliveryTracker,
-) -> DeadLetter:
-    """Queue a DeadLetter for ``msg`` (same key, so it stays with its episode); the caller flushes."""
-    letter = DeadLetter.capture(
-        source_topic=msg.topic() or "?",
-        source_partition=max(msg.partition() or 0, 0),
-        source_offset=max(msg.offset() or 0, 0),
-        component=component,
-        error=error,
-        key=msg.key(),
-        value=msg.value() or b"",
-    )
-    try:
-        producer.produce(dlq_topic, key=letter.key(), value=encode(letter), on_delivery=tracker.callback)
-    except (BufferError, Exception) as exc:  # KafkaException, BufferError
-        raise from_exception(
-            "queue dead letter", exc, topic=msg.topic(), partition=msg.partition(), offset=msg.offset()
-        ) from exc
-    return letter
+def make_transactional_producer(
+    client_config: Mapping[str, str], transactional_id: str, timeout_ms: int, **overrides: str | int | bool
+) -> Producer:
+    """A transactional producer (``bus.config.transactional_config``); call ``init_transactions`` before use."""
+    return Producer(transactional_config(client_config, transactional_id, timeout_ms, **overrides))
 
 
 def next_offsets(messages: list[Message]) -> list[TopicPartition]:

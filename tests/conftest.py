@@ -21,7 +21,7 @@ from schemas.settings import Settings
 
 # Property tests: bounded in CI (``ci``, the default); ``HYPOTHESIS_PROFILE=fuzz`` for a long local run.
 hypothesis_settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
-hypothesis_settings.register_profile("fuzz", max_examples=20_000, deadline=None, print_blob=True)
+hypothesis_settings.register_profile("fuzz", max_examples=5_000, deadline=None, print_blob=True)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

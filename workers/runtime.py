@@ -47,11 +47,12 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as LibKafkaError
 
-from bus.clients import DeliveryTracker, publish_dead_letter
 from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
+from bus.dead_letters import publish_dead_letter
+from bus.delivery import DeliveryTracker
 from bus.errors import KafkaClientError, from_exception, from_message
 from bus.metrics import WorkerMetrics
-from bus.transaction import commit_offsets
+from bus.transaction import Transaction, commit_offsets
 from schemas.codec import Contract, decode, encode
 from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
@@ -223,6 +224,7 @@ class TransactionalWorker:
         self.stats = WorkerStats()
         self._clock = clock
         self._tracker = DeliveryTracker()
+        self._txn = Transaction(producer, consumer, config.kafka_timeout_s, self._tracker)
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._runnable: deque[_Item] = deque()
         self._delayed: list[tuple[float, _Item]] = []
@@ -527,21 +529,25 @@ class TransactionalWorker:
         ready, offsets = self._take_ready()
         if not offsets:
             return
-        cfg = self.config
+        txn = self._txn
         try:
-            self.producer.begin_transaction()
-            for item in ready:
-                self._publish(item)
-            self.producer.send_offsets_to_transaction(
-                offsets, self.consumer.consumer_group_metadata(), cfg.kafka_timeout_s
-            )
-            self.producer.commit_transaction(cfg.kafka_timeout_s)
-        except KafkaException as exc:
+            txn.begin()
+        except KafkaClientError as exc:
             self._transaction_failed(exc)
             return
-        except KafkaClientError:
+        try:
+            for item in ready:
+                self._publish(item, txn)
+        except KafkaClientError:  # the producer's queue stayed full: the broker is gone
             self._abort()
             raise
+        for tp in offsets:
+            txn.offset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
+        try:
+            txn.commit()
+        except KafkaClientError as exc:
+            self._transaction_failed(exc)
+            return
         self._last_commit = self._clock()
         self._tracker.raise_first()
         self.stats.transactions += 1
@@ -557,7 +563,7 @@ class TransactionalWorker:
                 self.stats.dead_letters += 1
                 self.metrics.dead_letter(type(outcome.error).__name__)
 
-    def _publish(self, item: _Item) -> None:
+    def _publish(self, item: _Item, txn: Transaction) -> None:
         outcome = item.outcome
         if isinstance(outcome, Reject):
             publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
@@ -567,41 +573,27 @@ class TransactionalWorker:
             return
         if not isinstance(outcome, Done):
             return
+        # Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the reward
+        # processor's deadlines run in generation time, so a role that lags is never mistaken for a dead one.
         stamp_type, stamp = item.msg.timestamp()
+        timestamp_ms = stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0
         for out in outcome.outputs:
-            self._produce(out, stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0)
+            txn.produce(out.topic, out.key, out.value, timestamp_ms=timestamp_ms)
         if outcome.log is not None:
             self.shipper.emit(outcome.log)
 
-    def _produce(self, out: Output, timestamp_ms: int = 0) -> None:
-        """Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the
-        reward processor's deadlines run in generation time, so a role that lags is never mistaken for a dead
-        one. 0: the producer's clock."""
-        for attempt in range(100):
-            try:
-                self.producer.produce(
-                    out.topic, key=out.key, value=out.value, on_delivery=self._tracker.callback, timestamp=timestamp_ms
-                )
-                return
-            except BufferError:
-                self.producer.poll(0.1 if attempt else 0.0)
-        raise KafkaClientError(f"{self.config.role}: producer queue stayed full", topic=out.topic)
-
-    def _transaction_failed(self, exc: KafkaException) -> None:
-        """An abortable failure (e.g. fenced after a rebalance): abort and re-run from the committed offsets."""
-        detail = exc.args[0] if exc.args else None
-        if isinstance(detail, LibKafkaError) and detail.fatal():
-            raise from_exception("transaction", exc) from exc
+    def _transaction_failed(self, exc: KafkaClientError) -> None:
+        """An abortable failure (e.g. a rebalance took the partitions): abort and re-run from the committed
+        offsets. A fatal one (fenced by a newer instance) ends the worker."""
+        if exc.fatal:
+            raise exc
         log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
         self._abort()
         self._rewind()
 
     def _abort(self) -> None:
         self.stats.aborted += 1
-        try:
-            self.producer.abort_transaction(self.config.kafka_timeout_s)
-        except KafkaException as exc:
-            raise from_exception("abort transaction", exc) from exc
+        self._txn.abort()
 
     def _rewind(self) -> None:
         """Forget every buffered item and seek each partition back to its committed offset."""

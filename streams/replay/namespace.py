@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from bus.clients import make_producer
 from schemas.codec import decode
 from schemas.errors import KafkaError, RewardstreamError
 from schemas.events import RewardEvent
@@ -52,7 +53,7 @@ class _Copier:
     def __init__(self, config: Mapping[str, str], topic: str) -> None:
         self.topic = topic
         self.failures: list[str] = []
-        self._producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3})
+        self._producer = make_producer(config)
 
     def _on_delivery(self, err: object, _msg: object) -> None:
         if err is not None:

@@ -39,10 +39,11 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec, restore_partition
-from bus.clients import consumer_config, producer_config
+from bus.clients import make_consumer, make_transactional_producer
 from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
+from bus.errors import KafkaClientError, from_message
 from bus.metrics import WorkerMetrics
-from bus.transaction import commit_offsets
+from bus.transaction import Transaction, commit_offsets
 from schemas.codec import encode
 from schemas.errors import HandlerCrashError
 from schemas.events import RewardEvent
@@ -80,8 +81,8 @@ class _Savepoint:
     """What handling one message wrote, held back until it succeeded: records to produce, the table's prior
     values of the keys it changed. ``release`` produces the records; ``rollback`` restores the table."""
 
-    def __init__(self, producer: Producer) -> None:
-        self._producer = producer
+    def __init__(self, txn: Transaction) -> None:
+        self._txn = txn
         self.records: list[_Record] = []
         self.prior: dict[str, tuple[bytes | None, int | None]] = {}
 
@@ -90,7 +91,7 @@ class _Savepoint:
 
     def release(self) -> None:
         for topic, key, value, partition in self.records:
-            self._producer.produce(topic, key=key, value=value, partition=partition)
+            self._txn.produce(topic, key, value, partition=partition)
         self.records.clear()
         self.prior.clear()
 
@@ -219,14 +220,13 @@ class RewardEngine:
         self.changelog = changelog_name(options.app_id)
         self._changelog_spec = changelog_spec(options.app_id, topic_for("executions", specs))
         client = settings.kafka_client_config()
-        self.consumer = Consumer(consumer_config(client, options.app_id, **{"partition.assignment.strategy": "range"}))
-        transactional: dict[str, str | int | bool] = {
-            "transactional.id": f"{options.app_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
-            "transaction.timeout.ms": options.transaction_timeout_ms,
-            "linger.ms": 2,
-        }
-        self.producer = Producer(producer_config(client, **transactional))
-        self.stage = _Savepoint(self.producer)
+        self.consumer = make_consumer(client, options.app_id, **{"partition.assignment.strategy": "range"})
+        self.producer = make_transactional_producer(
+            client, f"{options.app_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", options.transaction_timeout_ms,
+            **{"linger.ms": 2},
+        )  # fmt: skip
+        self.txn = Transaction(self.producer, self.consumer, 30)
+        self.stage = _Savepoint(self.txn)
         self.table = _Table(self.stage, self.changelog)
         self.outputs = _Outputs(settings, options, self.stage, self.table, self.names)
         self.processor = RewardProcessor(
@@ -291,13 +291,13 @@ class RewardEngine:
             return
         offsets: dict[tuple[str, int], int] = {}
         try:
-            self.producer.begin_transaction()
+            self.txn.begin()
             for msg in messages:
                 err = msg.error()
                 if err is not None:
                     if err.code() == LibKafkaError._PARTITION_EOF:
                         continue
-                    raise KafkaException(err)
+                    raise from_message("consume", msg)
                 topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
                 if give_up is not None:
                     self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
@@ -309,14 +309,11 @@ class RewardEngine:
                 self._run(self.processor.tick(set(self.owned)))
             self.stage.release()
             self.outputs.kill_if_due(self.producer)
-            if offsets:
-                self.producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o, metadata=self.guard.progress(t, p, o)) for (t, p), o in offsets.items()],
-                    self.consumer.consumer_group_metadata(),
-                    30,
-                )
-            self.producer.commit_transaction(30)
-        except KafkaException as exc:
+            for (topic, partition), offset in offsets.items():
+                self.txn.offset(topic, partition, offset, self.guard.progress(topic, partition, offset))
+            self.txn.commit()
+            self.txn.tracker.raise_first()
+        except KafkaClientError as exc:
             _restart(f"a Kafka transaction failed ({exc}); the open one is aborted")
         except Exception:  # crash-only: a failure outside one message's handling (the tick, the table)
             log.exception("processing a batch failed")

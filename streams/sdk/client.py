@@ -26,6 +26,8 @@ from typing import Any, Literal
 import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from bus.clients import make_reader
+from bus.config import producer_config as bus_producer_config
 from schemas.codec import decode, encode
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
@@ -93,19 +95,18 @@ class TrainerConfig:
 
 def producer_config(config: TrainerConfig) -> dict[str, str | int | bool]:
     """Idempotent (no duplicates on retry), compressed, batching: the fast and safe way to publish."""
-    return {
-        **config.kafka,
-        "enable.idempotence": True,
-        "acks": "all",
-        "compression.type": config.compression,
-        "linger.ms": config.linger_ms,
-        "batch.size": config.batch_bytes,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 2_097_151,
-        "delivery.report.only.error": True,
-        "log_level": 3,
-        **config.producer_overrides,
-    }
+    return bus_producer_config(
+        config.kafka,
+        **{
+            "compression.type": config.compression,
+            "linger.ms": config.linger_ms,
+            "batch.size": config.batch_bytes,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 2_097_151,
+            "delivery.report.only.error": True,
+            **config.producer_overrides,
+        },
+    )
 
 
 @dataclass
@@ -351,16 +352,8 @@ class TrainerClient:
     # ---- the consumer thread ----------------------------------------------------------------------------
 
     def _start_consumer(self, timeout_s: float) -> None:
-        self._consumer = Consumer(
-            {
-                **self.config.kafka,
-                "group.id": self.config.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "log_level": 3,
-            }
-        )
+        # It assigns itself every partition and commits the trainer's checkpoints to its own group.
+        self._consumer = make_reader(self.config.kafka, self.config.group_id, **{"auto.offset.reset": "earliest"})
         self._thread = threading.Thread(target=self._consume_loop, name="rewardstream-sdk-rewards", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s

@@ -154,7 +154,13 @@ class FakeProducer:
         self.open = []
 
     def produce(
-        self, topic: str, key: bytes | None = None, value: bytes = b"", on_delivery: Any = None, timestamp: int = 0
+        self,
+        topic: str,
+        key: bytes | None = None,
+        value: bytes = b"",
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        partition: int = -1,
     ) -> None:
         assert self.open is not None, "produced outside a transaction"
         self.open.append((topic, key, value))

@@ -23,7 +23,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
-from bus.clients import DeliveryTracker, flush, next_offsets, publish_dead_letter
+from bus.clients import next_offsets
+from bus.dead_letters import publish_dead_letter
+from bus.delivery import DeliveryTracker, flush
 from bus.errors import from_message
 from bus.metrics import WorkerMetrics
 from schemas.codec import DecodeError, decode

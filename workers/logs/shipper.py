@@ -14,8 +14,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import Producer
 
-from bus.clients import DeliveryTracker, flush
-from bus.errors import from_exception
+from bus.delivery import DeliveryTracker, flush, produce
 from schemas.codec import encode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
 
@@ -44,20 +43,7 @@ class LogShipper:
 
     def emit(self, record: LogRecord) -> LogRecord:
         """Queue ``record`` for sending; its ``event_id`` is the document id in OpenSearch."""
-        try:
-            self._producer.produce(
-                self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback
-            )
-        except BufferError:
-            self._producer.poll(1.0)  # local queue full: serve delivery reports once, then try again
-            try:
-                self._producer.produce(
-                    self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback
-                )
-            except Exception as exc:
-                raise from_exception("queue log record", exc, topic=self._topic) from exc
-        except Exception as exc:
-            raise from_exception("queue log record", exc, topic=self._topic) from exc
+        produce(self._producer, self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback)
         self._producer.poll(0)
         return record
 
