@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rewardstream.cli.common import load_settings
+from rewardstream.cli.common import load_settings, open_sandbox
 from rewardstream.cli.main import app
 from schemas.events import RewardEvent
 from schemas.settings import Settings
@@ -79,12 +79,11 @@ def demo(
 
 
 def _load_tasks(settings: Settings, limit: int) -> list[DemoSolution]:
-    from workers.sandbox.factory import make_sandbox
     from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
     from workers.tasks.registry import TaskRegistry
 
     problems = load_problems()[:limit]
-    sandbox = make_sandbox(settings, None)
+    sandbox = open_sandbox(settings, None)
     try:
         tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=2, verify=False)
     finally:

@@ -23,12 +23,11 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError, ValidationError
 from schemas.tasks import Task
 from workers.grading.grader import Grader, GradeResult
-from workers.sandbox.factory import make_sandbox
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -143,7 +142,7 @@ def _grade_one(task_path: Path, code_path: Path, backend: Literal["process", "do
         source = code_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {code_path}: {exc}") from exc
-    sandbox = make_sandbox(load_settings(), backend)
+    sandbox = open_sandbox(load_settings(), backend)
     try:
         result = Grader(sandbox).grade(the_task, source, generation_id=gen)
     finally:
@@ -165,7 +164,7 @@ def _grade_many(
     counts: Counter[str] = Counter()
     reward_sum = 0.0
     lock = threading.Lock()
-    sandbox = make_sandbox(load_settings(), backend)
+    sandbox = open_sandbox(load_settings(), backend)
     try:
         grader = Grader(sandbox)
         with (

@@ -158,6 +158,7 @@ class FakeProducer:
         topic: str,
         key: bytes | None = None,
         value: bytes = b"",
+        *,
         on_delivery: Any = None,
         timestamp: int = 0,
         partition: int = -1,
