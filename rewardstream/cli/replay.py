@@ -30,6 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bus.scan import partitions
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
 from rewardstream.pipeline import Pipeline, PipelineProcess
@@ -39,7 +40,6 @@ from schemas.topics import catalog, topic_for
 from streams.replay.diff import Entry, Report
 from streams.replay.namespace import new_replay_id, replay_prefix
 from streams.replay.runner import ReplayPlan, run_replay
-from streams.replay.scan import partitions
 from streams.replay.selection import build_selection
 
 #: Exit code when the replay itself failed for some generation (no new reward within --timeout).

@@ -67,7 +67,7 @@ def run(
     server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
     where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
     if engine is Engine.kafka:
-        from streams.reward.engine import EngineOptions, RewardEngine, run_engine
+        from streams.reward.kafka_engine import EngineOptions, RewardEngine, run_engine
 
         options_ = EngineOptions(
             app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards, crash_attempts=settings.crash_attempts
@@ -79,7 +79,7 @@ def run(
         finally:
             server.close()
         return
-    from streams.reward.app import AppOptions, build_app, run_worker
+    from streams.reward.faust_engine import AppOptions, build_app, run_worker
 
     options = AppOptions(
         app_id=app_id,

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bus.clients import make_producer
+from bus.scan import scan_consumer
 from schemas.codec import decode
 from schemas.errors import KafkaError, RewardstreamError
 from schemas.events import RewardEvent
 from schemas.topics import catalog
-from streams.replay.scan import scan_consumer
 from streams.replay.selection import SelectionError
 from streams.replay.source import Selected
 

@@ -21,7 +21,7 @@ from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from workers.logs.shipper import LogShipper
-from workers.runtime import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+from workers.transactional_loop import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
 
 
 class KillsItselfOn:
@@ -72,7 +72,7 @@ def worker_main(poison: str, group: str) -> None:
 
 
 def rewards_main(poison: str, app_id: str) -> None:
-    from streams.reward.engine import EngineOptions, RewardEngine, run_engine
+    from streams.reward.kafka_engine import EngineOptions, RewardEngine, run_engine
     from streams.reward.policy import load_policy
 
     settings = Settings()

@@ -29,7 +29,7 @@ from tests.integration.helpers import PARTITIONS
 from tests.integration.reward_env import REPO, Reader, reward_env
 from tests.unit.reward_events import execution, judgement, verdict
 from workers.logs.shipper import LogShipper
-from workers.runtime import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+from workers.transactional_loop import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -224,7 +224,7 @@ def test_a_handler_that_raises_on_one_message_dead_letters_it_and_the_rest_flows
 def test_a_reward_engine_handler_that_raises_on_one_message_dead_letters_it_and_the_rest_flows(
     kafka_config: dict[str, str], unique_name: str, tmp_path: Path
 ) -> None:
-    from streams.reward.engine import EngineOptions, RewardEngine
+    from streams.reward.kafka_engine import EngineOptions, RewardEngine
     from streams.reward.policy import load_policy
 
     with reward_env(kafka_config, unique_name, tmp_path) as env:

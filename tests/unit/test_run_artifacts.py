@@ -29,8 +29,8 @@ from workers.grading.grader import CandidateOutput, split_output
 from workers.grading.suites import MAGIC
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.grading import ExecutorHandler, VerifierHandler, output_tail
-from workers.runtime import Done, Source
 from workers.tasks.registry import TaskRegistry
+from workers.transactional_loop import Done, Source
 
 SOURCE = Source("rs.generations", 0, 7)
 ADD = "def add(a, b):\n    return a + b\n"

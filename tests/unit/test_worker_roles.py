@@ -19,9 +19,9 @@ from workers.judge.rubric import RubricJudge
 from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
 from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sandbox_run
 from workers.roles.judging import JudgeHandler
-from workers.runtime import Done, Source
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.tasks.registry import TaskRegistry
+from workers.transactional_loop import Done, Source
 
 SOURCE = Source("rs.generations", 1, 42)
 

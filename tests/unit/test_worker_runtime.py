@@ -23,7 +23,15 @@ from bus.metrics import WorkerMetrics
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, GenerationEvent, LogRecord
 from workers.logs.shipper import LogShipper
-from workers.runtime import Done, InvalidEventError, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+from workers.transactional_loop import (
+    Done,
+    InvalidEventError,
+    Outcome,
+    Output,
+    Source,
+    TransactionalWorker,
+    WorkerConfig,
+)
 
 TOPIC = "gen"
 

@@ -32,7 +32,7 @@ from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo
 from workers.grading.static_analysis import analyze
 from workers.grading.suites import SuiteOutcome
 from workers.roles.common import RoleContext
-from workers.runtime import Done, Outcome, Source, encode_output
+from workers.transactional_loop import Done, Outcome, Source, encode_output
 
 
 def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:

@@ -6,7 +6,7 @@ from schemas.events import GenerationEvent, JudgeScore, LogValue
 from workers.judge.base import JudgeRequest
 from workers.judge.cache import CachedJudge
 from workers.roles.common import RoleContext
-from workers.runtime import Done, Outcome, Source, encode_output
+from workers.transactional_loop import Done, Outcome, Source, encode_output
 
 
 class JudgeHandler:

@@ -26,9 +26,9 @@ from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
 from workers.roles.common import RoleContext, TaskSource
-from workers.runtime import Handler, TransactionalWorker, WorkerConfig, WorkerStats
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
+from workers.transactional_loop import Handler, TransactionalWorker, WorkerConfig, WorkerStats
 
 RoleName = Literal["executor", "verifier", "judge"]
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {"executor": "executions", "verifier": "verdicts", "judge": "judgements"}

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.events import Event, ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore, RewardEvent
-from streams.replay.locate import Found, Located
-from streams.replay.math import explain_reward, find_policy
+from streams.explain.locate import Found, Located
+from streams.explain.math import explain_reward, find_policy
 from streams.reward.policy import Signals
 
 #: Log record fields shown per line.
