@@ -52,7 +52,7 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
         if concurrency is not None and role != "indexer":
             argv += ["--concurrency", str(concurrency)]
         procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
-    # The Faust app id is its consumer group and names its changelog topics: scope it like the workers'.
+    # The app id is the processor's consumer group and names its changelog topic: scope it like the workers'.
     app_id = f"{settings.topic_prefix}rewards"
     port = first_port + len(roles)
     argv = [*_supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]

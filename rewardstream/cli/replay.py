@@ -62,9 +62,7 @@ class _ReplayPipeline(Pipeline):
             if proc.name != "reward":
                 procs.append(proc)
                 continue
-            extra = ["--data-dir", str(settings.cache_dir / "rewards")]
-            if policy is not None:
-                extra += ["--policy", str(policy.resolve())]
+            extra = [] if policy is None else ["--policy", str(policy.resolve())]
             procs.append(PipelineProcess(proc.name, (*proc.argv, *extra), proc.metrics_port))
         self._procs = procs
 
@@ -133,7 +131,7 @@ class _Bar:
 
 
 def _delete_namespace(settings: Settings, prefix: str) -> list[str]:
-    """Delete every topic and consumer group under the replay prefix (catalog, Faust changelogs, workers')."""
+    """Delete every topic and consumer group under the replay prefix (catalog, the processor's changelog, workers')."""
     from bus.admin import delete_groups_with_prefix, delete_topics
 
     config = settings.kafka_client_config()

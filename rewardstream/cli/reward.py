@@ -17,6 +17,7 @@ import typer
 
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
+from schemas.errors import ConfigError
 
 
 class Engine(StrEnum):
@@ -26,7 +27,7 @@ class Engine(StrEnum):
     faust = "faust"
 
 
-reward_app = typer.Typer(help="The reward processor (Faust) and reward policies.", no_args_is_help=True)
+reward_app = typer.Typer(help="The reward processor and reward policies.", no_args_is_help=True)
 app.add_typer(reward_app, name="reward")
 
 
@@ -34,13 +35,23 @@ app.add_typer(reward_app, name="reward")
 def run(
     *,
     policy: Annotated[Path | None, typer.Option("--policy", "-p", help="policy TOML (default: packaged)")] = None,
-    app_id: Annotated[str, typer.Option("--app-id", help="Faust app id (consumer group)")] = "rewardstream-rewards",
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="default: <cache>/rewards/<app-id>")] = None,
+    app_id: Annotated[
+        str, typer.Option("--app-id", help="consumer group; names the join table's changelog topic")
+    ] = "rewardstream-rewards",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="--engine faust only: its data dir (default <cache>/rewards/<app-id>)"),
+    ] = None,
     tick_s: Annotated[float, typer.Option("--tick", min=0.05, max=60, help="seconds between deadline checks")] = 0.5,
     loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error")] = "info",
     stall_timeout_s: Annotated[
-        float, typer.Option("--stall-timeout", min=0, help="exit (code 70) after this long without progress; 0: off")
-    ] = 60.0,
+        float | None,
+        typer.Option(
+            "--stall-timeout",
+            min=0,
+            help="--engine faust only: exit (code 70) after this long without progress (default 60; 0: off)",
+        ),
+    ] = None,
     kill_after_rewards: Annotated[
         int | None, typer.Option("--kill-after-rewards", min=1, hidden=True, help="fault injection for crash tests")
     ] = None,
@@ -60,9 +71,14 @@ def run(
     from bus.metrics import WorkerMetrics, serve
     from streams.reward.policy import load_policy
 
+    if engine is Engine.kafka and (data_dir is not None or stall_timeout_s is not None):
+        raise ConfigError("--data-dir and --stall-timeout are options of --engine faust (the Kafka engine keeps its "
+                          "table in memory, restored from its changelog, and restarts on a Kafka failure)")  # fmt: skip
     settings = load_settings()
     loaded = load_policy(policy)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=loglevel.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     metrics = WorkerMetrics("rewards")
     server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
     where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
@@ -86,7 +102,7 @@ def run(
         data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
         tick_s=tick_s,
         kill_after_rewards=kill_after_rewards,
-        stall_timeout_s=stall_timeout_s,
+        stall_timeout_s=60.0 if stall_timeout_s is None else stall_timeout_s,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)
     faust_app, processor = build_app(settings, loaded, options)

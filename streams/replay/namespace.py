@@ -1,5 +1,5 @@
 """The replay namespace: its own topic prefix (``<live prefix>replay.<replay id>.``), so the replay pipeline's
-consumer groups, Faust app id and topics are all its own and nothing is written to the live topics.
+consumer groups, reward processor app id and topics are all its own and nothing is written to the live topics.
 
 Here: naming, copying the selected generations in, and reading the replay's rewards out.
 """
@@ -25,7 +25,7 @@ from streams.replay.selection import SelectionError
 from streams.replay.source import Selected
 
 _REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: Kafka's limit on a topic name, and the longest suffix the pipeline adds to a prefix (Faust's changelog).
+#: Kafka's limit on a topic name, and the longest suffix the pipeline adds to a prefix (the processor's changelog).
 _TOPIC_MAX = 249
 _PREFIX_MAX = 200  # the catalog's limit
 _LONGEST_SUFFIX = len("rewards-reward-join-changelog") + 16

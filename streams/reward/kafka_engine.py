@@ -174,9 +174,6 @@ class _Outputs:
         self._options = options
         self._sent = 0
 
-    async def mark_sent(self, partition: int) -> None:
-        """Nothing to mark: a reward and its marker commit in one transaction, or neither does."""
-
     async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
         self._stage.produce(self._names["rewards"], reward.key(), encode(reward), state.partition)
         self._sent += 1
