@@ -107,7 +107,7 @@ def _play_trainer(
     console: Console, settings: Settings, run_id: str, solutions: list[DemoSolution], timeout_s: float
 ) -> tuple[dict[str, RewardEvent], list[float], float]:
     """Publish every solution through the SDK; collect rewards and publish-to-reward latencies."""
-    from streams.sdk.client import TrainerClient, TrainerConfig
+    from streams.sdk import TrainerClient, TrainerConfig
 
     config = TrainerConfig.from_settings(settings, run_id, policy_version="demo")
     rewards: dict[str, RewardEvent] = {}
