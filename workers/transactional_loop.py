@@ -31,10 +31,8 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from queue import Empty, SimpleQueue
-from typing import Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -53,81 +51,18 @@ from bus.delivery import DeliveryTracker
 from bus.errors import KafkaClientError, from_exception, from_message
 from bus.metrics import WorkerMetrics
 from bus.transaction import Transaction, commit_offsets
-from schemas.codec import Contract, decode, encode
+from schemas.codec import decode
 from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
+from workers.handler import Done, EmptyValueError, Handler, InvalidEventError, Outcome, Reject, Source
+from workers.in_flight import Item, PartitionState
 from workers.logs.shipper import LogShipper
 
 log = logging.getLogger(__name__)
 
 
-class InvalidEventError(RewardstreamError):
-    """A message decoded but cannot be processed (e.g. unknown task); it goes to the DLQ with this reason."""
-
-
-class EmptyValueError(InvalidEventError):
-    """A message without a value (a tombstone) on the generations topic."""
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One message a handler wants produced in the transaction that commits its input."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """A generation was handled: its results, its log record, and a short status for metrics."""
-
-    outputs: tuple[Output, ...]
-    log: LogRecord | None = None
-    status: str = "ok"
-    #: Uploads (artifacts) the outputs refer to; the result is committed only once all of them finished.
-    uploads: tuple[Future[object], ...] = ()
-
-    def ready(self) -> bool:
-        """Whether every upload has finished (raises the first upload failure)."""
-        for upload in self.uploads:
-            if not upload.done():
-                return False
-            upload.result()
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """A message that cannot be handled (undecodable, invalid): it becomes a DeadLetter with ``error``."""
-
-    error: BaseException
-    #: What SREs find in OpenSearch about it (a handler crash's traceback, a crash loop), in the same transaction.
-    log: LogRecord | None = None
-
-
-Outcome = Done | Reject
-
-
 #: What a runner reports for an item it was handed but did not start because the worker is draining.
 _NOT_STARTED = Done(())
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where the event being handled was read from (for logs and errors)."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-class Handler(Protocol):
-    """One role's work for one generation. Must be thread-safe; outcomes of the code are values."""
-
-    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Run the generation and say what to publish; raise only for failures worth retrying."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -157,35 +92,6 @@ class WorkerConfig:
     def buffer_limit(self) -> int:
         """Events buffered (accepted, not yet committed) before the partitions are paused."""
         return self.max_in_flight if self.max_in_flight > 0 else max(64, 16 * self.concurrency)
-
-
-@dataclass(eq=False)
-class _Item:
-    """One consumed message on its way to a committed result."""
-
-    part: _Partition
-    msg: Message
-    offset: int
-    key: bytes | None
-    event: GenerationEvent | None = None
-    outcome: Outcome | None = None
-    attempts: int = 0
-    #: Runs alone (a suspect message after an owner died, see ``bus.crash_guard``).
-    alone: bool = False
-    #: Its "running alone" mark is committed (a retry after a handler exception needs no new one).
-    marked: bool = False
-
-
-@dataclass(eq=False)
-class _Partition:
-    """Per-assignment state of one partition; a new object per assignment, so stale results are dropped."""
-
-    topic: str
-    partition: int
-    pending: dict[int, _Item] = field(default_factory=dict)  # insertion order == offset order
-    episodes: dict[bytes | None, deque[_Item]] = field(default_factory=dict)
-    next_offset: int | None = None
-    live: bool = True
 
 
 @dataclass
@@ -225,20 +131,20 @@ class TransactionalWorker:
         self._clock = clock
         self._tracker = DeliveryTracker()
         self._txn = Transaction(producer, consumer, config.kafka_timeout_s, self._tracker)
-        self._parts: dict[tuple[str, int], _Partition] = {}
-        self._runnable: deque[_Item] = deque()
-        self._delayed: list[tuple[float, _Item]] = []
-        self._done: SimpleQueue[tuple[_Item, Outcome | BaseException]] = SimpleQueue()
+        self._parts: dict[tuple[str, int], PartitionState] = {}
+        self._runnable: deque[Item] = deque()
+        self._delayed: list[tuple[float, Item]] = []
+        self._done: SimpleQueue[tuple[Item, Outcome | BaseException]] = SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._work: SimpleQueue[_Item | None] = SimpleQueue()
+        self._work: SimpleQueue[Item | None] = SimpleQueue()
         self._running = 0
         self._paused = False
         self._draining = False
         self._last_commit = clock()
         self._last_lag = 0.0
         self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
-        self._alone: deque[_Item] = deque()  # suspect messages waiting to run alone, in arrival order
-        self._running_alone: _Item | None = None
+        self._alone: deque[Item] = deque()  # suspect messages waiting to run alone, in arrival order
+        self._running_alone: Item | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
@@ -330,7 +236,7 @@ class TransactionalWorker:
         if part is None or (part.next_offset is not None and offset < part.next_offset):
             return  # not ours (any more), or already accepted before a pause/resume
         part.next_offset = offset + 1
-        item = _Item(part, msg, offset, msg.key())
+        item = Item(part, msg, offset, msg.key())
         part.pending[offset] = item
         value = msg.value()
         try:
@@ -401,14 +307,14 @@ class TransactionalWorker:
         self._work.put(item)
         return True
 
-    def _crash_loop(self, item: _Item, decision: GiveUp) -> None:
+    def _crash_loop(self, item: Item, decision: GiveUp) -> None:
         """Dead-letter a message that killed the process each time it ran alone; say so where SREs look."""
         error = decision.error
         log.error("%s: crash loop: %s", self.config.role, error)
         item.outcome = Reject(error, self._record(item, f"dead-lettered ({type(error).__name__}): {error}"))
         self._commit()
 
-    def _record(self, item: _Item, message: str, exc: BaseException | None = None) -> LogRecord:
+    def _record(self, item: Item, message: str, exc: BaseException | None = None) -> LogRecord:
         """An error LogRecord about ``item`` (with its ids and coordinates, and a traceback if given)."""
         event = item.event
         exc_text = "".join(traceback.format_exception(exc)) if exc is not None else None
@@ -470,7 +376,7 @@ class TransactionalWorker:
                 else:
                     del item.part.episodes[item.key]
 
-    def _failed_run(self, item: _Item, exc: BaseException) -> None:
+    def _failed_run(self, item: Item, exc: BaseException) -> None:
         """A handler raised: retry with backoff (S3/registry hiccups); after the last attempt, dead-letter it."""
         item.attempts += 1
         cfg = self.config
@@ -499,29 +405,18 @@ class TransactionalWorker:
 
     # ---- committing ----------------------------------------------------------------------------------
     def _ready_count(self) -> int:
-        count = 0
-        for part in self._parts.values():
-            for item in part.pending.values():
-                if not _is_ready(item):
-                    break
-                count += 1
-        return count
+        return sum(part.ready_count() for part in self._parts.values())
 
-    def _take_ready(self) -> tuple[list[_Item], list[TopicPartition]]:
-        ready: list[_Item] = []
+    def _take_ready(self) -> tuple[list[Item], list[TopicPartition]]:
+        ready: list[Item] = []
         offsets: list[TopicPartition] = []
         for part in self._parts.values():
-            last: int | None = None
-            while part.pending:
-                offset, item = next(iter(part.pending.items()))
-                if not _is_ready(item):
-                    break
-                del part.pending[offset]
-                ready.append(item)
-                last = offset
-            if last is not None:
-                metadata = self.guard.progress(part.topic, part.partition, last + 1)
-                offsets.append(TopicPartition(part.topic, part.partition, last + 1, metadata=metadata))
+            taken = part.take_ready()
+            if taken:
+                ready += taken
+                after = taken[-1].offset + 1
+                metadata = self.guard.progress(part.topic, part.partition, after)
+                offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
         return ready, offsets
 
     def _commit(self) -> None:
@@ -563,7 +458,7 @@ class TransactionalWorker:
                 self.stats.dead_letters += 1
                 self.metrics.dead_letter(type(outcome.error).__name__)
 
-    def _publish(self, item: _Item, txn: Transaction) -> None:
+    def _publish(self, item: Item, txn: Transaction) -> None:
         outcome = item.outcome
         if isinstance(outcome, Reject):
             publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
@@ -600,7 +495,7 @@ class TransactionalWorker:
         tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
         for part in self._parts.values():
             part.live = False
-        self._parts = {(tp.topic, tp.partition): _Partition(tp.topic, tp.partition) for tp in tps}
+        self._parts = {(tp.topic, tp.partition): PartitionState(tp.topic, tp.partition) for tp in tps}
         self._runnable.clear()
         self._delayed.clear()
         self._alone.clear()
@@ -648,7 +543,7 @@ class TransactionalWorker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("%s: assigned %s", self.config.role, sorted(tp.partition for tp in partitions))
         for tp in partitions:
-            self._parts[(tp.topic, tp.partition)] = _Partition(tp.topic, tp.partition)
+            self._parts[(tp.topic, tp.partition)] = PartitionState(tp.topic, tp.partition)
         # librdkafka keeps a partition's pause flag across rebalances: a partition paused (backpressure) when
         # it was revoked would come back paused and never be fetched. Assign first, then set the flag we want.
         consumer.assign(partitions)
@@ -690,27 +585,3 @@ class TransactionalWorker:
         self._runnable = deque(item for item in self._runnable if item.part.live)
         self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
         self._alone = deque(item for item in self._alone if item.part.live)
-
-
-def _is_ready(item: _Item) -> bool:
-    """Finished, with every upload done. An upload that failed after the store's own retries (an S3 outage
-    longer than its deadline) stops the worker: nothing after it is committed, so it is all re-run later."""
-    outcome = item.outcome
-    if outcome is None:
-        return False
-    if isinstance(outcome, Done) and outcome.uploads:
-        try:
-            return outcome.ready()
-        except RewardstreamError:
-            raise
-        except Exception as exc:
-            raise RewardstreamError(
-                f"artifact upload failed: {exc}", topic=item.part.topic, partition=item.part.partition,
-                offset=item.offset,
-            ) from exc  # fmt: skip
-    return True
-
-
-def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
-    """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
-    return Output(topic, event.key(), encode(result))

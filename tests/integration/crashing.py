@@ -20,8 +20,9 @@ from bus.metrics import WorkerMetrics
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
+from workers.handler import Done, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.transactional_loop import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+from workers.transactional_loop import TransactionalWorker, WorkerConfig
 
 
 class KillsItselfOn:

@@ -28,8 +28,9 @@ from schemas.topics import catalog, topic_for
 from tests.integration.helpers import PARTITIONS
 from tests.integration.reward_env import REPO, Reader, reward_env
 from tests.unit.reward_events import execution, judgement, verdict
+from workers.handler import Done, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.transactional_loop import Done, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+from workers.transactional_loop import TransactionalWorker, WorkerConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

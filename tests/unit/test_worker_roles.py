@@ -14,6 +14,7 @@ from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, Judg
 from schemas.tasks import CallCase, CallSuite, Task
 from workers.grading import Grader, GraderConfig
 from workers.grading.grader import RunInfo
+from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
@@ -21,7 +22,6 @@ from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sa
 from workers.roles.judging import JudgeHandler
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.tasks.registry import TaskRegistry
-from workers.transactional_loop import Done, Source
 
 SOURCE = Source("rs.generations", 1, 42)
 

@@ -22,16 +22,9 @@ from bus.crash_guard import Mark
 from bus.metrics import WorkerMetrics
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, GenerationEvent, LogRecord
+from workers.handler import Done, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.transactional_loop import (
-    Done,
-    InvalidEventError,
-    Outcome,
-    Output,
-    Source,
-    TransactionalWorker,
-    WorkerConfig,
-)
+from workers.transactional_loop import TransactionalWorker, WorkerConfig
 
 TOPIC = "gen"
 

@@ -22,8 +22,8 @@ from typing import Generic, TypeVar
 from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
+from workers.handler import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
-from workers.transactional_loop import InvalidEventError, Source
 
 T = TypeVar("T")
 TEXT = "text/plain; charset=utf-8"

@@ -23,12 +23,13 @@ from schemas.settings import Settings
 from schemas.topics import Role as TopicRole
 from schemas.topics import catalog_for, topic_for
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
+from workers.handler import Handler
 from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
 from workers.roles.common import RoleContext, TaskSource
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
-from workers.transactional_loop import Handler, TransactionalWorker, WorkerConfig, WorkerStats
+from workers.transactional_loop import TransactionalWorker, WorkerConfig, WorkerStats
 
 RoleName = Literal["executor", "verifier", "judge"]
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {"executor": "executions", "verifier": "verdicts", "judge": "judgements"}
