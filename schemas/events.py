@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
+from schemas.caps import fit
 from schemas.codec import Contract, SchemaVersion1
 from schemas.tasks import CaseId, Language, TaskId
 
@@ -326,12 +327,12 @@ class DeadLetter(Envelope):
             text = f"{text} (key cut to its first {DLQ_KEY_MAX_BYTES} of {len(key)} bytes)"
             key = key[:DLQ_KEY_MAX_BYTES]
         return cls(
-            source_topic=source_topic[:249] or "?",
+            source_topic=fit(cls, "source_topic", source_topic) or "?",
             source_partition=max(source_partition, 0),
             source_offset=max(source_offset, 0),
-            component=component[:256],
-            error=_encodable(text)[:8192],
-            error_type=type(error).__name__[:256],
+            component=fit(cls, "component", component),
+            error=fit(cls, "error", _encodable(text)),
+            error_type=fit(cls, "error_type", type(error).__name__),
             key_b64=None if key is None else base64.b64encode(key).decode("ascii"),
             payload_b64=base64.b64encode(kept).decode("ascii"),
             payload_size=len(value),

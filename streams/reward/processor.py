@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from schemas.caps import fit
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
 from streams.reward.join import (
@@ -119,7 +120,7 @@ class RewardProcessor:
         self._next_note = 0.0
         self._progress: dict[tuple[str, int], float] = {}
         self._progress_since = clock()
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"[:256]
+        self.worker = fit(LogRecord, "worker", f"{socket.gethostname()}:{os.getpid()}")
         self._topic_time: dict[tuple[str, int], float] = {}
         self.processed: dict[tuple[str, int], int] = {}
         self.counts: dict[str, int] = {
@@ -337,11 +338,11 @@ class RewardProcessor:
             component=COMPONENT,
             worker=self.worker,
             logger=log.name,
-            message=f"dead-lettered ({type(error).__name__}): {error}"[:8192],
-            topic=topic[:249],
+            message=fit(LogRecord, "message", f"dead-lettered ({type(error).__name__}): {error}"),
+            topic=fit(LogRecord, "topic", topic),
             partition=partition,
             offset=offset,
-            exc_text="".join(traceback.format_exception(crash))[-16384:],
+            exc_text=fit(LogRecord, "exc_text", "".join(traceback.format_exception(crash)), keep="tail"),
         )
         await self.outputs.send_log(record.key(), encode(record))
 
@@ -378,7 +379,7 @@ class RewardProcessor:
             component=COMPONENT,
             worker=self.worker,
             logger=log.name,
-            message=message[:8192],
+            message=fit(LogRecord, "message", message),
             generation_id=state.generation_id,
             episode_id=state.episode_id,
             run_id=state.run_id,

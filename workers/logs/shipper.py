@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from confluent_kafka import Producer
 
 from bus.delivery import DeliveryTracker, flush, produce
+from schemas.caps import fit, fit_list
 from schemas.codec import encode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
 
@@ -89,9 +90,9 @@ class LogShipper:
             level=level,
             component=self.component,
             worker=self.worker,
-            message=message[:8192],
+            message=fit(LogRecord, "message", message),
             fields=extra,
-            exc_text=None if exc_text is None else exc_text[-16384:],
+            exc_text=None if exc_text is None else fit(LogRecord, "exc_text", exc_text, keep="tail"),
             **context,  # type: ignore[arg-type]
         )
 
@@ -141,10 +142,10 @@ class ShippingHandler(logging.Handler):
                     level=level,
                     component=self._shipper.component,
                     worker=self._shipper.worker,
-                    logger=record.name[:256],
-                    message=record.getMessage()[:8192],
-                    fields=dict(list(fields.items())[:64]),
-                    exc_text=None if exc_text is None else exc_text[-16384:],
+                    logger=fit(LogRecord, "logger", record.name),
+                    message=fit(LogRecord, "message", record.getMessage()),
+                    fields=dict(fit_list(LogRecord, "fields", list(fields.items()))),
+                    exc_text=None if exc_text is None else fit(LogRecord, "exc_text", exc_text, keep="tail"),
                     **context,
                 )
             )
