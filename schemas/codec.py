@@ -295,6 +295,22 @@ def _real_steps(loc: Sequence[int | str], obj: object) -> list[int | str]:
     return steps
 
 
+def problems_of(exc: pydantic.ValidationError, obj: object = None) -> list[tuple[str, str]]:
+    """``(field path, problem)`` of every error, worded as ``decode`` words them: the one formatter of
+    validation errors (settings, policies, SDK arguments, CLI input). ``obj``: the input, to resolve paths."""
+    out = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = error["loc"]
+        path = format_path(loc, obj) if obj is not None else ".".join(str(part) for part in loc)
+        out.append((path, _problem(error)))
+    return out
+
+
+def one_line(problems: Sequence[tuple[str, str]], root: str = "") -> str:
+    """Problems as one line: ``path: problem; ...`` (``root`` names an error about the whole input)."""
+    return "; ".join(_join(path or root, problem) for path, problem in problems)
+
+
 def format_path(loc: Sequence[int | str], obj: object) -> str:
     """Turn a pydantic loc into ``hidden_tests.cases[0].args`` form, resolved against the input."""
     out = ""

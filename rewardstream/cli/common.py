@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pydantic
 
+from schemas.codec import problems_of
 from schemas.errors import ConfigError
 from schemas.settings import Settings
 
@@ -21,9 +22,8 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"bad setting RS_{field.upper()}: {first['msg']}") from None
+        field, problem = problems_of(exc)[0]
+        raise ConfigError(f"bad setting RS_{field.upper()}: {problem}") from None
 
 
 def open_sandbox(settings: Settings, backend: Backend | None = None) -> Sandbox:

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
+from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
 from schemas.tasks import Task
 from workers.grading.grader import Grader, GradeResult
@@ -43,9 +44,7 @@ class Solution(pydantic.BaseModel):
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(line)"
-    return f"{where}: {err['msg']}"
+    return one_line(problems_of(exc)[:1], "(line)")
 
 
 def _load_task(path: Path) -> Task:

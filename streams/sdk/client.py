@@ -27,7 +27,7 @@ import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from bus.clients import make_reader
-from schemas.codec import decode, encode
+from schemas.codec import decode, encode, one_line, problems_of
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
 from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig, producer_config
@@ -102,8 +102,7 @@ class TrainerClient:
         try:
             return GenerationEvent(generation_id=gid, run_id=self.config.run_id, task_id=task_id, code=code, **fields)
         except pydantic.ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}" for e in exc.errors())
-            raise ValidationError(f"bad generation {gid!r}: {problems}") from None
+            raise ValidationError(f"bad generation {gid!r}: {one_line(problems_of(exc), 'event')}") from None
 
     def send(self, event: GenerationEvent) -> None:
         """Queue one generation for publishing (batched); its reward comes out of ``rewards()``."""
