@@ -21,8 +21,11 @@ The guard only decides; the consumer loop commits the marks it returns (in a tra
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -200,3 +203,40 @@ def release_marks(guard: CrashGuard, partitions: list[TopicPartition]) -> list[T
         if mark is not None:
             released.append(TopicPartition(tp.topic, tp.partition, mark.offset, metadata=mark.encode()))
     return released
+
+
+class AloneGate:
+    """Many consumers of one process run together, or one runs alone: a suspect message needs the whole
+    process to itself, or a death is not its fault. (The transactional loop and the reward engine are one
+    consumer each and isolate within themselves; this is for several consumers sharing a process.)"""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Run beside the others (never beside a message that runs alone)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Run with nothing else running in the process."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone and self._shared == 0)
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()

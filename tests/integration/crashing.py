@@ -2,7 +2,8 @@
 
 ``python -m tests.integration.crashing worker --poison GEN ...`` is a transactional worker whose handler
 SIGKILLs its own process when it meets generation GEN (as a segfault in a C extension would);
-``... rewards --poison GEN`` is the reward engine doing the same while it handles a part of GEN. Everything
+``... rewards --poison GEN`` is the reward engine doing the same while it handles a part of GEN, and
+``... indexer --poison TEXT`` the log indexer on a record that holds TEXT. Everything
 else is the production code path. Settings come from the environment (``RS_TOPIC_PREFIX`` etc.).
 """
 
@@ -90,16 +91,36 @@ def rewards_main(poison: str, app_id: str) -> None:
     run_engine(engine)
 
 
+def indexer_main(poison: str, group: str) -> None:
+    from workers.logs.indexer import LogIndexer
+    from workers.logs.service import indexer_config, run_indexers
+
+    settings = Settings()
+    handle = LogIndexer.handle_batch
+    marker = poison.encode()
+
+    def dies_on_poison(self: LogIndexer, messages: list[Any]) -> None:
+        if any(marker in (m.value() or b"") for m in messages):
+            os.kill(os.getpid(), signal.SIGKILL)
+        handle(self, messages)
+
+    LogIndexer.handle_batch = dies_on_poison  # type: ignore[method-assign]
+    config = indexer_config(settings, group_id=group, batch_size=4, poll_timeout_s=0.1)
+    run_indexers(settings, _stop_on_sigterm(), metrics=WorkerMetrics("indexer"), config=config)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["worker", "rewards"])
+    parser.add_argument("kind", choices=["worker", "rewards", "indexer"])
     parser.add_argument("--poison", required=True)
     parser.add_argument("--group", required=True)
     args = parser.parse_args(argv)
     if args.kind == "worker":
         worker_main(args.poison, args.group)
-    else:
+    elif args.kind == "rewards":
         rewards_main(args.poison, args.group)
+    else:
+        indexer_main(args.poison, args.group)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,50 @@ def test_a_message_that_kills_the_reward_engine_is_dead_lettered_and_the_rest_re
             letters.close()
 
 
+@pytest.mark.timeout(300)
+def test_a_record_that_kills_the_indexer_is_dead_lettered_and_the_rest_indexed(
+    kafka_config: dict[str, str], prefix: str, tmp_path: Path, opensearch_client: Any, logs_index_prefix: str
+) -> None:
+    specs = catalog(prefix, PARTITIONS, 1)
+    names = {role: topic_for(role, specs).name for role in ("logs", "dlq")}
+    records = [LogRecord(level="info", component="t", worker="t:1", message=f"line {i}", run_id=prefix[:-1][-60:])
+               for i in range(12)]  # fmt: skip
+    poison = LogRecord(level="error", component="t", worker="t:1", message="kills-the-indexer")
+    values = [(r.key() + str(i).encode(), encode(r)) for i, r in enumerate([*records[:5], poison, *records[5:]])]
+    where = produce(kafka_config, names["logs"], values)
+    letters = Reader(kafka_config, names["dlq"])
+    argv = [sys.executable, "-m", "tests.integration.crashing", "indexer", "--poison", "kills-the-indexer",
+            "--group", f"{prefix}indexer"]  # fmt: skip
+    env = {
+        **child_env(prefix, tmp_path),
+        "RS_OPENSEARCH_INDEX_PREFIX": logs_index_prefix,
+        "RS_OPENSEARCH_REPLICAS": "0",
+    }
+    log = tmp_path / "indexer.log"
+
+    def indexed() -> int:
+        opensearch_client.indices.refresh(index=f"{logs_index_prefix}-*", ignore_unavailable=True)
+        found = opensearch_client.count(index=f"{logs_index_prefix}-*", ignore_unavailable=True)
+        return int(found["count"])
+
+    try:
+        with supervised("crashing-indexer", argv, env, log) as restarts:
+            read_until(
+                [letters],
+                lambda: bool(letters.values) and indexed() >= len(records),
+                240,
+                lambda: f"letters {len(letters.values)}, indexed {indexed()}\n{log.read_text()[-6000:]}",
+            )
+            deaths = restarts()
+        [letter] = letters.letters()
+        assert (letter.component, letter.error_type) == ("indexer", "CrashLoopError")
+        assert (letter.source_partition, letter.source_offset) == where[values[5][0]]
+        assert indexed() == len(records)
+        assert 1 + ATTEMPTS <= deaths <= 2 + ATTEMPTS, log.read_text()[-4000:]
+    finally:
+        letters.close()
+
+
 class RaisesOn:
     """A handler with a bug that shows on one generation only."""
 

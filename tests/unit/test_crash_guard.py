@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bus.crash_guard import CrashGuard, CrashLoopError, GiveUp, Isolate, Mark
+from bus.crash_guard import AloneGate, CrashGuard, CrashLoopError, GiveUp, Isolate, Mark
 
 T = "gen"
 
@@ -102,3 +104,41 @@ def test_releasing_cleanly_clears_the_mark_but_keeps_an_unfinished_window() -> N
     guard.progress(T, 1, 5)
     assert guard.released(T, 1) == Mark(5, 0, 0, 13)  # the next owner still runs 5..12 alone
     assert guard.released(T, 1) is None  # not ours any more
+
+
+def test_the_gate_lets_many_run_together_or_one_alone() -> None:
+    gate = AloneGate()
+    both_in = threading.Barrier(3, timeout=5)
+    release = threading.Event()
+    alone_in, alone_out, late_in = threading.Event(), threading.Event(), threading.Event()
+
+    def together() -> None:
+        with gate.together():
+            both_in.wait()  # two at once: together really is together
+            release.wait(5)
+
+    def alone() -> None:
+        with gate.alone():
+            alone_in.set()
+            alone_out.wait(5)
+
+    def late() -> None:
+        with gate.together():
+            late_in.set()
+
+    holders = [threading.Thread(target=together) for _ in range(2)]
+    for thread in holders:
+        thread.start()
+    both_in.wait()
+    lone = threading.Thread(target=alone)
+    lone.start()
+    assert not alone_in.wait(0.2), "alone while two others run"
+    release.set()
+    assert alone_in.wait(5)
+    latecomer = threading.Thread(target=late)
+    latecomer.start()
+    assert not late_in.wait(0.2), "another ran beside the one alone"
+    alone_out.set()
+    assert late_in.wait(5)
+    for thread in (*holders, lone, latecomer):
+        thread.join(5)

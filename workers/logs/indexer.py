@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.clients import next_offsets
+from bus.crash_guard import DEFAULT_ATTEMPTS, AloneGate, CrashGuard, GiveUp, release_marks, start_marks
 from bus.dead_letters import publish_dead_letter
 from bus.delivery import DeliveryTracker, flush
 from bus.errors import from_message
@@ -135,6 +136,8 @@ class LogIndexer:
         indices: LogIndices,
         metrics: WorkerMetrics,
         stop: threading.Event,
+        gate: AloneGate | None = None,
+        crash_attempts: int = DEFAULT_ATTEMPTS,
     ) -> None:
         self.config = config
         self._consumer = consumer
@@ -148,18 +151,51 @@ class LogIndexer:
         self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
         self._next_retention = 0.0
         self._next_lag = 0.0
+        self._guard = CrashGuard(config.component, attempts=crash_attempts, window=config.batch_size)
+        self._gate = gate or AloneGate()
 
     def run(self) -> None:
         """Consume and index until ``stop`` is set; uncommitted work is simply re-delivered later."""
-        self._consumer.subscribe([self.config.logs_topic])
+        self._consumer.subscribe(
+            [self.config.logs_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
         try:
             while not self._stop.is_set():
                 batch = self._next_batch()
                 if batch:
-                    self.handle_batch(batch)
+                    self._handle_guarded(batch)
                 self._housekeeping()
         finally:
             self._consumer.close()
+
+    def _handle_guarded(self, batch: list[Message]) -> None:
+        """Batches beside the process's other indexers; a suspect message (an owner died) alone, after a mark."""
+        normal: list[Message] = []
+        for msg in batch:
+            if self._guard.suspect(msg.topic() or "", msg.partition() or 0, msg.offset() or 0):
+                if normal:
+                    with self._gate.together():
+                        self.handle_batch(normal)
+                    normal = []
+                self._handle_alone(msg)
+            else:
+                normal.append(msg)
+        if normal:
+            with self._gate.together():
+                self.handle_batch(normal)
+
+    def _handle_alone(self, msg: Message) -> None:
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        decision = self._guard.before_alone(topic, partition, offset)
+        if isinstance(decision, GiveUp):
+            log.error("crash loop: %s", decision.error)
+            self._dead_letter(msg, decision.error)
+            if self._retry(lambda: flush(self._producer, self._tracker, self.config.flush_timeout_s), "kafka"):
+                self._commit([msg])
+            return
+        self._commit_offsets([TopicPartition(topic, partition, offset, metadata=decision.mark.encode())])
+        with self._gate.alone():
+            self.handle_batch([msg])
 
     def _next_batch(self) -> list[Message]:
         want = self.config.batch_size
@@ -250,7 +286,14 @@ class LogIndexer:
         return False
 
     def _commit(self, messages: list[Message]) -> None:
-        offsets = next_offsets(messages)
+        offsets = [
+            TopicPartition(tp.topic, tp.partition, tp.offset, metadata=self._guard.progress(tp.topic, tp.partition,
+                                                                                              tp.offset))
+            for tp in next_offsets(messages)
+        ]  # fmt: skip
+        self._commit_offsets(offsets)
+
+    def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         if not offsets:
             return
         try:
@@ -258,6 +301,16 @@ class LogIndexer:
         except KafkaException as exc:
             # Typically a rebalance took the partitions: the new owner re-indexes them onto the same ids.
             log.warning("offset commit failed (records will be re-delivered, same ids): %s", _short(exc))
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit_offsets(start_marks(consumer, self._guard, partitions, self.config.flush_timeout_s))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit_offsets(release_marks(self._guard, partitions))
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._guard.lost(tp.topic, tp.partition)
 
     def _pause_for(self, seconds: float, dependency: str) -> None:
         """Wait out a backoff without leaving the group: pause, keep polling, stash anything that arrives."""
