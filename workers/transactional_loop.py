@@ -368,13 +368,17 @@ class TransactionalWorker:
                 self._failed_run(item, outcome)
                 continue
             item.outcome = outcome
-            queue = item.part.episodes.get(item.key)
-            if queue and queue[0] is item:
-                queue.popleft()
-                if queue:
-                    self._runnable.append(queue[0])
-                else:
-                    del item.part.episodes[item.key]
+            self._next_turn(item)
+
+    def _next_turn(self, item: Item) -> None:
+        """``item`` is done: the next event of its episode (same partition, same key) may start."""
+        queue = item.part.episodes.get(item.key)
+        if queue and queue[0] is item:
+            queue.popleft()
+            if queue:
+                self._runnable.append(queue[0])
+            else:
+                del item.part.episodes[item.key]
 
     def _failed_run(self, item: Item, exc: BaseException) -> None:
         """A handler raised: retry with backoff (S3/registry hiccups); after the last attempt, dead-letter it."""
@@ -395,13 +399,7 @@ class TransactionalWorker:
         if item.alone:
             self._commit()
             return
-        queue = item.part.episodes.get(item.key)
-        if queue and queue[0] is item:
-            queue.popleft()
-            if queue:
-                self._runnable.append(queue[0])
-            else:
-                del item.part.episodes[item.key]
+        self._next_turn(item)
 
     # ---- committing ----------------------------------------------------------------------------------
     def _ready_count(self) -> int:
