@@ -153,6 +153,7 @@ class LogIndexer:
         self._next_lag = 0.0
         self._guard = CrashGuard(config.component, attempts=crash_attempts, window=config.batch_size)
         self._gate = gate or AloneGate()
+        self._closing = False
 
     def run(self) -> None:
         """Consume and index until ``stop`` is set; uncommitted work is simply re-delivered later."""
@@ -166,6 +167,13 @@ class LogIndexer:
                     self._handle_guarded(batch)
                 self._housekeeping()
         finally:
+            # Release the partitions' marks here: a synchronous commit from the revoke callback that close()
+            # runs can hang librdkafka's close.
+            try:
+                self._commit_offsets(release_marks(self._guard, self._consumer.assignment()))
+            except KafkaException as exc:
+                log.warning("releasing the crash guard's marks failed: %s", _short(exc))
+            self._closing = True
             self._consumer.close()
 
     def _handle_guarded(self, batch: list[Message]) -> None:
@@ -306,7 +314,8 @@ class LogIndexer:
         self._commit_offsets(start_marks(consumer, self._guard, partitions, self.config.flush_timeout_s))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._commit_offsets(release_marks(self._guard, partitions))
+        if not self._closing:  # a rebalance (from poll): still ours, commit the clean release now
+            self._commit_offsets(release_marks(self._guard, partitions))
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
