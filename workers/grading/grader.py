@@ -24,6 +24,7 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.tasks import Limits, Task
+from workers.grading.helpers import prompt_helpers
 from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
 from workers.grading.static_analysis import Flag, analyze
 from workers.grading.suites import (
@@ -293,10 +294,21 @@ class Grader:
         return result, records, attempt, problem, output
 
     def run_suites(
-        self, code: str, entry_point: str | None, suites: Sequence[tuple[str, AnySuite]], limits: Limits
+        self,
+        code: str,
+        entry_point: str | None,
+        suites: Sequence[tuple[str, AnySuite]],
+        limits: Limits,
+        *,
+        prompt: str = "",
     ) -> SuitesRun:
-        """Run labelled suites in ONE sandbox run and score every case outside the sandbox."""
-        jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=self.config.max_stdout_bytes) for _, s in suites]
+        """Run labelled suites in ONE sandbox run and score every case outside the sandbox.
+
+        ``prompt`` is the task's: assert suites run with the helpers it defines (never the candidate's).
+        """
+        helpers = prompt_helpers(prompt, entry_point) if any(s.kind == "assert" for _, s in suites) else ""
+        max_stdout = self.config.max_stdout_bytes
+        jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=max_stdout, helpers=helpers) for _, s in suites]
         order = order_for_harness(jobs)
         result, records, attempts, problem, output = self._execute(code, entry_point, [jobs[i] for i in order], limits)
         hardened = records.hello.get("hardened") if records.hello else None
@@ -354,7 +366,7 @@ class Grader:
         if task.public_tests is not None:
             labelled.append(("public", task.public_tests))
         labelled.append(("hidden", task.hidden_tests))
-        ran = self.run_suites(code, task.entry_point, labelled, task.limits)
+        ran = self.run_suites(code, task.entry_point, labelled, task.limits, prompt=task.prompt)
         by_label = {o.label: o for o in ran.outcomes}
         public = by_label.get("public")
         hidden = by_label["hidden"]

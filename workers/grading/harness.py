@@ -13,9 +13,10 @@ Why it is shaped like this (the grader's trust argument):
   returns each value in a tagged JSON encoding built from exact builtin types only
   (no subclasses, no custom classes, size/depth capped, no NaN/inf); the parent re-parses it strictly and
   writes plain JSON. Expected values never enter the sandbox, so a forged value is just a wrong answer.
-* ``assert``: the check code runs in the PARENT; ``candidate`` is a proxy that sends plain arguments to the
-  child and gets plain values back. The server child is forked before the job is even parsed, so the
-  check code (and its expected values) never exists in the candidate's memory or files.
+* ``assert``: the task's helpers (from its prompt) and check code run in the PARENT, with the real builtins;
+  the only thing of the candidate's they can reach is its entry point (``EntryPoint``), which sends plain
+  arguments to the child and gets plain values back. The server child is forked before the job is even
+  parsed, so the check code (and its expected values) never exists in the candidate's memory or files.
 * ``io``: one child per case, stdin from a memfd, stdout/stderr read by the parent with caps.
 * What candidate processes write to their stdout/stderr goes to pipes the parent drains whenever it waits
   (never to the parent's stdout, which is the protocol channel). The parent keeps the last ``OUTPUT_CAP``
@@ -461,8 +462,7 @@ def _serve(req_fd: int, rep_fd: int) -> None:
         if op == "load":
             try:
                 module = _load_module(str(req["code"]), "solution")
-                names = [k for k, v in list(module.__dict__.items()) if type(k) is str and callable(v)]
-                reply: dict[str, object] = {"ok": True, "callables": names[:1000]}
+                reply: dict[str, object] = {"ok": True}
             except BaseException as exc:
                 reply = {"ok": False, "error": "module failed to load: " + _describe_exc(exc)}
             _flush_std()
@@ -599,15 +599,16 @@ class CallServer:
 
     def __init__(self, capture: Capture) -> None:
         self.server: Server | None = None
-        self.loaded: list[str] | str = "not loaded"
+        self.load_error: str | None = "not loaded"
         self.capture = capture
 
-    def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, list[str] | str]:
-        if self.server is None or not self.server.alive or type(self.loaded) is str:
+    def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, str | None]:
+        """A live server with the candidate loaded, or the one that failed to load and why."""
+        if self.server is None or not self.server.alive or self.load_error is not None:
             self.kill()
             self.server = Server.spawn(secrets, self.capture)
-            self.loaded = _load(self.server, code, deadline)
-        return self.server, self.loaded
+            self.load_error = _load(self.server, code, deadline)
+        return self.server, self.load_error
 
     def kill(self) -> None:
         if self.server is not None:
@@ -626,14 +627,14 @@ def _run_call(  # noqa: PLR0917
     deadline = time.monotonic() + float(suite["timeout_s"])
     code = str(job["code"])
     entry = str(job["entry_point"])
-    server, loaded = shared.get(code, secrets, deadline)
+    server, load_error = shared.get(code, secrets, deadline)
     for case in suite["cases"]:
         cid = str(case["id"])
-        if not server.alive and type(loaded) is not str:
+        if not server.alive and load_error is None:
             # the candidate killed itself (or timed out); later cases still get a run
-            server, loaded = shared.get(code, secrets, deadline)
-        if type(loaded) is str:
-            out.emit({"suite": sid, "id": cid, "ok": False, "error": loaded})
+            server, load_error = shared.get(code, secrets, deadline)
+        if load_error is not None:
+            out.emit({"suite": sid, "id": cid, "ok": False, "error": load_error})
             continue
         msg = {
             "op": "call",
@@ -644,16 +645,13 @@ def _run_call(  # noqa: PLR0917
         out.emit({"suite": sid, **_call_record(cid, server, msg, deadline)})
 
 
-def _load(server: Server, code: str, deadline: float) -> list[str] | str:
-    """Callable names of the loaded module, or an error string."""
+def _load(server: Server, code: str, deadline: float) -> str | None:
+    """Load the candidate module in ``server``: None, or why it did not load (the candidate's failure)."""
     try:
         reply = server.request({"op": "load", "code": code}, deadline)
     except HarnessError as exc:
         return f"module load: {exc}"
-    if not reply["ok"]:
-        return str(reply.get("error"))
-    names = reply.get("callables")
-    return [n for n in names if type(n) is str and n.isidentifier()] if type(names) is list else []
+    return None if reply["ok"] else str(reply.get("error"))
 
 
 def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: float) -> dict[str, object]:
@@ -676,14 +674,20 @@ class CandidateCallError(AssertionError):
     """A proxied call failed (the candidate raised, died, timed out or returned a non-plain value)."""
 
 
-class Proxy:
-    """Stands in for a candidate function inside the check code: plain values in, plain values out."""
+class EntryPoint:
+    """Stands in for the candidate's entry point inside the check code: plain values in, plain values out.
 
-    def __init__(self, server_ref: list[Server], name: str, deadline: float, calls: list[int]) -> None:
-        self._server_ref = server_ref
+    It is the only thing of the candidate's the check can reach. Arguments are copied out as tagged plain
+    values (the candidate never holds an object of the check's); replies become fresh builtin values.
+    ``answered`` counts the calls that got a value back: the proof that the check really exercised the
+    candidate.
+    """
+
+    def __init__(self, server: Server, name: str, deadline: float) -> None:
+        self._server = server
         self._name = name
         self._deadline = deadline
-        self._calls = calls
+        self.answered = 0
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         try:
@@ -695,46 +699,63 @@ class Proxy:
             }
         except NonPlainError as exc:
             raise CandidateCallError(f"check passed a non-plain argument to {self._name}: {exc}") from None
-        self._calls[0] += 1
         try:
-            reply = self._server_ref[0].request(msg, self._deadline)
+            reply = self._server.request(msg, self._deadline)
         except HarnessError as exc:
             raise CandidateCallError(f"{self._name}: {exc}") from None
         if not reply["ok"]:
             raise CandidateCallError(f"{self._name} raised: {_short(str(reply.get('error')))}")
         try:
-            return decode_value(reply.get("value"), plain=False)
+            value = decode_value(reply.get("value"), plain=False)
         except (NonPlainError, RecursionError) as exc:
             raise CandidateCallError(f"{self._name} returned {exc}") from None
+        self.answered += 1
+        return value
+
+
+def check_namespace(entry_point: str, candidate: EntryPoint) -> dict[str, Any]:
+    """Globals for the task's helper and check code: the real builtins and the entry point, nothing else.
+
+    Why: a name the check does not define must never resolve to candidate code (a candidate's ``range``,
+    ``len`` or ``poly`` would let it decide what the check compares). The harness process never runs
+    candidate code, so its ``builtins`` module is the interpreter's own; the task's helpers are run here
+    from the task's prompt, not taken from the candidate. The entry point's own name is bound too, as the
+    reference harness binds it (some checks call it by name), unless it is a builtin's: ``len`` stays ``len``.
+    """
+    namespace: dict[str, Any] = {"__name__": "__check__", "__builtins__": builtins}
+    if entry_point not in builtins.__dict__:
+        namespace[entry_point] = candidate
+    return namespace
 
 
 def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out: Emitter, sid: int) -> None:
-    """Run ``check(candidate)`` here in the parent; the candidate answers through proxies."""
+    """Run the task's helpers and ``check(candidate)`` here in the parent; the candidate answers through
+    its entry point only."""
     deadline = time.monotonic() + float(suite["timeout_s"])
-    calls = [0]
+    entry = str(job["entry_point"])
+    candidate = EntryPoint(server, entry, deadline)
     try:
-        loaded = _load(server, str(job["code"]), deadline)
-        if type(loaded) is str:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": loaded})
+        load_error = _load(server, str(job["code"]), deadline)
+        if load_error is not None:
+            out.emit({"suite": sid, "id": "check", "ok": False, "error": load_error})
             return
-        assert isinstance(loaded, list)  # noqa: S101
-        ref = [server]
-        namespace: dict[str, Any] = {"__name__": "__check__", "__builtins__": builtins}
+        namespace = check_namespace(entry, candidate)
         try:
+            helpers = str(suite.get("helpers", ""))
+            if helpers:
+                exec(compile(helpers, "helpers.py", "exec", dont_inherit=True), namespace)  # noqa: S102
             exec(compile(str(suite["check"]), "check.py", "exec", dont_inherit=True), namespace)  # noqa: S102
-            for name in loaded:  # helpers of the solution that the check code does not define itself
-                if name not in namespace:
-                    namespace[name] = Proxy(ref, name, deadline, calls)
-            namespace["check"](Proxy(ref, str(job["entry_point"]), deadline, calls))
+            namespace["check"](candidate)
         except BaseException as exc:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": _describe_exc(exc), "calls": calls[0]})
+            error = _describe_exc(exc)
+            out.emit({"suite": sid, "id": "check", "ok": False, "error": error, "calls": candidate.answered})
             return
-        if calls[0] == 0:
+        if candidate.answered == 0:
             out.emit({"suite": sid, "id": "check", "ok": False, "error": "check never called the candidate"})
         elif not server.alive:
             out.emit({"suite": sid, "id": "check", "ok": False, "error": "candidate process died"})
         else:
-            out.emit({"suite": sid, "id": "check", "ok": True, "calls": calls[0]})
+            out.emit({"suite": sid, "id": "check", "ok": True, "calls": candidate.answered})
     finally:
         server.kill()
 

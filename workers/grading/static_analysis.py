@@ -244,7 +244,7 @@ def hack_rules(flags: Iterable[Flag]) -> list[str]:
 
 #: CPython 3.11 can raise "AST constructor recursion depth mismatch" when threads parse at once (gh-106905):
 #: every caller (grader threads, verifier runners) takes turns; a parse takes well under a millisecond.
-_PARSE_LOCK = threading.Lock()
+PARSE_LOCK = threading.Lock()
 
 
 def analyze(code: str) -> list[Flag]:
@@ -252,7 +252,7 @@ def analyze(code: str) -> list[Flag]:
     if len(code) > MAX_CODE_CHARS:
         return [_flag("too_large", f"{len(code)} characters", None)]
     try:
-        with _PARSE_LOCK:
+        with PARSE_LOCK:
             tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)

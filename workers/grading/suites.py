@@ -1,8 +1,8 @@
 """Turn test suites into ONE sandbox run of the harness, and the run's framed records back into verdicts.
 
 Why here and not in the harness: expected values never enter the sandbox. The job sent in carries only
-inputs (call args, io stdin) or assert check code; the records that come back carry plain JSON values or
-stdout, which are compared here, outside, by ``compare``.
+inputs (call args, io stdin) or assert check code (with the task's own helpers); the records that come back
+carry plain JSON values or stdout, which are compared here, outside, by ``compare``.
 
 A pass needs positive proof: every case id must have exactly one well-formed record; a missing, duplicate
 or unparsable record is a failure. Records are only accepted on lines framed with this run's random nonce.
@@ -148,8 +148,12 @@ def harness_bytecode(source: bytes) -> bytes:
     return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code)
 
 
-def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 << 20) -> JobSuite:
-    """The sandbox-side form of ``suite``: built field by field so expected values cannot slip in."""
+def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 << 20, helpers: str = "") -> JobSuite:
+    """The sandbox-side form of ``suite``: built field by field so expected values cannot slip in.
+
+    ``helpers`` is the task's own helper code (``helpers.prompt_helpers``), run before an assert suite's
+    check code so the check never needs a name from the candidate.
+    """
     if isinstance(suite, CallSuite):
         cases = [
             {"id": cid, "args": c.args, "kwargs": c.kwargs}
@@ -160,7 +164,7 @@ def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 <<
         cases = [{"id": cid, "stdin": c.stdin} for cid, c in zip(suite.case_ids(), suite.cases, strict=True)]
         payload = {"kind": "io", "timeout_s": timeout_s, "max_stdout_bytes": max_stdout_bytes, "cases": cases}
         return JobSuite("io", payload)
-    return JobSuite("assert", {"kind": "assert", "timeout_s": timeout_s, "check": suite.code})
+    return JobSuite("assert", {"kind": "assert", "timeout_s": timeout_s, "check": suite.code, "helpers": helpers})
 
 
 def call_job_suite(cases: Sequence[CallInput], timeout_s: float) -> JobSuite:

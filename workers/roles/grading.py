@@ -116,7 +116,9 @@ class ExecutorHandler:
             outcome: SuiteOutcome | None = None
             attempts = 1
         else:
-            ran = self.grader.run_suites(code, task.entry_point, [("public", task.public_tests)], task.limits)
+            ran = self.grader.run_suites(
+                code, task.entry_point, [("public", task.public_tests)], task.limits, prompt=task.prompt
+            )
             outcome = ran.outcomes[0]
             run = sandbox_run(ran.run, ran.infra_error)
             attempts = ran.run.attempts
@@ -174,7 +176,9 @@ class VerifierHandler:
         task = ctx.tasks.task(event.task_id)
         code = ctx.code_of(event)
         flags = analyze(code)
-        ran = self.grader.run_suites(code, task.entry_point, [("hidden", task.hidden_tests)], task.limits)
+        ran = self.grader.run_suites(
+            code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
+        )
         outcome = ran.outcomes[0]
         run = sandbox_run(ran.run, ran.infra_error)
         cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
