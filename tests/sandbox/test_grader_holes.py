@@ -2,9 +2,9 @@
 
 Each attack reads the grader as a hostile model would and aims at one rule: assert checks must run with the
 real builtins and the task's own helpers (only the entry point is the candidate's, values the check computes
-reach it only as call arguments, and only answered calls count). Every attack must end ``fail`` with
-reward 0; controls prove an honest solution passes the very same task, so a ``fail`` means the attack was
-stopped.
+reach it only as call arguments, and only answered calls count); comparison follows the reference's
+types. Every attack must end ``fail`` with reward 0; controls prove an honest
+solution passes the very same task, so a ``fail`` means the attack was stopped.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 import pytest
 
-from schemas.tasks import Task
-from workers.grading import Grader, GraderConfig
+from schemas.tasks import Limits, Task
+from workers.grading import CallArgs, Grader, GraderConfig, run_call_cases
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import load_problems
 
@@ -285,9 +285,109 @@ def test_humaneval_original_checks_use_the_tasks_helpers(sandbox: Sandbox, task_
     assert_fails(grade(sandbox, task, HUMANEVAL_ATTACKS[task_id]), task_id)
 
 
+# ---- 2. comparison with the reference's own types ---------------------------------------------------------
+
+REFERENCE = textwrap.dedent(
+    """
+    def solve(kind):
+        return {
+            "bigint": -9999999999999999,
+            "int": 3,
+            "float": 1e16,
+            "huge": 2**60 + 1,
+            "tuple": (1, 2),
+            "list": [1, 2],
+            "set": {1, 2},
+            "frozenset": frozenset({1, 2}),
+            "nested": [(1, "a")],
+            "intkeys": {1: "a"},
+            "tuplekeys": {(1, 2): "a"},
+            "bool": True,
+            "zero": 0,
+            "none": None,
+            "halves": 0.5,
+            "tagged_key": {"$t": [1, 2]},
+        }[kind]
+    """
+)
+
+#: attack -> (kind asked, what the wrong candidate returns, as source).
+COMPARE_ATTACKS: dict[str, tuple[str, str]] = {
+    "float_for_bigint": ("bigint", "-1e16"),
+    "rounded_float_for_bigint": ("bigint", "float(-9999999999999999)"),
+    "integral_float_for_int": ("int", "3.0"),
+    "close_float_for_int": ("int", "3.0000001"),
+    "int_near_float_reference": ("float", "10**16 + 1"),
+    "float_for_huge_int": ("huge", "float(2**60)"),
+    "list_for_tuple": ("tuple", "[1, 2]"),
+    "tuple_for_list": ("list", "(1, 2)"),
+    "list_for_set": ("set", "[1, 2]"),
+    "tuple_for_frozenset": ("frozenset", "(1, 2)"),
+    "sorted_list_for_set": ("set", "sorted({1, 2})"),
+    "lists_inside_for_tuples": ("nested", "[[1, 'a']]"),
+    "str_keys_for_int_keys": ("intkeys", "{'1': 'a'}"),
+    "bool_keys_for_int_keys": ("intkeys", "{True: 'a'}"),
+    "float_keys_for_int_keys": ("intkeys", "{1.0: 'a'}"),
+    "list_pairs_for_dict": ("intkeys", "[[1, 'a']]"),
+    "string_keys_for_tuple_keys": ("tuplekeys", "{'(1, 2)': 'a'}"),
+    "int_for_bool": ("bool", "1"),
+    "false_for_zero": ("zero", "False"),
+    "zero_for_none": ("none", "0"),
+    "empty_for_none": ("none", "[]"),
+    "string_for_float": ("halves", "'0.5'"),
+    "tag_lookalike_dict": ("tagged_key", "(1, 2)"),
+    "tuple_for_tag_lookalike": ("tuple", "{'$t': [1, 2]}"),
+    "set_for_set_with_bool": ("set", "{True, 2}"),
+}
+KINDS = sorted({kind for kind, _ in COMPARE_ATTACKS.values()})
+
+
+@pytest.fixture(scope="module")
+def reference_values(process_sandbox: Sandbox) -> dict[str, Any]:
+    """Expected values exactly as the task converters produce them: the reference, run in the sandbox."""
+    cases = [CallArgs(id=kind, args=[kind]) for kind in KINDS]
+    out = run_call_cases(process_sandbox, REFERENCE, "solve", cases, Limits(timeout_s=5, memory_mb=256))
+    assert all(v.ok for v in out.values()), out
+    return {kind: v.value for kind, v in out.items()}
+
+
+def compare_task(kind: str, expected: Any) -> Task:
+    return Task.model_validate(
+        {
+            "task_id": f"hole/compare-{kind}",
+            "prompt": "solve(kind)",
+            "entry_point": "solve",
+            "hidden_tests": {"kind": "call", "cases": [{"args": [kind], "expected": expected}]},
+            "limits": LIMITS,
+        }
+    )
+
+
+def test_reference_values_keep_their_types(reference_values: dict[str, Any]) -> None:
+    assert reference_values["tuple"] == {"$t": [1, 2]}
+    assert reference_values["list"] == [1, 2]
+    assert reference_values["intkeys"] == {"$d": [[1, "a"]]}
+    assert reference_values["tagged_key"] == {"$d": [["$t", [1, 2]]]}
+    assert reference_values["bigint"] == -9999999999999999
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reference_passes_its_own_values(sandbox: Sandbox, reference_values: dict[str, Any], kind: str) -> None:
+    """Symmetry: the values computed in the process sandbox are met by the reference on every backend."""
+    res = grade(sandbox, compare_task(kind, reference_values[kind]), REFERENCE)
+    assert res["status"] == "pass", (kind, res)
+
+
+@pytest.mark.parametrize("attack", list(COMPARE_ATTACKS))
+def test_compare_attack_fails(sandbox: Sandbox, reference_values: dict[str, Any], attack: str) -> None:
+    kind, value = COMPARE_ATTACKS[attack]
+    res = grade(sandbox, compare_task(kind, reference_values[kind]), f"def solve(kind):\n    return {value}\n")
+    assert_fails(res, attack)
+
+
 @pytest.mark.parametrize(
     "code",
-    [c for _, c in ASSERT_ATTACKS.values()],
+    [c for _, c in ASSERT_ATTACKS.values()] + [f"x = {v}\n" for _, v in COMPARE_ATTACKS.values()],
 )
 def test_attacks_are_valid_python(code: str) -> None:
     """An attack that does not compile proves nothing (it only fails to load)."""

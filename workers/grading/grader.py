@@ -420,9 +420,10 @@ def run_call_cases(
     """Run ``entry_point(*args, **kwargs)`` for every case in ONE sandbox run; ``{case_id: CaseValue}``.
 
     Stable public API (used by task converters to compute expected values from a reference solution).
-    Each ``CaseValue`` holds the plain-JSON return value exactly as the grader will see a candidate's
-    (tuples become lists; sets, non-string dict keys, NaN/inf, custom classes, oversized or cyclic values
-    give ``ok=False`` with an ``error``). Cases need ``id`` (None -> index), ``args`` and ``kwargs``:
+    Each ``CaseValue`` holds the return value as typed JSON, exactly as the grader will see a candidate's
+    (``workers.grading.compare``: tuples, sets and non-string-keyed dicts are tagged, so an expected value
+    keeps the reference's types; NaN/inf, custom classes, lone surrogates, oversized or cyclic values give
+    ``ok=False`` with an ``error``). Cases need ``id`` (None -> index), ``args`` and ``kwargs``:
     ``schemas.tasks.CallCase`` or ``workers.grading.CallArgs``. Raises ``SandboxError`` only when the
     infrastructure failed after retries.
     """

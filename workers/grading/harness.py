@@ -11,12 +11,14 @@ Why it is shaped like this (the grader's trust argument):
   zeroes its copy right after ``fork`` before any candidate code runs.
 * ``call``: consecutive call suites share one server child (one fork, one module load per run); the child
   returns each value in a tagged JSON encoding built from exact builtin types only
-  (no subclasses, no custom classes, size/depth capped, no NaN/inf); the parent re-parses it strictly and
-  writes plain JSON. Expected values never enter the sandbox, so a forged value is just a wrong answer.
+  (no subclasses, no custom classes, size/depth capped, no NaN/inf). The parent treats every reply as
+  hostile (the candidate can write anything on its pipe): ``reply_value`` re-checks it and turns it into
+  typed JSON (tuples and sets keep their type), and a value it cannot check is that case's failure.
+  Expected values never enter the sandbox, so a forged value is just a wrong answer.
 * ``assert``: the task's helpers (from its prompt) and check code run in the PARENT, with the real builtins;
   the only thing of the candidate's they can reach is its entry point (``EntryPoint``), which sends plain
-  arguments to the child and gets plain values back. The server child is forked before the job is even
-  parsed, so the check code (and its expected values) never exists in the candidate's memory or files.
+  arguments to the child and gets checked plain values back. The server child is forked before the job is
+  even parsed, so the check code (and its expected values) never exists in the candidate's memory or files.
 * ``io``: one child per case, stdin from a memfd, stdout/stderr read by the parent with caps.
 * What candidate processes write to their stdout/stderr goes to pipes the parent drains whenever it waits
   (never to the parent's stdout, which is the protocol channel). The parent keeps the last ``OUTPUT_CAP``
@@ -148,53 +150,155 @@ def _type_name(v: object) -> str:
         return "?"
 
 
-def decode_value(obj: object, *, plain: bool) -> object:
-    """Python value from the tagged form. ``plain=True`` yields plain JSON (tuples become lists; sets,
-    non-string dict keys and non-finite floats are errors); ``plain=False`` yields rich values for checks."""
+def decode_value(obj: object) -> object:
+    """Python value from the tagged form the parent sends a child (call arguments; non-finite floats allowed)."""
     t = type(obj)
     if obj is None or t is bool or t is int or t is float or t is str:
         return obj
     if isinstance(obj, list) and t is list:
-        return [decode_value(x, plain=plain) for x in obj]
+        return [decode_value(x) for x in obj]
     if not (isinstance(obj, dict) and t is dict and len(obj) == 1):
         raise NonPlainError("malformed tagged value")
     ((tag, body),) = obj.items()
     if tag == "$x":
-        if plain or body not in ("nan", "inf", "-inf"):
+        if body not in ("nan", "inf", "-inf"):
             raise NonPlainError("non-finite float")
         return float(body)
     if not (isinstance(body, list) and type(body) is list):
         raise NonPlainError("malformed tagged value")
     if tag == "$t":
-        items = [decode_value(x, plain=plain) for x in body]
-        return items if plain else tuple(items)
+        return tuple(decode_value(x) for x in body)
     if tag in ("$s", "$f"):
-        if plain:
-            raise NonPlainError("a set is not a plain JSON value")
-        members = [decode_value(x, plain=plain) for x in body]
+        members = [decode_value(x) for x in body]
         try:
             return set(members) if tag == "$s" else frozenset(members)
         except TypeError as exc:
             raise NonPlainError("unhashable set member") from exc
     if tag == "$d":
-        return _decode_dict(body, plain=plain)
+        return _decode_pairs(body)
     raise NonPlainError("unknown tag")
 
 
-def _decode_dict(body: list[Any], *, plain: bool) -> dict[Any, Any]:
+def _decode_pairs(body: list[Any]) -> dict[Any, Any]:
     """A ``$d`` body: a list of [key, value] pairs."""
     out: dict[Any, Any] = {}
     for pair in body:
         if type(pair) is not list or len(pair) != 2:
             raise NonPlainError("malformed dict")
-        key = decode_value(pair[0], plain=plain)
-        if plain and type(key) is not str:
-            raise NonPlainError("a dict with non-string keys is not a plain JSON value")
         try:
-            out[key] = decode_value(pair[1], plain=plain)
+            out[decode_value(pair[0])] = decode_value(pair[1])
         except TypeError as exc:
             raise NonPlainError("unhashable dict key") from exc
     return out
+
+
+def reply_value(obj: object, *, rich: bool) -> object:
+    """A value a candidate process sent back, checked as if it were hostile (it may be: the candidate can
+    write anything on its reply pipe): typed JSON for the grader (``rich=False``), or Python values for
+    check code (``rich=True``). Raises ``NonPlainError`` for anything the grader must not see or cannot
+    write: non-finite floats (``1e999``), huge ints, deep or wide values, lone surrogates, bad tags.
+
+    Typed JSON is plain JSON plus ``$t``/``$s``/``$f`` for tuples and sets and ``$d`` for dicts whose keys
+    are not all strings (see ``workers.grading.compare``): the form expected values are stored in.
+    """
+    return _reply(obj, 0, [MAX_NODES], rich)
+
+
+def _reply(v: object, depth: int, budget: list[int], rich: bool) -> object:  # noqa: C901, PLR0911, PLR0912
+    """One node of ``reply_value``."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise NonPlainError("value too large (too many elements)")
+    if depth > MAX_DEPTH:
+        raise NonPlainError("value nested too deeply (or self-referencing)")
+    t = type(v)
+    if v is None or t is bool:
+        return v
+    if t is int:
+        if v.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
+            raise NonPlainError("integer too large")
+        return v
+    if t is float:
+        if not math.isfinite(v):  # type: ignore[arg-type]
+            raise NonPlainError("non-finite float (NaN/inf) is never a valid result")
+        return v
+    if t is str:
+        text: str = v  # type: ignore[assignment]
+        if len(text) > MAX_VALUE_BYTES:
+            raise NonPlainError("string too large")
+        if not _valid_text(text):
+            raise NonPlainError("string is not valid Unicode (it holds a lone surrogate)")
+        budget[0] -= len(text) // 16
+        return text
+    if t is list:
+        return [_reply(x, depth + 1, budget, rich) for x in v]  # type: ignore[attr-defined]
+    if t is dict and len(v) == 1:  # type: ignore[arg-type]
+        ((tag, body),) = v.items()  # type: ignore[attr-defined]
+        if type(body) is list:
+            if tag == "$d":
+                return _reply_dict(body, depth, budget, rich)
+            if tag in ("$t", "$s", "$f"):
+                items = [_reply(x, depth + 1, budget, rich) for x in body]
+                if tag == "$t":
+                    return tuple(items) if rich else {tag: items}
+                if not rich:
+                    _distinct_keys(body, depth, "set member")
+                    return {tag: items}
+                try:
+                    return set(items) if tag == "$s" else frozenset(items)
+                except TypeError as exc:
+                    raise NonPlainError("unhashable set member") from exc
+    raise NonPlainError("malformed reply value")
+
+
+def _distinct_keys(raw: list[Any], depth: int, what: str) -> None:
+    """Set members (or dict keys) as a real set (or dict) holds them: hashable and distinct. Typed JSON
+    cannot tell, so the rich values are built once more, for this check only."""
+    keys = [_reply(x, depth + 1, [MAX_NODES], True) for x in raw]
+    try:
+        distinct = len(set(keys)) == len(keys)
+    except TypeError as exc:
+        raise NonPlainError(f"unhashable {what}") from exc
+    if not distinct:
+        raise NonPlainError(f"a {what} is there twice")
+
+
+def _reply_dict(body: list[Any], depth: int, budget: list[int], rich: bool) -> object:
+    """A ``$d`` body of ``reply_value``: a JSON object when every key is a string (and none looks like a tag),
+    else ``$d`` pairs; a dict for check code."""
+    pairs: list[tuple[Any, Any]] = []
+    for pair in body:
+        if type(pair) is not list or len(pair) != 2:
+            raise NonPlainError("malformed dict")
+        pairs.append((_reply(pair[0], depth + 1, budget, rich), _reply(pair[1], depth + 1, budget, rich)))
+    if rich:
+        out: dict[Any, Any] = {}
+        for key, item in pairs:
+            try:
+                out[key] = item
+            except TypeError as exc:
+                raise NonPlainError("unhashable dict key") from exc
+        return out
+    keys = [k for k, _ in pairs]
+    if all(type(k) is str for k in keys):
+        if len(set(keys)) != len(keys):
+            raise NonPlainError("a dict key is there twice")
+        if not (len(keys) == 1 and keys[0] in TAGS):
+            return dict(pairs)
+    else:
+        _distinct_keys([pair[0] for pair in body], depth, "dict key")
+    return {"$d": [[k, item] for k, item in pairs]}
+
+
+def _valid_text(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8 (no lone surrogate): only such text can leave the sandbox."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def tag_plain(obj: object) -> object:
@@ -479,8 +583,8 @@ def _call(module: types.ModuleType, req: dict[str, Any]) -> dict[str, object]:
     """Run one call; the reply is the tagged value or an error, never an exception."""
     try:
         fn = getattr(module, str(req["fn"]))
-        args = decode_value(req.get("args", []), plain=False)
-        kwargs = decode_value(req.get("kwargs", {"$d": []}), plain=False)
+        args = decode_value(req.get("args", []))
+        kwargs = decode_value(req.get("kwargs", {"$d": []}))
         assert isinstance(args, list)  # noqa: S101 - built by the parent
         assert isinstance(kwargs, dict)  # noqa: S101
     except BaseException as exc:
@@ -655,6 +759,7 @@ def _load(server: Server, code: str, deadline: float) -> str | None:
 
 
 def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: float) -> dict[str, object]:
+    """The record of one call case: the reply's value as typed JSON, or why there is none."""
     started = time.monotonic()
     try:
         reply = server.request(msg, deadline)
@@ -664,7 +769,7 @@ def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: flo
     if not reply["ok"]:
         return {"id": cid, "ok": False, "error": _short(str(reply.get("error"))), "ms": ms}
     try:
-        value = decode_value(reply.get("value"), plain=True)
+        value = reply_value(reply.get("value"), rich=False)
     except (NonPlainError, RecursionError) as exc:
         return {"id": cid, "ok": False, "error": str(exc), "ms": ms}
     return {"id": cid, "ok": True, "value": value, "ms": ms}
@@ -678,9 +783,9 @@ class EntryPoint:
     """Stands in for the candidate's entry point inside the check code: plain values in, plain values out.
 
     It is the only thing of the candidate's the check can reach. Arguments are copied out as tagged plain
-    values (the candidate never holds an object of the check's); replies become fresh builtin values.
-    ``answered`` counts the calls that got a value back: the proof that the check really exercised the
-    candidate.
+    values (the candidate never holds an object of the check's); replies are checked by ``reply_value``
+    and become fresh builtin values. ``answered`` counts the calls that got a value back: the proof that
+    the check really exercised the candidate.
     """
 
     def __init__(self, server: Server, name: str, deadline: float) -> None:
@@ -706,7 +811,7 @@ class EntryPoint:
         if not reply["ok"]:
             raise CandidateCallError(f"{self._name} raised: {_short(str(reply.get('error')))}")
         try:
-            value = decode_value(reply.get("value"), plain=False)
+            value = reply_value(reply.get("value"), rich=True)
         except (NonPlainError, RecursionError) as exc:
             raise CandidateCallError(f"{self._name} returned {exc}") from None
         self.answered += 1

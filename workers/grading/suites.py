@@ -2,7 +2,8 @@
 
 Why here and not in the harness: expected values never enter the sandbox. The job sent in carries only
 inputs (call args, io stdin) or assert check code (with the task's own helpers); the records that come back
-carry plain JSON values or stdout, which are compared here, outside, by ``compare``.
+carry typed JSON values (``compare``'s format: tuples and sets keep their type) or stdout, which are compared
+here, outside, by ``compare``.
 
 A pass needs positive proof: every case id must have exactly one well-formed record; a missing, duplicate
 or unparsable record is a failure. Records are only accepted on lines framed with this run's random nonce.

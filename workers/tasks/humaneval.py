@@ -325,10 +325,12 @@ def _check_literal(call: LiteralCall, value: Any, atol: float) -> str | None:
         return None if bool(value) == call.truthy else f"line {call.line}: test asserts truth {call.truthy}"
     if call.literal_expected is _MISSING:
         return None
-    ok, literal = to_json_value(call.literal_expected)
-    if not ok:
+    from workers.grading.compare import InvalidValueError, compare_values, to_typed
+
+    try:  # typed like the computed value, so a tuple literal is a tuple
+        literal = to_typed(call.literal_expected)
+    except InvalidValueError:
         return None
-    from workers.grading.compare import compare_values
 
     tol = call.tolerance if call.tolerance is not None else atol
     problem = compare_values(value, literal, tol)
