@@ -13,8 +13,9 @@ Why it is shaped like this (the grader's trust argument):
   returns each value in a tagged JSON encoding built from exact builtin types only
   (no subclasses, no custom classes, size/depth capped, no NaN/inf). The parent treats every reply as
   hostile (the candidate can write anything on its pipe): ``reply_value`` re-checks it and turns it into
-  typed JSON (tuples and sets keep their type), and a value it cannot check is that case's failure.
-  Expected values never enter the sandbox, so a forged value is just a wrong answer.
+  typed JSON (tuples and sets keep their type), and a reply it cannot check or encode is that case's
+  failure, never the harness's. Expected values never enter the sandbox, so a forged value is just a
+  wrong answer.
 * ``assert``: the task's helpers (from its prompt) and check code run in the PARENT, with the real builtins;
   the only thing of the candidate's they can reach is its entry point (``EntryPoint``), which sends plain
   arguments to the child and gets checked plain values back. The server child is forked before the job is
@@ -28,6 +29,8 @@ Why it is shaped like this (the grader's trust argument):
 
 Usage: ``python3 -I harness.py NBYTES N_ASSERT`` with NBYTES of stdin: a 32-byte nonce, then newline-separated
 JSON segments (a header ``{"code", "entry_point"}``, then one per suite); N_ASSERT = number of assert suites.
+A ``harness_error`` record (infrastructure: the job was malformed) is only ever written for the job's own
+shape, checked before the suite it concerns runs.
 Standard library only: it runs on the sandbox image's interpreter.
 """
 
@@ -410,10 +413,22 @@ def recv_msg(fd: int, deadline: float | None, sink: OutputPipes | None = None) -
     body = _read_n(fd, size, deadline, sink)
     if body is None:
         raise HarnessError("truncated reply (process died or deadline passed)")
+    return parse_msg(body)
+
+
+def parse_msg(body: bytes) -> object:
+    """The JSON of one message body; HarnessError for anything that is not strict JSON (bad UTF-8 too)."""
     try:
         return strict_loads(body)
     except (ValueError, RecursionError, NonPlainError) as exc:
         raise HarnessError("unparsable reply") from exc
+
+
+def check_reply(reply: object) -> dict[str, Any]:
+    """A candidate process's reply as the parent accepts it: an object whose ``ok`` is a bool."""
+    if not isinstance(reply, dict) or type(reply.get("ok")) is not bool:
+        raise HarnessError("malformed reply")
+    return reply
 
 
 class Capture:
@@ -647,10 +662,11 @@ class Server:
             timed_out = time.monotonic() >= deadline
             self.kill()
             raise HarnessError("timeout" if timed_out else f"candidate process died: {exc}") from exc
-        if not isinstance(reply, dict) or type(reply.get("ok")) is not bool:
+        try:
+            return check_reply(reply)
+        except HarnessError:
             self.kill()
-            raise HarnessError("malformed reply")
-        return reply
+            raise
 
     def kill(self) -> None:
         if not self.alive:
@@ -680,17 +696,55 @@ class Emitter:
         self.nonce = nonce
         self.budget = budget
 
-    def emit(self, record: dict[str, object]) -> None:
-        body = _dumps(record, separators=(",", ":"), allow_nan=False).encode()
+    def encode(self, record: dict[str, object]) -> bytes:
+        """The JSON body of one record, charged to the budget; one that cannot be encoded or does not fit
+        becomes its case's failure (a value the candidate forged must never stop the harness)."""
+        try:
+            body = _dumps(record, separators=(",", ":"), allow_nan=False).encode()
+        except (ValueError, TypeError, RecursionError, OverflowError):
+            body = _failure_body(record, "result could not be encoded")
         if len(body) > self.budget:
-            body = _dumps({"id": record.get("id"), "ok": False, "error": "harness output budget exceeded"}).encode()
+            body = _failure_body(record, "harness output budget exceeded")
         self.budget -= len(body)
+        return body
+
+    def emit(self, record: dict[str, object]) -> None:
+        """Write one record, framed."""
+        body = self.encode(record)
         parts: list[bytes | bytearray] = [b"\n" + MAGIC + b" ", self.nonce, b" ", body, b"\n"]
         total = sum(len(p) for p in parts)
         written = os.writev(1, parts)
         if written < total:  # rare partial write on a pipe: finish it byte-exactly
             rest = memoryview(b"".join(bytes(p) for p in parts))[written:]
             _write_all(1, rest)
+
+
+def _failure_body(record: dict[str, object], why: str) -> bytes:
+    """A case's failure record in place of ``record`` (its suite and id only when they are what they seem)."""
+    suite, cid = record.get("suite"), record.get("id")
+    failure = {"suite": suite if type(suite) is int else None, "id": cid if type(cid) is str else None}
+    return _dumps({**failure, "ok": False, "error": why}, separators=(",", ":")).encode()
+
+
+class SuiteRecords:
+    """The records of one suite: each case is reported once, and ``fail_rest`` reports every case the
+    suite did not get to (so whatever stopped it, each case still has its one record)."""
+
+    def __init__(self, out: Emitter, sid: int, case_ids: list[str]) -> None:
+        self.out = out
+        self.sid = sid
+        self.case_ids = case_ids
+        self.reported: set[str] = set()
+
+    def case(self, record: dict[str, object]) -> None:
+        cid = record.get("id")
+        if type(cid) is str and cid not in self.reported:
+            self.reported.add(cid)
+            self.out.emit({"suite": self.sid, **record})
+
+    def fail_rest(self, why: str) -> None:
+        for cid in self.case_ids:
+            self.case({"id": cid, "ok": False, "error": why})
 
 
 class CallServer:
@@ -720,12 +774,11 @@ class CallServer:
             self.server = None
 
 
-def _run_call(  # noqa: PLR0917
+def _run_call(
     job: dict[str, Any],
     suite: dict[str, Any],
     secrets: tuple[bytearray, ...],
-    out: Emitter,
-    sid: int,
+    out: SuiteRecords,
     shared: CallServer,
 ) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
@@ -738,7 +791,7 @@ def _run_call(  # noqa: PLR0917
             # the candidate killed itself (or timed out); later cases still get a run
             server, load_error = shared.get(code, secrets, deadline)
         if load_error is not None:
-            out.emit({"suite": sid, "id": cid, "ok": False, "error": load_error})
+            out.case({"id": cid, "ok": False, "error": load_error})
             continue
         msg = {
             "op": "call",
@@ -746,7 +799,7 @@ def _run_call(  # noqa: PLR0917
             "args": tag_plain(case.get("args", [])),
             "kwargs": tag_plain(case.get("kwargs", {})),
         }
-        out.emit({"suite": sid, **_call_record(cid, server, msg, deadline)})
+        out.case(_call_record(cid, server, msg, deadline))
 
 
 def _load(server: Server, code: str, deadline: float) -> str | None:
@@ -755,7 +808,7 @@ def _load(server: Server, code: str, deadline: float) -> str | None:
         reply = server.request({"op": "load", "code": code}, deadline)
     except HarnessError as exc:
         return f"module load: {exc}"
-    return None if reply["ok"] else str(reply.get("error"))
+    return None if reply["ok"] else _error_text(reply)
 
 
 def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: float) -> dict[str, object]:
@@ -765,14 +818,26 @@ def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: flo
         reply = server.request(msg, deadline)
     except HarnessError as exc:
         return {"id": cid, "ok": False, "error": str(exc)}
-    ms = round((time.monotonic() - started) * 1000, 3)
+    return reply_record(cid, reply, round((time.monotonic() - started) * 1000, 3))
+
+
+def reply_record(cid: str, reply: dict[str, Any], ms: float) -> dict[str, object]:
+    """A call case's record from the candidate's (checked, but otherwise arbitrary) reply."""
     if not reply["ok"]:
-        return {"id": cid, "ok": False, "error": _short(str(reply.get("error"))), "ms": ms}
+        return {"id": cid, "ok": False, "error": _error_text(reply), "ms": ms}
     try:
         value = reply_value(reply.get("value"), rich=False)
     except (NonPlainError, RecursionError) as exc:
         return {"id": cid, "ok": False, "error": str(exc), "ms": ms}
     return {"id": cid, "ok": True, "value": value, "ms": ms}
+
+
+def _error_text(reply: dict[str, Any]) -> str:
+    """The error a candidate process reported, if it is text (anything else is the candidate's garbage)."""
+    error = reply.get("error")
+    if type(error) is not str:
+        return "candidate process sent a malformed error"
+    return _short(error) if _valid_text(error) else _short(error.encode("utf-8", "replace").decode("utf-8"))
 
 
 class CandidateCallError(AssertionError):
@@ -809,7 +874,7 @@ class EntryPoint:
         except HarnessError as exc:
             raise CandidateCallError(f"{self._name}: {exc}") from None
         if not reply["ok"]:
-            raise CandidateCallError(f"{self._name} raised: {_short(str(reply.get('error')))}")
+            raise CandidateCallError(f"{self._name} raised: {_error_text(reply)}")
         try:
             value = reply_value(reply.get("value"), rich=True)
         except (NonPlainError, RecursionError) as exc:
@@ -833,7 +898,7 @@ def check_namespace(entry_point: str, candidate: EntryPoint) -> dict[str, Any]:
     return namespace
 
 
-def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out: Emitter, sid: int) -> None:
+def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out: SuiteRecords) -> None:
     """Run the task's helpers and ``check(candidate)`` here in the parent; the candidate answers through
     its entry point only."""
     deadline = time.monotonic() + float(suite["timeout_s"])
@@ -842,7 +907,7 @@ def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out:
     try:
         load_error = _load(server, str(job["code"]), deadline)
         if load_error is not None:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": load_error})
+            out.case({"id": "check", "ok": False, "error": load_error})
             return
         namespace = check_namespace(entry, candidate)
         try:
@@ -852,21 +917,20 @@ def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out:
             exec(compile(str(suite["check"]), "check.py", "exec", dont_inherit=True), namespace)  # noqa: S102
             namespace["check"](candidate)
         except BaseException as exc:
-            error = _describe_exc(exc)
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": error, "calls": candidate.answered})
+            out.case({"id": "check", "ok": False, "error": _describe_exc(exc), "calls": candidate.answered})
             return
         if candidate.answered == 0:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": "check never called the candidate"})
+            out.case({"id": "check", "ok": False, "error": "check never called the candidate"})
         elif not server.alive:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": "candidate process died"})
+            out.case({"id": "check", "ok": False, "error": "candidate process died"})
         else:
-            out.emit({"suite": sid, "id": "check", "ok": True, "calls": candidate.answered})
+            out.case({"id": "check", "ok": True, "calls": candidate.answered})
     finally:
         server.kill()
 
 
-def _run_io(  # noqa: PLR0917
-    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: Emitter, sid: int, capture: Capture
+def _run_io(
+    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: SuiteRecords, capture: Capture
 ) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
     code = str(job["code"])
@@ -874,10 +938,10 @@ def _run_io(  # noqa: PLR0917
     for case in suite["cases"]:
         cid = str(case["id"])
         if time.monotonic() >= deadline:
-            out.emit({"suite": sid, "id": cid, "ok": False, "error": "timeout (suite deadline passed)"})
+            out.case({"id": cid, "ok": False, "error": "timeout (suite deadline passed)"})
             continue
         stdin = str(case.get("stdin", "")).encode()
-        out.emit({"suite": sid, **_io_case(cid, code, stdin, secrets, deadline, cap, capture)})
+        out.case(_io_case(cid, code, stdin, secrets, deadline, cap, capture))
 
 
 def _io_case(  # noqa: PLR0917
@@ -1025,6 +1089,36 @@ def _parse_segment(buf: bytearray, span: tuple[int, int]) -> dict[str, Any]:
     return obj
 
 
+def _case_ids(suite: dict[str, Any], seen_assert: bool) -> list[str]:
+    """The case ids of a suite segment, once its shape is checked.
+
+    A malformed segment is the job's fault (a ``harness_error``: infrastructure), so it is found here,
+    before the suite runs; whatever goes wrong after this is the candidate's doing and fails its cases.
+    """
+    kind = suite.get("kind")
+    if type(suite.get("timeout_s")) not in (int, float):
+        raise HarnessError("suite without a timeout")
+    if kind == "assert":
+        if type(suite.get("check")) is not str or type(suite.get("helpers", "")) is not str:
+            raise HarnessError("assert suite without check code")
+        return ["check"]
+    if kind not in ("call", "io") or seen_assert:
+        raise HarnessError(f"kind {kind!r} not allowed here")
+    cases = suite.get("cases")
+    if type(cases) is not list:
+        raise HarnessError("suite without cases")
+    ids: list[str] = []
+    for case in cases:
+        if type(case) is not dict or type(case.get("id")) is not str:
+            raise HarnessError("case without an id")
+        if kind == "call" and not (type(case.get("args", [])) is list and type(case.get("kwargs", {})) is dict):
+            raise HarnessError("call case without args")
+        if kind == "io" and type(case.get("stdin", "")) is not str:
+            raise HarnessError("io case without stdin")
+        ids.append(case["id"])
+    return ids
+
+
 def _safe_sys_path() -> None:
     """Drop the work dir and every writable directory from ``sys.path``: check code run here must never
     import a module a candidate planted (``python3 -I`` already omits the script dir; this is the backstop)."""
@@ -1066,20 +1160,26 @@ def main(argv: list[str]) -> int:
     try:
         spans = _segments(buf)
         job = _parse_segment(buf, spans[0])
+        if type(job.get("code")) is not str or type(job.get("entry_point")) is not str:
+            raise HarnessError("header without code or entry point")
         seen_assert = False
         for sid, span in enumerate(spans[1:]):
             suite = _parse_segment(buf, span)
-            kind = suite.get("kind")
-            if kind == "assert" and servers:
-                seen_assert = True
-                shared.kill()
-                _run_assert(job, suite, servers.pop(0), out, sid)
-            elif kind == "call" and not seen_assert:
-                _run_call(job, suite, secrets, out, sid, shared)
-            elif kind == "io" and not seen_assert:
-                _run_io(job, suite, secrets, out, sid, capture)
-            else:
-                out.emit({"harness_error": f"suite {sid}: kind {kind!r} not allowed here"})
+            records = SuiteRecords(out, sid, _case_ids(suite, seen_assert))
+            if suite["kind"] == "assert" and not servers:
+                raise HarnessError("more assert suites than announced")
+            try:
+                if suite["kind"] == "assert":
+                    seen_assert = True
+                    shared.kill()
+                    _run_assert(job, suite, servers.pop(0), records)
+                elif suite["kind"] == "call":
+                    _run_call(job, suite, secrets, records, shared)
+                else:
+                    _run_io(job, suite, secrets, records, capture)
+            except Exception as exc:  # the job was valid: what broke the suite came from the candidate
+                shared.kill()  # its server may hold a reply nobody read
+                records.fail_rest(f"the candidate broke the run: {_type_name(exc)}")
             out.emit({"suite": sid, "suite_done": True})
     except (HarnessError, ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
         out.emit({"harness_error": f"bad job: {type(exc).__name__}: {exc}"})
