@@ -1,21 +1,27 @@
-"""Outcomes a candidate tries to force (issue 16, item 5), on every backend.
+"""Outcomes a candidate tries to force (issue 16, items 5-6), on every backend.
 
 Nothing a candidate does from inside may produce ``sandbox_error`` (which is retried and withholds the
 reward): a reply the harness cannot parse or encode, a reply pipe closed, replaced or flooded, partial
-records, lone surrogates in its text. Each must be the candidate's own failure. A property test drives the
-harness with arbitrary replies and outputs.
+records, lone surrogates in its text. Each must be the candidate's own failure, and every result must be
+writable (orjson refuses lone surrogates), also through ``rewardstream grade`` in batch, where one bad line
+must never cost the later ones. A property test drives the harness with arbitrary replies and outputs.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from rewardstream.cli import grade as grade_cli
+from rewardstream.cli.main import _register, app
 from schemas.tasks import Task
 from tests.sandbox.test_reward_hacks import HONEST, IO_SHIM, TASKS, secret
 from workers.grading import Grader, GraderConfig
@@ -27,7 +33,9 @@ SECRETS = frozenset(secret(n) for n in (1, 2, 3, 10, 99, 12345))
 
 
 def grade(sandbox: Sandbox, task: Task, code: str) -> dict[str, Any]:
-    return Grader(sandbox, GraderConfig(attempts=1)).grade(task, code, generation_id="forced").to_json()
+    res = Grader(sandbox, GraderConfig(attempts=1)).grade(task, code, generation_id="forced").to_json()
+    orjson.dumps(res)  # writable: no lone surrogate anywhere
+    return res
 
 
 def assert_candidates_failure(res: dict[str, Any], why: object) -> None:
@@ -182,6 +190,46 @@ def test_honest_solution_still_passes_after_forced_outcomes(sandbox: Sandbox) ->
     for kind in TASKS:
         res = grade(sandbox, TASKS[kind](), HONEST + (IO_SHIM if kind == "io" else ""))
         assert res["status"] == "pass", res
+
+
+def test_grade_batch_writes_every_line(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rewardstream grade`` in batch: surrogate-laden results and a grader failure each get their own line."""
+
+    class Shared:  # the session's backend, kept open after the command
+        name = "shared"
+
+        def run(self, spec: Any) -> Any:
+            return sandbox.run(spec)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(grade_cli, "open_sandbox", lambda _settings, _backend: Shared())
+    original_grade = Grader.grade
+
+    def grade_or_raise(self: Grader, task: Task, code: str, *, generation_id: str = "") -> Any:
+        if generation_id == "grader-bug":
+            raise RuntimeError("the grader itself broke \ud800")
+        return original_grade(self, task, code, generation_id=generation_id)
+
+    monkeypatch.setattr(Grader, "grade", grade_or_raise)
+    task = TASKS["call"]()
+    (tmp_path / "tasks.jsonl").write_bytes(orjson.dumps(task.model_dump(mode="json", by_alias=True)) + b"\n")
+    sols = [("s1", FORCED["surrogate_exception"]), ("s2", FORCED["lone_surrogate_error"]), ("grader-bug", HONEST)]
+    sols += [("s3", FORCED["surrogate_exception_at_import"]), ("s4", HONEST)]
+    (tmp_path / "sols.jsonl").write_bytes(
+        b"".join(orjson.dumps({"task_id": task.task_id, "generation_id": g, "code": c}) + b"\n" for g, c in sols)
+    )
+    _register()
+    out = tmp_path / "results.jsonl"
+    args = ["grade", "--tasks", str(tmp_path / "tasks.jsonl"), "--solutions", str(tmp_path / "sols.jsonl")]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--concurrency", "2"])
+    lines = {rec["generation_id"]: rec for rec in map(orjson.loads, out.read_bytes().splitlines())}
+    assert set(lines) == {g for g, _ in sols}, result.output
+    assert lines["s4"]["status"] == "pass"
+    assert {lines[g]["status"] for g in ("s1", "s2", "s3")} == {"fail"}
+    assert lines["grader-bug"]["status"] == "sandbox_error"  # our failure, said in its own line
+    assert result.exit_code == 1  # ... and in the exit code
 
 
 # ---- the property: arbitrary replies and outputs never become sandbox_error --------------------------------

@@ -244,6 +244,31 @@ def test_nan_in_a_record_is_a_protocol_error() -> None:
     assert parse_records(out, NONCE).protocol_error is not None
 
 
+def test_lone_surrogates_never_leave_the_parser() -> None:
+    """Candidate text enters our data here: repaired (messages) or refused (a value), once for every writer."""
+    out = HELLO + b"@@RS1 " + NONCE + b' {"suite":0,"id":"0","ok":false,"error":"boom \\ud800 \\udfff"}\n'
+    out += b"@@RS1 " + NONCE + b' {"suite":0,"id":"1","ok":true,"value":["\\ud800"]}\n'
+    out += b"@@RS1 " + NONCE + b' {"suite":0,"id":"2","ok":false,"error":["not", "text"]}\n'
+    out += b"@@RS1 " + NONCE + b' {"harness_error":"\\udc00"}\n'
+    recs = parse_records(out, NONCE)
+    assert recs.cases[0]["0"][0]["error"] == "boom \ufffd \ufffd"
+    assert recs.cases[0]["1"][0]["ok"] is False
+    assert "value" not in recs.cases[0]["1"][0]
+    assert recs.cases[0]["2"][0]["error"] == "malformed error"
+    assert recs.harness_error == "\ufffd"
+    three = CallSuite.model_validate({"kind": "call", "cases": [{"args": [i], "expected": i} for i in range(3)]})
+    outcome = score_suite(three, "public", recs.cases[0])
+    assert [c.status for c in outcome.cases] == ["error", "error", "error"]
+    import orjson
+
+    orjson.dumps([c.to_json() for c in outcome.cases])
+
+
+def test_a_valid_surrogate_pair_is_text() -> None:
+    out = HELLO + b"@@RS1 " + NONCE + b' {"suite":0,"id":"0","ok":true,"value":"\\ud83d\\ude00"}\n'
+    assert parse_records(out, NONCE).cases[0]["0"][0]["value"] == "\U0001f600"
+
+
 def test_error_and_timeout_records() -> None:
     out = HELLO + frame({"suite": 0, "id": "0", "ok": False, "error": "timeout"})
     out += frame({"suite": 0, "id": "1", "ok": False, "error": "ZeroDivisionError"})

@@ -125,3 +125,20 @@ def test_flag_json_matches_static_flag_contract() -> None:
         data = flag.to_json()
         StaticFlag.model_validate({k: v for k, v in data.items() if k != "severity"})
         assert data["severity"] in ("hack", "warn")
+
+
+def test_flag_messages_are_safe_to_store() -> None:
+    import orjson
+
+    escaped = r"""import os
+print("@@RS1 \ud800 PASS")
+open("/proc/\udfff")
+with open("sitecustomize\ud800.py", "w") as f:
+    pass
+os._exit(0)
+"""
+    for code in (escaped, "os._exit(0)  # \ud800\nopen('\ud800')\n"):
+        found = analyze(code)
+        assert found
+        for flag in found:
+            orjson.dumps(flag.to_json())  # no lone surrogate from the candidate's text

@@ -24,6 +24,7 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.tasks import Limits, Task
+from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
 from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
 from workers.grading.static_analysis import Flag, analyze
@@ -321,7 +322,7 @@ class Grader:
             max_rss_kb=result.max_rss_kb,
             backend=result.backend,
             attempts=attempts,
-            error=problem or result.error,
+            error=sanitize_text(problem or result.error or "") or None,  # what the sandbox said, safe to store
             hardened=hardened if isinstance(hardened, bool) else None,
         )
         outcomes: list[SuiteOutcome] = []

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from schemas.text import sanitize_text
+
 Severity = Literal["hack", "warn"]
 MAX_CODE_CHARS = 512 * 1024
 MAX_FLAGS = 64
@@ -269,8 +271,9 @@ def analyze(code: str) -> list[Flag]:
 
 
 def _flag(rule: str, detail: str, line: int | None) -> Flag:
+    """A finding; ``detail`` quotes candidate code, so it is made safe to store here, where it is made."""
     severity, meaning = RULES[rule]
-    return Flag(rule, severity, f"{meaning}: {detail}"[:1024], line)
+    return Flag(rule, severity, sanitize_text(f"{meaning}: {detail}"[:1024]), line)
 
 
 class _Visitor(ast.NodeVisitor):
