@@ -1,24 +1,32 @@
-"""Wrong solutions that tried to earn 1.0 through the grader's own code (issue 16), on every backend.
+"""Wrong solutions that tried to earn 1.0 through the grader's own code (issue 16, items 1-3), on every backend.
 
 Each attack reads the grader as a hostile model would and aims at one rule: assert checks must run with the
 real builtins and the task's own helpers (only the entry point is the candidate's, values the check computes
-reach it only as call arguments, and only answered calls count); comparison follows the reference's
-types. Every attack must end ``fail`` with reward 0; controls prove an honest
+reach it only as call arguments, and only answered calls count); comparison follows the reference's types;
+gates see every static finding. Every attack must end ``fail`` with reward 0; controls prove an honest
 solution passes the very same task, so a ``fail`` means the attack was stopped.
 """
 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from schemas.codec import decode
+from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict
 from schemas.tasks import Limits, Task
+from streams.reward.policy import Scored, Signals, evaluate, load_policy
 from workers.grading import CallArgs, Grader, GraderConfig, run_call_cases
+from workers.handler import Done, Source
+from workers.roles.common import RoleContext, TaskSource
+from workers.roles.grading import ExecutorHandler, VerifierHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import load_problems
+from workers.tasks.registry import TaskRegistry
 
 pytestmark = pytest.mark.sandbox
 
@@ -385,9 +393,63 @@ def test_compare_attack_fails(sandbox: Sandbox, reference_values: dict[str, Any]
     assert_fails(res, attack)
 
 
+# ---- 3. a hack flag among many harmless findings ------------------------------------------------------------
+
+#: An honest solution with 70 warn-severity findings, then one hack-severity finding (native code).
+NOISY_HACK = HONEST + "def unused():\n" + "".join(f"    open('f{i}')\n" for i in range(70)) + "import ctypes\n"
+FLAG_TASK = {
+    "task_id": "hole/flags",
+    "prompt": "solve(n)",
+    "entry_point": "solve",
+    "public_tests": {"kind": "call", "cases": [{"args": [1], "expected": secret(1)}]},
+    "hidden_tests": {"kind": "call", "cases": [{"args": [n], "expected": secret(n)} for n in (3, 10)]},
+    "limits": LIMITS,
+}
+
+
+def test_harmless_findings_never_hide_a_hack_cli_path(sandbox: Sandbox) -> None:
+    res = grade(sandbox, Task.model_validate(FLAG_TASK), NOISY_HACK)
+    assert res["hidden"] == {"passed": 2, "total": 2}  # it computes the right answers ...
+    assert res["reward"] == 0.0  # ... and is still gated
+    assert "native_code" in res["flags"]
+    assert len(res["static_flags"]) == 64
+    assert "native_code" in {f["rule"] for f in res["static_flags"]}
+    assert res["static_flag_counts"] == {"file_access": 70, "native_code": 1}
+
+
+def test_harmless_findings_never_hide_a_hack_pipeline_path(sandbox: Sandbox, tmp_path: Path) -> None:
+    registry = TaskRegistry(tmp_path / "tasks")
+    registry.store([Task.model_validate(FLAG_TASK)])
+    grader = Grader(sandbox, GraderConfig(attempts=2, backoff_s=0.05))
+    event = GenerationEvent(
+        generation_id="g1", episode_id="g1", run_id="r", task_id="hole/flags", policy_version="p", code=NOISY_HACK
+    )
+    source = Source("rs.generations", 0, 1)
+
+    def context(role: str) -> RoleContext:
+        return RoleContext(role=role, worker="h:1", tasks=TaskSource(registry), artifacts=None, output_topic="o")
+
+    executed = ExecutorHandler(context("executor"), grader).handle(event, source)
+    verified = VerifierHandler(context("verifier"), grader).handle(event, source)
+    assert isinstance(executed, Done)
+    assert isinstance(verified, Done)
+    verdict = decode(verified.outputs[0].value, HiddenVerdict)
+    assert verdict.passed == verdict.total == 2
+    assert verdict.static_flag_counts == {"file_access": 70, "native_code": 1}
+    reward = evaluate(load_policy(), Signals(decode(executed.outputs[0].value, ExecutionResult), verdict))
+    assert isinstance(reward, Scored)
+    assert reward.reward == 0.0
+    assert "native_code" in reward.flags
+    # an older verdict that only lists what it shows still gates: the first finding of every rule is shown
+    shown_only = verdict.model_copy(update={"static_flag_counts": {}})
+    again = evaluate(load_policy(), Signals(decode(executed.outputs[0].value, ExecutionResult), shown_only))
+    assert isinstance(again, Scored)
+    assert again.reward == 0.0
+
+
 @pytest.mark.parametrize(
     "code",
-    [c for _, c in ASSERT_ATTACKS.values()] + [f"x = {v}\n" for _, v in COMPARE_ATTACKS.values()],
+    [c for _, c in ASSERT_ATTACKS.values()] + [f"x = {v}\n" for _, v in COMPARE_ATTACKS.values()] + [NOISY_HACK],
 )
 def test_attacks_are_valid_python(code: str) -> None:
     """An attack that does not compile proves nothing (it only fails to load)."""

@@ -27,7 +27,7 @@ from schemas.tasks import Limits, Task
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
 from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
-from workers.grading.static_analysis import Flag, analyze
+from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
 from workers.grading.suites import (
     DEFAULT_PYTHON_ARGV,
     MAGIC,
@@ -198,7 +198,9 @@ class GradeResult:
             "flags": list(self.flags),
             "reward": self.reward,
             "reasons": list(self.reasons),
-            "static_flags": [f.to_json() for f in self.static_flags],
+            # every finding gated the reward; the list shown is capped, with a count of every rule
+            "static_flags": [f.to_json() for f in shown_flags(self.static_flags)],
+            "static_flag_counts": rule_counts(self.static_flags),
             "cases": {
                 "public": [c.to_json() for c in public.cases] if public else [],
                 "hidden": [c.to_json(with_message=False) for c in self.hidden.cases],

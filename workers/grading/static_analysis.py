@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,7 @@ from schemas.text import sanitize_text
 
 Severity = Literal["hack", "warn"]
 MAX_CODE_CHARS = 512 * 1024
+#: Flags *shown* (result files, events); gates always see every finding (``shown_flags``, ``rule_counts``).
 MAX_FLAGS = 64
 
 #: rule id -> (severity, what it means)
@@ -250,7 +252,11 @@ PARSE_LOCK = threading.Lock()
 
 
 def analyze(code: str) -> list[Flag]:
-    """All findings for ``code``, at most one per (rule, line), capped at ``MAX_FLAGS``; never raises."""
+    """Every finding for ``code``, at most one per (rule, line); never raises.
+
+    Not capped: gates must see every finding (64 harmless ones must never hide a hack). Only what is shown
+    is capped, by ``shown_flags``; ``rule_counts`` says how many of each rule there were.
+    """
     if len(code) > MAX_CODE_CHARS:
         return [_flag("too_large", f"{len(code)} characters", None)]
     try:
@@ -267,7 +273,30 @@ def analyze(code: str) -> list[Flag]:
         visitor.visit(tree)
     except RecursionError:
         visitor.add("too_large", "nested too deeply to analyse", None)
-    return visitor.flags[:MAX_FLAGS]
+    return visitor.flags
+
+
+def shown_flags(flags: Sequence[Flag], cap: int = MAX_FLAGS) -> list[Flag]:
+    """At most ``cap`` of ``flags``, in their order, always including the first finding of every rule
+    (hack rules before warn rules when there are more rules than room): a reader of the shown list alone
+    still sees every rule that was raised."""
+    if len(flags) <= cap:
+        return list(flags)
+    first: dict[str, int] = {}
+    for i, f in enumerate(flags):
+        first.setdefault(f.rule, i)
+    keep = sorted(first.values(), key=lambda i: (flags[i].severity != "hack", i))[:cap]
+    chosen = set(keep)
+    for i in range(len(flags)):
+        if len(chosen) >= cap:
+            break
+        chosen.add(i)
+    return [flags[i] for i in sorted(chosen)]
+
+
+def rule_counts(flags: Iterable[Flag]) -> dict[str, int]:
+    """How many findings of each rule, sorted by rule id (every finding, shown or not)."""
+    return dict(sorted(Counter(f.rule for f in flags).items()))
 
 
 def _flag(rule: str, detail: str, line: int | None) -> Flag:

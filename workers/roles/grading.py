@@ -29,7 +29,7 @@ from schemas.events import (
 )
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo
-from workers.grading.static_analysis import analyze
+from workers.grading.static_analysis import analyze, rule_counts, shown_flags
 from workers.grading.suites import SuiteOutcome
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext
@@ -202,7 +202,8 @@ class VerifierHandler:
             cases=cases,
             passed=sum(1 for c in cases if c.status == "passed"),
             total=len(cases),
-            static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in flags],
+            static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in shown_flags(flags)],
+            static_flag_counts=rule_counts(flags),
             artifacts=artifacts,
         )
         fields = _run_fields(run, ran.run.attempts, verdict.passed, verdict.total)
