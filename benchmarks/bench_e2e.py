@@ -59,9 +59,13 @@ def grading_only(
         def roles(sol: tuple[str, str, str]) -> None:
             task = tasks[sol[1]]
             if task.public_tests is not None:  # the executor
-                grader.run_suites(sol[2], task.entry_point, [("public", task.public_tests)], task.limits)
+                grader.run_suites(
+                    sol[2], task.entry_point, [("public", task.public_tests)], task.limits, prompt=task.prompt
+                )
             analyze(sol[2])  # the verifier
-            grader.run_suites(sol[2], task.entry_point, [("hidden", task.hidden_tests)], task.limits)
+            grader.run_suites(
+                sol[2], task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
+            )
 
         def one_run(sol: tuple[str, str, str]) -> None:
             grader.grade(tasks[sol[1]], sol[2], generation_id=sol[0])

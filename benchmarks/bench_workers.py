@@ -58,7 +58,7 @@ def direct(grader: Grader, tasks: dict[str, Task], events: list[GenerationEvent]
     def one(ev: GenerationEvent) -> None:
         task = tasks[ev.task_id]
         suite = task.hidden_tests if role == "verifier" or task.public_tests is None else task.public_tests
-        ran = grader.run_suites(ev.code or "", task.entry_point, [(role, suite)], task.limits)
+        ran = grader.run_suites(ev.code or "", task.entry_point, [(role, suite)], task.limits, prompt=task.prompt)
         if ran.infra_error:
             raise RuntimeError(ran.infra_error)
 

@@ -181,12 +181,14 @@ class ExecutionResult(Event):
         return self
 
 
+#: A static-analysis rule id, e.g. exit_call.
+RuleId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+
 class StaticFlag(Contract):
     """A static-analysis finding; the reward policy decides what it costs."""
 
-    rule: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")] = Field(
-        description="rule id, e.g. exit_call, frame_introspection, builtins_patch"
-    )
+    rule: RuleId = Field(description="rule id, e.g. exit_call, frame_introspection, builtins_patch")
     message: str = Field(max_length=1024, description="what was found, for the reward's reasons")
     line: int | None = Field(None, ge=1, description="1-based line in the code, if known")
 
@@ -203,7 +205,14 @@ class HiddenVerdict(Event):
     cases: list[HiddenCaseResult] = Field(default_factory=list, description="one result per hidden case")
     passed: int = Field(ge=0, description="number of cases with status passed")
     total: int = Field(ge=0, description="number of hidden cases")
-    static_flags: list[StaticFlag] = Field(default_factory=list, description="static-analysis findings")
+    static_flags: list[StaticFlag] = Field(
+        default_factory=list,
+        description="static-analysis findings as shown: capped, with the first finding of every rule raised",
+    )
+    static_flag_counts: dict[RuleId, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict,
+        description="how many findings of each rule there were (all of them, shown or not): what gates see",
+    )
     artifacts: dict[ArtifactName, S3Url] = Field(
         default_factory=dict, description=ARTIFACTS_DESCRIPTION + " (hidden cases: statuses only)"
     )

@@ -38,12 +38,16 @@ class Limits(Contract):
 
 
 class CallCase(Contract):
-    """One call ``entry_point(*args, **kwargs)`` whose plain-JSON return value must equal ``expected``."""
+    """One call ``entry_point(*args, **kwargs)`` whose return value must equal ``expected`` (typed JSON, see
+    ``workers.grading.compare``)."""
 
     id: CaseId | None = Field(None, description="stable case id results are keyed by; defaults to the index")
     args: list[Json] = Field(default_factory=list, description="positional arguments, plain JSON")
     kwargs: dict[str, Json] = Field(default_factory=dict, description="keyword arguments, plain JSON")
-    expected: Json = Field(description="expected return value as plain JSON (compared outside the sandbox)")
+    expected: Json = Field(
+        description="expected return value as typed JSON: plain JSON, tuples/sets/non-string-keyed dicts as "
+        '{"$t": [...]}/{"$s": [...]}/{"$d": [[k, v], ...]} (compared outside the sandbox, with its own types)'
+    )
 
 
 class IoCase(Contract):

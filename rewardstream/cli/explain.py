@@ -103,6 +103,7 @@ def _render(story: dict[str, Any], console: Console) -> None:
         "sandbox": ver["sandbox"]["status"], "passed": f"{ver['passed']}/{ver['total']}",
         "statuses": ", ".join(f"{k}: {v}" for k, v in ver["statuses"].items()),
         "static flags": ", ".join(f"{f['rule']} (line {f['line']})" for f in ver["static_flags"]) or "none",
+        "flag counts": ", ".join(f"{k}: {v}" for k, v in ver.get("static_flag_counts", {}).items()) or "-",
         "grader": ver["grader_version"], "worker": ver["worker"], "at": _where(ver),
     })  # fmt: skip
     _section(console, "judge", judge and {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +28,7 @@ from rewardstream.cli.main import app
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
 from schemas.tasks import Task
+from schemas.text import sanitize_text
 from workers.grading.grader import Grader, GradeResult
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -93,6 +94,30 @@ def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task]
             raise ValidationError(f"{solutions_path}:{n}: task_id {sol.task_id!r} is not in {tasks_path}")
         solutions.append(sol)
     return tasks, solutions
+
+
+def result_line(solution: Solution, graded: Future[GradeResult]) -> tuple[str, float, bytes]:
+    """(status, reward, JSONL line) of one solution: its own outcome, whatever happened to the others.
+
+    A grader that raised, or a result that cannot be written, is an infrastructure failure of that one
+    solution (``sandbox_error``, no verdict), never the end of the batch.
+    """
+    try:
+        result = graded.result()
+        return result.status, result.reward, orjson.dumps(result.to_json()) + b"\n"
+    except Exception as exc:  # any failure is reported in its own line; the batch goes on
+        why = f"grader failed on this solution: {type(exc).__name__}: {exc}"
+    failed = {
+        "generation_id": solution.generation_id,
+        "task_id": solution.task_id,
+        "status": "sandbox_error",
+        "public": {"passed": 0, "total": 0},
+        "hidden": {"passed": 0, "total": 0},
+        "flags": [],
+        "reward": 0.0,
+        "reasons": [sanitize_text(why)[:1024]],
+    }
+    return "sandbox_error", 0.0, orjson.dumps(failed) + b"\n"
 
 
 def _backend(value: str | None) -> Literal["process", "docker"] | None:
@@ -183,12 +208,12 @@ def _grade_many(
                 pool.submit(grader.grade, the_tasks[s.task_id], s.code, generation_id=s.generation_id): s for s in sols
             }
             for fut in as_completed(futures):
-                result: GradeResult = fut.result()
+                status, reward, line = result_line(futures[fut], fut)
                 with lock:
-                    fh.write(orjson.dumps(result.to_json()) + b"\n")
+                    fh.write(line)
                     fh.flush()
-                    counts[result.status] += 1
-                    reward_sum += result.reward
+                    counts[status] += 1
+                    reward_sum += reward
                 summary = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
                 progress.update(bar, advance=1, summary=summary)
     except OSError as exc:

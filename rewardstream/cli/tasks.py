@@ -11,7 +11,7 @@ import typer
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ValidationError
-from workers.tasks.registry import TaskFileError, TaskRegistry, write_jsonl
+from workers.tasks.registry import TaskFileError, TaskRegistry, WeakTasksError, write_jsonl
 
 tasks_app = typer.Typer(help="Task registry: load JSONL tasks, show their public part.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")
@@ -19,6 +19,12 @@ app.add_typer(tasks_app, name="tasks")
 _DIR = typer.Option(None, "--dir", help="registry directory (default: RS_TASKS_DIR)")
 _JSON = typer.Option(False, "--json", help="print JSON")
 _FILE = typer.Argument(..., help="JSONL file, one rewardstream.task/v1 per line")
+_STRICT = typer.Option(
+    False,
+    "--strict",
+    help="refuse the file (store nothing) if any task has a warning, e.g. a hidden suite that "
+    "only repeats the public one",
+)
 _TASK_ID = typer.Argument(..., help="task id, e.g. HumanEval/0")
 
 
@@ -31,17 +37,27 @@ def load(
     file: Path = _FILE,
     directory: Path | None = _DIR,
     as_json: bool = _JSON,
+    strict: bool = _STRICT,
 ) -> None:
-    """Validate every task in FILE (all errors, with line and field) and store them; nothing if any fails."""
+    """Validate every task in FILE (all errors, with line and field) and store them; nothing if any fails.
+
+    Tasks whose hidden cases all repeat the public suite are stored with a warning (refused with --strict).
+    """
     registry = _registry(directory)
     try:
-        report = registry.load_file(file)
+        report = registry.load_file(file, strict=strict)
     except TaskFileError as exc:
         for error in exc.errors:
             print(f"{exc.source}: {error}", file=sys.stderr)
         raise ValidationError(
             f"{len(exc.errors)} error(s) in {exc.source}, nothing stored; first: {exc.errors[0]}"
         ) from None
+    except WeakTasksError as exc:
+        for warning in exc.warnings:
+            print(f"{exc.source}: refused (--strict): {warning}", file=sys.stderr)
+        raise
+    for warning in report.warnings:
+        print(f"{file}: warning: {warning}", file=sys.stderr)
     if as_json:
         print_json({**report.as_json(), "dir": str(registry.root)})
         return

@@ -80,6 +80,7 @@ def _verdict(found: Found, attempts: int) -> dict[str, Any]:
         "statuses": {status: sum(1 for c in event.cases if c.status == status) for status in _statuses(event)},
         "cases": [{"case_id": c.case_id, "status": c.status} for c in event.cases],
         "static_flags": [f.model_dump(mode="json") for f in event.static_flags],
+        "static_flag_counts": dict(event.static_flag_counts),
         "artifacts": _artifacts(event),
         "location": found.location(),
     }

@@ -237,21 +237,28 @@ def _io_only(signals: Signals) -> bool:
     )
 
 
+def raised_rules(verdict: HiddenVerdict) -> set[str]:
+    """Every rule the static analysis raised: the shown flags and the per-rule counts of all findings (a
+    verdict shows a capped list; a gate must never miss a rule that did not make the list)."""
+    return {f.rule for f in verdict.static_flags} | set(verdict.static_flag_counts)
+
+
 def _flags(policy: Policy, signals: Signals, reasons: list[str]) -> tuple[list[str], list[str], float]:
     """Hack rule ids and ``warn:<rule>`` for the non-gating ones (each sorted, unique), and the total penalty
     for warn-severity rules."""
     verdict = signals.verdict
     if verdict is None:
         return [], [], 0.0
+    raised = raised_rules(verdict)
     warn = set(policy.gates.warn_rules)
     if _io_only(signals):
-        lenient = sorted({f.rule for f in verdict.static_flags if f.rule in policy.gates.io_self_only_rules})
+        lenient = sorted(raised & set(policy.gates.io_self_only_rules))
         reasons.extend(
             f"flag not gating (io-only task: it can only change the program's own output): {r}" for r in lenient
         )
         warn |= set(lenient)
-    hacks = sorted({f.rule for f in verdict.static_flags if f.rule not in warn})
-    warned = sorted({f.rule for f in verdict.static_flags if f.rule in warn})
+    hacks = sorted(raised - warn)
+    warned = sorted(raised & warn)
     reasons.extend(f"hack flag: {rule}" for rule in hacks)
     penalty = sum(policy.penalties.get(rule, 0.0) for rule in warned)
     reasons.extend(f"penalty {policy.penalties[rule]} for {rule}" for rule in warned if policy.penalties.get(rule))

@@ -150,3 +150,32 @@ def test_unknown_task_in_batch_is_reported_with_its_line(cli: CliRunner, tmp_pat
     )
     assert res.exit_code != 0
     assert "sols.jsonl:1" in str(res.exception)
+
+
+def test_one_bad_result_never_costs_the_batch_its_other_lines() -> None:
+    """Each line is its own outcome: a grader that raised, or a result that cannot be written (a lone
+    surrogate that got past every boundary), is a ``sandbox_error`` line for that solution only."""
+    from concurrent.futures import Future
+
+    from workers.grading.grader import GradeResult
+
+    sol = grade_cli.Solution(task_id="cli/add", generation_id="g1", code=GOOD)
+    raised: Future[GradeResult] = Future()
+    raised.set_exception(RuntimeError("grader bug \ud800"))
+    status, reward, line = grade_cli.result_line(sol, raised)
+    assert (status, reward) == ("sandbox_error", 0.0)
+    rec = json.loads(line)
+    assert rec["generation_id"] == "g1"
+    assert rec["status"] == "sandbox_error"
+    assert "grader bug" in rec["reasons"][0]
+
+    class Unwritable:
+        status = "fail"
+        reward = 0.0
+
+        def to_json(self) -> dict[str, Any]:
+            return {"reasons": ["\ud800"]}
+
+    done: Future[Any] = Future()
+    done.set_result(Unwritable())
+    assert grade_cli.result_line(sol, done)[0] == "sandbox_error"

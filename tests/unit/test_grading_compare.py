@@ -1,4 +1,5 @@
-"""Strict comparison outside the sandbox: types are not coerced, NaN/inf never match, reasons never leak."""
+"""Strict comparison outside the sandbox: the reference's types decide, ints are exact, tolerance only for
+float references, tuples and sets keep their type, NaN/inf never match, reasons never leak."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from workers.grading.compare import compare_stdout, compare_values, normalize_stdout
+from workers.grading.compare import compare_stdout, compare_values, normalize_stdout, to_typed
 
 
 @pytest.mark.parametrize(
@@ -14,7 +15,6 @@ from workers.grading.compare import compare_stdout, compare_values, normalize_st
     [
         (1, 1),
         (1, 1.0),
-        (1.0, 1),
         (0.1 + 0.2, 0.3),
         ("a", "a"),
         (None, None),
@@ -53,10 +53,75 @@ def test_equal_values(actual: object, expected: object) -> None:
         ((1, 2), [1, 2]),
         ({1, 2}, [1, 2]),
         (b"a", "a"),
+        (1.0, 1),  # a float answer to an int reference, even an integral one
+        (-1e16, -9999999999999999),  # ints are never compared through floats
+        (-9999999999999999, -1e16),  # an int answer to a float reference: exactly, within atol
+        (2**60 + 1, float(2**60)),
+        (10**30 + 1, 10**30),
     ],
 )
 def test_unequal_values(actual: object, expected: object) -> None:
     assert compare_values(actual, expected, 1e-6) is not None
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected"),
+    [
+        ({"$t": [1, 2]}, [1, 2]),  # a tuple is not a list ...
+        ([1, 2], {"$t": [1, 2]}),  # ... nor a list a tuple
+        ({"$s": [1, 2]}, [1, 2]),
+        ([1, 2], {"$s": [1, 2]}),
+        ({"$s": [1, 2]}, {"$t": [1, 2]}),
+        ({"$s": [1]}, {"$s": [True]}),  # set members: strict types, exact
+        ({"$s": [1.0]}, {"$s": [1]}),
+        ({"$s": [1.0000001]}, {"$s": [1.0]}),  # no tolerance for members
+        ({"$s": [1, 1]}, {"$s": [1]}),  # a member listed twice is no set
+        ({"$s": [[1]]}, {"$s": [[1]]}),  # unhashable member
+        ({"$d": [[1, "a"]]}, {"$d": [[True, "a"]]}),
+        ({"$d": [[1, "a"], [1, "b"]]}, {"$d": [[1, "a"]]}),  # a key listed twice
+        ({"$d": [[[1], "a"]]}, {"$d": [[[1], "a"]]}),  # unhashable key
+        ({"$x": "inf"}, {"$x": "inf"}),  # non-finite is never valid
+        ({"$x": "nan"}, 1.0),
+        ({"$t": 5}, {"$t": 5}),  # malformed tag
+        ({"$d": [[1]]}, {"$d": [[1]]}),
+        ({"$t": [1, 2.5]}, {"$t": [1, 2]}),
+        ({"$f": [{"$t": [1, 2]}]}, {"$f": [{"$t": [2, 1]}]}),
+    ],
+)
+def test_tagged_values_keep_their_type(actual: object, expected: object) -> None:
+    assert compare_values(actual, expected, 1e-6) is not None
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected"),
+    [
+        ({"$t": [1, [2.0000001]]}, {"$t": [1, [2.0]]}),  # tolerance inside a tuple, for a float leaf
+        ({"$s": [3, 1, 2]}, {"$s": [1, 2, 3]}),  # sets are unordered
+        ({"$s": [1]}, {"$f": [1]}),  # set and frozenset compare as Python compares them
+        ({"$d": [[1, "a"], [{"$t": [2, 3]}, "b"]]}, {"$d": [[{"$t": [2, 3]}, "b"], [1, "a"]]}),
+        ({"$d": [["a", 1]]}, {"a": 1}),  # a str-keyed dict in either form
+        ({"$d": [["$t", 1]]}, {"$d": [["$t", 1]]}),  # a dict whose only key looks like a tag
+        ({"$f": [{"$f": [1]}, {"$t": [1, "x"]}]}, {"$f": [{"$t": [1, "x"]}, {"$f": [1]}]}),
+        ({"$s": [0.0]}, {"$s": [-0.0]}),
+    ],
+)
+def test_tagged_equal_values(actual: object, expected: object) -> None:
+    assert compare_values(actual, expected, 1e-6) is None
+
+
+def test_to_typed_tags_what_json_lacks() -> None:
+    assert to_typed((1, [2, (3,)], {"k": {4}})) == {"$t": [1, [2, {"$t": [3]}], {"k": {"$s": [4]}}]}
+    assert to_typed({1: "a"}) == {"$d": [[1, "a"]]}
+    assert to_typed({"$t": 1}) == {"$d": [["$t", 1]]}
+    assert to_typed(frozenset()) == {"$f": []}
+    assert compare_values(to_typed((1, 2)), to_typed((1, 2))) is None
+
+
+def test_int_answer_to_a_float_reference_is_exact() -> None:
+    assert compare_values(2**53 + 1, float(2**53), 0.5) is not None  # exactly 1 away (a float diff says 0)
+    assert compare_values(2**53 + 1, float(2**53), 1.0) is None
+    assert compare_values(10**400, 1e308, 1e6) is not None  # no OverflowError, just wrong
+    assert compare_values(True, 1.0, 1.0) is not None  # bool is never a number
 
 
 def test_tolerance_is_the_suites() -> None:

@@ -165,10 +165,18 @@ def test_special_casing_public_tests_fails_hidden() -> None:
     assert res["reward"] == 0.0
 
 
-def test_tuple_and_list_results_are_the_same_plain_json() -> None:
-    t = task(hidden_tests={"kind": "call", "cases": [{"args": [1, 2], "expected": [1, 2]}]}, public_tests=None)
-    res = grader(LocalRunner()).grade(t, "def add(a, b):\n    return (a, b)\n").to_json()
-    assert res["status"] == "pass"
+def test_a_tuple_is_not_a_list_end_to_end() -> None:
+    as_list = task(hidden_tests={"kind": "call", "cases": [{"args": [1, 2], "expected": [1, 2]}]}, public_tests=None)
+    as_tuple = task(
+        hidden_tests={"kind": "call", "cases": [{"args": [1, 2], "expected": {"$t": [1, 2]}}]}, public_tests=None
+    )
+    returns_tuple = "def add(a, b):\n    return (a, b)\n"
+    returns_list = "def add(a, b):\n    return [a, b]\n"
+    assert grader(LocalRunner()).grade(as_tuple, returns_tuple).status == "pass"
+    assert grader(LocalRunner()).grade(as_list, returns_list).status == "pass"
+    assert grader(LocalRunner()).grade(as_list, returns_tuple).status == "fail"
+    res = grader(LocalRunner()).grade(as_tuple, returns_list).to_json()
+    assert res["status"] == "fail"
     assert res["public"] == {"passed": 0, "total": 0}
 
 
@@ -253,7 +261,7 @@ def test_harness_that_never_started_is_infrastructure() -> None:
     assert "not found" in " ".join(res["reasons"])
 
 
-def test_run_call_cases_returns_plain_json_values() -> None:
+def test_run_call_cases_returns_typed_json_values() -> None:
     code = (
         "def f(x):\n"
         "    if x == 'tuple':\n        return (1, (2, 3))\n"
@@ -266,8 +274,9 @@ def test_run_call_cases_returns_plain_json_values() -> None:
     box = ScriptedSandbox([], then=LocalRunner())
     out = Grader(box, GraderConfig(python_argv=PY)).run_call_cases(code, "f", cases, Limits())
     assert out["tuple"].ok
-    assert out["tuple"].value == [1, [2, 3]]
-    assert not out["set"].ok
+    assert out["tuple"].value == {"$t": [1, {"$t": [2, 3]}]}  # typed JSON: a reference keeps its types
+    assert out["set"].ok
+    assert out["set"].value == {"$s": [1]}
     assert not out["nan"].ok
     assert not out["raise"].ok
     assert "KeyError" in (out["raise"].error or "")

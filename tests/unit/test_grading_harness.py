@@ -99,24 +99,35 @@ def test_wide_values_hit_the_node_budget() -> None:
         harness.encode_value([list(range(1000)) for _ in range(harness.MAX_NODES // 1000 + 2)])
 
 
-def roundtrip(value: object, *, plain: bool) -> object:
+def roundtrip(value: object, *, rich: bool = False) -> object:
+    """``value`` as a child encodes it and the parent reads it back (typed JSON, or rich for check code)."""
     wire = json.dumps(harness.encode_value(value))
-    return harness.decode_value(harness.strict_loads(wire), plain=plain)
+    return harness.reply_value(harness.strict_loads(wire), rich=rich)
 
 
-def test_plain_decoding_turns_tuples_into_lists() -> None:
-    assert roundtrip((1, [2, (3,)], {"k": (True, None)}), plain=True) == [1, [2, [3]], {"k": [True, None]}]
-    out = roundtrip({"a": 1.5}, plain=True)
-    assert out == {"a": 1.5}
-    assert type(roundtrip(True, plain=True)) is bool
+def test_replies_become_typed_json_that_keeps_tuples_and_sets() -> None:
+    assert roundtrip((1, [2, (3,)], {"k": (True, None)})) == {"$t": [1, [2, {"$t": [3]}], {"k": {"$t": [True, None]}}]}
+    assert roundtrip({"a": 1.5}) == {"a": 1.5}
+    assert roundtrip({1, 2}) in ({"$s": [1, 2]}, {"$s": [2, 1]})
+    assert roundtrip(frozenset({"x"})) == {"$f": ["x"]}
+    assert roundtrip({1: "a"}) == {"$d": [[1, "a"]]}
+    assert roundtrip({"$t": 1}) == {"$d": [["$t", 1]]}  # a dict whose key looks like a tag stays a dict
+    assert type(roundtrip(True)) is bool
+
+
+def test_typed_json_from_replies_is_what_compare_reads() -> None:
+    from workers.grading.compare import compare_values, to_typed
+
+    for value in [(1, 2), {1, 2}, {(1, 2): frozenset({3})}, [{"a": (1,)}], {"$t": [1]}, None, 2**70, "x"]:
+        assert compare_values(roundtrip(value), to_typed(value)) is None, value
 
 
 def test_stdlib_dict_subclasses_are_read_as_plain_dicts() -> None:
     from collections import Counter, defaultdict
 
-    assert roundtrip(Counter("aab"), plain=True) == {"a": 2, "b": 1}
-    assert roundtrip(OrderedDict(z=1, a=2), plain=True) == {"z": 1, "a": 2}
-    assert roundtrip(defaultdict(list, k=[1]), plain=True) == {"k": [1]}
+    assert roundtrip(Counter("aab")) == {"a": 2, "b": 1}
+    assert roundtrip(OrderedDict(z=1, a=2)) == {"z": 1, "a": 2}
+    assert roundtrip(defaultdict(list, k=[1])) == {"k": [1]}
 
     class Lying(Counter[str]):
         def items(self) -> Any:
@@ -126,24 +137,17 @@ def test_stdlib_dict_subclasses_are_read_as_plain_dicts() -> None:
         harness.encode_value(Lying("a"))
 
 
-def test_plain_decoding_refuses_sets_and_non_string_keys() -> None:
-    with pytest.raises(harness.NonPlainError):
-        roundtrip({1, 2}, plain=True)
-    with pytest.raises(harness.NonPlainError):
-        roundtrip({1: "a"}, plain=True)
-
-
 def test_rich_decoding_keeps_python_types_for_checks() -> None:
     value = (1, [2.5, "x"], {1: (2, 3)}, {4, 5}, frozenset({6}), None, False)
-    assert roundtrip(value, plain=False) == value
-    assert type(roundtrip((1,), plain=False)) is tuple
+    assert roundtrip(value, rich=True) == value
+    assert type(roundtrip((1,), rich=True)) is tuple
 
 
 def test_non_finite_arguments_allowed_only_when_asked() -> None:
     enc = harness.encode_value([math.inf], allow_non_finite=True)
-    assert harness.decode_value(enc, plain=False) == [math.inf]
+    assert harness.decode_value(enc) == [math.inf]
     with pytest.raises(harness.NonPlainError):
-        harness.decode_value(enc, plain=True)
+        harness.reply_value(enc, rich=True)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +156,32 @@ def test_non_finite_arguments_allowed_only_when_asked() -> None:
 )
 def test_malformed_tagged_values_are_refused(wire: str) -> None:
     with pytest.raises(harness.NonPlainError):
-        harness.decode_value(json.loads(wire), plain=False)
+        harness.decode_value(json.loads(wire))
+    with pytest.raises(harness.NonPlainError):
+        harness.reply_value(json.loads(wire), rich=True)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        "1e999",  # json reads it as inf: the parent could not write it (allow_nan=False)
+        "-1e999",
+        '[1, {"$t": [1e400]}]',
+        '{"$x": "inf"}',
+        "1" * 1300,  # > MAX_INT_BITS
+        '"\\ud800"',  # a lone surrogate: no UTF-8 for it
+        '{"$d": [["\\udfff", 1]]}',
+        "[" * 102 + "]" * 102,
+        '{"$s": [[1]]}',
+        '{"$d": [[{"$d": []}, 1]]}',
+        '{"$d": [["a", 1], ["a", 2]]}',
+        '{"$q": []}',
+        '{"a": 1}',  # a child sends every dict as $d: a bare object is a forgery
+    ],
+)
+def test_forged_reply_values_are_refused(wire: str) -> None:
+    with pytest.raises(harness.NonPlainError):
+        harness.reply_value(harness.strict_loads(wire), rich=False)
 
 
 def test_strict_loads_refuses_nan_tokens() -> None:
@@ -213,6 +242,31 @@ def test_unparsable_frame_is_a_protocol_error_unless_cut_by_truncation() -> None
 def test_nan_in_a_record_is_a_protocol_error() -> None:
     out = HELLO + b"@@RS1 " + NONCE + b' {"suite": 0, "id": "0", "ok": true, "value": NaN}\n'
     assert parse_records(out, NONCE).protocol_error is not None
+
+
+def test_lone_surrogates_never_leave_the_parser() -> None:
+    """Candidate text enters our data here: repaired (messages) or refused (a value), once for every writer."""
+    out = HELLO + b"@@RS1 " + NONCE + b' {"suite":0,"id":"0","ok":false,"error":"boom \\ud800 \\udfff"}\n'
+    out += b"@@RS1 " + NONCE + b' {"suite":0,"id":"1","ok":true,"value":["\\ud800"]}\n'
+    out += b"@@RS1 " + NONCE + b' {"suite":0,"id":"2","ok":false,"error":["not", "text"]}\n'
+    out += b"@@RS1 " + NONCE + b' {"harness_error":"\\udc00"}\n'
+    recs = parse_records(out, NONCE)
+    assert recs.cases[0]["0"][0]["error"] == "boom \ufffd \ufffd"
+    assert recs.cases[0]["1"][0]["ok"] is False
+    assert "value" not in recs.cases[0]["1"][0]
+    assert recs.cases[0]["2"][0]["error"] == "malformed error"
+    assert recs.harness_error == "\ufffd"
+    three = CallSuite.model_validate({"kind": "call", "cases": [{"args": [i], "expected": i} for i in range(3)]})
+    outcome = score_suite(three, "public", recs.cases[0])
+    assert [c.status for c in outcome.cases] == ["error", "error", "error"]
+    import orjson
+
+    orjson.dumps([c.to_json() for c in outcome.cases])
+
+
+def test_a_valid_surrogate_pair_is_text() -> None:
+    out = HELLO + b"@@RS1 " + NONCE + b' {"suite":0,"id":"0","ok":true,"value":"\\ud83d\\ude00"}\n'
+    assert parse_records(out, NONCE).cases[0]["0"][0]["value"] == "\U0001f600"
 
 
 def test_error_and_timeout_records() -> None:

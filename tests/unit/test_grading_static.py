@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.grading.static_analysis import RULES, analyze, hack_rules
+from workers.grading.static_analysis import MAX_FLAGS, RULES, Flag, analyze, hack_rules, rule_counts, shown_flags
 
 
 def rules(code: str) -> set[str]:
@@ -110,12 +110,54 @@ def test_ordinary_code_has_no_hack_flags(code: str) -> None:
     assert hack_rules(analyze(code)) == []
 
 
-def test_flags_are_bounded_and_never_raise() -> None:
+def test_every_finding_is_kept_and_never_raises() -> None:
     code = "import os\n" + "os._exit(0)\n" * 500
     found = analyze(code)
-    assert 0 < len(found) <= 64
+    assert len(found) == 500  # gates see all of them; only what is shown is capped
     assert analyze("x = " + "(" * 5000 + ")" * 5000)  # deeply nested: a flag, not a crash
     assert {f.rule for f in analyze("x" * (600 * 1024))} == {"too_large"}
+
+
+#: 70 harmless findings (warn: file_access) before one hack on the last line.
+NOISE_THEN_HACK = "".join(f"open('f{i}')\n" for i in range(70)) + "import os\nos._exit(0)\n"
+
+
+def test_many_harmless_findings_never_hide_a_hack() -> None:
+    found = analyze(NOISE_THEN_HACK)
+    assert "exit_call" in hack_rules(found)
+    shown = shown_flags(found)
+    assert len(shown) == MAX_FLAGS
+    assert {f.rule for f in shown} == {f.rule for f in found}  # every rule raised is in the shown list
+    assert [f.line for f in shown] == sorted(f.line or 0 for f in shown)  # in code order
+    assert rule_counts(found) == {"exit_call": 1, "file_access": 70}
+
+
+def test_shown_flags_keep_every_rule_and_prefer_hacks() -> None:
+    flags = [Flag("file_access", "warn", "m", i) for i in range(1, 100)]
+    flags += [Flag(rule, sev, "m", 100 + i) for i, (rule, (sev, _)) in enumerate(RULES.items())]
+    shown = shown_flags(flags, cap=10)
+    assert len(shown) == 10
+    hacks = sorted(r for r, (sev, _) in RULES.items() if sev == "hack")
+    assert len(hacks) > 10
+    assert all(f.severity == "hack" for f in shown)  # more rules than room: hack rules first
+    assert shown_flags(flags[:5]) == flags[:5]
+
+
+def test_flag_messages_are_safe_to_store() -> None:
+    import orjson
+
+    escaped = r"""import os
+print("@@RS1 \ud800 PASS")
+open("/proc/\udfff")
+with open("sitecustomize\ud800.py", "w") as f:
+    pass
+os._exit(0)
+"""
+    for code in (escaped, "os._exit(0)  # \ud800\nopen('\ud800')\n"):
+        found = analyze(code)
+        assert found
+        for flag in found:
+            orjson.dumps(flag.to_json())  # no lone surrogate from the candidate's text
 
 
 def test_flag_json_matches_static_flag_contract() -> None:

@@ -159,3 +159,14 @@ def test_concurrency_limit(server: tuple[FakeServer, str]) -> None:
 def test_rejects_non_http_urls() -> None:
     with pytest.raises(JudgeError):
         OpenAIJudge(OpenAIJudgeConfig(base_url="file:///etc/passwd", model="m"))
+
+
+def test_lone_surrogates_in_the_judges_answer_are_repaired(server: tuple[FakeServer, str]) -> None:
+    """A candidate may talk the judge into echoing lone surrogates; they never reach a JudgeScore."""
+    fake, url = server
+    fake.script = [
+        (200, b'{"choices": [{"message": {"content": "{\\"score\\": 7, \\"rationale\\": \\"x\\\\ud800\\"}"}}]}')
+    ]
+    got = judge(url).score(REQ)
+    assert got.score == pytest.approx(0.7)
+    assert got.rationale == "x\ufffd"

@@ -133,6 +133,16 @@ def test_flags_are_static_rule_ids(default: Policy) -> None:
     assert "hack flag: builtins_patch" in got.reasons
 
 
+def test_rules_only_counted_still_gate(default: Policy) -> None:
+    """A verdict shows a capped list of flags; a rule that is only in the per-rule counts gates all the same."""
+    v = verdict("g", passed=2, flags=("file_access",))
+    v = v.model_copy(update={"static_flag_counts": {"file_access": 70, "native_code": 1}})
+    got = scored(evaluate(default, Signals(execution("g"), v, judgement("g"))))
+    assert got.reward == 0.0
+    assert "native_code" in got.flags
+    assert "hack flag: native_code" in got.reasons
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

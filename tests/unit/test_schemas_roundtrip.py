@@ -140,6 +140,7 @@ def hidden_verdicts(draw: st.DrawFn) -> HiddenVerdict:
         passed=sum(c.status == "passed" for c in cases),
         total=len(cases),
         static_flags=draw(st.lists(flags, max_size=3)),
+        static_flag_counts=draw(st.dictionaries(st.sampled_from(["exit_call", "file_access"]), st.integers(1, 99))),
     )
 
 

@@ -15,8 +15,10 @@ from workers.tasks.registry import (
     TaskFileError,
     TaskNotFoundError,
     TaskRegistry,
+    WeakTasksError,
     file_name,
     parse_jsonl,
+    task_warnings,
 )
 
 TASK: dict[str, Any] = {
@@ -114,3 +116,106 @@ def test_file_names_stay_inside_the_directory(task_id: str) -> None:
     name = file_name(task_id)
     assert "/" not in name
     assert not name.startswith(".")
+
+
+# ---- hidden suites that only repeat the public one ---------------------------------------------------------
+
+REPEATS = task(
+    "weak/1",
+    public_tests={"kind": "call", "cases": [{"args": [1, 2], "expected": 3}, {"args": [20, 22], "expected": 42}]},
+    hidden_tests={"kind": "call", "cases": [{"args": [20, 22], "expected": 42}]},
+)
+
+
+@pytest.mark.parametrize(
+    ("public", "hidden", "why"),
+    [
+        (
+            {
+                "kind": "call",
+                "cases": [{"args": [1], "expected": 1}, {"args": [2], "kwargs": {"k": [1]}, "expected": 2}],
+            },
+            {"kind": "call", "cases": [{"args": [2], "kwargs": {"k": [1]}, "expected": 9}]},
+            "all 1 of its hidden cases repeat inputs of its public suite",
+        ),
+        (
+            {"kind": "io", "cases": [{"stdin": "1\n", "expected_stdout": "1"}]},
+            {
+                "kind": "io",
+                "cases": [{"stdin": "1\n", "expected_stdout": "1"}, {"stdin": "1\n", "expected_stdout": "1"}],
+            },
+            "all 2 of its hidden cases repeat inputs of its public suite",
+        ),
+        (
+            {"kind": "assert", "code": "def check(candidate):\n    assert candidate(1) == 3\n"},
+            {"kind": "assert", "code": "def check(candidate):\n    assert candidate(1) == 3\n\n"},
+            "its hidden check code is the same as its public check code",
+        ),
+        (
+            {"kind": "call", "cases": [{"args": [1], "expected": 1}]},
+            {"kind": "call", "cases": []},
+            "its hidden suite has no cases",
+        ),
+    ],
+)
+def test_hidden_suites_that_repeat_the_public_one_are_warned(
+    public: dict[str, Any], hidden: dict[str, Any], why: str
+) -> None:
+    weak = parse_jsonl(jsonl(task("weak/1", public_tests=public, hidden_tests=hidden)))
+    assert [(w.task_id, w.problem.split(":")[0]) for w in task_warnings(weak)] == [("weak/1", why)]
+
+
+@pytest.mark.parametrize(
+    ("public", "hidden"),
+    [
+        (None, {"kind": "call", "cases": [{"args": [1], "expected": 1}]}),
+        (
+            {"kind": "call", "cases": [{"args": [1], "expected": 1}]},
+            {"kind": "call", "cases": [{"args": [1], "expected": 1}, {"args": [2], "expected": 2}]},  # one new
+        ),
+        (
+            {"kind": "call", "cases": [{"args": [1], "expected": 1}]},
+            {"kind": "call", "cases": [{"args": [1.5], "expected": 1}]},
+        ),
+        (
+            {"kind": "call", "cases": [{"args": [1], "expected": 1}]},
+            {"kind": "assert", "code": "def check(candidate):\n    assert candidate(1) == 1\n"},
+        ),
+    ],
+)
+def test_hidden_suites_with_their_own_cases_are_fine(public: dict[str, Any] | None, hidden: dict[str, Any]) -> None:
+    assert task_warnings(parse_jsonl(jsonl(task("ok/1", public_tests=public, hidden_tests=hidden)))) == []
+
+
+def test_load_warns_and_strict_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(jsonl(task("ok/1"), REPEATS))
+    strict = TaskRegistry(tmp_path / "strict")
+    with pytest.raises(WeakTasksError, match=r"task weak/1: all 1 of its hidden cases repeat") as caught:
+        strict.load_file(path, strict=True)
+    assert [w.task_id for w in caught.value.warnings] == ["weak/1"]
+    assert strict.ids() == []  # nothing stored, not even the good task
+    lenient = TaskRegistry(tmp_path / "lenient")
+    report = lenient.load_file(path)
+    assert [w.task_id for w in report.warnings] == ["weak/1"]
+    assert report.as_json()["warnings"] == [{"task_id": "weak/1", "problem": report.warnings[0].problem}]
+    assert lenient.ids() == ["ok/1", "weak/1"]
+
+
+def test_cli_load_names_the_task(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rewardstream.cli.main import _register, app
+
+    _register()
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(jsonl(task("ok/1"), REPEATS))
+    runner = CliRunner()
+    warned = runner.invoke(app, ["tasks", "load", str(path), "--dir", str(tmp_path / "a")])
+    assert warned.exit_code == 0
+    assert f"{path}: warning: task weak/1: all 1 of its hidden cases repeat inputs of its public suite" in warned.output
+    refused = runner.invoke(app, ["tasks", "load", str(path), "--dir", str(tmp_path / "b"), "--strict"])
+    assert refused.exit_code != 0
+    assert isinstance(refused.exception, WeakTasksError)
+    assert "refused (--strict): task weak/1" in refused.output
+    assert not (tmp_path / "b").exists()

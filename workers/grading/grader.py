@@ -24,8 +24,10 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.tasks import Limits, Task
+from schemas.text import sanitize_text
+from workers.grading.helpers import prompt_helpers
 from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
-from workers.grading.static_analysis import Flag, analyze
+from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
 from workers.grading.suites import (
     DEFAULT_PYTHON_ARGV,
     MAGIC,
@@ -196,7 +198,9 @@ class GradeResult:
             "flags": list(self.flags),
             "reward": self.reward,
             "reasons": list(self.reasons),
-            "static_flags": [f.to_json() for f in self.static_flags],
+            # every finding gated the reward; the list shown is capped, with a count of every rule
+            "static_flags": [f.to_json() for f in shown_flags(self.static_flags)],
+            "static_flag_counts": rule_counts(self.static_flags),
             "cases": {
                 "public": [c.to_json() for c in public.cases] if public else [],
                 "hidden": [c.to_json(with_message=False) for c in self.hidden.cases],
@@ -293,10 +297,21 @@ class Grader:
         return result, records, attempt, problem, output
 
     def run_suites(
-        self, code: str, entry_point: str | None, suites: Sequence[tuple[str, AnySuite]], limits: Limits
+        self,
+        code: str,
+        entry_point: str | None,
+        suites: Sequence[tuple[str, AnySuite]],
+        limits: Limits,
+        *,
+        prompt: str = "",
     ) -> SuitesRun:
-        """Run labelled suites in ONE sandbox run and score every case outside the sandbox."""
-        jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=self.config.max_stdout_bytes) for _, s in suites]
+        """Run labelled suites in ONE sandbox run and score every case outside the sandbox.
+
+        ``prompt`` is the task's: assert suites run with the helpers it defines (never the candidate's).
+        """
+        helpers = prompt_helpers(prompt, entry_point) if any(s.kind == "assert" for _, s in suites) else ""
+        max_stdout = self.config.max_stdout_bytes
+        jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=max_stdout, helpers=helpers) for _, s in suites]
         order = order_for_harness(jobs)
         result, records, attempts, problem, output = self._execute(code, entry_point, [jobs[i] for i in order], limits)
         hardened = records.hello.get("hardened") if records.hello else None
@@ -309,7 +324,7 @@ class Grader:
             max_rss_kb=result.max_rss_kb,
             backend=result.backend,
             attempts=attempts,
-            error=problem or result.error,
+            error=sanitize_text(problem or result.error or "") or None,  # what the sandbox said, safe to store
             hardened=hardened if isinstance(hardened, bool) else None,
         )
         outcomes: list[SuiteOutcome] = []
@@ -354,7 +369,7 @@ class Grader:
         if task.public_tests is not None:
             labelled.append(("public", task.public_tests))
         labelled.append(("hidden", task.hidden_tests))
-        ran = self.run_suites(code, task.entry_point, labelled, task.limits)
+        ran = self.run_suites(code, task.entry_point, labelled, task.limits, prompt=task.prompt)
         by_label = {o.label: o for o in ran.outcomes}
         public = by_label.get("public")
         hidden = by_label["hidden"]
@@ -408,9 +423,10 @@ def run_call_cases(
     """Run ``entry_point(*args, **kwargs)`` for every case in ONE sandbox run; ``{case_id: CaseValue}``.
 
     Stable public API (used by task converters to compute expected values from a reference solution).
-    Each ``CaseValue`` holds the plain-JSON return value exactly as the grader will see a candidate's
-    (tuples become lists; sets, non-string dict keys, NaN/inf, custom classes, oversized or cyclic values
-    give ``ok=False`` with an ``error``). Cases need ``id`` (None -> index), ``args`` and ``kwargs``:
+    Each ``CaseValue`` holds the return value as typed JSON, exactly as the grader will see a candidate's
+    (``workers.grading.compare``: tuples, sets and non-string-keyed dicts are tagged, so an expected value
+    keeps the reference's types; NaN/inf, custom classes, lone surrogates, oversized or cyclic values give
+    ``ok=False`` with an ``error``). Cases need ``id`` (None -> index), ``args`` and ``kwargs``:
     ``schemas.tasks.CallCase`` or ``workers.grading.CallArgs``. Raises ``SandboxError`` only when the
     infrastructure failed after retries.
     """

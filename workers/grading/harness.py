@@ -11,11 +11,15 @@ Why it is shaped like this (the grader's trust argument):
   zeroes its copy right after ``fork`` before any candidate code runs.
 * ``call``: consecutive call suites share one server child (one fork, one module load per run); the child
   returns each value in a tagged JSON encoding built from exact builtin types only
-  (no subclasses, no custom classes, size/depth capped, no NaN/inf); the parent re-parses it strictly and
-  writes plain JSON. Expected values never enter the sandbox, so a forged value is just a wrong answer.
-* ``assert``: the check code runs in the PARENT; ``candidate`` is a proxy that sends plain arguments to the
-  child and gets plain values back. The server child is forked before the job is even parsed, so the
-  check code (and its expected values) never exists in the candidate's memory or files.
+  (no subclasses, no custom classes, size/depth capped, no NaN/inf). The parent treats every reply as
+  hostile (the candidate can write anything on its pipe): ``reply_value`` re-checks it and turns it into
+  typed JSON (tuples and sets keep their type), and a reply it cannot check or encode is that case's
+  failure, never the harness's. Expected values never enter the sandbox, so a forged value is just a
+  wrong answer.
+* ``assert``: the task's helpers (from its prompt) and check code run in the PARENT, with the real builtins;
+  the only thing of the candidate's they can reach is its entry point (``EntryPoint``), which sends plain
+  arguments to the child and gets checked plain values back. The server child is forked before the job is
+  even parsed, so the check code (and its expected values) never exists in the candidate's memory or files.
 * ``io``: one child per case, stdin from a memfd, stdout/stderr read by the parent with caps.
 * What candidate processes write to their stdout/stderr goes to pipes the parent drains whenever it waits
   (never to the parent's stdout, which is the protocol channel). The parent keeps the last ``OUTPUT_CAP``
@@ -25,6 +29,8 @@ Why it is shaped like this (the grader's trust argument):
 
 Usage: ``python3 -I harness.py NBYTES N_ASSERT`` with NBYTES of stdin: a 32-byte nonce, then newline-separated
 JSON segments (a header ``{"code", "entry_point"}``, then one per suite); N_ASSERT = number of assert suites.
+A ``harness_error`` record (infrastructure: the job was malformed) is only ever written for the job's own
+shape, checked before the suite it concerns runs.
 Standard library only: it runs on the sandbox image's interpreter.
 """
 
@@ -147,53 +153,155 @@ def _type_name(v: object) -> str:
         return "?"
 
 
-def decode_value(obj: object, *, plain: bool) -> object:
-    """Python value from the tagged form. ``plain=True`` yields plain JSON (tuples become lists; sets,
-    non-string dict keys and non-finite floats are errors); ``plain=False`` yields rich values for checks."""
+def decode_value(obj: object) -> object:
+    """Python value from the tagged form the parent sends a child (call arguments; non-finite floats allowed)."""
     t = type(obj)
     if obj is None or t is bool or t is int or t is float or t is str:
         return obj
     if isinstance(obj, list) and t is list:
-        return [decode_value(x, plain=plain) for x in obj]
+        return [decode_value(x) for x in obj]
     if not (isinstance(obj, dict) and t is dict and len(obj) == 1):
         raise NonPlainError("malformed tagged value")
     ((tag, body),) = obj.items()
     if tag == "$x":
-        if plain or body not in ("nan", "inf", "-inf"):
+        if body not in ("nan", "inf", "-inf"):
             raise NonPlainError("non-finite float")
         return float(body)
     if not (isinstance(body, list) and type(body) is list):
         raise NonPlainError("malformed tagged value")
     if tag == "$t":
-        items = [decode_value(x, plain=plain) for x in body]
-        return items if plain else tuple(items)
+        return tuple(decode_value(x) for x in body)
     if tag in ("$s", "$f"):
-        if plain:
-            raise NonPlainError("a set is not a plain JSON value")
-        members = [decode_value(x, plain=plain) for x in body]
+        members = [decode_value(x) for x in body]
         try:
             return set(members) if tag == "$s" else frozenset(members)
         except TypeError as exc:
             raise NonPlainError("unhashable set member") from exc
     if tag == "$d":
-        return _decode_dict(body, plain=plain)
+        return _decode_pairs(body)
     raise NonPlainError("unknown tag")
 
 
-def _decode_dict(body: list[Any], *, plain: bool) -> dict[Any, Any]:
+def _decode_pairs(body: list[Any]) -> dict[Any, Any]:
     """A ``$d`` body: a list of [key, value] pairs."""
     out: dict[Any, Any] = {}
     for pair in body:
         if type(pair) is not list or len(pair) != 2:
             raise NonPlainError("malformed dict")
-        key = decode_value(pair[0], plain=plain)
-        if plain and type(key) is not str:
-            raise NonPlainError("a dict with non-string keys is not a plain JSON value")
         try:
-            out[key] = decode_value(pair[1], plain=plain)
+            out[decode_value(pair[0])] = decode_value(pair[1])
         except TypeError as exc:
             raise NonPlainError("unhashable dict key") from exc
     return out
+
+
+def reply_value(obj: object, *, rich: bool) -> object:
+    """A value a candidate process sent back, checked as if it were hostile (it may be: the candidate can
+    write anything on its reply pipe): typed JSON for the grader (``rich=False``), or Python values for
+    check code (``rich=True``). Raises ``NonPlainError`` for anything the grader must not see or cannot
+    write: non-finite floats (``1e999``), huge ints, deep or wide values, lone surrogates, bad tags.
+
+    Typed JSON is plain JSON plus ``$t``/``$s``/``$f`` for tuples and sets and ``$d`` for dicts whose keys
+    are not all strings (see ``workers.grading.compare``): the form expected values are stored in.
+    """
+    return _reply(obj, 0, [MAX_NODES], rich)
+
+
+def _reply(v: object, depth: int, budget: list[int], rich: bool) -> object:  # noqa: C901, PLR0911, PLR0912
+    """One node of ``reply_value``."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise NonPlainError("value too large (too many elements)")
+    if depth > MAX_DEPTH:
+        raise NonPlainError("value nested too deeply (or self-referencing)")
+    t = type(v)
+    if v is None or t is bool:
+        return v
+    if t is int:
+        if v.bit_length() > MAX_INT_BITS:  # type: ignore[attr-defined]
+            raise NonPlainError("integer too large")
+        return v
+    if t is float:
+        if not math.isfinite(v):  # type: ignore[arg-type]
+            raise NonPlainError("non-finite float (NaN/inf) is never a valid result")
+        return v
+    if t is str:
+        text: str = v  # type: ignore[assignment]
+        if len(text) > MAX_VALUE_BYTES:
+            raise NonPlainError("string too large")
+        if not _valid_text(text):
+            raise NonPlainError("string is not valid Unicode (it holds a lone surrogate)")
+        budget[0] -= len(text) // 16
+        return text
+    if t is list:
+        return [_reply(x, depth + 1, budget, rich) for x in v]  # type: ignore[attr-defined]
+    if t is dict and len(v) == 1:  # type: ignore[arg-type]
+        ((tag, body),) = v.items()  # type: ignore[attr-defined]
+        if type(body) is list:
+            if tag == "$d":
+                return _reply_dict(body, depth, budget, rich)
+            if tag in ("$t", "$s", "$f"):
+                items = [_reply(x, depth + 1, budget, rich) for x in body]
+                if tag == "$t":
+                    return tuple(items) if rich else {tag: items}
+                if not rich:
+                    _distinct_keys(body, depth, "set member")
+                    return {tag: items}
+                try:
+                    return set(items) if tag == "$s" else frozenset(items)
+                except TypeError as exc:
+                    raise NonPlainError("unhashable set member") from exc
+    raise NonPlainError("malformed reply value")
+
+
+def _distinct_keys(raw: list[Any], depth: int, what: str) -> None:
+    """Set members (or dict keys) as a real set (or dict) holds them: hashable and distinct. Typed JSON
+    cannot tell, so the rich values are built once more, for this check only."""
+    keys = [_reply(x, depth + 1, [MAX_NODES], True) for x in raw]
+    try:
+        distinct = len(set(keys)) == len(keys)
+    except TypeError as exc:
+        raise NonPlainError(f"unhashable {what}") from exc
+    if not distinct:
+        raise NonPlainError(f"a {what} is there twice")
+
+
+def _reply_dict(body: list[Any], depth: int, budget: list[int], rich: bool) -> object:
+    """A ``$d`` body of ``reply_value``: a JSON object when every key is a string (and none looks like a tag),
+    else ``$d`` pairs; a dict for check code."""
+    pairs: list[tuple[Any, Any]] = []
+    for pair in body:
+        if type(pair) is not list or len(pair) != 2:
+            raise NonPlainError("malformed dict")
+        pairs.append((_reply(pair[0], depth + 1, budget, rich), _reply(pair[1], depth + 1, budget, rich)))
+    if rich:
+        out: dict[Any, Any] = {}
+        for key, item in pairs:
+            try:
+                out[key] = item
+            except TypeError as exc:
+                raise NonPlainError("unhashable dict key") from exc
+        return out
+    keys = [k for k, _ in pairs]
+    if all(type(k) is str for k in keys):
+        if len(set(keys)) != len(keys):
+            raise NonPlainError("a dict key is there twice")
+        if not (len(keys) == 1 and keys[0] in TAGS):
+            return dict(pairs)
+    else:
+        _distinct_keys([pair[0] for pair in body], depth, "dict key")
+    return {"$d": [[k, item] for k, item in pairs]}
+
+
+def _valid_text(text: str) -> bool:
+    """True when ``text`` encodes as UTF-8 (no lone surrogate): only such text can leave the sandbox."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def tag_plain(obj: object) -> object:
@@ -305,10 +413,22 @@ def recv_msg(fd: int, deadline: float | None, sink: OutputPipes | None = None) -
     body = _read_n(fd, size, deadline, sink)
     if body is None:
         raise HarnessError("truncated reply (process died or deadline passed)")
+    return parse_msg(body)
+
+
+def parse_msg(body: bytes) -> object:
+    """The JSON of one message body; HarnessError for anything that is not strict JSON (bad UTF-8 too)."""
     try:
         return strict_loads(body)
     except (ValueError, RecursionError, NonPlainError) as exc:
         raise HarnessError("unparsable reply") from exc
+
+
+def check_reply(reply: object) -> dict[str, Any]:
+    """A candidate process's reply as the parent accepts it: an object whose ``ok`` is a bool."""
+    if not isinstance(reply, dict) or type(reply.get("ok")) is not bool:
+        raise HarnessError("malformed reply")
+    return reply
 
 
 class Capture:
@@ -461,8 +581,7 @@ def _serve(req_fd: int, rep_fd: int) -> None:
         if op == "load":
             try:
                 module = _load_module(str(req["code"]), "solution")
-                names = [k for k, v in list(module.__dict__.items()) if type(k) is str and callable(v)]
-                reply: dict[str, object] = {"ok": True, "callables": names[:1000]}
+                reply: dict[str, object] = {"ok": True}
             except BaseException as exc:
                 reply = {"ok": False, "error": "module failed to load: " + _describe_exc(exc)}
             _flush_std()
@@ -479,8 +598,8 @@ def _call(module: types.ModuleType, req: dict[str, Any]) -> dict[str, object]:
     """Run one call; the reply is the tagged value or an error, never an exception."""
     try:
         fn = getattr(module, str(req["fn"]))
-        args = decode_value(req.get("args", []), plain=False)
-        kwargs = decode_value(req.get("kwargs", {"$d": []}), plain=False)
+        args = decode_value(req.get("args", []))
+        kwargs = decode_value(req.get("kwargs", {"$d": []}))
         assert isinstance(args, list)  # noqa: S101 - built by the parent
         assert isinstance(kwargs, dict)  # noqa: S101
     except BaseException as exc:
@@ -543,10 +662,11 @@ class Server:
             timed_out = time.monotonic() >= deadline
             self.kill()
             raise HarnessError("timeout" if timed_out else f"candidate process died: {exc}") from exc
-        if not isinstance(reply, dict) or type(reply.get("ok")) is not bool:
+        try:
+            return check_reply(reply)
+        except HarnessError:
             self.kill()
-            raise HarnessError("malformed reply")
-        return reply
+            raise
 
     def kill(self) -> None:
         if not self.alive:
@@ -576,17 +696,55 @@ class Emitter:
         self.nonce = nonce
         self.budget = budget
 
-    def emit(self, record: dict[str, object]) -> None:
-        body = _dumps(record, separators=(",", ":"), allow_nan=False).encode()
+    def encode(self, record: dict[str, object]) -> bytes:
+        """The JSON body of one record, charged to the budget; one that cannot be encoded or does not fit
+        becomes its case's failure (a value the candidate forged must never stop the harness)."""
+        try:
+            body = _dumps(record, separators=(",", ":"), allow_nan=False).encode()
+        except (ValueError, TypeError, RecursionError, OverflowError):
+            body = _failure_body(record, "result could not be encoded")
         if len(body) > self.budget:
-            body = _dumps({"id": record.get("id"), "ok": False, "error": "harness output budget exceeded"}).encode()
+            body = _failure_body(record, "harness output budget exceeded")
         self.budget -= len(body)
+        return body
+
+    def emit(self, record: dict[str, object]) -> None:
+        """Write one record, framed."""
+        body = self.encode(record)
         parts: list[bytes | bytearray] = [b"\n" + MAGIC + b" ", self.nonce, b" ", body, b"\n"]
         total = sum(len(p) for p in parts)
         written = os.writev(1, parts)
         if written < total:  # rare partial write on a pipe: finish it byte-exactly
             rest = memoryview(b"".join(bytes(p) for p in parts))[written:]
             _write_all(1, rest)
+
+
+def _failure_body(record: dict[str, object], why: str) -> bytes:
+    """A case's failure record in place of ``record`` (its suite and id only when they are what they seem)."""
+    suite, cid = record.get("suite"), record.get("id")
+    failure = {"suite": suite if type(suite) is int else None, "id": cid if type(cid) is str else None}
+    return _dumps({**failure, "ok": False, "error": why}, separators=(",", ":")).encode()
+
+
+class SuiteRecords:
+    """The records of one suite: each case is reported once, and ``fail_rest`` reports every case the
+    suite did not get to (so whatever stopped it, each case still has its one record)."""
+
+    def __init__(self, out: Emitter, sid: int, case_ids: list[str]) -> None:
+        self.out = out
+        self.sid = sid
+        self.case_ids = case_ids
+        self.reported: set[str] = set()
+
+    def case(self, record: dict[str, object]) -> None:
+        cid = record.get("id")
+        if type(cid) is str and cid not in self.reported:
+            self.reported.add(cid)
+            self.out.emit({"suite": self.sid, **record})
+
+    def fail_rest(self, why: str) -> None:
+        for cid in self.case_ids:
+            self.case({"id": cid, "ok": False, "error": why})
 
 
 class CallServer:
@@ -599,15 +757,16 @@ class CallServer:
 
     def __init__(self, capture: Capture) -> None:
         self.server: Server | None = None
-        self.loaded: list[str] | str = "not loaded"
+        self.load_error: str | None = "not loaded"
         self.capture = capture
 
-    def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, list[str] | str]:
-        if self.server is None or not self.server.alive or type(self.loaded) is str:
+    def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, str | None]:
+        """A live server with the candidate loaded, or the one that failed to load and why."""
+        if self.server is None or not self.server.alive or self.load_error is not None:
             self.kill()
             self.server = Server.spawn(secrets, self.capture)
-            self.loaded = _load(self.server, code, deadline)
-        return self.server, self.loaded
+            self.load_error = _load(self.server, code, deadline)
+        return self.server, self.load_error
 
     def kill(self) -> None:
         if self.server is not None:
@@ -615,25 +774,24 @@ class CallServer:
             self.server = None
 
 
-def _run_call(  # noqa: PLR0917
+def _run_call(
     job: dict[str, Any],
     suite: dict[str, Any],
     secrets: tuple[bytearray, ...],
-    out: Emitter,
-    sid: int,
+    out: SuiteRecords,
     shared: CallServer,
 ) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
     code = str(job["code"])
     entry = str(job["entry_point"])
-    server, loaded = shared.get(code, secrets, deadline)
+    server, load_error = shared.get(code, secrets, deadline)
     for case in suite["cases"]:
         cid = str(case["id"])
-        if not server.alive and type(loaded) is not str:
+        if not server.alive and load_error is None:
             # the candidate killed itself (or timed out); later cases still get a run
-            server, loaded = shared.get(code, secrets, deadline)
-        if type(loaded) is str:
-            out.emit({"suite": sid, "id": cid, "ok": False, "error": loaded})
+            server, load_error = shared.get(code, secrets, deadline)
+        if load_error is not None:
+            out.case({"id": cid, "ok": False, "error": load_error})
             continue
         msg = {
             "op": "call",
@@ -641,49 +799,65 @@ def _run_call(  # noqa: PLR0917
             "args": tag_plain(case.get("args", [])),
             "kwargs": tag_plain(case.get("kwargs", {})),
         }
-        out.emit({"suite": sid, **_call_record(cid, server, msg, deadline)})
+        out.case(_call_record(cid, server, msg, deadline))
 
 
-def _load(server: Server, code: str, deadline: float) -> list[str] | str:
-    """Callable names of the loaded module, or an error string."""
+def _load(server: Server, code: str, deadline: float) -> str | None:
+    """Load the candidate module in ``server``: None, or why it did not load (the candidate's failure)."""
     try:
         reply = server.request({"op": "load", "code": code}, deadline)
     except HarnessError as exc:
         return f"module load: {exc}"
-    if not reply["ok"]:
-        return str(reply.get("error"))
-    names = reply.get("callables")
-    return [n for n in names if type(n) is str and n.isidentifier()] if type(names) is list else []
+    return None if reply["ok"] else _error_text(reply)
 
 
 def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: float) -> dict[str, object]:
+    """The record of one call case: the reply's value as typed JSON, or why there is none."""
     started = time.monotonic()
     try:
         reply = server.request(msg, deadline)
     except HarnessError as exc:
         return {"id": cid, "ok": False, "error": str(exc)}
-    ms = round((time.monotonic() - started) * 1000, 3)
+    return reply_record(cid, reply, round((time.monotonic() - started) * 1000, 3))
+
+
+def reply_record(cid: str, reply: dict[str, Any], ms: float) -> dict[str, object]:
+    """A call case's record from the candidate's (checked, but otherwise arbitrary) reply."""
     if not reply["ok"]:
-        return {"id": cid, "ok": False, "error": _short(str(reply.get("error"))), "ms": ms}
+        return {"id": cid, "ok": False, "error": _error_text(reply), "ms": ms}
     try:
-        value = decode_value(reply.get("value"), plain=True)
+        value = reply_value(reply.get("value"), rich=False)
     except (NonPlainError, RecursionError) as exc:
         return {"id": cid, "ok": False, "error": str(exc), "ms": ms}
     return {"id": cid, "ok": True, "value": value, "ms": ms}
+
+
+def _error_text(reply: dict[str, Any]) -> str:
+    """The error a candidate process reported, if it is text (anything else is the candidate's garbage)."""
+    error = reply.get("error")
+    if type(error) is not str:
+        return "candidate process sent a malformed error"
+    return _short(error) if _valid_text(error) else _short(error.encode("utf-8", "replace").decode("utf-8"))
 
 
 class CandidateCallError(AssertionError):
     """A proxied call failed (the candidate raised, died, timed out or returned a non-plain value)."""
 
 
-class Proxy:
-    """Stands in for a candidate function inside the check code: plain values in, plain values out."""
+class EntryPoint:
+    """Stands in for the candidate's entry point inside the check code: plain values in, plain values out.
 
-    def __init__(self, server_ref: list[Server], name: str, deadline: float, calls: list[int]) -> None:
-        self._server_ref = server_ref
+    It is the only thing of the candidate's the check can reach. Arguments are copied out as tagged plain
+    values (the candidate never holds an object of the check's); replies are checked by ``reply_value``
+    and become fresh builtin values. ``answered`` counts the calls that got a value back: the proof that
+    the check really exercised the candidate.
+    """
+
+    def __init__(self, server: Server, name: str, deadline: float) -> None:
+        self._server = server
         self._name = name
         self._deadline = deadline
-        self._calls = calls
+        self.answered = 0
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         try:
@@ -695,52 +869,68 @@ class Proxy:
             }
         except NonPlainError as exc:
             raise CandidateCallError(f"check passed a non-plain argument to {self._name}: {exc}") from None
-        self._calls[0] += 1
         try:
-            reply = self._server_ref[0].request(msg, self._deadline)
+            reply = self._server.request(msg, self._deadline)
         except HarnessError as exc:
             raise CandidateCallError(f"{self._name}: {exc}") from None
         if not reply["ok"]:
-            raise CandidateCallError(f"{self._name} raised: {_short(str(reply.get('error')))}")
+            raise CandidateCallError(f"{self._name} raised: {_error_text(reply)}")
         try:
-            return decode_value(reply.get("value"), plain=False)
+            value = reply_value(reply.get("value"), rich=True)
         except (NonPlainError, RecursionError) as exc:
             raise CandidateCallError(f"{self._name} returned {exc}") from None
+        self.answered += 1
+        return value
 
 
-def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out: Emitter, sid: int) -> None:
-    """Run ``check(candidate)`` here in the parent; the candidate answers through proxies."""
+def check_namespace(entry_point: str, candidate: EntryPoint) -> dict[str, Any]:
+    """Globals for the task's helper and check code: the real builtins and the entry point, nothing else.
+
+    Why: a name the check does not define must never resolve to candidate code (a candidate's ``range``,
+    ``len`` or ``poly`` would let it decide what the check compares). The harness process never runs
+    candidate code, so its ``builtins`` module is the interpreter's own; the task's helpers are run here
+    from the task's prompt, not taken from the candidate. The entry point's own name is bound too, as the
+    reference harness binds it (some checks call it by name), unless it is a builtin's: ``len`` stays ``len``.
+    """
+    namespace: dict[str, Any] = {"__name__": "__check__", "__builtins__": builtins}
+    if entry_point not in builtins.__dict__:
+        namespace[entry_point] = candidate
+    return namespace
+
+
+def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out: SuiteRecords) -> None:
+    """Run the task's helpers and ``check(candidate)`` here in the parent; the candidate answers through
+    its entry point only."""
     deadline = time.monotonic() + float(suite["timeout_s"])
-    calls = [0]
+    entry = str(job["entry_point"])
+    candidate = EntryPoint(server, entry, deadline)
     try:
-        loaded = _load(server, str(job["code"]), deadline)
-        if type(loaded) is str:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": loaded})
+        load_error = _load(server, str(job["code"]), deadline)
+        if load_error is not None:
+            out.case({"id": "check", "ok": False, "error": load_error})
             return
-        assert isinstance(loaded, list)  # noqa: S101
-        ref = [server]
-        namespace: dict[str, Any] = {"__name__": "__check__", "__builtins__": builtins}
+        namespace = check_namespace(entry, candidate)
         try:
+            helpers = str(suite.get("helpers", ""))
+            if helpers:
+                exec(compile(helpers, "helpers.py", "exec", dont_inherit=True), namespace)  # noqa: S102
             exec(compile(str(suite["check"]), "check.py", "exec", dont_inherit=True), namespace)  # noqa: S102
-            for name in loaded:  # helpers of the solution that the check code does not define itself
-                if name not in namespace:
-                    namespace[name] = Proxy(ref, name, deadline, calls)
-            namespace["check"](Proxy(ref, str(job["entry_point"]), deadline, calls))
+            namespace["check"](candidate)
         except BaseException as exc:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": _describe_exc(exc), "calls": calls[0]})
+            out.case({"id": "check", "ok": False, "error": _describe_exc(exc), "calls": candidate.answered})
             return
-        if calls[0] == 0:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": "check never called the candidate"})
+        if candidate.answered == 0:
+            out.case({"id": "check", "ok": False, "error": "check never called the candidate"})
         elif not server.alive:
-            out.emit({"suite": sid, "id": "check", "ok": False, "error": "candidate process died"})
+            out.case({"id": "check", "ok": False, "error": "candidate process died"})
         else:
-            out.emit({"suite": sid, "id": "check", "ok": True, "calls": calls[0]})
+            out.case({"id": "check", "ok": True, "calls": candidate.answered})
     finally:
         server.kill()
 
 
-def _run_io(  # noqa: PLR0917
-    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: Emitter, sid: int, capture: Capture
+def _run_io(
+    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: SuiteRecords, capture: Capture
 ) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
     code = str(job["code"])
@@ -748,10 +938,10 @@ def _run_io(  # noqa: PLR0917
     for case in suite["cases"]:
         cid = str(case["id"])
         if time.monotonic() >= deadline:
-            out.emit({"suite": sid, "id": cid, "ok": False, "error": "timeout (suite deadline passed)"})
+            out.case({"id": cid, "ok": False, "error": "timeout (suite deadline passed)"})
             continue
         stdin = str(case.get("stdin", "")).encode()
-        out.emit({"suite": sid, **_io_case(cid, code, stdin, secrets, deadline, cap, capture)})
+        out.case(_io_case(cid, code, stdin, secrets, deadline, cap, capture))
 
 
 def _io_case(  # noqa: PLR0917
@@ -899,6 +1089,36 @@ def _parse_segment(buf: bytearray, span: tuple[int, int]) -> dict[str, Any]:
     return obj
 
 
+def _case_ids(suite: dict[str, Any], seen_assert: bool) -> list[str]:
+    """The case ids of a suite segment, once its shape is checked.
+
+    A malformed segment is the job's fault (a ``harness_error``: infrastructure), so it is found here,
+    before the suite runs; whatever goes wrong after this is the candidate's doing and fails its cases.
+    """
+    kind = suite.get("kind")
+    if type(suite.get("timeout_s")) not in (int, float):
+        raise HarnessError("suite without a timeout")
+    if kind == "assert":
+        if type(suite.get("check")) is not str or type(suite.get("helpers", "")) is not str:
+            raise HarnessError("assert suite without check code")
+        return ["check"]
+    if kind not in ("call", "io") or seen_assert:
+        raise HarnessError(f"kind {kind!r} not allowed here")
+    cases = suite.get("cases")
+    if type(cases) is not list:
+        raise HarnessError("suite without cases")
+    ids: list[str] = []
+    for case in cases:
+        if type(case) is not dict or type(case.get("id")) is not str:
+            raise HarnessError("case without an id")
+        if kind == "call" and not (type(case.get("args", [])) is list and type(case.get("kwargs", {})) is dict):
+            raise HarnessError("call case without args")
+        if kind == "io" and type(case.get("stdin", "")) is not str:
+            raise HarnessError("io case without stdin")
+        ids.append(case["id"])
+    return ids
+
+
 def _safe_sys_path() -> None:
     """Drop the work dir and every writable directory from ``sys.path``: check code run here must never
     import a module a candidate planted (``python3 -I`` already omits the script dir; this is the backstop)."""
@@ -940,20 +1160,26 @@ def main(argv: list[str]) -> int:
     try:
         spans = _segments(buf)
         job = _parse_segment(buf, spans[0])
+        if type(job.get("code")) is not str or type(job.get("entry_point")) is not str:
+            raise HarnessError("header without code or entry point")
         seen_assert = False
         for sid, span in enumerate(spans[1:]):
             suite = _parse_segment(buf, span)
-            kind = suite.get("kind")
-            if kind == "assert" and servers:
-                seen_assert = True
-                shared.kill()
-                _run_assert(job, suite, servers.pop(0), out, sid)
-            elif kind == "call" and not seen_assert:
-                _run_call(job, suite, secrets, out, sid, shared)
-            elif kind == "io" and not seen_assert:
-                _run_io(job, suite, secrets, out, sid, capture)
-            else:
-                out.emit({"harness_error": f"suite {sid}: kind {kind!r} not allowed here"})
+            records = SuiteRecords(out, sid, _case_ids(suite, seen_assert))
+            if suite["kind"] == "assert" and not servers:
+                raise HarnessError("more assert suites than announced")
+            try:
+                if suite["kind"] == "assert":
+                    seen_assert = True
+                    shared.kill()
+                    _run_assert(job, suite, servers.pop(0), records)
+                elif suite["kind"] == "call":
+                    _run_call(job, suite, secrets, records, shared)
+                else:
+                    _run_io(job, suite, secrets, records, capture)
+            except Exception as exc:  # the job was valid: what broke the suite came from the candidate
+                shared.kill()  # its server may hold a reply nobody read
+                records.fail_rest(f"the candidate broke the run: {_type_name(exc)}")
             out.emit({"suite": sid, "suite_done": True})
     except (HarnessError, ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
         out.emit({"harness_error": f"bad job: {type(exc).__name__}: {exc}"})

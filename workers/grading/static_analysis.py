@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from schemas.text import sanitize_text
+
 Severity = Literal["hack", "warn"]
 MAX_CODE_CHARS = 512 * 1024
+#: Flags *shown* (result files, events); gates always see every finding (``shown_flags``, ``rule_counts``).
 MAX_FLAGS = 64
 
 #: rule id -> (severity, what it means)
@@ -244,15 +248,19 @@ def hack_rules(flags: Iterable[Flag]) -> list[str]:
 
 #: CPython 3.11 can raise "AST constructor recursion depth mismatch" when threads parse at once (gh-106905):
 #: every caller (grader threads, verifier runners) takes turns; a parse takes well under a millisecond.
-_PARSE_LOCK = threading.Lock()
+PARSE_LOCK = threading.Lock()
 
 
 def analyze(code: str) -> list[Flag]:
-    """All findings for ``code``, at most one per (rule, line), capped at ``MAX_FLAGS``; never raises."""
+    """Every finding for ``code``, at most one per (rule, line); never raises.
+
+    Not capped: gates must see every finding (64 harmless ones must never hide a hack). Only what is shown
+    is capped, by ``shown_flags``; ``rule_counts`` says how many of each rule there were.
+    """
     if len(code) > MAX_CODE_CHARS:
         return [_flag("too_large", f"{len(code)} characters", None)]
     try:
-        with _PARSE_LOCK:
+        with PARSE_LOCK:
             tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
@@ -265,12 +273,36 @@ def analyze(code: str) -> list[Flag]:
         visitor.visit(tree)
     except RecursionError:
         visitor.add("too_large", "nested too deeply to analyse", None)
-    return visitor.flags[:MAX_FLAGS]
+    return visitor.flags
+
+
+def shown_flags(flags: Sequence[Flag], cap: int = MAX_FLAGS) -> list[Flag]:
+    """At most ``cap`` of ``flags``, in their order, always including the first finding of every rule
+    (hack rules before warn rules when there are more rules than room): a reader of the shown list alone
+    still sees every rule that was raised."""
+    if len(flags) <= cap:
+        return list(flags)
+    first: dict[str, int] = {}
+    for i, f in enumerate(flags):
+        first.setdefault(f.rule, i)
+    keep = sorted(first.values(), key=lambda i: (flags[i].severity != "hack", i))[:cap]
+    chosen = set(keep)
+    for i in range(len(flags)):
+        if len(chosen) >= cap:
+            break
+        chosen.add(i)
+    return [flags[i] for i in sorted(chosen)]
+
+
+def rule_counts(flags: Iterable[Flag]) -> dict[str, int]:
+    """How many findings of each rule, sorted by rule id (every finding, shown or not)."""
+    return dict(sorted(Counter(f.rule for f in flags).items()))
 
 
 def _flag(rule: str, detail: str, line: int | None) -> Flag:
+    """A finding; ``detail`` quotes candidate code, so it is made safe to store here, where it is made."""
     severity, meaning = RULES[rule]
-    return Flag(rule, severity, f"{meaning}: {detail}"[:1024], line)
+    return Flag(rule, severity, sanitize_text(f"{meaning}: {detail}"[:1024]), line)
 
 
 class _Visitor(ast.NodeVisitor):

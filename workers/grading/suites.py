@@ -1,8 +1,9 @@
 """Turn test suites into ONE sandbox run of the harness, and the run's framed records back into verdicts.
 
 Why here and not in the harness: expected values never enter the sandbox. The job sent in carries only
-inputs (call args, io stdin) or assert check code; the records that come back carry plain JSON values or
-stdout, which are compared here, outside, by ``compare``.
+inputs (call args, io stdin) or assert check code (with the task's own helpers); the records that come back
+carry typed JSON values (``compare``'s format: tuples and sets keep their type) or stdout, which are compared
+here, outside, by ``compare``.
 
 A pass needs positive proof: every case id must have exactly one well-formed record; a missing, duplicate
 or unparsable record is a failure. Records are only accepted on lines framed with this run's random nonce.
@@ -20,6 +21,7 @@ from importlib import resources
 from typing import Any, Literal, NoReturn, Protocol
 
 from schemas.tasks import AssertSuite, CallSuite, IoSuite
+from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
 
@@ -148,8 +150,12 @@ def harness_bytecode(source: bytes) -> bytes:
     return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code)
 
 
-def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 << 20) -> JobSuite:
-    """The sandbox-side form of ``suite``: built field by field so expected values cannot slip in."""
+def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 << 20, helpers: str = "") -> JobSuite:
+    """The sandbox-side form of ``suite``: built field by field so expected values cannot slip in.
+
+    ``helpers`` is the task's own helper code (``helpers.prompt_helpers``), run before an assert suite's
+    check code so the check never needs a name from the candidate.
+    """
     if isinstance(suite, CallSuite):
         cases = [
             {"id": cid, "args": c.args, "kwargs": c.kwargs}
@@ -160,7 +166,7 @@ def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 <<
         cases = [{"id": cid, "stdin": c.stdin} for cid, c in zip(suite.case_ids(), suite.cases, strict=True)]
         payload = {"kind": "io", "timeout_s": timeout_s, "max_stdout_bytes": max_stdout_bytes, "cases": cases}
         return JobSuite("io", payload)
-    return JobSuite("assert", {"kind": "assert", "timeout_s": timeout_s, "check": suite.code})
+    return JobSuite("assert", {"kind": "assert", "timeout_s": timeout_s, "check": suite.code, "helpers": helpers})
 
 
 def call_job_suite(cases: Sequence[CallInput], timeout_s: float) -> JobSuite:
@@ -221,6 +227,8 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
     """Records framed with ``nonce``; lines without the exact frame are ignored (they are not ours).
 
     A framed line that does not parse is a protocol error, except a cut-off last line of truncated output.
+    This is where the candidate's text (its error messages, its stdout) enters our data: ``_clean_record``
+    makes each record safe to store, once, for every path that writes it later.
     """
     prefix = MAGIC + b" " + nonce + b" "
     hello: dict[str, Any] | None = None
@@ -241,14 +249,16 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
             continue
         if not isinstance(rec, dict):
             protocol_error = protocol_error or f"record on line {n + 1} is not an object"
-        elif rec.get("hello") is True:
+            continue
+        rec = _clean_record(rec, line)
+        if rec.get("hello") is True:
             if hello is not None:
                 protocol_error = protocol_error or "two hello records"
             hello = rec
         elif rec.get("done") is True:
             done = True
         elif "harness_error" in rec:
-            harness_error = harness_error or str(rec["harness_error"])
+            harness_error = harness_error or str(rec["harness_error"])[:4096]
         elif rec.get("suite_done") is True and type(rec.get("suite")) is int:
             suites_done.add(rec["suite"])
         elif type(rec.get("suite")) is int and type(rec.get("id")) is str and type(rec.get("ok")) is bool:
@@ -256,6 +266,24 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
         else:
             protocol_error = protocol_error or f"unknown record on line {n + 1}"
     return Records(hello, done, harness_error, protocol_error, cases, frozenset(suites_done))
+
+
+#: JSON escapes that can stand for a lone surrogate (raw UTF-8 cannot encode one, so only these can).
+_SURROGATE_ESCAPES = (b"\\ud", b"\\uD")
+
+
+def _clean_record(rec: dict[str, Any], line: bytes) -> dict[str, Any]:
+    """``rec`` safe to store: no lone surrogate in any text (repaired with U+FFFD, except in a case's value:
+    that case fails, since its value is not valid Unicode), and an ``error`` that is text."""
+    if any(escape in line for escape in _SURROGATE_ESCAPES):
+        clean: dict[str, Any] = sanitize_json(rec)  # type: ignore[assignment]  # a dict stays a dict
+        if "value" in rec and clean["value"] != rec["value"]:
+            del clean["value"]
+            clean.update(ok=False, error="the value is not valid Unicode (it holds a lone surrogate)")
+        rec = clean
+    if "error" in rec and type(rec["error"]) is not str:
+        rec["error"] = "malformed error"
+    return rec
 
 
 def _single(records: Mapping[str, list[dict[str, Any]]], cid: str) -> dict[str, Any] | CaseOutcome:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from schemas.text import sanitize_text
 from workers.judge.base import JudgeError, JudgeOutcome, JudgeRequest
 from workers.judge.parse import parse_score
 
@@ -144,7 +145,12 @@ class OpenAIJudge:
 
 
 def _rationale(content: str) -> str:
-    """The ``rationale`` of a JSON answer, else the answer itself (capped)."""
+    """The ``rationale`` of a JSON answer, else the answer itself (capped), safe to store: the judge may be
+    talked into echoing a candidate's lone surrogates."""
+    return sanitize_text(_rationale_text(content))
+
+
+def _rationale_text(content: str) -> str:
     start, end = content.find("{"), content.rfind("}")
     if 0 <= start < end:
         try:

@@ -29,7 +29,7 @@ from schemas.events import (
 )
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo
-from workers.grading.static_analysis import analyze
+from workers.grading.static_analysis import analyze, rule_counts, shown_flags
 from workers.grading.suites import SuiteOutcome
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext
@@ -116,7 +116,9 @@ class ExecutorHandler:
             outcome: SuiteOutcome | None = None
             attempts = 1
         else:
-            ran = self.grader.run_suites(code, task.entry_point, [("public", task.public_tests)], task.limits)
+            ran = self.grader.run_suites(
+                code, task.entry_point, [("public", task.public_tests)], task.limits, prompt=task.prompt
+            )
             outcome = ran.outcomes[0]
             run = sandbox_run(ran.run, ran.infra_error)
             attempts = ran.run.attempts
@@ -174,7 +176,9 @@ class VerifierHandler:
         task = ctx.tasks.task(event.task_id)
         code = ctx.code_of(event)
         flags = analyze(code)
-        ran = self.grader.run_suites(code, task.entry_point, [("hidden", task.hidden_tests)], task.limits)
+        ran = self.grader.run_suites(
+            code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
+        )
         outcome = ran.outcomes[0]
         run = sandbox_run(ran.run, ran.infra_error)
         cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
@@ -198,7 +202,8 @@ class VerifierHandler:
             cases=cases,
             passed=sum(1 for c in cases if c.status == "passed"),
             total=len(cases),
-            static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in flags],
+            static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in shown_flags(flags)],
+            static_flag_counts=rule_counts(flags),
             artifacts=artifacts,
         )
         fields = _run_fields(run, ran.run.attempts, verdict.passed, verdict.total)

@@ -308,17 +308,12 @@ def public_count(n: int) -> int:
 
 
 def assert_code(problem: Problem) -> str:
-    """The ``check`` code plus the prompt's imports and helper functions it may use (not the entry point)."""
-    prompt = ast.parse(problem.prompt)
-    helpers: list[str] = []
-    for node in prompt.body:
-        is_import = isinstance(node, ast.Import | ast.ImportFrom)
-        is_helper = isinstance(node, ast.FunctionDef) and node.name != problem.entry_point
-        if is_import or is_helper:
-            segment = ast.get_source_segment(problem.prompt, node)
-            if segment:
-                helpers.append(segment)
-    return "\n\n".join([*helpers, problem.test.strip()]) + "\n"
+    """The ``check`` code plus the prompt's helpers it may use (not the entry point), so the suite stands on
+    its own (the grader also runs it with the task prompt's helpers)."""
+    from workers.grading.helpers import prompt_helpers
+
+    helpers = prompt_helpers(problem.prompt, problem.entry_point).strip()
+    return "\n\n".join([p for p in (helpers, problem.test.strip()) if p]) + "\n"
 
 
 # ---- building tasks ----------------------------------------------------------------------------------
@@ -330,10 +325,12 @@ def _check_literal(call: LiteralCall, value: Any, atol: float) -> str | None:
         return None if bool(value) == call.truthy else f"line {call.line}: test asserts truth {call.truthy}"
     if call.literal_expected is _MISSING:
         return None
-    ok, literal = to_json_value(call.literal_expected)
-    if not ok:
+    from workers.grading.compare import InvalidValueError, compare_values, to_typed
+
+    try:  # typed like the computed value, so a tuple literal is a tuple
+        literal = to_typed(call.literal_expected)
+    except InvalidValueError:
         return None
-    from workers.grading.compare import compare_values
 
     tol = call.tolerance if call.tolerance is not None else atol
     problem = compare_values(value, literal, tol)
@@ -449,7 +446,7 @@ class SandboxReference:
 
         suites = [("public", task.public_tests)] if task.public_tests is not None else []
         ran = Grader(self.sandbox).run_suites(
-            code, task.entry_point, [*suites, ("hidden", task.hidden_tests)], task.limits
+            code, task.entry_point, [*suites, ("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
         )
         if ran.infra_error is not None:
             return f"sandbox error: {ran.infra_error}"

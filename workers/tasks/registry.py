@@ -24,6 +24,7 @@ from schemas.codec import DecodeError, decode, encode
 from schemas.errors import RewardstreamError, ValidationError
 from schemas.settings import Settings
 from schemas.tasks import PublicTask, Task
+from workers.tasks.visibility import hidden_repeats_public
 
 PUBLIC_DIR = "public"
 HIDDEN_DIR = "hidden"
@@ -59,12 +60,45 @@ class TaskFileError(ValidationError):
 
 
 @dataclass(frozen=True, slots=True)
+class TaskWarning:
+    """A task that loads but is probably a mistake (e.g. hidden cases the public suite already shows)."""
+
+    task_id: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"task {self.task_id}: {self.problem}"
+
+
+class WeakTasksError(ValidationError):
+    """``strict`` loading refused a file because some tasks have warnings (nothing was stored)."""
+
+    def __init__(self, source: str, warnings: Sequence[TaskWarning]) -> None:
+        self.source = source
+        self.warnings: tuple[TaskWarning, ...] = tuple(warnings)
+        shown = "; ".join(str(w) for w in self.warnings[:20])
+        more = f"; ... and {len(self.warnings) - 20} more" if len(self.warnings) > 20 else ""
+        super().__init__(f"{len(self.warnings)} task(s) in {source} refused (strict), nothing stored: {shown}{more}")
+
+
+def task_warnings(tasks: Iterable[Task]) -> list[TaskWarning]:
+    """Every task whose hidden suite gives no signal beyond its public suite."""
+    out: list[TaskWarning] = []
+    for task in tasks:
+        why = hidden_repeats_public(task)
+        if why is not None:
+            out.append(TaskWarning(task.task_id, f"{why}: the hidden suite gives no signal the public one does not"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class StoreReport:
-    """What ``TaskRegistry.store`` did."""
+    """What ``TaskRegistry.store`` did, and the warnings about what it stored."""
 
     added: tuple[str, ...]
     updated: tuple[str, ...]
     unchanged: tuple[str, ...]
+    warnings: tuple[TaskWarning, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         """JSON form for ``rewardstream tasks load --json``."""
@@ -73,6 +107,7 @@ class StoreReport:
             "updated": list(self.updated),
             "unchanged": list(self.unchanged),
             "total": len(self.added) + len(self.updated) + len(self.unchanged),
+            "warnings": [{"task_id": w.task_id, "problem": w.problem} for w in self.warnings],
         }
 
 
@@ -175,9 +210,15 @@ class TaskRegistry:
             (added if old is None else updated).append(task.task_id)
         return StoreReport(tuple(added), tuple(updated), tuple(unchanged))
 
-    def load_file(self, path: Path) -> StoreReport:
-        """Validate a whole JSONL file, then store it; nothing is stored if any line is invalid."""
-        return self.store(load_jsonl(path))
+    def load_file(self, path: Path, *, strict: bool = False) -> StoreReport:
+        """Validate a whole JSONL file, then store it; nothing is stored if any line is invalid, nor, when
+        ``strict``, if any task has a warning (``WeakTasksError``)."""
+        tasks = load_jsonl(path)
+        warnings = task_warnings(tasks)
+        if strict and warnings:
+            raise WeakTasksError(str(path), warnings)
+        report = self.store(tasks)
+        return StoreReport(report.added, report.updated, report.unchanged, tuple(warnings))
 
     def ids(self) -> list[str]:
         """Every task id in the registry, sorted."""
