@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 from schemas.caps import fit
 from schemas.codec import Contract, SchemaVersion1
 from schemas.tasks import CaseId, Language, TaskId
+from schemas.text import sanitize_text
 
 #: Inline ``code`` is capped at this many characters (even fully escaped, under the message cap);
 #: larger programs go to S3 (``code_ref``).
@@ -340,7 +341,7 @@ class DeadLetter(Envelope):
             source_partition=max(source_partition, 0),
             source_offset=max(source_offset, 0),
             component=fit(cls, "component", component),
-            error=fit(cls, "error", _encodable(text)),
+            error=fit(cls, "error", sanitize_text(text)),
             error_type=fit(cls, "error_type", type(error).__name__),
             key_b64=None if key is None else base64.b64encode(key).decode("ascii"),
             payload_b64=base64.b64encode(kept).decode("ascii"),
@@ -360,11 +361,6 @@ class DeadLetter(Envelope):
     def key(self) -> bytes | None:
         """The DLQ message key: the original key, so an episode's dead letters stay in order."""
         return self.original_key()
-
-
-def _encodable(text: str) -> str:
-    """``text`` with lone surrogates (from candidate output in an exception message) replaced: UTF-8 safe."""
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 #: Every event model, by name (for the JSON Schema generator and tests).
