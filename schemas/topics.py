@@ -120,3 +120,12 @@ def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:
         if spec.role == role:
             return spec
     raise ConfigError(f"no topic with role {role!r} in the catalog")
+
+
+#: The worker role whose transactions write each joined topic (its consumer group reads the generations).
+WRITER_ROLE: dict[Role, str] = {"executions": "executor", "verdicts": "verifier", "judgements": "judge"}
+
+
+def group_for(settings: Settings, role: str) -> str:
+    """The consumer group of a worker role (executor, verifier, judge, indexer): one name, everywhere."""
+    return f"{settings.topic_prefix}{role}"

@@ -29,9 +29,10 @@ from schemas.topics import catalog_for, topic_for
 from streams.reward.emit_then_mark import EmitThenMark
 from streams.reward.faust_join import FaustJoin
 from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
+from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
-from streams.reward.rewards_log import idle_partitions, read_partition
+from streams.reward.rewards_log import read_partition
 
 log = logging.getLogger("rewardstream.rewards")
 
@@ -97,8 +98,17 @@ class _FaustOutputs:
     """``emit_then_mark.AckedOutputs`` over Faust topics (and a plain consumer for the rewards tail)."""
 
     def __init__(
-        self, settings: Settings, options: AppOptions, *, inputs: list[str], rewards: Any, dlq: Any, logs: Any
+        self,
+        settings: Settings,
+        options: AppOptions,
+        *,
+        inputs: list[str],
+        rewards: Any,
+        dlq: Any,
+        logs: Any,
+        liveness: WriterLiveness,
     ) -> None:
+        self._liveness = liveness
         self._kill_after = options.kill_after_rewards
         self._sent = 0
         self._client_config = settings.kafka_client_config()
@@ -132,7 +142,7 @@ class _FaustOutputs:
 
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
         return await asyncio.to_thread(
-            idle_partitions, self._client_config, self._group_id, self._inputs, partitions, processed=processed
+            settled_inputs, self._liveness, self._group_id, self._inputs, partitions, processed
         )
 
 
@@ -167,7 +177,15 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
     table.key_serializer = table.value_serializer = "raw"  # before the changelog topic is made (lazily)
     marks = EmitThenMark(
         _TableStore(table),
-        _FaustOutputs(settings, options, inputs=list(names.values()), rewards=rewards, dlq=dlq, logs=logs),
+        _FaustOutputs(
+            settings,
+            options,
+            inputs=list(names.values()),
+            rewards=rewards,
+            dlq=dlq,
+            logs=logs,
+            liveness=WriterLiveness.for_settings(settings, policy.join.deadline_s),
+        ),
     )
     processor = RewardProcessor(
         policy, Topics({name: role for role, name in names.items()}), marks, marks, retention_s=options.retention_s

@@ -50,9 +50,9 @@ from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.join import JoinState, emitted
+from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
-from streams.reward.rewards_log import idle_partitions
 
 log = logging.getLogger("rewardstream.rewards")
 
@@ -165,9 +165,17 @@ class _Outputs:
     together with its marker."""
 
     def __init__(
-        self, settings: Settings, options: EngineOptions, stage: _Savepoint, table: _Table, names: Mapping[str, str]
+        self,
+        settings: Settings,
+        options: EngineOptions,
+        stage: _Savepoint,
+        table: _Table,
+        names: Mapping[str, str],
+        *,
+        liveness: WriterLiveness,
     ) -> None:
         self._stage = stage
+        self._liveness = liveness
         self._table = table
         self._names = names
         self._client_config = settings.kafka_client_config()
@@ -196,7 +204,7 @@ class _Outputs:
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
         inputs = [self._names[r] for r in ("executions", "verdicts", "judgements")]
         return await asyncio.to_thread(
-            idle_partitions, self._client_config, self._options.app_id, inputs, partitions, processed=processed
+            settled_inputs, self._liveness, self._options.app_id, inputs, partitions, processed
         )
 
 
@@ -225,7 +233,8 @@ class RewardEngine:
         self.txn = Transaction(self.producer, self.consumer, 30)
         self.stage = _Savepoint(self.txn)
         self.table = _Table(self.stage, self.changelog)
-        self.outputs = _Outputs(settings, options, self.stage, self.table, self.names)
+        liveness = WriterLiveness.for_settings(settings, policy.join.deadline_s)
+        self.outputs = _Outputs(settings, options, self.stage, self.table, self.names, liveness=liveness)
         self.processor = RewardProcessor(
             policy,
             Topics({name: role for role, name in self.names.items() if name in self.inputs}),

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec
@@ -18,7 +18,7 @@ from schemas.events import Event
 from schemas.topics import catalog, topic_for
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
 from streams.reward.processor import RESTART_EXIT_CODE
-from tests.integration.reward_env import PARTITIONS, Reader, reward_env
+from tests.integration.reward_env import PARTITIONS, Reader, RewardEnv, reward_env
 from tests.unit.reward_events import execution, judgement, verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -325,4 +325,91 @@ def test_changelog_rows_from_another_version_do_not_stop_the_processor(
             assert all(p.poll() is None for p in env.procs), env.logs()
             assert "ignoring changelog row 'gen-corrupt', not a join state" in env.logs()
         finally:
+            rewards.close()
+
+
+class _BusyVerifier:
+    """Stands in for a verifier working through a backlog: its consumer group commits, step by step, the
+    generations it finished (as the worker's transactions do), while the ones under test stay unfinished."""
+
+    def __init__(self, env: RewardEnv, kafka_config: dict[str, str]) -> None:
+        self.topic = env.name("generations")
+        self.consumer = Consumer(
+            {**kafka_config, "group.id": f"{env.prefix}verifier", "enable.auto.commit": False, "log_level": 3}
+        )
+        self.done = 0
+
+    def finish_one_more(self, limit: int) -> None:
+        """Commit one more finished generation on every partition, never past ``limit``."""
+        self.done = min(self.done + 1, limit)
+        offsets = [TopicPartition(self.topic, p, self.done) for p in range(PARTITIONS)]
+        self.consumer.commit(offsets=offsets, asynchronous=False)
+
+    def finish_everything(self) -> None:
+        ends = [self.consumer.get_watermark_offsets(TopicPartition(self.topic, p))[1] for p in range(PARTITIONS)]
+        offsets = [TopicPartition(self.topic, p, end) for p, end in enumerate(ends)]
+        self.consumer.commit(offsets=offsets, asynchronous=False)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.mark.parametrize("engine", ["kafka", "faust"])
+def test_a_verifier_working_through_a_backlog_is_waited_for_a_stopped_one_is_not(
+    kafka_config: dict[str, str], unique_name: str, tmp_path: Path, engine: str
+) -> None:
+    """Under a backlog the verifier works on other generations for longer than the deadline while these
+    generations' verdicts topic stays quiet: that is not a dead verifier, and rewarding them then would score
+    correct code 0.0 for the time it queued. Once the verifier stops committing, the deadline applies."""
+    deadline_s, fillers = 3.0, 60
+    queued = [f"queued-{i}" for i in range(6)]
+    orphans = [f"orphan-{i}" for i in range(6)]
+    with reward_env(kafka_config, unique_name, tmp_path) as env:
+        env.start(short_deadline_policy(tmp_path, deadline_s=deadline_s), engine=engine)
+        rewards = Reader(kafka_config, env.name("rewards"))
+        verifier = _BusyVerifier(env, kafka_config)
+        producer = Producer(kafka_config)
+        try:
+            env.produce([execution("warm-up"), verdict("warm-up"), judgement("warm-up")])
+            rewards.wait(lambda: len(rewards.values) >= 1, 90, "the processor to start", env)
+            # the backlog ahead of the queued generations, on every partition, then the queued ones themselves
+            for p in range(PARTITIONS):
+                for i in range(fillers):
+                    producer.produce(env.name("generations"), key=f"filler-{p}-{i}".encode(), value=b"{}", partition=p)
+            for gid in queued:
+                producer.produce(env.name("generations"), key=execution(gid).key(), value=b"{}")
+            assert producer.flush(30) == 0
+            env.produce([e for g in queued for e in (execution(g), judgement(g))])
+            working_until = time.monotonic() + 4 * deadline_s
+            while time.monotonic() < working_until:
+                verifier.finish_one_more(limit=fillers)
+                rewards.poll()
+                time.sleep(0.25)  # the pace of a busy verifier's commits, not a wait for a condition
+            early = [r.generation_id for r in rewards.rewards() if r.generation_id in queued]
+            assert early == [], f"rewarded while the verifier was still working toward them: {early}"
+            env.produce([verdict(g) for g in queued])
+            verifier.finish_everything()
+            rewards.wait(
+                lambda: {r.generation_id for r in rewards.rewards()} >= set(queued), 60, "the queued rewards", env
+            )
+
+            # a verifier that stopped for good: its backlog stays, it commits nothing more
+            for gid in orphans:
+                producer.produce(env.name("generations"), key=execution(gid).key(), value=b"{}")
+            assert producer.flush(30) == 0
+            env.produce([e for g in orphans for e in (execution(g), judgement(g))])
+            everyone = ["warm-up", *queued, *orphans]
+            rewards.wait(
+                lambda: {r.generation_id for r in rewards.rewards()} >= set(everyone),
+                90,
+                "rewards at the deadline with the verifier stopped",
+                env,
+                missing=lambda: sorted(set(everyone) - {r.generation_id for r in rewards.rewards()}),
+            )
+            by_gen = rewards.exactly_one_each(everyone)
+            assert {g: (tuple(by_gen[g].missing), by_gen[g].reward) for g in queued} == dict.fromkeys(queued, ((), 1.0))
+            assert {g: tuple(by_gen[g].missing) for g in orphans} == dict.fromkeys(orphans, ("verdict",))
+        finally:
+            producer.flush(10)
+            verifier.close()
             rewards.close()

@@ -13,7 +13,7 @@ from bus.clients import make_consumer, make_producer
 from bus.crash_guard import AloneGate
 from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
-from schemas.topics import catalog_for, topic_for
+from schemas.topics import catalog_for, group_for, topic_for
 from workers.logs.indexer import IndexerConfig, LogIndexer
 from workers.logs.indices import LogIndices
 
@@ -44,7 +44,7 @@ def indexer_config(settings: Settings, **overrides: Any) -> IndexerConfig:
     values: dict[str, Any] = {
         "logs_topic": topic_for("logs", specs).name,
         "dlq_topic": topic_for("dlq", specs).name,
-        "group_id": f"{settings.topic_prefix}indexer",
+        "group_id": group_for(settings, "indexer"),
         "index_prefix": settings.opensearch_index_prefix,
         "batch_size": settings.indexer_batch_size,
         **overrides,

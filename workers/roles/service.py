@@ -21,7 +21,7 @@ from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Role as TopicRole
-from schemas.topics import catalog_for, topic_for
+from schemas.topics import catalog_for, group_for, topic_for
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.handler import Handler
 from workers.judge.cache import CachedJudge
@@ -62,7 +62,7 @@ def worker_config(settings: Settings, role: RoleName, *, concurrency: int | None
         role=role,
         source_topic=topic_for("generations", specs).name,
         dlq_topic=topic_for("dlq", specs).name,
-        group_id=f"{settings.topic_prefix}{role}",
+        group_id=group_for(settings, role),
         transactional_id=f"{settings.topic_prefix}{role}.{instance_id(settings)}",
         concurrency=concurrency or settings.worker_concurrency,
         max_in_flight=settings.worker_max_in_flight,
