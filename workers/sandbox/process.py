@@ -19,6 +19,7 @@ import json
 import os
 import queue
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -52,7 +53,10 @@ CRASH_SIGNALS = frozenset(
     }
 )
 #: bwrap and the fork server: the clock runs from the spawn until the start marker arrives, then from it.
-_DEADLINES = Deadlines(setup_s=0.0, drain_s=1.0, timeout_before_start=True)
+#: setup_s: a loaded host may take seconds to fork and isolate a run; that is not the program's time.
+_DEADLINES = Deadlines(setup_s=5.0, drain_s=1.0, timeout_before_start=True)
+#: How long a killed run's supervisor may take to end before the fork server is restarted to end it.
+_STATUS_WAIT_S = 10.0
 _NOFILE = 1024
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ZYGOTE_START_S = 15.0
@@ -391,12 +395,16 @@ class ProcessSandbox:
             for fd in theirs:
                 os.close(fd)
             group.kill_all()
-        # Everything of the run (the supervisor included) is dead now: the status is there or never comes.
         try:
-            raw = _read_upto(status_r, 4)
+            raw = _status_after_kill(status_r, group)
         finally:
             for fd in mine:
                 os.close(fd)
+        if raw is None:
+            # The supervisor lives outside the run cgroup after every kill: the fork server's pid namespace is
+            # the one thing left that ends it (and the runs in flight with it: an infrastructure failure).
+            zygote.restart()
+            raise SandboxError(f"the run's supervisor outlived {_STATUS_WAIT_S:.0f} s of kills; fork server restarted")
         stats = group.stats()
         returncode = int.from_bytes(raw, "big") if len(raw) == 4 else None
         if returncode is None and obs.stopped_for is None and stats.oom_kills == 0 and cap.started_at is not None:
@@ -668,6 +676,11 @@ class ForkServer:
                     if attempt == 2:
                         raise
 
+    def restart(self) -> None:
+        """End the server and everything it forked (its pid namespace); the next launch starts a new one."""
+        with self._lock:
+            self._stop()
+
     def _stop(self) -> None:
         if self._sock is not None:
             self._sock.close()
@@ -700,10 +713,23 @@ def _zygote_spec(spec: SandboxSpec, marker: bytes) -> bytes:
     return json.dumps(header).encode() + b"\n" + b"".join(data for _, data in names)
 
 
-def _read_upto(fd: int, n: int) -> bytes:
+def _status_after_kill(status_r: int, group: RunCgroup) -> bytes | None:
+    """The supervisor's status once the run is killed: 4 bytes, fewer if it died first, None if it never ends.
+
+    The kill empties the run cgroup, but a supervisor the fork server forked late (a loaded host: the clock ran
+    out before it joined) joins afterwards and would run the program unwatched, holding the pipe open forever.
+    So the group is killed again until the pipe closes."""
+    poller = select.poll()
+    poller.register(status_r, select.POLLIN)
     data = b""
-    while len(data) < n:
-        chunk = os.read(fd, n - len(data))
+    end = time.monotonic() + _STATUS_WAIT_S
+    while len(data) < 4:
+        if not poller.poll(100):
+            if time.monotonic() > end:
+                return None
+            group.kill_all()
+            continue
+        chunk = os.read(status_r, 4 - len(data))
         if not chunk:
             break
         data += chunk
