@@ -22,19 +22,19 @@ from schemas.settings import Settings
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-#: What runs in the guest: every hostile suite on the fork-server and exec-chain process backends (the
-#: in-process variant shares the fork server's cgroup code), the lifecycle audits and HumanEval grading on the
-#: fork server (the exec chain grading all 164 again would add ~5 emulated minutes for no other cgroup code).
-#: Docker is not started in the guest: its cgroups are dockerd's, not ours.
+#: What runs in the guest: every suite that drives the run cgroup (limits, kills, accounting, lifecycle) on the
+#: fork-server and exec-chain process backends (the in-process variant shares the fork server's cgroup code),
+#: and HumanEval grading on the fork server. The reward-hack suites (~400 hostile graders' tests) run the same
+#: cgroup code as the containment suite, so they stay on the host: emulated they cost ~20 CI minutes for no
+#: cgroup path of their own. Docker is not started in the guest: its cgroups are dockerd's, not ours.
 SUITES = (
     "tests/sandbox/test_cgroup_version.py",
     "tests/sandbox/test_containment.py",
     "tests/sandbox/test_lifecycle.py",
-    "tests/sandbox/test_reward_hacks.py",
     "tests/sandbox/test_humaneval_grading.py",
 )
 SELECTION = "not docker and not process_inline and not (humaneval_grading and process_chain)"
-MIN_TESTS = 450
+MIN_TESTS = 100
 GUEST_DEADLINE_S = 2700.0
 
 
