@@ -23,18 +23,18 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 #: What runs in the guest: every suite that drives the run cgroup (limits, kills, accounting, lifecycle) on the
-#: fork-server and exec-chain process backends (the in-process variant shares the fork server's cgroup code),
-#: and HumanEval grading on the fork server. The reward-hack suites (~400 hostile graders' tests) run the same
-#: cgroup code as the containment suite, so they stay on the host: emulated they cost ~20 CI minutes for no
-#: cgroup path of their own. Docker is not started in the guest: its cgroups are dockerd's, not ours.
+#: fork-server and exec-chain process backends (the in-process variant shares the fork server's cgroup code).
+#: Grading (HumanEval, the reward-hack suites) goes through the same run path and stays on the host: emulated
+#: Python is 10-20x slower, so HumanEval's native time limits fail there (HumanEval/75 timed out) and the
+#: ~400 reward-hack tests cost ~20 CI minutes for no cgroup code of their own. Docker is not started in the
+#: guest: its cgroups are dockerd's, not ours.
 SUITES = (
     "tests/sandbox/test_cgroup_version.py",
     "tests/sandbox/test_containment.py",
     "tests/sandbox/test_lifecycle.py",
-    "tests/sandbox/test_humaneval_grading.py",
 )
-SELECTION = "not docker and not process_inline and not (humaneval_grading and process_chain)"
-MIN_TESTS = 100
+SELECTION = "not docker and not process_inline"
+MIN_TESTS = 90
 GUEST_DEADLINE_S = 2700.0
 
 
