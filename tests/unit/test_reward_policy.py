@@ -106,6 +106,18 @@ def test_zero_hidden_cases_prove_nothing(default: Policy) -> None:
     assert scored(evaluate(default, Signals(execution("g"), verdict("g", passed=0, total=0)))).reward == 0.0
 
 
+def test_an_empty_public_suite_proves_nothing(default: Policy) -> None:
+    """The grader fails a task whose public suite has no cases; a task without a public suite is fine."""
+    empty = execution("g", passed=0, total=0)
+    got = scored(evaluate(default, Signals(empty, verdict("g"), judgement("g"))))
+    assert got.reward == 0.0
+    assert "public: 0 cases, fewer than 1: no proof" in got.reasons
+    no_suite = empty.model_copy(update={"suite_kind": None})
+    assert scored(evaluate(default, Signals(no_suite, verdict("g"), judgement("g")))).reward == 1.0
+    lenient = default.model_copy(update={"gates": default.gates.model_copy(update={"min_public_cases": 0})})
+    assert scored(evaluate(lenient, Signals(empty, verdict("g"), judgement("g")))).reward == 1.0
+
+
 def test_judge_weight_partial_credit_and_penalties(default: Policy) -> None:
     policy = default.model_copy(
         update={
