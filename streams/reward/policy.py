@@ -1,8 +1,8 @@
 """Reward policies: a versioned TOML file turned into a pure function from joined signals to a reward.
 
 Why a file: researchers replay a topic range with another policy and diff the rewards, so the policy must be
-data with a name and version that every reward carries, not code. The default file reproduces the grader's
-interim policy exactly (1.0 only with positive proof of every case and no hack flag, else 0.0).
+data with a name and version that every reward carries, not code. ``rewardstream grade`` applies the same
+function to the grader's signals, so the CLI and the pipeline cannot disagree on a reward.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reward policy files: loading, validation, and parity of the default with the grader's interim policy."""
+"""Reward policy files: loading, validation, and parity of the default with the grader's old interim rule."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from streams.reward.policy import (
     evaluate,
     load_policy,
 )
+from tests.unit.interim_reward import interim_reward
 from tests.unit.reward_events import execution, judgement, verdict
-from workers.grading.policy import default_reward
-from workers.grading.static_analysis import RULES, Flag
+from workers.grading.static_analysis import RULES
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +60,11 @@ def test_default_reproduces_the_grader_policy(
         judgement(gid, score=0.3),
     )
     all_pass = public_ok and hidden_passed == hidden_total
-    expected = default_reward(
-        "pass" if all_pass else "fail",
-        hidden_passed,
-        hidden_total,
-        [Flag(r, RULES[r][0], r, None) for r in rules],
-    )
+    reward, hacks = interim_reward("pass" if all_pass else "fail", hidden_total, rules)
     got = scored(evaluate(default, signals))
-    assert got.reward == expected.reward
+    assert got.reward == reward
     gating = {f for f in got.flags if f != PUBLIC_PASSED_HIDDEN_FAILED and not f.startswith(WARN_FLAG_PREFIX)}
-    assert gating == set(expected.flags)
+    assert gating == set(hacks)
     assert {f for f in got.flags if f.startswith(WARN_FLAG_PREFIX)} == {
         f"{WARN_FLAG_PREFIX}{r}" for r in rules if RULES[r][0] == "warn"
     }
