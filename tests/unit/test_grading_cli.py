@@ -80,7 +80,7 @@ def test_single(cli: CliRunner, tmp_path: Path) -> None:
     assert out["public"] == {"passed": 1, "total": 1}
     assert out["hidden"] == {"passed": 2, "total": 2}
     assert out["generation_id"] == "sol"
-    assert out["policy"] == {"name": "default", "version": "1"}  # the pipeline's policy, not a grader rule
+    assert out["policy"] == {"name": "default", "version": "2"}  # the pipeline's policy, not a grader rule
 
 
 def test_policy_option_rewards_with_that_file(cli: CliRunner, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def scored(outcome: Scored | Withheld) -> Scored:
 
 
 def test_default_file_loads(default: Policy) -> None:
-    assert (default.name, default.version) == ("default", "1")
+    assert (default.name, default.version) == ("default", "2")
     assert default.join.wait_for == ("execution", "verdict", "judgement")
     assert default.score.judge_weight == 0.0
 
