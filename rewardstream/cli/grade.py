@@ -4,8 +4,9 @@ Single: ``--task TASK.json --code FILE`` prints one result JSON. Batch: ``--task
 SOLUTIONS.jsonl --out RESULTS.jsonl`` (solution lines ``{"task_id", "generation_id", "code"}``) writes one
 result line per solution as it finishes, with a progress bar on stderr. The result JSON is a contract:
 ``{"generation_id", "task_id", "status": "pass"|"fail"|"sandbox_error", "public": {"passed", "total"},
-"hidden": {"passed", "total"}, "flags", "reward", ...}``. Exit code 0 when every solution got a verdict,
-1 when any ended ``sandbox_error``; bad input is one error line and exit code 2.
+"hidden": {"passed", "total"}, "flags", "reward", ...}``. The reward is the pipeline's: the reward policy
+file (``--policy``, default the packaged one) applied by ``rewardstream.cli.graded``. Exit code 0 when every
+solution got a verdict, 1 when any ended ``sandbox_error``; bad input is one error line and exit code 2.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
+from rewardstream.cli.graded import Graded, PolicyGrader
 from rewardstream.cli.main import app
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
 from schemas.tasks import Task
 from schemas.text import sanitize_text
-from workers.grading.grader import Grader, GradeResult
+from streams.reward.policy import Policy, load_policy
+from workers.grading.grader import Grader
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -96,7 +99,7 @@ def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task]
     return tasks, solutions
 
 
-def result_line(solution: Solution, graded: Future[GradeResult]) -> tuple[str, float, bytes]:
+def result_line(solution: Solution, graded: Future[Graded]) -> tuple[str, float, bytes]:
     """(status, reward, JSONL line) of one solution: its own outcome, whatever happened to the others.
 
     A grader that raised, or a result that cannot be written, is an infrastructure failure of that one
@@ -143,9 +146,13 @@ def grade_command(
     backend: Annotated[str | None, typer.Option(help="process | docker (default: settings)")] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="solutions graded at once (batch)")] = 4,
     generation_id: Annotated[str, typer.Option(help="generation_id for the single result")] = "",
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="reward policy file (default: the packaged one, as the pipeline)")
+    ] = None,
 ) -> None:
     """Grade one solution (--task/--code) or a batch (--tasks/--solutions/--out) and report results."""
     chosen = _backend(backend)
+    loaded = load_policy(policy)
     single = task is not None or code is not None
     batch = tasks is not None or solutions is not None or out is not None
     if single == batch:
@@ -153,14 +160,16 @@ def grade_command(
     if single:
         if task is None or code is None:
             raise ConfigError("--task and --code go together")
-        _grade_one(task, code, chosen, generation_id or code.stem)
+        _grade_one(task, code, chosen, generation_id or code.stem, loaded)
         return
     if tasks is None or solutions is None or out is None:
         raise ConfigError("--tasks, --solutions and --out go together")
-    _grade_many(tasks, solutions, out, chosen, concurrency)
+    _grade_many(tasks, solutions, out, chosen, concurrency, policy=loaded)
 
 
-def _grade_one(task_path: Path, code_path: Path, backend: Literal["process", "docker"] | None, gen: str) -> None:
+def _grade_one(
+    task_path: Path, code_path: Path, backend: Literal["process", "docker"] | None, gen: str, policy: Policy
+) -> None:
     the_task = _load_task(task_path)
     try:
         source = code_path.read_text(encoding="utf-8")
@@ -168,7 +177,7 @@ def _grade_one(task_path: Path, code_path: Path, backend: Literal["process", "do
         raise ConfigError(f"cannot read {code_path}: {exc}") from exc
     sandbox = open_sandbox(load_settings(), backend)
     try:
-        result = Grader(sandbox).grade(the_task, source, generation_id=gen)
+        result = PolicyGrader(Grader(sandbox), policy).grade(the_task, source, generation_id=gen)
     finally:
         sandbox.close()
     print_json(result.to_json())
@@ -182,6 +191,8 @@ def _grade_many(
     out_path: Path,
     backend: Literal["process", "docker"] | None,
     concurrency: int,
+    *,
+    policy: Policy,
 ) -> None:
     the_tasks, sols = _load_batch(tasks_path, solutions_path)
     console = Console(stderr=True)
@@ -190,7 +201,7 @@ def _grade_many(
     lock = threading.Lock()
     sandbox = open_sandbox(load_settings(), backend)
     try:
-        grader = Grader(sandbox)
+        grader = PolicyGrader(Grader(sandbox), policy)
         with (
             out_path.open("wb") as fh,
             Progress(

@@ -48,12 +48,13 @@ def _gate_steps(policy: Policy, signals: Signals, missing: tuple[Part, ...]) -> 
         steps.append(f"{part} missing at the deadline: {'required, gate fails' if required else 'not required'}")
     ex = signals.execution
     if ex is not None:
-        ok = ex.passed == ex.total or not policy.gates.all_public_pass
         rate = ex.passed / ex.total if ex.total else 1.0
-        steps.append(
-            f"public: {ex.passed}/{ex.total} passed -> public_pass_rate {_fmt(rate)}; "
-            f"gate all_public_pass={str(policy.gates.all_public_pass).lower()}: {'holds' if ok else 'fails'}"
-        )
+        if ex.suite_kind is not None and ex.total < policy.gates.min_public_cases:
+            gate = f"only {ex.total} < min_public_cases {policy.gates.min_public_cases}: fails"
+        else:
+            ok = ex.passed == ex.total or not policy.gates.all_public_pass
+            gate = f"all_public_pass={str(policy.gates.all_public_pass).lower()}: {'holds' if ok else 'fails'}"
+        steps.append(f"public: {ex.passed}/{ex.total} passed -> public_pass_rate {_fmt(rate)}; gate {gate}")
     verdict = signals.verdict
     if verdict is not None:
         rate = verdict.passed / verdict.total if verdict.total else 0.0

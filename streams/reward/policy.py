@@ -1,8 +1,8 @@
 """Reward policies: a versioned TOML file turned into a pure function from joined signals to a reward.
 
 Why a file: researchers replay a topic range with another policy and diff the rewards, so the policy must be
-data with a name and version that every reward carries, not code. The default file reproduces the grader's
-interim policy exactly (1.0 only with positive proof of every case and no hack flag, else 0.0).
+data with a name and version that every reward carries, not code. ``rewardstream grade`` applies the same
+function to the grader's signals, so the CLI and the pipeline cannot disagree on a reward.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ class Gates(_Strict):
     all_public_pass: bool = True
     all_hidden_pass: bool = True
     min_hidden_cases: int = Field(1, ge=0)
+    #: Fewest cases a public suite, when the task has one, must have: an empty suite proves nothing (the
+    #: grader's ``fail``). A task without a public suite is not affected.
+    min_public_cases: int = Field(0, ge=0)
     warn_rules: tuple[RuleId, ...] = ()
     #: Hack rules that do not gate when every suite is ``io`` (a fresh program per case, output compared
     #: outside the sandbox: exiting early or resetting a signal can only hurt its own output).
@@ -199,6 +202,9 @@ def _public(policy: Policy, ex: ExecutionResult | None, components: dict[str, fl
     if ex is None:
         return True  # a required-but-missing execution already failed the gate
     components["public_pass_rate"] = ex.passed / ex.total if ex.total else 1.0
+    if ex.suite_kind is not None and ex.total < policy.gates.min_public_cases:
+        reasons.append(f"public: {ex.total} cases, fewer than {policy.gates.min_public_cases}: no proof")
+        return False
     if ex.passed == ex.total:
         reasons.append(f"public: all {ex.total} cases passed")
         return True

@@ -113,7 +113,7 @@ def test_explain_tells_the_whole_story_of_a_submitted_generation(  # noqa: PLR09
         used = {i["event_id"] for i in reward["inputs"]}
         assert used == {story[s]["event_id"] for s in ("execution", "verdict", "judgement")}
         math = story["math"]
-        assert math["policy"] == "default v1"
+        assert math["policy"] == "default v2"
         assert math["matches"] is True
         assert math["reward"] == 0.0
         assert any(s.startswith("hidden: 0/") and "gate all_hidden_pass=true: fails" in s for s in math["steps"])
@@ -131,7 +131,7 @@ def test_explain_tells_the_whole_story_of_a_submitted_generation(  # noqa: PLR09
         # The human-readable story.
         text = cli(["explain", good], env)
         assert text.returncode == 0, text.stderr
-        for part in ("hidden verdict", "reward math (default v1)", "every gate holds", "matches", "log lines"):
+        for part in ("hidden verdict", "reward math (default v2)", "every gate holds", "matches", "log lines"):
             assert part in text.stdout, (part, text.stdout)
 
         # Without log lines (another index prefix): the bounded topic scan still finds everything.

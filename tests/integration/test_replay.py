@@ -52,7 +52,7 @@ def hidden_case_counts(problems: Problems) -> dict[str, int]:
 def strict_policy(path: Path, min_hidden_cases: int) -> Path:
     """The default policy with a stricter gate: fewer than ``min_hidden_cases`` hidden cases is no proof."""
     text = default_policy_path().read_text()
-    text = text.replace('name = "default"', 'name = "strict"').replace('version = "1"', 'version = "2"')
+    text = text.replace('name = "default"', 'name = "strict"').replace('version = "2"', 'version = "3"')
     assert "min_hidden_cases = 1\n" in text
     path.write_text(text.replace("min_hidden_cases = 1\n", f"min_hidden_cases = {min_hidden_cases}\n"))
     return path
@@ -135,7 +135,7 @@ def test_replay_same_policy_changes_nothing_stricter_policy_changes_exactly_the_
         assert [e["generation_id"] for e in entries] == sorted(gid for _t, gid, _c in rows)  # deterministic order
         assert all(e["old"]["reward"] == e["new"]["reward"] and e["old"]["reasons"] == e["new"]["reasons"]
                    for e in entries)  # fmt: skip
-        assert {e["new"]["policy"] for e in entries} == {"default v1"}
+        assert {e["new"]["policy"] for e in entries} == {"default v2"}
 
         # Stricter policy (a hidden-case minimum), selected by time window; expected from the tasks alone.
         counts = hidden_case_counts(problems)

@@ -75,7 +75,7 @@ def test_join_rewards_deadline_and_dlq(
             assert by_gen[good].missing == []
             assert {i.role for i in by_gen[good].inputs} == {"execution", "verdict", "judgement"}
             assert by_gen[good].policy_name == "default"
-            assert by_gen[good].policy_version == "1"
+            assert by_gen[good].policy_version == "2"
             assert by_gen[good].components["judge"] == pytest.approx(0.8)
             assert by_gen[wrong].reward == 0.0
             assert by_gen[hack].reward == 0.0

@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rewardstream.cli import grade as grade_cli
+from rewardstream.cli.graded import PolicyGrader
 from rewardstream.cli.main import _register, app
 from schemas.tasks import Task
+from streams.reward.policy import load_policy
 from tests.sandbox.test_reward_hacks import HONEST, IO_SHIM, TASKS, secret
 from workers.grading import Grader, GraderConfig
 from workers.sandbox.api import Sandbox
@@ -33,7 +35,8 @@ SECRETS = frozenset(secret(n) for n in (1, 2, 3, 10, 99, 12345))
 
 
 def grade(sandbox: Sandbox, task: Task, code: str) -> dict[str, Any]:
-    res = Grader(sandbox, GraderConfig(attempts=1)).grade(task, code, generation_id="forced").to_json()
+    graded = PolicyGrader(Grader(sandbox, GraderConfig(attempts=1)), load_policy())
+    res = graded.grade(task, code, generation_id="forced").to_json()
     orjson.dumps(res)  # writable: no lone surrogate anywhere
     return res
 

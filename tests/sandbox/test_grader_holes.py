@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from rewardstream.cli.graded import PolicyGrader
 from schemas.codec import decode
 from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict
 from schemas.tasks import Limits, Task
@@ -41,7 +42,8 @@ HONEST = "def solve(n):\n    return (n * 7919 + 104729) % 1000003\n"
 
 
 def grade(sandbox: Sandbox, task: Task, code: str) -> dict[str, Any]:
-    res = Grader(sandbox, GraderConfig(attempts=2, backoff_s=0.05)).grade(task, code, generation_id="g").to_json()
+    graded = PolicyGrader(Grader(sandbox, GraderConfig(attempts=2, backoff_s=0.05)), load_policy())
+    res = graded.grade(task, code, generation_id="g").to_json()
     orjson.dumps(res)  # every result can be written
     return res
 

@@ -12,8 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from rewardstream.cli.graded import Graded, PolicyGrader
 from schemas.tasks import Task
-from workers.grading import Grader, GradeResult
+from streams.reward.policy import load_policy
+from workers.grading import Grader
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
 
@@ -53,16 +55,16 @@ def converted(problems: list[Problem], process_sandbox: Sandbox) -> list[Task]:
     return tasks
 
 
-def grade_all(sandbox: Sandbox, jobs: Sequence[tuple[Task, str]]) -> list[GradeResult]:
-    grader = Grader(sandbox)
+def grade_all(sandbox: Sandbox, jobs: Sequence[tuple[Task, str]]) -> list[Graded]:
+    grader = PolicyGrader(Grader(sandbox), load_policy())
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         return list(pool.map(lambda job: grader.grade(job[0], job[1], generation_id=job[0].task_id), jobs))
 
 
-def summary(results: Sequence[GradeResult]) -> list[tuple[str, str, list[dict[str, object]]]]:
+def summary(results: Sequence[Graded]) -> list[tuple[str, str, list[dict[str, object]]]]:
     return [
-        (r.task_id, r.status, [c.to_json() for c in ((r.public.cases if r.public else ()) + r.hidden.cases)][:3])
-        for r in results
+        (g.task_id, g.status, [c.to_json() for c in ((g.public.cases if g.public else ()) + g.hidden.cases)][:3])
+        for g in (r.result for r in results)
     ]
 
 

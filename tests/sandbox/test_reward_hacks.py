@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from rewardstream.cli.graded import PolicyGrader
 from schemas.tasks import Task
+from streams.reward.policy import load_policy
 from workers.grading import Grader, GraderConfig
 from workers.sandbox.api import Sandbox
 
@@ -465,7 +467,7 @@ HACKS: dict[str, str] = {
 
 
 def run_grade(sandbox: Sandbox, task: Task, code: str) -> dict[str, Any]:
-    grader = Grader(sandbox, GraderConfig(attempts=2, backoff_s=0.05))
+    grader = PolicyGrader(Grader(sandbox, GraderConfig(attempts=2, backoff_s=0.05)), load_policy())
     return grader.grade(task, code, generation_id="hack").to_json()
 
 

@@ -80,6 +80,19 @@ def test_single(cli: CliRunner, tmp_path: Path) -> None:
     assert out["public"] == {"passed": 1, "total": 1}
     assert out["hidden"] == {"passed": 2, "total": 2}
     assert out["generation_id"] == "sol"
+    assert out["policy"] == {"name": "default", "version": "2"}  # the pipeline's policy, not a grader rule
+
+
+def test_policy_option_rewards_with_that_file(cli: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "task.json").write_text(json.dumps(TASK))
+    (tmp_path / "sol.py").write_text(BAD)
+    (tmp_path / "p.toml").write_text('name = "lenient"\nversion = "7"\n[score]\npartial_credit = 1.0\n')
+    args = ["grade", "--task", str(tmp_path / "task.json"), "--code", str(tmp_path / "sol.py")]
+    res = cli.invoke(app, [*args, "--policy", str(tmp_path / "p.toml")])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["status"], out["reward"]) == ("fail", 0.5)  # partial credit: 1 of 2 hidden cases
+    assert out["policy"] == {"name": "lenient", "version": "7"}
 
 
 def test_batch(cli: CliRunner, tmp_path: Path) -> None:
@@ -157,10 +170,10 @@ def test_one_bad_result_never_costs_the_batch_its_other_lines() -> None:
     surrogate that got past every boundary), is a ``sandbox_error`` line for that solution only."""
     from concurrent.futures import Future
 
-    from workers.grading.grader import GradeResult
+    from rewardstream.cli.graded import Graded
 
     sol = grade_cli.Solution(task_id="cli/add", generation_id="g1", code=GOOD)
-    raised: Future[GradeResult] = Future()
+    raised: Future[Graded] = Future()
     raised.set_exception(RuntimeError("grader bug \ud800"))
     status, reward, line = grade_cli.result_line(sol, raised)
     assert (status, reward) == ("sandbox_error", 0.0)

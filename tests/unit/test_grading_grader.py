@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 
+from rewardstream.cli.graded import Graded, PolicyGrader, apply_policy
 from schemas.errors import SandboxError
 from schemas.tasks import Limits, Task
-from workers.grading import CallArgs, Grader, GraderConfig, run_call_cases
-from workers.grading.policy import default_reward
+from streams.reward.policy import load_policy
+from workers.grading import CallArgs, Flag, Grader, GraderConfig, GradeResult, run_call_cases
+from workers.grading.grader import RunInfo
 from workers.grading.static_analysis import analyze
+from workers.grading.suites import CaseOutcome, SuiteOutcome
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 
 PY = ("/usr/bin/python3", "-I", "-S", "-B")
@@ -105,6 +108,23 @@ def grader(sandbox: Any, sleeps: list[float] | None = None, **cfg: Any) -> Grade
     return Grader(sandbox, GraderConfig(python_argv=PY, backoff_s=0.01, **cfg), sleep=sleep)
 
 
+POLICY = load_policy()
+
+
+def rewarding(sandbox: Any, sleeps: list[float] | None = None, **cfg: Any) -> PolicyGrader:
+    """``grader`` with the pipeline's default reward policy applied, as ``rewardstream grade`` does."""
+    return PolicyGrader(grader(sandbox, sleeps, **cfg), POLICY)
+
+
+def decide(status: str, passed: int, total: int, flags: list[Flag], *, io_only: bool = False) -> Graded:
+    """The policy's decision on a synthetic grade: ``total`` hidden cases, ``passed`` of them passed."""
+    cases = tuple(CaseOutcome(str(i), "passed" if i < passed else "failed") for i in range(total))
+    run = RunInfo("ok", 0, None, 1.0, 1.0, 1, "fake", 1)
+    error = "bwrap failed" if status == "sandbox_error" else None
+    hidden = SuiteOutcome("hidden", "io" if io_only else "call", cases)
+    return apply_policy(GradeResult("g", "t/1", status, None, hidden, tuple(flags), run, error), POLICY)
+
+
 def task(**overrides: Any) -> Task:
     data: dict[str, Any] = {
         "task_id": "t/1",
@@ -129,7 +149,7 @@ GOOD = "def add(a, b):\n    return a + b\n"
 
 
 def test_correct_solution_passes_with_reward_one() -> None:
-    res = grader(LocalRunner()).grade(task(), GOOD, generation_id="g1").to_json()
+    res = rewarding(LocalRunner()).grade(task(), GOOD, generation_id="g1").to_json()
     assert res["status"] == "pass", res
     assert res["reward"] == 1.0
     assert res["public"] == {"passed": 1, "total": 1}
@@ -141,8 +161,14 @@ def test_correct_solution_passes_with_reward_one() -> None:
     assert res["run"]["hardened"] is True
 
 
+def test_an_empty_public_suite_proves_nothing() -> None:
+    res = rewarding(LocalRunner()).grade(task(public_tests={"kind": "call", "cases": []}), GOOD).to_json()
+    assert (res["status"], res["reward"]) == ("fail", 0.0)
+    assert res["public"] == {"passed": 0, "total": 0}
+
+
 def test_wrong_and_raising_solutions_fail() -> None:
-    g = grader(LocalRunner())
+    g = rewarding(LocalRunner())
     wrong = g.grade(task(), "def add(a, b):\n    return a - b\n").to_json()
     assert wrong["status"] == "fail"
     assert wrong["reward"] == 0.0
@@ -158,7 +184,7 @@ def test_wrong_and_raising_solutions_fail() -> None:
 
 def test_special_casing_public_tests_fails_hidden() -> None:
     code = "def add(a, b):\n    if (a, b) == (1, 2):\n        return 3\n    return 0\n"
-    res = grader(LocalRunner()).grade(task(), code).to_json()
+    res = rewarding(LocalRunner()).grade(task(), code).to_json()
     assert res["public"] == {"passed": 1, "total": 1}
     assert res["hidden"]["passed"] < res["hidden"]["total"]
     assert res["status"] == "fail"
@@ -172,17 +198,17 @@ def test_a_tuple_is_not_a_list_end_to_end() -> None:
     )
     returns_tuple = "def add(a, b):\n    return (a, b)\n"
     returns_list = "def add(a, b):\n    return [a, b]\n"
-    assert grader(LocalRunner()).grade(as_tuple, returns_tuple).status == "pass"
-    assert grader(LocalRunner()).grade(as_list, returns_list).status == "pass"
-    assert grader(LocalRunner()).grade(as_list, returns_tuple).status == "fail"
-    res = grader(LocalRunner()).grade(as_tuple, returns_list).to_json()
+    assert rewarding(LocalRunner()).grade(as_tuple, returns_tuple).status == "pass"
+    assert rewarding(LocalRunner()).grade(as_list, returns_list).status == "pass"
+    assert rewarding(LocalRunner()).grade(as_list, returns_tuple).status == "fail"
+    res = rewarding(LocalRunner()).grade(as_tuple, returns_list).to_json()
     assert res["status"] == "fail"
     assert res["public"] == {"passed": 0, "total": 0}
 
 
 def test_bool_is_not_int_end_to_end() -> None:
     t = task(hidden_tests={"kind": "call", "cases": [{"args": [1, 0], "expected": 1}]}, public_tests=None)
-    res = grader(LocalRunner()).grade(t, "def add(a, b):\n    return True\n").to_json()
+    res = rewarding(LocalRunner()).grade(t, "def add(a, b):\n    return True\n").to_json()
     assert res["status"] == "fail"
 
 
@@ -196,9 +222,9 @@ def test_io_suite() -> None:
         },
     )
     code = "a, b = map(int, input().split())\nprint(a + b, end='  \\n')\n"
-    assert grader(LocalRunner()).grade(t, code).status == "pass"
-    assert grader(LocalRunner()).grade(t, "print(3)\n").to_json()["hidden"] == {"passed": 1, "total": 2}
-    exits = grader(LocalRunner()).grade(t, "import sys\nprint(3)\nsys.exit(1)\n").to_json()
+    assert rewarding(LocalRunner()).grade(t, code).status == "pass"
+    assert rewarding(LocalRunner()).grade(t, "print(3)\n").to_json()["hidden"] == {"passed": 1, "total": 2}
+    exits = rewarding(LocalRunner()).grade(t, "import sys\nprint(3)\nsys.exit(1)\n").to_json()
     assert exits["hidden"]["passed"] == 0  # a nonzero exit fails the case even with the right output
 
 
@@ -210,21 +236,21 @@ def test_assert_suite_runs_check_outside_the_candidate() -> None:
         "    assert abs(candidate(0.1, 0.2) - 0.3) < 1e-9\n"
     )
     t = task(public_tests=None, hidden_tests={"kind": "assert", "code": check})
-    assert grader(LocalRunner()).grade(t, GOOD).status == "pass"
-    res = grader(LocalRunner()).grade(t, "def add(a, b):\n    return 3\n").to_json()
+    assert rewarding(LocalRunner()).grade(t, GOOD).status == "pass"
+    res = rewarding(LocalRunner()).grade(t, "def add(a, b):\n    return 3\n").to_json()
     assert res["status"] == "fail"
     assert res["hidden"] == {"passed": 0, "total": 1}
 
 
 def test_check_that_never_calls_the_candidate_proves_nothing() -> None:
     t = task(public_tests=None, hidden_tests={"kind": "assert", "code": "def check(candidate):\n    pass\n"})
-    assert grader(LocalRunner()).grade(t, GOOD).status == "fail"
+    assert rewarding(LocalRunner()).grade(t, GOOD).status == "fail"
 
 
 def test_mixed_suites_in_one_run() -> None:
     t = task(public_tests={"kind": "assert", "code": "def check(candidate):\n    assert candidate(2, 3) == 5\n"})
     runner = ScriptedSandbox([], then=LocalRunner())
-    res = grader(runner).grade(t, GOOD).to_json()
+    res = rewarding(runner).grade(t, GOOD).to_json()
     assert res["status"] == "pass", res
     assert len(runner.specs) == 1  # public and hidden batched into one sandbox run
     assert res["suite_kinds"] == {"public": "assert", "hidden": "call"}
@@ -233,7 +259,7 @@ def test_mixed_suites_in_one_run() -> None:
 def test_sandbox_errors_are_retried_with_backoff_then_reported() -> None:
     sleeps: list[float] = []
     box = ScriptedSandbox([result(SandboxStatus.SANDBOX_ERROR, error="bwrap failed")] * 3)
-    res = grader(box, sleeps, attempts=3).grade(task(), GOOD).to_json()
+    res = rewarding(box, sleeps, attempts=3).grade(task(), GOOD).to_json()
     assert res["status"] == "sandbox_error"
     assert res["reward"] == 0.0
     assert res["run"]["attempts"] == 3
@@ -249,14 +275,14 @@ def test_transient_failures_then_success() -> None:
         [RuntimeError("daemon went away"), result(SandboxStatus.OK, stdout=b"not a harness record\n")],
         then=LocalRunner(),
     )
-    res = grader(box).grade(task(), GOOD).to_json()
+    res = rewarding(box).grade(task(), GOOD).to_json()
     assert res["status"] == "pass"
     assert res["run"]["attempts"] == 3
 
 
 def test_harness_that_never_started_is_infrastructure() -> None:
     box = ScriptedSandbox([result(SandboxStatus.NONZERO_EXIT, exit_code=127, stderr=b"python3: not found")] * 2)
-    res = grader(box, attempts=2).grade(task(), GOOD).to_json()
+    res = rewarding(box, attempts=2).grade(task(), GOOD).to_json()
     assert res["status"] == "sandbox_error"
     assert "not found" in " ".join(res["reasons"])
 
@@ -297,28 +323,28 @@ def test_run_call_cases_raises_only_for_infrastructure() -> None:
 
 
 def test_default_policy_gates_on_hack_flags() -> None:
-    assert default_reward("pass", 3, 3, []).reward == 1.0
-    assert default_reward("fail", 2, 3, []).reward == 0.0
-    assert default_reward("sandbox_error", 0, 3, []).reward == 0.0
-    assert default_reward("pass", 0, 0, []).reward == 0.0
-    hacked = default_reward("pass", 3, 3, analyze("import os\ndef f():\n    os._exit(0)\n"))
+    assert decide("pass", 3, 3, []).reward == 1.0
+    assert decide("fail", 2, 3, []).reward == 0.0
+    assert decide("sandbox_error", 0, 3, []).reward == 0.0
+    assert decide("pass", 0, 0, []).reward == 0.0
+    hacked = decide("pass", 3, 3, analyze("import os\ndef f():\n    os._exit(0)\n"))
     assert hacked.reward == 0.0
     assert hacked.flags == ("exit_call",)
-    warned = default_reward("pass", 3, 3, analyze("x = eval('1')\n"))
+    warned = decide("pass", 3, 3, analyze("x = eval('1')\n"))
     assert warned.reward == 1.0
 
 
 def test_hack_flag_gates_a_passing_run() -> None:
     code = "import gc\ndef add(a, b):\n    return a + b\n"
-    res = grader(LocalRunner()).grade(task(), code).to_json()
+    res = rewarding(LocalRunner()).grade(task(), code).to_json()
     assert res["status"] == "pass"
     assert res["reward"] == 0.0
     assert res["flags"] == ["frame_introspection"]
 
 
 def test_harness_falls_back_to_source_when_bytecode_does_not_match() -> None:
-    g = grader(LocalRunner())
-    g._harness_pyc = b"\0" * 16 + b"not bytecode"  # as if the sandbox ran another Python version
+    g = rewarding(LocalRunner())
+    g.grader._harness_pyc = b"\0" * 16 + b"not bytecode"  # as if the sandbox ran another Python version
     assert g.grade(task(), GOOD).status == "pass"
 
 
@@ -345,7 +371,7 @@ IO_TASK: dict[str, Any] = {
 )
 def test_io_only_task_does_not_gate_on_exit_or_signal_flags(code: str, rule: str) -> None:
     """An io program that ends with sys.exit(0) earns its reward; the flag stays visible as a reason."""
-    res = grader(LocalRunner()).grade(task(**IO_TASK), code).to_json()
+    res = rewarding(LocalRunner()).grade(task(**IO_TASK), code).to_json()
     assert res["status"] == "pass"
     assert res["reward"] == 1.0
     assert res["flags"] == []
@@ -355,32 +381,32 @@ def test_io_only_task_does_not_gate_on_exit_or_signal_flags(code: str, rule: str
 
 def test_io_only_exit_cannot_fake_output() -> None:
     """Exiting early with status 0 and no output is just a wrong answer."""
-    res = grader(LocalRunner()).grade(task(**IO_TASK), "import os\nos._exit(0)\n").to_json()
+    res = rewarding(LocalRunner()).grade(task(**IO_TASK), "import os\nos._exit(0)\n").to_json()
     assert res["status"] == "fail"
     assert res["reward"] == 0.0
 
 
 def test_exit_call_still_gates_call_and_mixed_tasks() -> None:
     code = "import sys\ndef add(a, b):\n    return a + b\nif False:\n    sys.exit(0)\n"
-    res = grader(LocalRunner()).grade(task(), code).to_json()
+    res = rewarding(LocalRunner()).grade(task(), code).to_json()
     assert res["status"] == "pass"
     assert (res["reward"], res["flags"]) == (0.0, ["exit_call"])
     mixed = task(
         public_tests={"kind": "io", "cases": [{"stdin": "", "expected_stdout": ""}]},
     )
-    assert grader(LocalRunner()).grade(mixed, code).to_json()["reward"] == 0.0
+    assert rewarding(LocalRunner()).grade(mixed, code).to_json()["reward"] == 0.0
 
 
 def test_io_only_still_gates_other_hacks() -> None:
     code = "import gc, sys\nprint(sum(map(int, input().split())))\nsys.exit(0)\n"
-    res = grader(LocalRunner()).grade(task(**IO_TASK), code).to_json()
+    res = rewarding(LocalRunner()).grade(task(**IO_TASK), code).to_json()
     assert res["status"] == "pass"
     assert (res["reward"], res["flags"]) == (0.0, ["frame_introspection"])
 
 
 def test_default_policy_io_only_flag() -> None:
     flags = analyze("import sys\nsys.exit(0)\n")
-    assert default_reward("pass", 2, 2, flags).reward == 0.0
-    relaxed = default_reward("pass", 2, 2, flags, io_only=True)
+    assert decide("pass", 2, 2, flags).reward == 0.0
+    relaxed = decide("pass", 2, 2, flags, io_only=True)
     assert (relaxed.reward, relaxed.flags) == (1.0, ())
-    assert default_reward("fail", 1, 2, flags, io_only=True).reward == 0.0
+    assert decide("fail", 1, 2, flags, io_only=True).reward == 0.0

@@ -11,7 +11,7 @@ def reward(
 ) -> RewardEvent:
     return RewardEvent(
         generation_id=gid, episode_id=gid, run_id="run-1", task_id="HumanEval/0", reward=value,
-        policy_name="default", policy_version="1", reasons=list(reasons), flags=list(flags),
+        policy_name="default", policy_version="2", reasons=list(reasons), flags=list(flags),
     )  # fmt: skip
 
 
@@ -47,7 +47,7 @@ def test_diff_is_sorted_counted_and_serializable() -> None:
     assert (changed["old"]["reward"], changed["new"]["reward"], changed["delta"]) == (1.0, 0.0, -1.0)
     assert changed["reasons_removed"] == ["hidden: all 3 cases passed"]
     assert changed["reasons_added"] == ["hidden: 3 cases, fewer than 5: no proof"]
-    assert changed["new"]["policy"] == "default v1"
+    assert changed["new"]["policy"] == "default v2"
     reasons = out["reasons_changed"][0]
     assert (reasons["reasons_removed"], reasons["reasons_added"]) == (["a"], ["c"])
     assert out["old_missing"][0]["old"] is None

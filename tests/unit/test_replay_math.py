@@ -12,7 +12,7 @@ from tests.unit.reward_events import execution, judgement, verdict
 
 def recorded(value: float) -> RewardEvent:
     return RewardEvent(generation_id="g", episode_id="g", run_id="run-1", task_id="HumanEval/0", reward=value,
-                       policy_name="default", policy_version="1")  # fmt: skip
+                       policy_name="default", policy_version="2")  # fmt: skip
 
 
 def test_passing_solution_steps_match_the_recorded_reward() -> None:
@@ -21,7 +21,7 @@ def test_passing_solution_steps_match_the_recorded_reward() -> None:
     out = explain_reward(policy, signals, recorded(1.0))
     assert out["reward"] == 1.0
     assert out["matches"] is True
-    assert out["policy"] == "default v1"
+    assert out["policy"] == "default v2"
     assert out["steps"][0] == "public: 2/2 passed -> public_pass_rate 1; gate all_public_pass=true: holds"
     assert out["steps"][1].startswith("hidden: 3/3 passed -> hidden_pass_rate 1; gate all_hidden_pass=true: holds")
     assert any(s.startswith("every gate holds: (1 - judge_weight) + judge_weight * judge") for s in out["steps"])
@@ -46,10 +46,20 @@ def test_reward_equals_evaluate_and_policy_lookup(tmp_path: Path) -> None:
     signals = Signals(execution("g", passed=1), verdict("g"))
     assert explain_reward(policy, signals, None)["reward"] == evaluate(policy, signals).reward  # type: ignore[union-attr]
     strict = tmp_path / "strict.toml"
-    strict.write_text(default_policy_path().read_text().replace('version = "1"', 'version = "2"'))
+    strict.write_text(default_policy_path().read_text().replace('version = "2"', 'version = "3"'))
     broken = tmp_path / "broken.toml"
     broken.write_text("not toml [")
-    assert find_policy("default", "2", [broken, default_policy_path(), strict]) is not None
-    assert find_policy("default", "2", [default_policy_path()]) is None
+    assert find_policy("default", "3", [broken, default_policy_path(), strict]) is not None
+    assert find_policy("default", "3", [default_policy_path()]) is None
     withheld = explain_reward(policy, Signals(execution("g", status="sandbox_error"), verdict("g")), None)
     assert withheld["reward"] is None
+
+
+def test_rewards_recorded_under_version_1_are_explained_by_the_kept_file() -> None:
+    """default.toml moved to version 2 (an empty public suite now fails); rewards recorded under version 1
+    must still find their own rules, not the new ones."""
+    packaged = sorted(default_policy_path().parent.glob("*.toml"))
+    old, new = find_policy("default", "1", packaged), find_policy("default", "2", packaged)
+    assert old is not None
+    assert new is not None
+    assert (old.gates.min_public_cases, new.gates.min_public_cases) == (0, 1)

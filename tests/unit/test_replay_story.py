@@ -24,7 +24,7 @@ def test_story_of_a_generation_with_a_retried_verdict() -> None:
     judge = judgement("g", 0.5)
     used = [InputRef(role="execution", event_id=ex.event_id), InputRef(role="verdict", event_id=new_verdict.event_id),
             InputRef(role="judgement", event_id=judge.event_id)]  # fmt: skip
-    reward = RewardEvent(**ids("g"), reward=0.0, policy_name="default", policy_version="1", inputs=used,
+    reward = RewardEvent(**ids("g"), reward=0.0, policy_name="default", policy_version="2", inputs=used,
                          reasons=["public: all 2 cases passed", "hidden: 2/3 cases passed"])  # fmt: skip
     located = Located("g")
     located.events = {

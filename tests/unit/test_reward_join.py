@@ -47,7 +47,7 @@ def test_waits_until_every_awaited_part_arrived(policy: Policy) -> None:
     assert reward.missing == []
     assert [i.role for i in reward.inputs] == ["execution", "verdict", "judgement"]
     assert reward.event_id == reward_id("g", policy)
-    assert (reward.policy_name, reward.policy_version) == ("default", "1")
+    assert (reward.policy_name, reward.policy_version) == ("default", "2")
 
 
 def test_deadline_emits_with_what_is_missing(policy: Policy) -> None:
@@ -120,7 +120,7 @@ def test_stored_form_round_trips_and_marks_pending() -> None:
 
 
 def test_reward_id_depends_on_generation_and_policy_version(policy: Policy) -> None:
-    other = policy.model_copy(update={"version": "2"})
+    other = policy.model_copy(update={"version": "3"})
     assert reward_id("g", policy) == reward_id("g", policy)
     assert reward_id("g", policy) != reward_id("h", policy)
     assert reward_id("g", policy) != reward_id("g", other)

@@ -1,4 +1,4 @@
-"""Reward policy files: loading, validation, and parity of the default with the grader's interim policy."""
+"""Reward policy files: loading, validation, and parity of the default with the grader's old interim rule."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from streams.reward.policy import (
     evaluate,
     load_policy,
 )
+from tests.unit.interim_reward import interim_reward
 from tests.unit.reward_events import execution, judgement, verdict
-from workers.grading.policy import default_reward
-from workers.grading.static_analysis import RULES, Flag
+from workers.grading.static_analysis import RULES
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def scored(outcome: Scored | Withheld) -> Scored:
 
 
 def test_default_file_loads(default: Policy) -> None:
-    assert (default.name, default.version) == ("default", "1")
+    assert (default.name, default.version) == ("default", "2")
     assert default.join.wait_for == ("execution", "verdict", "judgement")
     assert default.score.judge_weight == 0.0
 
@@ -60,16 +60,11 @@ def test_default_reproduces_the_grader_policy(
         judgement(gid, score=0.3),
     )
     all_pass = public_ok and hidden_passed == hidden_total
-    expected = default_reward(
-        "pass" if all_pass else "fail",
-        hidden_passed,
-        hidden_total,
-        [Flag(r, RULES[r][0], r, None) for r in rules],
-    )
+    reward, hacks = interim_reward("pass" if all_pass else "fail", hidden_total, rules)
     got = scored(evaluate(default, signals))
-    assert got.reward == expected.reward
+    assert got.reward == reward
     gating = {f for f in got.flags if f != PUBLIC_PASSED_HIDDEN_FAILED and not f.startswith(WARN_FLAG_PREFIX)}
-    assert gating == set(expected.flags)
+    assert gating == set(hacks)
     assert {f for f in got.flags if f.startswith(WARN_FLAG_PREFIX)} == {
         f"{WARN_FLAG_PREFIX}{r}" for r in rules if RULES[r][0] == "warn"
     }
@@ -104,6 +99,18 @@ def test_missing_judge_does_not_gate_but_missing_verdict_does(default: Policy) -
 
 def test_zero_hidden_cases_prove_nothing(default: Policy) -> None:
     assert scored(evaluate(default, Signals(execution("g"), verdict("g", passed=0, total=0)))).reward == 0.0
+
+
+def test_an_empty_public_suite_proves_nothing(default: Policy) -> None:
+    """The grader fails a task whose public suite has no cases; a task without a public suite is fine."""
+    empty = execution("g", passed=0, total=0)
+    got = scored(evaluate(default, Signals(empty, verdict("g"), judgement("g"))))
+    assert got.reward == 0.0
+    assert "public: 0 cases, fewer than 1: no proof" in got.reasons
+    no_suite = empty.model_copy(update={"suite_kind": None})
+    assert scored(evaluate(default, Signals(no_suite, verdict("g"), judgement("g")))).reward == 1.0
+    lenient = default.model_copy(update={"gates": default.gates.model_copy(update={"min_public_cases": 0})})
+    assert scored(evaluate(lenient, Signals(empty, verdict("g"), judgement("g")))).reward == 1.0
 
 
 def test_judge_weight_partial_credit_and_penalties(default: Policy) -> None:

@@ -1,4 +1,5 @@
-"""Grading: run a task's suites in a sandbox, compare outside it, flag hacks, and compute the reward.
+"""Grading: run a task's suites in a sandbox, compare outside it, and flag hacks (the reward is the
+pipeline policy's, applied by the CLI layer: ``rewardstream.cli.graded``).
 
 Public API: ``Grader``/``grade`` (results), ``run_call_cases`` (plain-JSON return values of a reference
 solution, for task converters), ``analyze`` (static analysis), ``compare_values``/``compare_stdout``.

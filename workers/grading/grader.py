@@ -1,4 +1,7 @@
-"""The grader: static analysis + one batched sandbox run of a task's suites + strict comparison + reward.
+"""The grader: static analysis + one batched sandbox run of a task's suites + strict comparison.
+
+Why no reward here: the reward is the pipeline's versioned policy (``streams.reward.policy``), applied to
+these signals by the CLI layer (``rewardstream.cli.graded``); a second rule in workers could drift from it.
 
 Why one run for public and hidden: a sandbox start dominates the cost of a HumanEval-sized task; the
 harness keeps check code out of every candidate process (assert suites get their own process, forked before
@@ -26,8 +29,7 @@ from schemas.errors import SandboxError
 from schemas.tasks import Limits, Task
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
-from workers.grading.policy import POLICY_NAME, POLICY_VERSION, default_reward
-from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
+from workers.grading.static_analysis import Flag, analyze
 from workers.grading.suites import (
     DEFAULT_PYTHON_ARGV,
     MAGIC,
@@ -172,7 +174,11 @@ class SuitesRun:
 
 @dataclass(frozen=True, slots=True)
 class GradeResult:
-    """One graded generation; ``to_json`` is the result contract other tools read."""
+    """One graded generation's signals, no reward: the CLI layer applies the pipeline's policy to them.
+
+    ``infra_error`` is set when the run gave no verdict (``status == "sandbox_error"``); ``notes`` are the
+    grader's other remarks (a violated harness protocol, an unhardened harness) for the result's reasons.
+    """
 
     generation_id: str
     task_id: str
@@ -180,37 +186,10 @@ class GradeResult:
     public: SuiteOutcome | None
     hidden: SuiteOutcome
     static_flags: tuple[Flag, ...]
-    reward: float
-    flags: tuple[str, ...]
-    reasons: tuple[str, ...]
     run: RunInfo
+    infra_error: str | None = None
+    notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"generation_id", "task_id", "status", "public", "hidden", "flags", "reward", ...}``."""
-        public = self.public
-        return {
-            "generation_id": self.generation_id,
-            "task_id": self.task_id,
-            "status": self.status,
-            "public": {"passed": public.passed if public else 0, "total": public.total if public else 0},
-            "hidden": {"passed": self.hidden.passed, "total": self.hidden.total},
-            "flags": list(self.flags),
-            "reward": self.reward,
-            "reasons": list(self.reasons),
-            # every finding gated the reward; the list shown is capped, with a count of every rule
-            "static_flags": [f.to_json() for f in shown_flags(self.static_flags)],
-            "static_flag_counts": rule_counts(self.static_flags),
-            "cases": {
-                "public": [c.to_json() for c in public.cases] if public else [],
-                "hidden": [c.to_json(with_message=False) for c in self.hidden.cases],
-            },
-            "suite_kinds": {"public": public.kind if public else None, "hidden": self.hidden.kind},
-            "run": self.run.to_json(),
-            "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
-            "grader_version": GRADER_VERSION,
-            **self.extra,
-        }
 
 
 def _error_result(exc: Exception, backend: str) -> SandboxResult:
@@ -363,7 +342,7 @@ class Grader:
 
     # ---- grading ---------------------------------------------------------------------------------------
     def grade(self, task: Task, code: str, *, generation_id: str = "") -> GradeResult:
-        """Static analysis + public and hidden suites in one run + the interim default reward."""
+        """Static analysis + public and hidden suites in one run: the signals a reward policy needs."""
         flags = tuple(analyze(code))
         labelled: list[tuple[str, AnySuite]] = []
         if task.public_tests is not None:
@@ -379,17 +358,11 @@ class Grader:
             status = "pass"
         else:
             status = "fail"
-        passed = hidden.passed + (public.passed if public else 0)
-        total = hidden.total + (public.total if public else 0)
-        io_only = all(s.kind == "io" for _, s in labelled)
-        decision = default_reward(status, passed, total, flags, io_only=io_only)
-        reasons = list(decision.reasons)
-        if ran.infra_error:
-            reasons.append(ran.infra_error[:1024])
+        notes: list[str] = []
         if ran.protocol_error:
-            reasons.append(f"harness protocol violated: {ran.protocol_error}")
+            notes.append(f"harness protocol violated: {ran.protocol_error}")
         if ran.run.hardened is False:
-            reasons.append("warning: the harness could not make itself non-dumpable")
+            notes.append("warning: the harness could not make itself non-dumpable")
         return GradeResult(
             generation_id=generation_id,
             task_id=task.task_id,
@@ -397,10 +370,9 @@ class Grader:
             public=public,
             hidden=hidden,
             static_flags=flags,
-            reward=decision.reward,
-            flags=decision.flags,
-            reasons=tuple(reasons),
             run=ran.run,
+            infra_error=ran.infra_error,
+            notes=tuple(notes),
         )
 
 
