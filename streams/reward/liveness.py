@@ -55,7 +55,7 @@ class WriterLiveness:
         self._progress: dict[str, _Progress] = {}
 
     def working(self, inputs: set[tuple[str, int]]) -> set[tuple[str, int]]:
-        """Of ``inputs`` ((topic, partition) read to the end), those whose writer is still on its way to them."""
+        """Of ``inputs`` ((topic, partition)), those whose writer is still on its way to them."""
         groups = {self._writers[topic] for topic, _ in inputs if topic in self._writers}
         if not groups:
             return set()
@@ -117,6 +117,10 @@ def settled_inputs(
     partitions: set[int],
     processed: Mapping[tuple[str, int], int],
 ) -> set[tuple[str, int]]:
-    """The input (topic, partition)s ``group_id`` has read to the end whose writer is not still coming."""
-    idle = idle_partitions(liveness.client_config, group_id, inputs, partitions, processed=processed)
-    return idle - liveness.working(idle) if idle else idle
+    """The input (topic, partition)s ``group_id`` has read to the end whose writer is not still coming.
+
+    The writers are read first: a writer commits its results and its progress in one transaction, so one with
+    nothing left here before the ends are read has every result of it below those ends (read the other way
+    round, a verdict committed between the two reads would be given up as missing)."""
+    working = liveness.working({(topic, p) for topic in inputs for p in partitions})
+    return idle_partitions(liveness.client_config, group_id, inputs, partitions, processed=processed) - working
