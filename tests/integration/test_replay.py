@@ -157,10 +157,10 @@ def test_replay_same_policy_changes_nothing_stricter_policy_changes_exactly_the_
             story = orjson.loads(cli(["explain", target, "--json", "--policy", str(policy)], kept_env).stdout)
             assert story["reward"]["policy_name"] == "strict"
             assert story["math"]["matches"] is True
-            assert story["math"]["policy"] == "strict v2"
+            assert story["math"]["policy"] == "strict v3"
             assert any(f"< min_hidden_cases {minimum}: fails" in step for step in story["math"]["steps"])
             unknown = orjson.loads(cli(["explain", target, "--json"], kept_env).stdout)
-            assert unknown["math"]["available"] is False  # strict v2 is no packaged policy: says to pass it
+            assert unknown["math"]["available"] is False  # strict v3 is no packaged policy: says to pass it
         finally:
             delete_namespace(kafka_config, strict_prefix)
         assert strict["replayed"] == 200
@@ -170,7 +170,7 @@ def test_replay_same_policy_changes_nothing_stricter_policy_changes_exactly_the_
         assert "generations" not in strict  # --diff: only what differs
         for entry in strict["changed"]:
             assert (entry["old"]["reward"], entry["new"]["reward"], entry["delta"]) == (1.0, 0.0, -1.0)
-            assert entry["new"]["policy"] == "strict v2"
+            assert entry["new"]["policy"] == "strict v3"
             assert any(f"fewer than {minimum}: no proof" in r for r in entry["reasons_added"]), entry
 
         # Offsets: partition 0's first 5 generations only; human-readable output.
