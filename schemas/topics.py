@@ -122,8 +122,10 @@ def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:
     raise ConfigError(f"no topic with role {role!r} in the catalog")
 
 
+#: A worker role that writes a joined topic.
+WriterRole = Literal["executor", "verifier", "judge"]
 #: The worker role whose transactions write each joined topic (its consumer group reads the generations).
-WRITER_ROLE: dict[Role, str] = {"executions": "executor", "verdicts": "verifier", "judgements": "judge"}
+WRITER_ROLE: dict[Role, WriterRole] = {"executions": "executor", "verdicts": "verifier", "judgements": "judge"}
 
 
 def group_for(settings: Settings, role: str) -> str:

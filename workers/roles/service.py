@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Literal
 
 from bus.clients import make_consumer, make_producer
 from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
 from schemas.settings import Settings
+from schemas.topics import WRITER_ROLE, WriterRole, catalog_for, group_for, topic_for
 from schemas.topics import Role as TopicRole
-from schemas.topics import catalog_for, group_for, topic_for
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.handler import Handler
 from workers.judge.cache import CachedJudge
@@ -31,8 +30,8 @@ from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
 from workers.transactional_loop import TransactionalWorker, WorkerConfig, WorkerStats
 
-RoleName = Literal["executor", "verifier", "judge"]
-OUTPUT_ROLE: dict[RoleName, TopicRole] = {"executor": "executions", "verifier": "verdicts", "judge": "judgements"}
+RoleName = WriterRole
+OUTPUT_ROLE: dict[RoleName, TopicRole] = {role: topic for topic, role in WRITER_ROLE.items()}
 
 
 @dataclass(frozen=True)
