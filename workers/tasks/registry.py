@@ -48,15 +48,22 @@ class LineError:
         return f"line {self.line}: {where}{self.problem}"
 
 
+_LISTED = 20
+
+
+def _listed(items: Sequence[object]) -> str:
+    """The first few of ``items``, ``; ``-joined, and how many more there are: an error line stays readable."""
+    more = f"; ... and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
+    return "; ".join(str(item) for item in items[:_LISTED]) + more
+
+
 class TaskFileError(ValidationError):
     """A task file has invalid lines; ``errors`` lists every one (nothing was stored)."""
 
     def __init__(self, source: str, errors: Sequence[LineError]) -> None:
         self.source = source
         self.errors: tuple[LineError, ...] = tuple(errors)
-        shown = "; ".join(str(e) for e in self.errors[:20])
-        more = f"; ... and {len(self.errors) - 20} more" if len(self.errors) > 20 else ""
-        super().__init__(f"{len(self.errors)} error(s) in {source}, nothing stored: {shown}{more}")
+        super().__init__(f"{len(self.errors)} error(s) in {source}, nothing stored: {_listed(self.errors)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +83,9 @@ class WeakTasksError(ValidationError):
     def __init__(self, source: str, warnings: Sequence[TaskWarning]) -> None:
         self.source = source
         self.warnings: tuple[TaskWarning, ...] = tuple(warnings)
-        shown = "; ".join(str(w) for w in self.warnings[:20])
-        more = f"; ... and {len(self.warnings) - 20} more" if len(self.warnings) > 20 else ""
-        super().__init__(f"{len(self.warnings)} task(s) in {source} refused (strict), nothing stored: {shown}{more}")
+        super().__init__(
+            f"{len(self.warnings)} task(s) in {source} refused (strict), nothing stored: {_listed(self.warnings)}"
+        )
 
 
 def task_warnings(tasks: Iterable[Task]) -> list[TaskWarning]:
