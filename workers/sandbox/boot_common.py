@@ -15,6 +15,7 @@ import array
 import builtins
 import collections
 import ctypes
+import fcntl
 import functools
 import gc
 import io
@@ -25,6 +26,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -48,6 +50,19 @@ SECCOMP_MODE_FILTER = 2
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SETUP_FAILED = 125
 FAST_FLAGS = ("-I", "-S", "-B")
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+#: What every run's own network namespace is set to, of the ``net.*`` sysctls a namespace owns and may change
+#: (a fresh one copies the host's). The kernel charges no cgroup for a TCP connection that is not accepted yet
+#: (its socket and the data queued on it): a short accept queue bounds what one listener holds that way.
+#: Socket option memory (``sock_kmalloc``) is not charged either: back to the pre-6.9 default per socket.
+NETNS_SYSCTLS = (
+    ("net/core/somaxconn", "16"),
+    ("net/ipv4/tcp_max_syn_backlog", "16"),
+    ("net/core/optmem_max", "20480"),
+)
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -84,6 +99,27 @@ def write_all(fd: int, data: bytes) -> None:
 def read_text(path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+def loopback_up() -> None:
+    """A new network namespace has only ``lo``, down; bring it up (as bwrap does) so local servers work."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
+        flags = struct.unpack("16sH22x", ifr)[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    finally:
+        sock.close()
+
+
+def limit_netns(proc: str) -> None:
+    """Write ``NETNS_SYSCTLS`` for the caller's network namespace through a writable procfs at ``proc``."""
+    for name, value in NETNS_SYSCTLS:
+        fd = os.open(proc + "/sys/" + name, os.O_WRONLY)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
 
 
 def stdin_from_devnull() -> None:
