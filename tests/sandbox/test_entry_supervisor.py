@@ -128,9 +128,10 @@ BLOCKED = ("mem", "code", "oom_score_adj", "coredump_filter")
 @pytest.mark.parametrize("what", TAMPERS)
 def test_what_a_run_does_to_the_init_never_reaches_the_next_run(pool: Any, what: str) -> None:
     """The init is the sandbox uid's own process and lives across runs: a run can write its memory (even its
-    code, which it would run after its sleep) and change its rlimits, scheduling and /proc files. The entry
-    server's supervisor refuses to start a run in a container whose init is not exactly as it first was, so
-    the container is replaced (that one run is a retried ``sandbox_error``) and nothing reaches a program."""
+    code, which it would run after its sleep) and change its rlimits, scheduling and /proc files. The host-side
+    reset compares the init with how it was when the container joined the pool and discards a changed one, so
+    the next run lands in a fresh container and nothing reaches a program: no run ever sees a ``sandbox_error``
+    for what another did (the entry supervisor's own check stays, as defence in depth)."""
     before = _run(pool, LOOK)
     assert before.status is S.OK, before
     pristine = json.loads(before.stdout)
@@ -142,15 +143,12 @@ def test_what_a_run_does_to_the_init_never_reaches_the_next_run(pool: Any, what:
     changed = json.loads(tamper.stdout) == [what]
     if what in BLOCKED:
         assert not changed, f"{what} of the init worked"
-    assert _wait_pooled(pool) == {cid}  # reset from the host and back in the pool, like after any clean run
+    if changed:
+        assert _wait_pooled(pool) != {cid}, "the tampered container went back to the pool"
+    else:
+        assert _wait_pooled(pool) == {cid}  # reset from the host and back in the pool, like after any clean run
 
     after = _run(pool, LOOK)
-    if changed:
-        assert after.status is S.SANDBOX_ERROR, after  # refused before anything of the program existed
-        assert "the container's init was changed" in (after.error or ""), after
-        assert after.stdout == b""
-        assert _wait_pooled(pool) != {cid}, "the tampered container went back to the pool"
-        after = _run(pool, LOOK)
     assert after.status is S.OK, after
     assert json.loads(after.stdout) == pristine
 
