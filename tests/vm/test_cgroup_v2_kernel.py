@@ -31,6 +31,7 @@ SUITES = (
     "tests/sandbox/test_containment.py",
     "tests/sandbox/test_lifecycle.py",
     "tests/sandbox/test_reward_hacks.py",
+    "tests/sandbox/test_run_state.py",
     "tests/sandbox/test_humaneval_grading.py",
 )
 SELECTION = "not docker and not process_inline and not (humaneval_grading and process_chain)"
