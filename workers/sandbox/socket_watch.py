@@ -1,0 +1,84 @@
+"""The worker's watch on a run's TCP queues: what the kernel charges to no cgroup, enforced from outside.
+
+Why: a TCP connection that is not accepted yet lives in its listener's accept queue with no cgroup charged for
+it (the memory cgroup is attached at accept()), and so does the data queued on it; a socket closed with data
+unsent, or one past its cgroup's limit, still queues about a page per socket. One run held ~670 MiB that way
+under a 128 MiB limit on both cgroup versions, against the host-wide TCP limit this machine's services share.
+The run's own network namespace lists every TCP socket it has, accepted or not, orphaned or not, with the
+bytes queued on it (``/proc/<pid>/net/tcp{,6}``): the worker sums them while the run runs and ends a run whose
+queues exceed its share (a ``memory_limit``, the run's own failure). It is a poll (``POLL_S``), so a run can
+overshoot by what it sends in that time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable
+
+from workers.sandbox.api import SandboxStatus
+
+POLL_S = 0.01
+#: A run's TCP queues may hold this fraction of its memory limit.
+QUEUE_SHARE_DIVISOR = 8
+_PAGE = 4096
+_LISTEN = "0A"  # a listener's queue columns count connections, not bytes
+
+
+def queue_limit(memory_bytes: int) -> int:
+    """The bytes a run's TCP sockets may have queued at once (sent and unacknowledged, received and unread)."""
+    return memory_bytes // QUEUE_SHARE_DIVISOR
+
+
+def queued_bytes(table: str) -> int:
+    """Sum of ``tx_queue`` + ``rx_queue`` over the rows of a /proc/net/tcp{,6} table, listeners left out, each
+    row rounded up to whole pages (what a socket with anything queued holds at least: memory is reserved per
+    socket in pages, and one skb per socket is let through past any limit)."""
+    total = 0
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 4 and fields[3] != _LISTEN:
+            tx, _, rx = fields[4].partition(":")
+            queued = int(tx, 16) + int(rx, 16)
+            total += -(-queued // _PAGE) * _PAGE
+    return total
+
+
+def netns_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+class TcpQueueWatch:
+    """Called by the output pump every ``POLL_S``: ``MEMORY_LIMIT`` once the run's queues exceed ``limit``.
+
+    ``pids`` lists the processes of the run (its cgroup); network namespaces in ``foreign`` (the worker's,
+    a container's init's) are not the run's and are skipped; each namespace is read once.
+    """
+
+    def __init__(self, pids: Callable[[], Iterable[int]], limit: int, foreign: Iterable[str | None]) -> None:
+        self._pids = pids
+        self._limit = limit
+        self._foreign = {ns for ns in foreign if ns is not None}
+        self.peak = 0
+
+    def __call__(self) -> SandboxStatus | None:
+        seen: set[str] = set()
+        total = 0
+        for pid in self._pids():
+            ns = netns_of(pid)
+            if ns is None or ns in self._foreign or ns in seen:
+                continue
+            seen.add(ns)
+            for name in ("tcp", "tcp6"):
+                with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/net/{name}") as table:
+                    total += queued_bytes(table.read())
+        self.peak = max(self.peak, total)
+        return SandboxStatus.MEMORY_LIMIT if total > self._limit else None
+
+
+def own_netns() -> str | None:
+    """The worker's own network namespace (never a run's)."""
+    return netns_of(os.getpid())
