@@ -127,27 +127,6 @@ def test_tcp_options_holding_uncharged_memory_are_refused(sandbox: Sandbox) -> N
     assert (got["nodelay"], got["rcvbuf"]) == ("ok", True), got
 
 
-NETNS_LIMITS = r"""
-import json
-names = ('net/core/somaxconn', 'net/ipv4/tcp_max_syn_backlog', 'net/core/optmem_max')
-print(json.dumps({n: open('/proc/sys/' + n).read().strip() for n in names}))
-"""
-
-
-@pytest.mark.parametrize("backend", ["process", "process_inline", "docker"])
-def test_each_run_network_namespace_is_limited(request: pytest.FixtureRequest, backend: str) -> None:
-    """A short accept queue (a connection nobody accepted is charged to no cgroup) and a small optmem_max in
-    the run's own namespace. (The exec chain's namespace is bwrap's; it has no hook to set them.)"""
-    sb: Any = request.getfixturevalue(f"{backend}_sandbox")
-    r = run_py(sb, NETNS_LIMITS)
-    assert r.status is S.OK, r
-    assert json.loads(r.stdout) == {
-        "net/core/somaxconn": "16",
-        "net/ipv4/tcp_max_syn_backlog": "16",
-        "net/core/optmem_max": "20480",
-    }
-
-
 # ---- item 8: nothing of one run is visible to the next --------------------------------------------------
 
 RUN_OWNED_SYSCTLS = ("/proc/sys/fs/mqueue/", "/proc/sys/kernel/msg", "/proc/sys/kernel/sem", "/proc/sys/kernel/shm",

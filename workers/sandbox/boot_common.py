@@ -54,16 +54,6 @@ FAST_FLAGS = ("-I", "-S", "-B")
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
-#: What every run's own network namespace is set to, of the ``net.*`` sysctls a namespace owns and may change
-#: (a fresh one copies the host's). The kernel charges no cgroup for a TCP connection that is not accepted yet
-#: (its socket and the data queued on it): a short accept queue bounds what one listener holds that way.
-#: Socket option memory (``sock_kmalloc``) is not charged either: back to the pre-6.9 default per socket.
-NETNS_SYSCTLS = (
-    ("net/core/somaxconn", "16"),
-    ("net/ipv4/tcp_max_syn_backlog", "16"),
-    ("net/core/optmem_max", "20480"),
-)
-
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -112,14 +102,70 @@ def loopback_up() -> None:
         sock.close()
 
 
-def limit_netns(proc: str) -> None:
-    """Write ``NETNS_SYSCTLS`` for the caller's network namespace through a writable procfs at ``proc``."""
-    for name, value in NETNS_SYSCTLS:
-        fd = os.open(proc + "/sys/" + name, os.O_WRONLY)
+_PRIVATE_NEWNS = 0x00020000
+_PROC_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
+_REC_PRIVATE = 0x4000 | (1 << 18)  # MS_REC | MS_PRIVATE
+#: The number of TCP hash buckets a network namespace created from the caller's gets of its own (0, the
+#: default, shares the host's whole table: every read of the namespace's /proc/net/tcp then walks all of it).
+CHILD_TCP_HASH = "4096"
+
+
+def with_private_proc(report_fd: int, body: Callable[[], None]) -> None:
+    """Run ``body`` in a throwaway child with a mount namespace and a procfs of its own on /proc (the caller's
+    /proc/sys is read-only under bwrap and docker), in every other namespace of the caller; ``OSError`` if it
+    fails (the child says why on ``report_fd``)."""
+
+    def child() -> int:
+        ok(libc.unshare(_PRIVATE_NEWNS), "unshare mount")
+        ok(libc.mount(None, b"/", None, ctypes.c_ulong(_REC_PRIVATE), None), "make / private")
+        ok(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(_PROC_FLAGS), None), "mount proc")
+        body()
+        return 0
+
+    pid = os.fork()
+    if pid == 0:
+        exit_with(report_fd, child)
+    while True:
         try:
-            os.write(fd, value.encode())
-        finally:
-            os.close(fd)
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if status != 0:
+        raise OSError("a private helper failed")
+
+
+def open_in_private_proc(path: str) -> int:
+    """An fd opened for writing on ``path`` of a private procfs (see ``with_private_proc``), for the caller to
+    keep: a sysctl whose handler acts on the writer's namespace at write time."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def send() -> None:
+        fd = os.open(path, os.O_WRONLY)
+        theirs.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+
+    try:
+        with_private_proc(2, send)
+        _, ancdata, _, _ = ours.recvmsg(2, socket.CMSG_SPACE(array.array("i").itemsize))
+    finally:
+        ours.close()
+        theirs.close()
+    received = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received.frombytes(data[: received.itemsize])
+    if len(received) != 1:
+        raise OSError("no fd for " + path)
+    return received[0]
+
+
+def child_netns_own_tcp_hash() -> None:
+    """Network namespaces created from the caller's (one per run) get a TCP hash table of their own."""
+    fd = os.open("/proc/sys/net/ipv4/tcp_child_ehash_entries", os.O_WRONLY)
+    try:
+        os.write(fd, CHILD_TCP_HASH.encode())
+    finally:
+        os.close(fd)
 
 
 def stdin_from_devnull() -> None:

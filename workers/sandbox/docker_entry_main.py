@@ -53,20 +53,20 @@ import time
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_common first, same globals
-    from collections.abc import Callable
     from typing import Any
 
     from workers.sandbox.boot_common import (
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
+        child_netns_own_tcp_hash,
         drop_caps_and_ids,
         exit_with,
         libc,
-        limit_netns,
         load_seccomp,
         loopback_up,
         ok,
+        open_in_private_proc,
         parse_spec,
         prctl,
         read_all,
@@ -76,19 +76,17 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         set_oom_score_adj,
         status_code,
         stdin_from_devnull,
+        with_private_proc,
         write_all,
     )
 
 PR_SET_CHILD_SUBREAPER = 36
-CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
 N_FDS = 5  # spec, stdin, stdout, stderr, status
 NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup", "user")
 SAME_AS_INIT = (
@@ -199,38 +197,18 @@ def _check_init(reference: tuple[object, ...]) -> None:
         raise OSError("the container's init was changed (by an earlier run): " + ",".join(diff))
 
 
-def _in_private_child(report_fd: int, body: Callable[[], None]) -> None:
-    """Run ``body`` in a throwaway child with a mount namespace and a procfs of its own (the container's
-    /proc/sys is read-only), in the caller's other namespaces; ``OSError`` if it fails."""
-
-    def child() -> int:
-        ok(libc.unshare(CLONE_NEWNS), "unshare mount")
-        ok(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-        ok(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount proc")
-        body()
-        return 0
-
-    pid = os.fork()
-    if pid == 0:
-        exit_with(report_fd, child)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if status != 0:
-        raise OSError("a private helper of the supervisor failed")
+def _rewind_pids(ns_last_pid: int) -> None:
+    """The container's next pid is 2 again, as in a fresh container: the pid numbers a run sees must not tell
+    how many processes earlier runs started. ``ns_last_pid`` acts on the WRITER's pid namespace: only a process
+    of the container's (C, or a child of E) may write it, never E itself (the host's)."""
+    if os.readlink("/proc/self/ns/pid") != os.readlink("/proc/1/ns/pid"):
+        raise OSError("not in the container's pid namespace")
+    os.pwrite(ns_last_pid, b"1", 0)
 
 
-def _rewind_pids() -> None:
-    """The container's next pid is 2 again (``ns_last_pid``), as in a fresh container: the pid numbers a run
-    sees must not tell how many processes earlier runs started. Called with nothing alive but the init."""
-    fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY)
-    try:
-        os.write(fd, b"1")
-    finally:
-        os.close(fd)
+def _rewound(ns_last_pid: int) -> int:
+    _rewind_pids(ns_last_pid)
+    return 0
 
 
 def _hide_container_cgroups() -> None:
@@ -243,14 +221,13 @@ def _hide_container_cgroups() -> None:
         ok(libc.mount(b"tmpfs", b"/sys/fs/cgroup", b"tmpfs", flags, b"size=4k,mode=0555"), "hide cgroups")
 
 
-def _own_network_and_ipc(report_fd: int) -> None:
+def _own_network_and_ipc() -> None:
     """C, per run: a network namespace (only ``lo``, up, limited like the process backend's) and an IPC
     namespace of the run's own. Nothing a run leaves there (TIME_WAIT and orphaned sockets, ports, abstract
     unix sockets, TCP metrics, SysV objects, POSIX queues) outlives it, and nothing an earlier run left is
     there. Everything else stays the container's."""
     ok(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare net/ipc")
     loopback_up()
-    _in_private_child(report_fd, lambda: limit_netns("/proc"))
 
 
 def _drop_privileges(config: dict[str, Any]) -> None:
@@ -328,7 +305,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
     spec_fd, status_fd = fds[0], fds[4]
     spec = parse_spec(read_all(spec_fd))
     os.close(spec_fd)
-    _own_network_and_ipc(fds[3])
+    _own_network_and_ipc()
     pid = os.fork()
     if pid == 0:
         os.close(status_fd)
@@ -359,7 +336,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
             continue
         except ChildProcessError:
             break
-    _in_private_child(2, _rewind_pids)  # on failure: no status, the container is not reused
+    _rewind_pids(int(config["ns_last_pid"]))  # on failure: no status, the container is not reused
     write_all(status_fd, code.to_bytes(4, "big"))
     return 0
 
@@ -368,7 +345,14 @@ def serve(ctl_fd: int, procs: list[int], config: dict[str, Any], seccomp_filter:
     """E: fork one supervisor per request; requests are fds only, never run data. Ends at the worker's EOF."""
     config = {**config, "init_state": _settled_init_state()}
     _hide_container_cgroups()
-    _in_private_child(2, _rewind_pids)
+    with_private_proc(2, child_netns_own_tcp_hash)
+    ns_last_pid = open_in_private_proc("/proc/sys/kernel/ns_last_pid")
+    config["ns_last_pid"] = ns_last_pid
+    pid = os.fork()  # a child in the container's pid namespace rewinds it before the first run
+    if pid == 0:
+        exit_with(2, functools.partial(_rewound, ns_last_pid))
+    if os.waitpid(pid, 0)[1] != 0:
+        raise OSError("cannot rewind the container's pids")
     return serve_requests(ctl_fd, 8, lambda n: n == N_FDS, lambda fds: _supervise(fds, procs, config, seccomp_filter))
 
 

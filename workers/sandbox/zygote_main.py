@@ -41,12 +41,12 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
+        child_netns_own_tcp_hash,
         clear_capability_sets,
         drop_bounding_and_ambient,
         drop_caps_and_ids,
         exit_with,
         libc,
-        limit_netns,
         load_seccomp,
         loopback_up,
         ok,
@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         set_oom_score_adj,
         status_code,
         stdin_from_devnull,
+        with_private_proc,
         write_all,
     )
 
@@ -180,7 +181,6 @@ def _init(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: bytes,
     """G: pid 1 of the run's pid namespace; reaps orphans and exits with H's status."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-    limit_netns("/proc")  # the run's network namespace, through the first procfs that is writable in it
     pid = os.fork()
     if pid == 0:
         exit_with(fds[3], functools.partial(_program, spec, fds, uid, seccomp_filter, marker))
@@ -249,6 +249,7 @@ def _main() -> int:
     if len(seccomp_filter) != filter_len:
         return SETUP_FAILED
     stdin_from_devnull()
+    with_private_proc(2, child_netns_own_tcp_hash)
     return serve(ctl_fd, uid, seccomp_filter)
 
 
