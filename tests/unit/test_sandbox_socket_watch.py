@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from workers.sandbox.api import SandboxStatus
-from workers.sandbox.socket_watch import TcpQueueWatch, queue_limit, queued_bytes
+from workers.sandbox.socket_watch import TcpQueueWatch, queue_limit, queued_bytes, tcp_sockets
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 
@@ -30,3 +30,9 @@ def test_the_watch_stops_a_run_over_its_share_and_skips_foreign_namespaces() -> 
     assert watch() is None  # the worker's own namespace is never counted
     over = TcpQueueWatch(lambda: [os.getpid(), os.getpid()], limit=-1, foreign=[None])
     assert over() is SandboxStatus.MEMORY_LIMIT
+
+
+def test_tcp_sockets_counts_both_families_of_a_namespace() -> None:
+    sockstat = "sockets: used 9\nTCP: inuse 3 orphan 1 tw 7 alloc 16 mem 161\nUDP: inuse 2 mem 0\n"
+    assert tcp_sockets(sockstat + "TCP6: inuse 4\nUDP6: inuse 1\n") == 7
+    assert tcp_sockets("TCP: inuse 0 orphan 0 tw 0 alloc 0 mem 0\nTCP6: inuse 0\n") == 0

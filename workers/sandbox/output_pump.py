@@ -63,10 +63,10 @@ def _take_waiting_marker(out_fd: int, cap: _Capture) -> None:
 class _Watcher:
     """Calls ``watch`` at most every ``every_s``; ``None`` as ``watch``: never."""
 
-    def __init__(self, watch: Callable[[], SandboxStatus | None] | None, every_s: float, start: float) -> None:
+    def __init__(self, watch: Callable[[], SandboxStatus | None] | None, every_s: float, first_at: float) -> None:
         self._watch = watch
         self._every_s = every_s
-        self.next_at = start + every_s if watch is not None else float("inf")
+        self.next_at = first_at if watch is not None else float("inf")
 
     def poll(self, now: float) -> SandboxStatus | None:
         if self._watch is None or now < self.next_at:
@@ -99,11 +99,12 @@ def pump(
     deadlines: Deadlines,
     watch: Callable[[], SandboxStatus | None] | None = None,
     watch_every_s: float = 0.01,
+    watch_first_s: float = 0.02,
 ) -> Observed:
     """Pump output with caps until the exit fd fires (and the output is drained or ``drain_s`` passed), the
-    clock runs out, output overflows or ``watch`` (called every ``watch_every_s`` while the run runs) returns
-    a stop reason. ``ended_at`` is when the exit fd fired (else when the pump stopped); ``started_at`` is when
-    the start marker arrived, if the loop got to see it."""
+    clock runs out, output overflows or ``watch`` (called ``watch_first_s`` after the spawn, then every
+    ``watch_every_s`` while the run runs) returns a stop reason. ``ended_at`` is when the exit fd fired (else
+    when the pump stopped); ``started_at`` is when the start marker arrived, if the loop got to see it."""
     obs = Observed()
     sel = selectors.DefaultSelector()
     try:
@@ -112,7 +113,7 @@ def pump(
         sel.register(exit_fd, selectors.EVENT_READ, "exit")
         deadline = spawn_at + timeout_s + deadlines.setup_s
         drain_until: float | None = None
-        watcher = _Watcher(watch, watch_every_s, spawn_at)
+        watcher = _Watcher(watch, watch_every_s, spawn_at + watch_first_s)
         while sel.get_map():
             now = time.monotonic()
             if drain_until is None:
