@@ -20,7 +20,6 @@ _SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
 _IOPRIO_WHO_PROCESS = 1
 _SCHED_ATTR_SIZE = 56  # struct sched_attr with the utilisation clamps (SCHED_ATTR_SIZE_VER1)
-_VOLATILE_STATUS = ("Vm", "Rss", "Hugetlb", "voluntary_ctxt", "nonvoluntary_ctxt", "SigQ")
 _STAT_FIELDS = (0, 15, 16, 17, 37, 38)  # after the comm: state, priority, nice, threads, rt_priority, policy
 _PROC_FILES = ("limits", "syscall", "oom_score_adj", "coredump_filter", "autogroup", "timerslack_ns", "cgroup")
 
@@ -44,36 +43,22 @@ def _ioprio(pid: int, machine: str) -> int | None:
     return None if number is None else int(_libc.syscall(number, _IOPRIO_WHO_PROCESS, pid))
 
 
-def _anonymous_per_mapping(proc: Path) -> list[tuple[str, int]]:
-    """A tripwire on the init's memory (its contents are out of a run's reach while it is not dumpable)."""
-    out: list[tuple[str, int]] = []
-    header = ""
-    for line in (proc / "smaps").read_text().splitlines():
-        if not line.split(" ", 1)[0].endswith(":"):
-            header = line
-        elif line.startswith("Anonymous:"):
-            out.append((header, int(line.split()[1])))
-    return out
-
-
 def snapshot(pid: int) -> InitSnapshot:
     """Everything of process ``pid`` a process of the same uid could change (read as root from the host), and
-    whether it is still not dumpable (its /proc files owned by root). ``OSError`` once it is gone."""
+    whether it is still not dumpable (its /proc files owned by root: its memory and the rest of its state are
+    then out of a run's reach; the entry supervisor also checks those per run). ``OSError`` once it is gone."""
     proc = Path(f"/proc/{pid}")
     machine = platform.machine()
     stat = (proc / "stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
-    status = [line for line in (proc / "status").read_text().splitlines() if not line.startswith(_VOLATILE_STATUS)]
     files = [(proc / name).read_text() if (proc / name).exists() else None for name in _PROC_FILES]
     return (
         (proc / "mem").stat().st_uid == 0,
         [fields[i] for i in _STAT_FIELDS],
-        status,
         files,
         sorted(os.sched_getaffinity(pid)),
         _sched_attr(pid, machine),
         _ioprio(pid, machine),
-        _anonymous_per_mapping(proc),
     )
 
 
