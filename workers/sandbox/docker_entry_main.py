@@ -222,7 +222,7 @@ def _hide_container_cgroups() -> None:
 
 
 def _own_network_and_ipc() -> None:
-    """C, per run: a network namespace (only ``lo``, up, limited like the process backend's) and an IPC
+    """C, per run: a network namespace (only ``lo``, up, like the process backend's) and an IPC
     namespace of the run's own. Nothing a run leaves there (TIME_WAIT and orphaned sockets, ports, abstract
     unix sockets, TCP metrics, SysV objects, POSIX queues) outlives it, and nothing an earlier run left is
     there. Everything else stays the container's."""
