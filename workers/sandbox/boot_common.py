@@ -160,8 +160,12 @@ def open_in_private_proc(path: str) -> int:
 
 
 def child_netns_own_tcp_hash() -> None:
-    """Network namespaces created from the caller's (one per run) get a TCP hash table of their own."""
-    fd = os.open("/proc/sys/net/ipv4/tcp_child_ehash_entries", os.O_WRONLY)
+    """Network namespaces created from the caller's (one per run) get a TCP hash table of their own (kernels
+    before 6.1 have no such sysctl: there the watch's table reads just cost more)."""
+    path = "/proc/sys/net/ipv4/tcp_child_ehash_entries"
+    if not os.path.exists(path):
+        return
+    fd = os.open(path, os.O_WRONLY)
     try:
         os.write(fd, CHILD_TCP_HASH.encode())
     finally:
