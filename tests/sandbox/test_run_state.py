@@ -252,10 +252,10 @@ def test_nothing_a_run_leaves_in_the_kernel_reaches_the_next_run(same_box: Any) 
     (a run hit the pids limit and burned cpu), the hostname, keyrings, writable sysctls, rlimits, environment
     and the pid counter (333 forks): the next run sees exactly what a run saw before."""
     _settled(same_box)
-    before = run_py(same_box, CHECK)
+    before = run_py(same_box, CHECK, timeout_s=60)
     assert before.status is S.OK, before
     _settled(same_box)
-    left = run_py(same_box, LEAVE)
+    left = run_py(same_box, LEAVE, timeout_s=120)  # ~1 s of cpu here; much more in the emulated v2 guest
     assert left.status is S.OK, left
     done = json.loads(left.stdout)
     assert done["forked"] > 0, done
@@ -264,7 +264,7 @@ def test_nothing_a_run_leaves_in_the_kernel_reaches_the_next_run(same_box: Any) 
     # The exec chain's run owns its IPC and pid namespaces (bwrap's user namespace): their sysctls die with it.
     assert all(p.startswith(RUN_OWNED_SYSCTLS) for p in done["writable_sysctls"]), done
     _settled(same_box)
-    after = run_py(same_box, CHECK)
+    after = run_py(same_box, CHECK, timeout_s=60)
     assert after.status is S.OK, after
     assert json.loads(after.stdout) == json.loads(before.stdout)
     seen = json.loads(after.stdout)

@@ -71,6 +71,10 @@ def test_hostile_suites_pass_on_a_cgroup_v2_kernel(tmp_path: Path) -> None:
     ]
     env = {key: value for key, value in os.environ.items() if key.startswith("RS_")}
     env["PYTHONUNBUFFERED"] = "1"
+    # The guest sees the host's files, /run included: with the default run dir its sandboxes would sweep the
+    # host's live run dirs (owners unknown to the guest) through the 9p share and fail on stale file handles
+    # whenever the host runs sandboxes meanwhile. A path of the guest's own (it lives in the guest's overlay).
+    env["RS_SANDBOX_RUN_DIR"] = "/run/rewardstream-sandbox-vm-guest"
     result = run_in_vm(kernel, command, out_dir=tmp_path, cwd=REPO, env=env, timeout_s=GUEST_DEADLINE_S)
     tail = f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-2000:]}\nconsole:\n{result.console[-2000:]}"
     assert result.exit_code == 0, f"pytest in the guest ended {result.exit_code} after {result.wall_s:.0f}s\n{tail}"
