@@ -88,7 +88,9 @@ def test_tcp_and_udp_buffers_count_against_the_memory_limit(sandbox: Sandbox, fa
     got = hoard(sandbox, family, memory_mb=MEMORY_MB, budget_mb=BUDGET_MB, procs=2, hold_s=0.5)
     assert got.status != S.SANDBOX_ERROR.value, got
     proto = "UDP" if family == "udp" else "TCP"
-    assert got.sock_pages_rise_mb[proto] < MEMORY_MB, got
+    # cgroup v2 charges them to memory.max itself (the kernel lets one skb per socket past a limit: a little
+    # over it at most); v1 to the run's socket share; the worker's watch ends a run with uncharged queues.
+    assert got.sock_pages_rise_mb[proto] < MEMORY_MB + 32, got
 
 
 @pytest.mark.parametrize("family", ["unix", "unixdgram"])
@@ -211,6 +213,11 @@ print(json.dumps(done))
 
 CHECK = r"""
 import json, os, resource, socket
+def text(path):
+    try:
+        return open(path).read()
+    except OSError as exc:
+        return type(exc).__name__
 def rows(path):
     try:
         return len(open(path).read().splitlines()) - 1
@@ -240,8 +247,8 @@ print(json.dumps({
     'counters': counters, 'abstract': abstract, 'port': port,
     'hostname': socket.gethostname(), 'pid': os.getpid(), 'env': dict(os.environ),
     'nofile': resource.getrlimit(resource.RLIMIT_NOFILE),
-    'sysctl': {n: open('/proc/sys/' + n).read() for n in ('net/core/somaxconn', 'kernel/hostname', 'kernel/shmmax',
-                                                           'kernel/pid_max', 'fs/mqueue/queues_max')},
+    'sysctl': {n: text('/proc/sys/' + n) for n in ('net/core/somaxconn', 'kernel/hostname', 'kernel/shmmax',
+                                                   'kernel/pid_max', 'fs/mqueue/queues_max')},
 }, sort_keys=True))
 """
 
@@ -253,7 +260,7 @@ def test_nothing_a_run_leaves_in_the_kernel_reaches_the_next_run(same_box: Any) 
     and the pid counter (333 forks): the next run sees exactly what a run saw before."""
     _settled(same_box)
     before = run_py(same_box, CHECK, timeout_s=60)
-    assert before.status is S.OK, before
+    assert before.status is S.OK, before.stderr.decode()[-2000:]
     _settled(same_box)
     left = run_py(same_box, LEAVE, timeout_s=120)  # ~1 s of cpu here; much more in the emulated v2 guest
     assert left.status is S.OK, left
