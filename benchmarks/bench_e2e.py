@@ -30,7 +30,7 @@ from pathlib import Path
 from infra.local.paths import shared_cache
 from schemas.settings import Settings
 from schemas.tasks import Task
-from streams.sdk.client import RewardFuture, TrainerClient, TrainerConfig
+from streams.sdk import RewardFuture, TrainerClient, TrainerConfig
 from workers.grading import Grader
 from workers.grading.static_analysis import analyze
 from workers.sandbox.factory import make_sandbox

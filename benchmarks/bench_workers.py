@@ -25,14 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
+from bus.clients import make_consumer, make_producer
+from bus.metrics import WorkerMetrics
 from schemas.codec import encode
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
 from workers.grading import Grader
-from workers.kafka.clients import make_consumer, make_producer
-from workers.metrics import WorkerMetrics
 from workers.roles.service import OUTPUT_ROLE, Dependencies, RoleName, run_worker
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
@@ -72,7 +72,7 @@ def through_kafka(
     settings: Settings, deps: Dependencies, events: list[GenerationEvent], role: RoleName, concurrency: int
 ) -> tuple[float, float]:
     """(seconds including startup, steady-state seconds from first to last committed result)."""
-    from infra.topics import delete_topics, ensure_topics
+    from bus.admin import delete_topics, ensure_topics
 
     prefix = f"rs-bench.{uuid.uuid4().hex[:10]}."
     specs = catalog(prefix, PARTITIONS, 1)

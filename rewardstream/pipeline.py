@@ -40,7 +40,7 @@ class PipelineProcess:
 
 
 def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
-    """Executor, verifier, judge and indexer (with /metrics on consecutive ports), then the reward processor.
+    """Executor, verifier, judge, indexer and the reward processor, with /metrics on consecutive ports.
 
     Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
     """
@@ -52,9 +52,11 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
         if concurrency is not None and role != "indexer":
             argv += ["--concurrency", str(concurrency)]
         procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
-    # The Faust app id is its consumer group and names its changelog topics: scope it like the workers'.
+    # The app id is the processor's consumer group and names its changelog topic: scope it like the workers'.
     app_id = f"{settings.topic_prefix}rewards"
-    procs.append(PipelineProcess("reward", (*_supervised("reward"), "reward", "run", "--app-id", app_id), None))
+    port = first_port + len(roles)
+    argv = [*_supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]
+    procs.append(PipelineProcess("reward", tuple(argv), port))
     return procs
 
 
@@ -73,7 +75,7 @@ class Pipeline:
 
     def start(self, report: Callable[[str], None] = lambda _msg: None) -> None:
         """Create the topics, then start each process that is not running and wait until it is ready."""
-        from infra.topics import ensure_topics
+        from bus.admin import ensure_topics
         from schemas.topics import catalog_for
 
         specs = catalog_for(self._settings)

@@ -1,6 +1,6 @@
 """Keep one pipeline process running: restart it when it exits, stop it (and stay stopped) on SIGTERM.
 
-Crash-only components (the reward processor exits with code 70 when Faust stalls; any worker may die) are
+Crash-only components (the reward processor exits with code 70 on a Kafka failure; any worker may die) are
 safe to restart because every one of them resumes from committed Kafka offsets. In production a Kubernetes
 Deployment or systemd does this; on one machine, ``rewardstream up --pipeline`` runs each process under this.
 Usage: ``python -m rewardstream.supervisor NAME -- ARGV...``.

@@ -18,6 +18,7 @@ from typing import Annotated, Any, ClassVar, TypeVar
 
 import orjson
 import pydantic
+import pydantic_core
 from pydantic import AfterValidator, BaseModel, ConfigDict, JsonValue, StringConstraints
 from pydantic_core import PydanticCustomError
 
@@ -25,6 +26,8 @@ from schemas.errors import ValidationError
 
 #: Default cap for one encoded message; Kafka's default ``message.max.bytes`` is about 1 MB.
 MAX_MESSAGE_BYTES = 1_000_000
+#: Arrays and objects nest at most this deep: pydantic-core's parser limit (a stack-safe one, unlike stdlib json).
+MAX_NESTING = 200
 
 _SEMVER = re.compile(r"^(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})$")
 
@@ -55,18 +58,18 @@ def _finite_json(value: JsonValue) -> JsonValue:
 
 
 def _find_non_finite(value: object, path: str) -> str | None:
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path or "value")
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _find_non_finite(item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            found = _find_non_finite(item, f"{path}.{key}" if path else str(key))
-            if found is not None:
-                return found
+    """Path of the first NaN/Infinity inside ``value`` (iterative: nesting depth costs no Python stack)."""
+    stack: list[tuple[object, str]] = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return where or "value"
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(node))))
+        elif isinstance(node, dict):
+            items = list(node.items())
+            stack.extend((item, f"{where}.{key}" if where else str(key)) for key, item in reversed(items))
     return None
 
 
@@ -148,48 +151,77 @@ def encode(model: Contract) -> bytes:
 
 
 def decode(data: bytes, model: type[M], *, max_bytes: int | None = None) -> M:
-    """Parse and validate ``data`` as ``model``; raise DecodeError naming each bad field and its problem."""
+    """Parse and validate ``data`` as ``model``; raise DecodeError naming each bad field and its problem.
+
+    Whatever the bytes, the only exception is DecodeError: a consumer dead-letters it and goes on.
+    """
     cap = model.max_bytes if max_bytes is None else max_bytes
     if len(data) > cap:
         raise DecodeError(model.__name__, [("", f"message is {len(data)} bytes, over the {cap}-byte cap")])
     try:
         return model.model_validate_json(data)
     except pydantic.ValidationError as exc:
-        return _decode_slow(data, model, exc)
+        try:
+            return _decode_slow(data, model, exc)
+        except DecodeError:
+            raise
+        except Exception as bug:  # a bug in the error path must not take the consumer down with it
+            raise DecodeError(model.__name__, [("", f"invalid ({type(bug).__name__} while explaining why)")]) from bug
 
 
 def _decode_slow(data: bytes, model: type[M], exc: pydantic.ValidationError) -> M:
-    """The error path: find out precisely what is wrong (or forgive fields from a newer minor version)."""
+    """The error path: find out precisely what is wrong (or forgive fields from a newer minor version).
+
+    Every parse here is pydantic-core's own (jiter, as in the fast path): no Python recursion, the same
+    nesting limit, exact big integers. orjson only words the "not JSON" message.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DecodeError(model.__name__, [("", f"not UTF-8 (byte {err.start})")]) from None
+    too_deep = _nesting_error(exc)
+    if too_deep is not None:
+        raise DecodeError(model.__name__, [("", too_deep)])
     try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError as err:
-        _raise_non_finite(text, model)
-        raise DecodeError(model.__name__, [("", f"not JSON: {err}")]) from None
+        obj = pydantic_core.from_json(data, allow_inf_nan=False)
+    except ValueError as err:
+        _raise_non_finite(data, model)
+        raise DecodeError(model.__name__, [("", f"not JSON: {_json_problem(text, err)}")]) from None
     return _retry_newer_minor(obj, model, exc)
 
 
-def _raise_non_finite(text: str, model: type[Contract]) -> None:
-    """If NaN/Infinity tokens are what makes ``text`` invalid JSON, raise an error naming their fields."""
-    import json
+def _nesting_error(exc: pydantic.ValidationError) -> str | None:
+    """The problem text when the parser gave up on nesting depth (arrays and objects inside each other)."""
+    for error in exc.errors(include_url=False, include_input=False):
+        reason = str(error.get("ctx", {}).get("error", ""))
+        if error["type"] == "json_invalid" and "recursion limit" in reason:
+            where = reason.rpartition(" at ")[2] if " at " in reason else "?"
+            return f"nested deeper than {MAX_NESTING} levels of arrays and objects (at {where})"
+    return None
 
+
+def _json_problem(text: str, err: ValueError) -> str:
+    """orjson's wording of why ``text`` is not JSON (it names line, column and char), else the parser's."""
+    if text.startswith("\ufeff"):
+        return "starts with a byte order mark (BOM); JSON on the wire is plain UTF-8"
     try:
-        lenient = json.loads(text)
+        orjson.loads(text)
+    except orjson.JSONDecodeError as worded:
+        return str(worded)
+    return str(err)
+
+
+def _raise_non_finite(data: bytes, model: type[Contract]) -> None:
+    """If NaN/Infinity tokens are what makes ``data`` invalid JSON, raise an error naming where they are."""
+    try:
+        lenient = pydantic_core.from_json(data, allow_inf_nan=True)
     except ValueError:
         return
-    problems: list[tuple[str, str]] = []
-    try:
-        model.model_validate(lenient)
-    except pydantic.ValidationError as exc:
-        problems = [
-            (format_path(e["loc"], lenient), _problem(e))
-            for e in exc.errors(include_url=False, include_input=False)
-            if e["type"] == "finite_number"
-        ]
-    raise DecodeError(model.__name__, problems or [("", "not JSON: NaN/Infinity is not allowed")])
+    where = _find_non_finite(lenient, "")
+    problem = "NaN/Infinity is not allowed"
+    raise DecodeError(
+        model.__name__, [(where, problem)] if where and where != "value" else [("", f"not JSON: {problem}")]
+    )
 
 
 def _retry_newer_minor(obj: object, model: type[M], exc: pydantic.ValidationError) -> M:
@@ -205,7 +237,7 @@ def _retry_newer_minor(obj: object, model: type[M], exc: pydantic.ValidationErro
             if extras and len(extras) == len(errors):
                 pruned = _prune(obj, [tuple(loc) for loc in extras])
                 try:
-                    return model.model_validate_json(orjson.dumps(pruned))
+                    return model.model_validate_json(pydantic_core.to_json(pruned))
                 except pydantic.ValidationError as again:
                     errors = again.errors(include_url=False, include_context=True, include_input=False)
             errors = [e for e in errors if e["type"] != "extra_forbidden"] or errors
@@ -236,7 +268,7 @@ def _describe(error: Any, obj: object, model: type[Contract]) -> tuple[str, str]
 
 def _prune(obj: Any, locs: Sequence[tuple[int | str, ...]]) -> Any:
     """Deep copy of ``obj`` without the entries at ``locs`` (walking only real keys, skipping union tags)."""
-    pruned = orjson.loads(orjson.dumps(obj))
+    pruned = pydantic_core.from_json(pydantic_core.to_json(obj))  # exact ints, unlike a float round trip
     for loc in locs:
         steps = _real_steps(loc, pruned)
         parent: Any = pruned
@@ -261,6 +293,22 @@ def _real_steps(loc: Sequence[int | str], obj: object) -> list[int | str]:
         elif last and isinstance(current, Mapping):
             steps.append(part)  # a missing field: name it
     return steps
+
+
+def problems_of(exc: pydantic.ValidationError, obj: object = None) -> list[tuple[str, str]]:
+    """``(field path, problem)`` of every error, worded as ``decode`` words them: the one formatter of
+    validation errors (settings, policies, SDK arguments, CLI input). ``obj``: the input, to resolve paths."""
+    out = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = error["loc"]
+        path = format_path(loc, obj) if obj is not None else ".".join(str(part) for part in loc)
+        out.append((path, _problem(error)))
+    return out
+
+
+def one_line(problems: Sequence[tuple[str, str]], root: str = "") -> str:
+    """Problems as one line: ``path: problem; ...`` (``root`` names an error about the whole input)."""
+    return "; ".join(_join(path or root, problem) for path, problem in problems)
 
 
 def format_path(loc: Sequence[int | str], obj: object) -> str:

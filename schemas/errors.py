@@ -31,6 +31,11 @@ class RewardstreamError(Exception):
         return f"{self.message} (at {where})"
 
 
+class HandlerCrashError(RewardstreamError):
+    """Handling one message raised unexpectedly (a bug, not the message's content); it is dead-lettered and the
+    consumer goes on."""
+
+
 class ConfigError(RewardstreamError):
     """Settings are missing, malformed or point at something unusable."""
 

@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
+from schemas.caps import fit
 from schemas.codec import Contract, SchemaVersion1
 from schemas.tasks import CaseId, Language, TaskId
 
@@ -28,6 +29,9 @@ CODE_INLINE_MAX_CHARS = 128 * 1024
 OUTPUT_TAIL_MAX_CHARS = 8 * 1024
 #: Raw payload bytes a dead letter carries inline (base64 makes it 4/3 larger).
 DLQ_PAYLOAD_MAX_BYTES = 512 * 1024
+#: Raw key bytes a dead letter keeps (a longer key is cut, and the error says so): with the payload cap and
+#: the error text, a dead letter always fits the message cap, so dead-lettering never fails for its size.
+DLQ_KEY_MAX_BYTES = 16 * 1024
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 S3Url = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")]
@@ -315,15 +319,20 @@ class DeadLetter(Envelope):
         value: bytes,
         payload_ref: str | None = None,
     ) -> DeadLetter:
-        """Build a dead letter from a raw Kafka message and the error it caused."""
+        """Build a dead letter from a raw Kafka message and the error it caused; never fails for what the
+        message holds (any key, any value, an error text with lone surrogates)."""
         kept = value[:DLQ_PAYLOAD_MAX_BYTES]
+        text = str(error) or type(error).__name__
+        if key is not None and len(key) > DLQ_KEY_MAX_BYTES:
+            text = f"{text} (key cut to its first {DLQ_KEY_MAX_BYTES} of {len(key)} bytes)"
+            key = key[:DLQ_KEY_MAX_BYTES]
         return cls(
-            source_topic=source_topic,
-            source_partition=source_partition,
-            source_offset=source_offset,
-            component=component,
-            error=(str(error) or type(error).__name__)[:8192],
-            error_type=type(error).__name__,
+            source_topic=fit(cls, "source_topic", source_topic) or "?",
+            source_partition=max(source_partition, 0),
+            source_offset=max(source_offset, 0),
+            component=fit(cls, "component", component),
+            error=fit(cls, "error", _encodable(text)),
+            error_type=fit(cls, "error_type", type(error).__name__),
             key_b64=None if key is None else base64.b64encode(key).decode("ascii"),
             payload_b64=base64.b64encode(kept).decode("ascii"),
             payload_size=len(value),
@@ -342,6 +351,11 @@ class DeadLetter(Envelope):
     def key(self) -> bytes | None:
         """The DLQ message key: the original key, so an episode's dead letters stay in order."""
         return self.original_key()
+
+
+def _encodable(text: str) -> str:
+    """``text`` with lone surrogates (from candidate output in an exception message) replaced: UTF-8 safe."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 #: Every event model, by name (for the JSON Schema generator and tests).

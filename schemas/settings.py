@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     metrics_host: str = Field("127.0.0.1", description="address the worker's /metrics endpoint binds to")
     metrics_port: int = Field(9464, ge=0, le=65535, description="port of /metrics; 0 picks a free one")
 
+    # Every consumer (workers, indexer, reward processor)
+    crash_attempts: int = Field(
+        3, ge=1, le=100, description="deaths of a consumer while one message ran alone before it is dead-lettered"
+    )
+
     # Executor/verifier/judge workers
     worker_concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
     worker_max_in_flight: int = Field(0, ge=0, le=100_000, description="buffered events before pausing (0: 16x, >= 64)")
@@ -89,6 +94,9 @@ class Settings(BaseSettings):
     docker_host: str | None = Field(None, description="DOCKER_HOST-style URL; default: local socket")
     sandbox_backend: Literal["process", "docker"] = "process"
     sandbox_image: str = "rewardstream-sandbox-python:1"
+    sandbox_rootfs: Path | None = Field(
+        None, description="process backend root filesystem; default <cache>/sandbox/rootfs-<image tag> (`up` builds it)"
+    )
     sandbox_uid: int = Field(60123, description="unprivileged host uid/gid that runs candidate code")
     sandbox_run_dir: Path = Field(Path("/run/rewardstream-sandbox"), description="process backend mounts")
     sandbox_cgroup_parent: Path | None = Field(None, description="delegated cgroup for runs (default: own)")
@@ -97,6 +105,15 @@ class Settings(BaseSettings):
     # Timeouts
     startup_timeout_s: float = 180.0
     health_timeout_s: float = 3.0
+
+    def sandbox_image_version(self) -> str:
+        """The tag of ``sandbox_image`` (``latest`` when untagged); it versions the rootfs too."""
+        name = self.sandbox_image.rsplit("/", 1)[-1]
+        return name.split(":", 1)[1] if ":" in name else "latest"
+
+    def sandbox_rootfs_path(self) -> Path:
+        """The process backend's root filesystem: ``sandbox_rootfs``, else where the local platform builds it."""
+        return self.sandbox_rootfs or self.cache_dir / "sandbox" / f"rootfs-{self.sandbox_image_version()}"
 
     def kafka_client_config(self) -> dict[str, str]:
         """confluent-kafka/librdkafka config for the common connection settings."""

@@ -1,1 +1,1 @@
-"""The Faust reward processor, the trainer SDK and replay."""
+"""The stateful side: the reward processor, the trainer SDK, replay and explain."""

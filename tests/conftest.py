@@ -13,10 +13,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from infra.local.platform import Platform
 from infra.local.service import Health
 from schemas.settings import Settings
+
+# Property tests: bounded in CI (``ci``, the default); ``HYPOTHESIS_PROFILE=fuzz`` for a long local run.
+hypothesis_settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+hypothesis_settings.register_profile("fuzz", max_examples=5_000, deadline=None, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

@@ -30,12 +30,7 @@ _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/
 
 def image_version(settings: Settings) -> str:
     """The tag of ``settings.sandbox_image`` (``latest`` when untagged); it versions the rootfs too."""
-    name = settings.sandbox_image.rsplit("/", 1)[-1]
-    return name.split(":", 1)[1] if ":" in name else "latest"
-
-
-def _sandbox_dir(settings: Settings) -> Path:
-    return settings.cache_dir / "sandbox"
+    return settings.sandbox_image_version()
 
 
 def _stamp(settings: Settings) -> dict[str, Any]:
@@ -70,7 +65,7 @@ def _private_mounts() -> list[str]:
 
 def rootfs_path(settings: Settings) -> Path:
     """Where the tree for the current settings lives (it may not exist yet)."""
-    return _sandbox_dir(settings) / f"rootfs-{image_version(settings)}"
+    return settings.sandbox_rootfs_path()
 
 
 def ensure_sandbox_rootfs(settings: Settings) -> Path:

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rewardstream.cli.common import load_settings
+from rewardstream.cli.common import load_settings, open_sandbox
 from rewardstream.cli.main import app
 from schemas.events import RewardEvent
 from schemas.settings import Settings
@@ -71,20 +71,19 @@ def demo(
     console.print(
         f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch_url}, indices "
         f"{settings.opensearch_index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
-        f"worker metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
-        f"{settings.metrics_port + 3}/metrics; `rewardstream down` stops everything."
+        f"pipeline metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
+        f"{settings.metrics_port + 4}/metrics; `rewardstream down` stops everything."
     )
     if missing:
         raise typer.Exit(1)
 
 
 def _load_tasks(settings: Settings, limit: int) -> list[DemoSolution]:
-    from workers.sandbox.factory import make_sandbox
     from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
     from workers.tasks.registry import TaskRegistry
 
     problems = load_problems()[:limit]
-    sandbox = make_sandbox(settings, None)
+    sandbox = open_sandbox(settings, None)
     try:
         tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=2, verify=False)
     finally:
@@ -108,7 +107,7 @@ def _play_trainer(
     console: Console, settings: Settings, run_id: str, solutions: list[DemoSolution], timeout_s: float
 ) -> tuple[dict[str, RewardEvent], list[float], float]:
     """Publish every solution through the SDK; collect rewards and publish-to-reward latencies."""
-    from streams.sdk.client import TrainerClient, TrainerConfig
+    from streams.sdk import TrainerClient, TrainerConfig
 
     config = TrainerConfig.from_settings(settings, run_id, policy_version="demo")
     rewards: dict[str, RewardEvent] = {}

@@ -21,7 +21,7 @@ from rewardstream.cli.logs import LogSearchError, search
 from rewardstream.cli.main import app
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
-from streams.replay.locate import DEFAULT_SCAN_LIMIT, Hint, locate
+from streams.explain.locate import DEFAULT_SCAN_LIMIT, Hint, locate
 
 #: Lines of the generation's code shown in the human-readable story (``--json`` has all of it).
 CODE_LINES = 40
@@ -148,7 +148,7 @@ def explain(
     log_limit: Annotated[int, typer.Option("--log-limit", min=1, max=10_000, help="most log lines")] = 200,
 ) -> None:
     """Show everything about one generation: events, verdicts, judge, reward math, logs, artifacts."""
-    from streams.replay.story import build_story
+    from streams.explain.story import build_story
 
     settings = load_settings()
     logs, log_error = _logs(settings, generation_id, log_limit)

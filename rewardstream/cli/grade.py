@@ -23,12 +23,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
+from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
 from schemas.tasks import Task
 from workers.grading.grader import Grader, GradeResult
-from workers.sandbox.factory import make_sandbox
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -44,9 +44,7 @@ class Solution(pydantic.BaseModel):
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(line)"
-    return f"{where}: {err['msg']}"
+    return one_line(problems_of(exc)[:1], "(line)")
 
 
 def _load_task(path: Path) -> Task:
@@ -143,7 +141,7 @@ def _grade_one(task_path: Path, code_path: Path, backend: Literal["process", "do
         source = code_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {code_path}: {exc}") from exc
-    sandbox = make_sandbox(load_settings(), backend)
+    sandbox = open_sandbox(load_settings(), backend)
     try:
         result = Grader(sandbox).grade(the_task, source, generation_id=gen)
     finally:
@@ -165,7 +163,7 @@ def _grade_many(
     counts: Counter[str] = Counter()
     reward_sum = 0.0
     lock = threading.Lock()
-    sandbox = make_sandbox(load_settings(), backend)
+    sandbox = open_sandbox(load_settings(), backend)
     try:
         grader = Grader(sandbox)
         with (

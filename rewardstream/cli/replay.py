@@ -30,6 +30,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from bus.scan import partitions
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
 from rewardstream.pipeline import Pipeline, PipelineProcess
@@ -39,7 +40,6 @@ from schemas.topics import catalog, topic_for
 from streams.replay.diff import Entry, Report
 from streams.replay.namespace import new_replay_id, replay_prefix
 from streams.replay.runner import ReplayPlan, run_replay
-from streams.replay.scan import partitions
 from streams.replay.selection import build_selection
 
 #: Exit code when the replay itself failed for some generation (no new reward within --timeout).
@@ -62,9 +62,7 @@ class _ReplayPipeline(Pipeline):
             if proc.name != "reward":
                 procs.append(proc)
                 continue
-            extra = ["--data-dir", str(settings.cache_dir / "rewards")]
-            if policy is not None:
-                extra += ["--policy", str(policy.resolve())]
+            extra = [] if policy is None else ["--policy", str(policy.resolve())]
             procs.append(PipelineProcess(proc.name, (*proc.argv, *extra), proc.metrics_port))
         self._procs = procs
 
@@ -91,7 +89,7 @@ def _environ(overrides: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _free_port_base(host: str, count: int = 3) -> int:
+def _free_port_base(host: str, count: int = 5) -> int:
     """A port with ``count`` free consecutive ports above it, below the ephemeral range (workers' /metrics)."""
     rng = random.SystemRandom()
     for _ in range(_PORTS_TRIED):
@@ -133,8 +131,8 @@ class _Bar:
 
 
 def _delete_namespace(settings: Settings, prefix: str) -> list[str]:
-    """Delete every topic and consumer group under the replay prefix (catalog, Faust changelogs, workers')."""
-    from infra.topics import delete_groups_with_prefix, delete_topics
+    """Delete every topic and consumer group under the replay prefix (catalog, the processor's changelog, workers')."""
+    from bus.admin import delete_groups_with_prefix, delete_topics
 
     config = settings.kafka_client_config()
     admin = AdminClient({**config, "log_level": 3})

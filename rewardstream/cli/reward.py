@@ -1,7 +1,8 @@
-"""``rewardstream reward run|policy``: the Faust reward processor and its policy file.
+"""``rewardstream reward run|policy``: the reward processor (Kafka transactions, or the Faust app) and its policy.
 
 The processor joins executions, verdicts and judgements into one reward per generation; SIGTERM stops it
-cleanly, SIGKILL loses nothing (the next start recovers the table and de-duplicates from the rewards topic).
+cleanly, SIGKILL loses nothing (the next start recovers the table from its changelog and re-reads the inputs
+it had not committed). /metrics serves dead letters by reason, like the workers'.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import typer
 
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
+from schemas.errors import ConfigError
 
 
 class Engine(StrEnum):
@@ -25,7 +27,7 @@ class Engine(StrEnum):
     faust = "faust"
 
 
-reward_app = typer.Typer(help="The reward processor (Faust) and reward policies.", no_args_is_help=True)
+reward_app = typer.Typer(help="The reward processor and reward policies.", no_args_is_help=True)
 app.add_typer(reward_app, name="reward")
 
 
@@ -33,15 +35,28 @@ app.add_typer(reward_app, name="reward")
 def run(
     *,
     policy: Annotated[Path | None, typer.Option("--policy", "-p", help="policy TOML (default: packaged)")] = None,
-    app_id: Annotated[str, typer.Option("--app-id", help="Faust app id (consumer group)")] = "rewardstream-rewards",
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="default: <cache>/rewards/<app-id>")] = None,
+    app_id: Annotated[
+        str, typer.Option("--app-id", help="consumer group; names the join table's changelog topic")
+    ] = "rewardstream-rewards",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="--engine faust only: its data dir (default <cache>/rewards/<app-id>)"),
+    ] = None,
     tick_s: Annotated[float, typer.Option("--tick", min=0.05, max=60, help="seconds between deadline checks")] = 0.5,
     loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error")] = "info",
     stall_timeout_s: Annotated[
-        float, typer.Option("--stall-timeout", min=0, help="exit (code 70) after this long without progress; 0: off")
-    ] = 60.0,
+        float | None,
+        typer.Option(
+            "--stall-timeout",
+            min=0,
+            help="--engine faust only: exit (code 70) after this long without progress (default 60; 0: off)",
+        ),
+    ] = None,
     kill_after_rewards: Annotated[
         int | None, typer.Option("--kill-after-rewards", min=1, hidden=True, help="fault injection for crash tests")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="/metrics port (default: RS_METRICS_PORT)")
     ] = None,
     engine: Annotated[
         Engine,
@@ -53,32 +68,50 @@ def run(
     ] = Engine.kafka,
 ) -> None:
     """Join the co-partitioned results into one reward per generation, until SIGTERM."""
+    from bus.metrics import WorkerMetrics, serve
     from streams.reward.policy import load_policy
 
+    if engine is Engine.kafka and (data_dir is not None or stall_timeout_s is not None):
+        raise ConfigError("--data-dir and --stall-timeout are options of --engine faust (the Kafka engine keeps its "
+                          "table in memory, restored from its changelog, and restarts on a Kafka failure)")  # fmt: skip
     settings = load_settings()
     loaded = load_policy(policy)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=loglevel.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    metrics = WorkerMetrics("rewards")
+    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
+    where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
     if engine is Engine.kafka:
-        from streams.reward.engine import EngineOptions, RewardEngine, run_engine
+        from streams.reward.kafka_engine import EngineOptions, RewardEngine, run_engine
 
-        options_ = EngineOptions(app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards)
-        banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka"
+        options_ = EngineOptions(
+            app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards, crash_attempts=settings.crash_attempts
+        )
+        banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka, {where}"
         print(banner, file=sys.stderr, flush=True)
-        run_engine(RewardEngine(settings, loaded, options_))
+        try:
+            run_engine(RewardEngine(settings, loaded, options_, metrics))
+        finally:
+            server.close()
         return
-    from streams.reward.app import AppOptions, build_app, run_worker
+    from streams.reward.faust_engine import AppOptions, build_app, run_worker
 
     options = AppOptions(
         app_id=app_id,
         data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
         tick_s=tick_s,
         kill_after_rewards=kill_after_rewards,
-        stall_timeout_s=stall_timeout_s,
+        stall_timeout_s=60.0 if stall_timeout_s is None else stall_timeout_s,
     )
     options.data_dir.mkdir(parents=True, exist_ok=True)
-    faust_app, _processor = build_app(settings, loaded, options)
-    print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}", file=sys.stderr, flush=True)
-    run_worker(faust_app, loglevel)
+    faust_app, processor = build_app(settings, loaded, options)
+    processor.on_dead_letter = metrics.dead_letter
+    print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, {where}", file=sys.stderr, flush=True)
+    try:
+        run_worker(faust_app, loglevel)
+    finally:
+        server.close()
 
 
 @reward_app.command("policy")

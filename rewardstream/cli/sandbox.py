@@ -11,11 +11,10 @@ from typing import Annotated, Literal
 
 import typer
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError, SandboxError
 from workers.sandbox.api import SandboxSpec, SandboxStatus
-from workers.sandbox.factory import make_sandbox
 
 sandbox_app = typer.Typer(help="Run untrusted programs in a sandbox backend.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
@@ -50,7 +49,7 @@ def run(
         memory_mb=memory_mb,
         output_limit_bytes=output_limit,
     )
-    sandbox = make_sandbox(load_settings(), chosen)
+    sandbox = open_sandbox(load_settings(), chosen)
     try:
         result = sandbox.run(spec)
     finally:

@@ -22,7 +22,7 @@ from rewardstream.cli.main import app
 from schemas.codec import encode
 from schemas.errors import ValidationError
 from schemas.events import GenerationEvent, RewardEvent
-from streams.sdk.client import RewardFuture, RewardTimeoutError, TrainerClient, TrainerConfig
+from streams.sdk import RewardFuture, RewardTimeoutError, TrainerClient, TrainerConfig
 
 
 def read_solutions(path: Path) -> list[dict[str, str]]:

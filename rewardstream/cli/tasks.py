@@ -8,7 +8,7 @@ from typing import Literal
 
 import typer
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ValidationError
 from workers.tasks.registry import TaskFileError, TaskRegistry, write_jsonl
@@ -83,7 +83,6 @@ def humaneval(
 ) -> None:
     """Convert the packaged HumanEval set to tasks; expected values come from the canonical solution run
     in the sandbox."""
-    from workers.sandbox.factory import make_sandbox
     from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
 
     if backend not in (None, "process", "docker"):
@@ -93,7 +92,7 @@ def humaneval(
     )
     settings = load_settings()
     problems = load_problems()
-    sandbox = make_sandbox(settings, chosen)
+    sandbox = open_sandbox(settings, chosen)
     try:
         tasks, reports = convert_all(problems, SandboxReference(sandbox), workers=workers, verify=verify)
     finally:

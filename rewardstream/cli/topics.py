@@ -62,7 +62,7 @@ def create(
     timeout_s: float = typer.Option(30.0, "--timeout", min=1, help="admin request timeout, seconds"),
 ) -> None:
     """Create missing topics; report (never ignore) existing topics that differ from the catalog."""
-    from infra.topics import ensure_topics
+    from bus.admin import ensure_topics
 
     parent = ctx.obj if isinstance(ctx.obj, dict) else {}
     settings = load_settings()

@@ -14,10 +14,10 @@ from types import FrameType
 
 import typer
 
-from rewardstream.cli.common import load_settings
+from bus.metrics import WorkerMetrics, serve
+from rewardstream.cli.common import load_settings, open_sandbox
 from rewardstream.cli.main import app
 from workers.logs.service import run_indexers
-from workers.metrics import WorkerMetrics, serve
 
 worker_app = typer.Typer(help="Run a worker process (consumer group member) until SIGTERM.", no_args_is_help=True)
 app.add_typer(worker_app, name="worker")
@@ -69,7 +69,7 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     """Run one executor/verifier/judge worker until SIGTERM, then drain within RS_WORKER_DRAIN_TIMEOUT_S."""
     import faulthandler
 
-    from workers.roles.service import RoleName, run_worker
+    from workers.roles.service import Dependencies, RoleName, run_worker
 
     settings = load_settings()
     logging.basicConfig(
@@ -84,10 +84,13 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
     print(f"{role}: metrics on http://{settings.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True)
     chosen: RoleName = "executor" if role == "executor" else ("verifier" if role == "verifier" else "judge")
+    sandbox = None if chosen == "judge" else open_sandbox(settings)
     try:
-        stats = run_worker(settings, chosen, stop, metrics, concurrency=concurrency)
+        stats = run_worker(settings, chosen, stop, metrics, concurrency=concurrency, deps=Dependencies(sandbox=sandbox))
     finally:
         server.close()
+        if sandbox is not None:
+            sandbox.close()
     print(
         f"{role}: stopped; committed {stats.committed} ({stats.results} results, {stats.dead_letters} dead letters) "
         f"in {stats.transactions} transactions, {stats.aborted} aborted",

@@ -1,1 +1,1 @@
-"""Replay generations through the pipeline in an isolated namespace and diff the rewards; explain one reward."""
+"""Replay generations through the pipeline in an isolated namespace and diff the rewards."""

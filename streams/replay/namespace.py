@@ -1,5 +1,5 @@
 """The replay namespace: its own topic prefix (``<live prefix>replay.<replay id>.``), so the replay pipeline's
-consumer groups, Faust app id and topics are all its own and nothing is written to the live topics.
+consumer groups, reward processor app id and topics are all its own and nothing is written to the live topics.
 
 Here: naming, copying the selected generations in, and reading the replay's rewards out.
 """
@@ -13,18 +13,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from bus.clients import make_producer
+from bus.scan import scan_consumer
 from schemas.codec import decode
 from schemas.errors import KafkaError, RewardstreamError
 from schemas.events import RewardEvent
 from schemas.topics import catalog
-from streams.replay.scan import scan_consumer
 from streams.replay.selection import SelectionError
 from streams.replay.source import Selected
 
 _REPLAY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-#: Kafka's limit on a topic name, and the longest suffix the pipeline adds to a prefix (Faust's changelog).
+#: Kafka's limit on a topic name, and the longest suffix the pipeline adds to a prefix (the processor's changelog).
 _TOPIC_MAX = 249
 _PREFIX_MAX = 200  # the catalog's limit
 _LONGEST_SUFFIX = len("rewards-reward-join-changelog") + 16
@@ -52,7 +53,7 @@ class _Copier:
     def __init__(self, config: Mapping[str, str], topic: str) -> None:
         self.topic = topic
         self.failures: list[str] = []
-        self._producer = Producer({**config, "enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3})
+        self._producer = make_producer(config)
 
     def _on_delivery(self, err: object, _msg: object) -> None:
         if err is not None:

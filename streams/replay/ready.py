@@ -20,7 +20,7 @@ WORKER_ROLES = ("executor", "verifier", "judge")
 
 
 def pipeline_groups(prefix: str) -> list[str]:
-    """Consumer groups of the pipeline on ``prefix``: the workers' and the Faust app's (``<prefix>rewards``)."""
+    """Consumer groups of the pipeline on ``prefix``: the workers' and the reward processor's (``<prefix>rewards``)."""
     return [f"{prefix}{role}" for role in WORKER_ROLES] + [f"{prefix}rewards"]
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from bus.scan import Record, offsets_for_time, read_ranges, watermarks
 from schemas.codec import decode
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent, RewardEvent
-from streams.replay.scan import Record, offsets_for_time, read_ranges, watermarks
 from streams.replay.selection import ByRun, ByTime, Selection, SelectionError
 
 #: Rewards are looked up from this long before the earliest selected generation (producer clock skew).

@@ -91,7 +91,11 @@ class EmitThenMark:
         return ((key, value) for key, value in self._table.items() if not key.startswith("#"))
 
     async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
-        offset = await self._outputs.send_reward(state.partition, reward.key(), encode(reward))
+        self.doing = f"waiting for the ack of the reward for {state.generation_id}"
+        try:
+            offset = await self._outputs.send_reward(state.partition, reward.key(), encode(reward))
+        finally:
+            self.doing = None
         await self._table.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
         await self._advance_watermark(state.partition, offset + 1)
 

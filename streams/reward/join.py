@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from schemas.caps import fit_list
 from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent
 from streams.reward.policy import PARTS, Part, Policy, Scored, Signals, Withheld, evaluate
 
@@ -187,8 +188,8 @@ def reward_event(state: JoinState, scored: Scored, missing: tuple[Part, ...], po
         policy_name=policy.name,
         policy_version=policy.version,
         components=scored.components,
-        reasons=list(scored.reasons)[:64],
-        flags=list(scored.flags)[:64],
+        reasons=fit_list(RewardEvent, "reasons", scored.reasons),
+        flags=fit_list(RewardEvent, "flags", scored.flags),
         missing=list(missing),
         inputs=inputs,
     )

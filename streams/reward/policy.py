@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError
 from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore
 
@@ -103,10 +104,7 @@ def load_policy(path: Path | None = None) -> Policy:
     try:
         return Policy.model_validate(data)
     except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-        )
-        raise PolicyError(f"reward policy {path} is invalid: {problems}") from exc
+        raise PolicyError(f"reward policy {path} is invalid: {one_line(problems_of(exc, data), '<root>')}") from exc
 
 
 @dataclass(frozen=True, slots=True)

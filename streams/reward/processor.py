@@ -1,8 +1,9 @@
 """The reward processor's core, shared by both engines: decode, join, decide, emit.
 
-Exactly once is the engine's job, behind ``Outputs``: the transactional engine (``engine``) commits a reward
-and its ``emitted`` marker in one Kafka transaction; the Faust engine emits, then marks, and de-duplicates
-after a crash (``emit_then_mark``).
+Exactly once is the engine's job, behind ``StateStore`` and ``Outputs``: the Kafka engine (``kafka_engine``)
+commits a reward and its ``emitted`` marker in one Kafka transaction; the Faust engine (``faust_join``) emits,
+then marks, and de-duplicates after a crash (``emit_then_mark``). The core is sequential: an engine that runs
+it from concurrent tasks serialises the calls.
 
 Deadlines run in event time: a partition's clock is the oldest of its inputs' newest processed timestamps,
 and an input read to its end counts as "now", so a processor catching up on a backlog (after a restart)
@@ -12,15 +13,16 @@ lets the reward out at the deadline.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from schemas.caps import fit
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
 from streams.reward.join import (
@@ -63,11 +65,6 @@ class StateStore(Protocol):
 class Outputs(Protocol):
     """Where the processor's messages go."""
 
-    async def mark_sent(self, partition: int) -> None:
-        """Mark emitted every generation of ``partition`` whose reward went out without its marker; called
-        under the table lock before the processor reads the partition's states."""
-        ...
-
     async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
         """Send ``reward`` and store ``state`` marked emitted (``join.emitted``), so it goes out exactly once."""
         ...
@@ -78,6 +75,19 @@ class Outputs(Protocol):
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
         """The input (topic, partition)s of ``partitions`` with nothing left to read (``processed``: last offsets)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """What a tick will do, decided from reads only: expire finished states, decide the due generations."""
+
+    wall: float
+    partitions: frozenset[int]
+    expire: bool
+    #: (generation id, its partition's event time) of each generation past its deadline.
+    due: tuple[tuple[str, float], ...]
+    #: Partitions whose states the tick reads and writes.
+    touched: frozenset[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +120,7 @@ class RewardProcessor:
         self._next_note = 0.0
         self._progress: dict[tuple[str, int], float] = {}
         self._progress_since = clock()
-        #: What the processor awaits right now, for stall reports.
-        self.doing = "idle"
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"[:256]
-        self._lock = asyncio.Lock()
+        self.worker = fit(LogRecord, "worker", f"{socket.gethostname()}:{os.getpid()}")
         self._topic_time: dict[tuple[str, int], float] = {}
         self.processed: dict[tuple[str, int], int] = {}
         self.counts: dict[str, int] = {
@@ -123,16 +130,17 @@ class RewardProcessor:
             "withheld": 0,
             "expired": 0,
         }
+        #: Called with the reason (error class) of every dead letter: the engine's metrics.
+        self.on_dead_letter: Callable[[str], None] = lambda _reason: None
 
     def restart_progress_clock(self) -> None:
         """Start the no-progress clock of every input afresh (after assignment or recovery)."""
         self._progress_since = self.clock()
         self._progress.clear()
 
-    def stalled(self, backlog: Iterable[tuple[str, int]], stall_s: float) -> list[tuple[str, int]]:
-        """Inputs with messages waiting that have not advanced for ``stall_s`` (Faust can stall after a rebalance)."""
-        limit = self.clock() - stall_s
-        return sorted(tp for tp in backlog if self._progress.get(tp, self._progress_since) < limit)
+    def last_progress(self, topic: str, partition: int) -> float:
+        """When ``topic[partition]`` last brought a message (or when the progress clock last restarted)."""
+        return self._progress.get((topic, partition), self._progress_since)
 
     async def handle(
         self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
@@ -152,59 +160,79 @@ class RewardProcessor:
         event = await self._decode(topic, partition, offset, key, value)
         if event is None:
             return
-        async with self._lock:
-            await self.outputs.mark_sent(partition)
-            raw = self.store.get(event.generation_id)
-            state = JoinState.loads(raw) if raw is not None else None
-            if state is not None and state.partition != partition:
-                log.warning(
-                    "generation %s seen on partitions %d and %d: keys disagree",
-                    event.generation_id,
-                    state.partition,
-                    partition,
-                )
-            result = absorb(state, event, partition, timestamp)
-            if result.note:
-                log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
-                if result.state.status == "pending":
-                    # A re-read part after a crash: its state may be complete while the reward never went
-                    # out (killed between the table write and the send). Decide again instead of leaving it
-                    # to the deadline.
-                    await self._act(result.state, self._partition_time(partition, 0.0, set()))
-                return
-            await self._act(result.state, self._partition_time(partition, 0.0, set()), changed=True)
+        raw = self.store.get(event.generation_id)
+        state = JoinState.loads(raw) if raw is not None else None
+        if state is not None and state.partition != partition:
+            log.warning(
+                "generation %s seen on partitions %d and %d: keys disagree",
+                event.generation_id,
+                state.partition,
+                partition,
+            )
+        result = absorb(state, event, partition, timestamp)
+        if result.note:
+            log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
+            if result.state.status == "pending":
+                # A re-read part after a crash: its state may be complete while the reward never went out
+                # (killed between the table write and the send). Decide again instead of leaving it to the
+                # deadline.
+                await self._act(result.state, self._partition_time(partition, 0.0, set()))
+            return
+        await self._act(result.state, self._partition_time(partition, 0.0, set()), changed=True)
 
     async def tick(self, partitions: set[int]) -> None:
         """Apply deadlines to pending generations of the partitions this worker owns."""
+        await self.apply_tick(await self.plan_tick(partitions))
+
+    async def plan_tick(self, partitions: set[int]) -> TickPlan:
+        """What a tick will do; only reads (the inputs' ends too, which takes a broker round trip)."""
         wall = self.clock()
-        if wall >= self._next_expiry:
+        expire = wall >= self._next_expiry
+        if expire:
             self._next_expiry = wall + 60.0
-            async with self._lock:
-                await self._expire(partitions, wall)
         candidates = [
             state
             for state in self._pending(partitions)
             if max(wall, self._partition_time(state.partition, 0.0, set())) >= self._due_at(state)
         ]
-        if not candidates:
-            return
-        idle = await self.outputs.caught_up({s.partition for s in candidates}, dict(self.processed))
-        now = {
-            p: max(self._partition_time(p, 0.0, set()), self._partition_time(p, wall, idle))
-            for p in {s.partition for s in candidates}
-        }
-        due = [s for s in candidates if now[s.partition] >= self._due_at(s)]
-        if len(due) < len(candidates):
-            lagging = sorted({tp for tp in self._inputs(candidates) if tp not in idle})
-            self.note_waiting(f"{len(candidates) - len(due)} generations past the deadline wait for inputs {lagging}")
-        if not due:
-            return
-        async with self._lock:
-            for state in due:
-                await self.outputs.mark_sent(state.partition)
-                raw = self.store.get(state.generation_id)  # re-read: the agent may have emitted meanwhile
-                if raw is not None:
-                    await self._act(JoinState.loads(raw), now[state.partition])
+        due: list[JoinState] = []
+        now: dict[int, float] = {}
+        if candidates:
+            idle = await self.outputs.caught_up({s.partition for s in candidates}, dict(self.processed))
+            now = {
+                p: max(self._partition_time(p, 0.0, set()), self._partition_time(p, wall, idle))
+                for p in {s.partition for s in candidates}
+            }
+            due = [s for s in candidates if now[s.partition] >= self._due_at(s)]
+            if len(due) < len(candidates):
+                lagging = sorted({tp for tp in self._inputs(candidates) if tp not in idle})
+                self.note_waiting(f"{len(candidates) - len(due)} generations past the deadline wait for {lagging}")
+        touched = frozenset(partitions) if expire else frozenset(s.partition for s in due)
+        return TickPlan(
+            wall, frozenset(partitions), expire, tuple((s.generation_id, now[s.partition]) for s in due), touched
+        )
+
+    async def apply_tick(self, plan: TickPlan) -> None:
+        """Carry out a plan: expire, then decide each due generation as the table has it now."""
+        if plan.expire:
+            await self._expire(set(plan.partitions), plan.wall)
+        for generation_id, now in plan.due:
+            raw = self.store.get(generation_id)  # re-read: a message may have decided it meanwhile
+            if raw is not None:
+                await self._act_or_give_up(JoinState.loads(raw), now)
+
+    async def _act_or_give_up(self, state: JoinState, now: float) -> None:
+        """A deadline decision; if deciding crashes (a bug), that generation ends without a reward, loudly,
+        instead of crashing every tick (a restart loop for the whole processor)."""
+        try:
+            await self._act(state, now)
+        except Exception as exc:
+            log.exception("deciding the reward of %s failed", state.generation_id)
+            self.counts["gave_up"] += 1
+            await self.store.put(
+                state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
+            )
+            await self._log(state, "error", f"no reward: deciding it crashed ({type(exc).__name__}: {exc})")
 
     def note_waiting(self, why: str) -> None:
         """Log why deadlines are not applied, at most every 10 s (a silent stall is the worst failure)."""
@@ -227,17 +255,19 @@ class RewardProcessor:
         for key, raw in list(self.store.items()):
             if raw.startswith(PENDING_PREFIX):
                 continue
-            state = JoinState.loads(raw)
+            state = _load(key, raw)
+            if state is None:
+                continue
             if state.partition in partitions and state.first_seen < cutoff:
                 await self.store.delete(state.partition, key)
                 self.counts["expired"] += 1
 
     def _pending(self, partitions: set[int]) -> list[JoinState]:
         out: list[JoinState] = []
-        for _key, raw in list(self.store.items()):
+        for key, raw in list(self.store.items()):
             if raw.startswith(PENDING_PREFIX):
-                state = JoinState.loads(raw)
-                if state.partition in partitions:
+                state = _load(key, raw)
+                if state is not None and state.partition in partitions:
                     out.append(state)
         return out
 
@@ -271,32 +301,61 @@ class RewardProcessor:
                 raise DecodeError(_MODELS[role].__name__, [("", "empty message (tombstone)")])
             return decode(value, _MODELS[role])
         except DecodeError as exc:
-            letter = DeadLetter.capture(
-                source_topic=topic,
-                source_partition=partition,
-                source_offset=offset,
-                component=COMPONENT,
-                error=exc,
-                key=key,
-                value=value or b"",
-            )
-            await self.outputs.send_dlq(key, encode(letter))
-            self.counts["dlq"] += 1
-            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, exc)
+            await self.dead_letter(topic, partition, offset, key=key, value=value, error=exc)
             return None
+
+    async def dead_letter(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        error: BaseException,
+        crash: BaseException | None = None,
+    ) -> None:
+        """Send one input message to the DLQ with ``error``; a handler ``crash`` is also logged with its traceback
+        (here and in OpenSearch)."""
+        letter = DeadLetter.capture(
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=offset,
+            component=COMPONENT,
+            error=error,
+            key=key,
+            value=value or b"",
+        )
+        await self.outputs.send_dlq(key, encode(letter))
+        self.counts["dlq"] += 1
+        self.on_dead_letter(type(error).__name__)
+        if crash is None:
+            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, error)
+            return
+        log.error("dead-lettered %s[%d]@%d: %s", topic, partition, offset, error, exc_info=crash)
+        record = LogRecord(
+            level="error",
+            component=COMPONENT,
+            worker=self.worker,
+            logger=log.name,
+            message=fit(LogRecord, "message", f"dead-lettered ({type(error).__name__}): {error}"),
+            topic=fit(LogRecord, "topic", topic),
+            partition=partition,
+            offset=offset,
+            exc_text=fit(LogRecord, "exc_text", "".join(traceback.format_exception(crash)), keep="tail"),
+        )
+        await self.outputs.send_log(record.key(), encode(record))
 
     async def _act(self, state: JoinState, now: float, *, changed: bool = False) -> None:
         """Decide and do it; ``changed``: the state differs from the table's and must be stored unless superseded.
 
         A state that is emitted at once is never stored complete: its last part's input offset is committed
-        only after the ``emitted`` marker, so a crash before that re-reads the part and decides again
-        (``Outputs.mark_sent`` catches a reward that did go out).
+        only after the ``emitted`` marker, so a crash before that re-reads the part and decides again (the
+        Faust engine's ``emit_then_mark`` catches a reward that did go out).
         """
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
-            self.doing = f"waiting for the ack of the reward for {state.generation_id}"
             await self.outputs.send_reward(state, decision.reward)
-            self.doing = "idle"
             self.counts["rewards"] += 1
         elif isinstance(decision, Wait):
             if changed:
@@ -320,7 +379,7 @@ class RewardProcessor:
             component=COMPONENT,
             worker=self.worker,
             logger=log.name,
-            message=message[:8192],
+            message=fit(LogRecord, "message", message),
             generation_id=state.generation_id,
             episode_id=state.episode_id,
             run_id=state.run_id,
@@ -328,3 +387,12 @@ class RewardProcessor:
         )
         log.log(logging.ERROR if level == "error" else logging.WARNING, "%s: %s", state.generation_id, message)
         await self.outputs.send_log(record.key(), encode(record))
+
+
+def _load(key: str, raw: bytes) -> JoinState | None:
+    """A table row as a join state; a row that is none (written by something else) is skipped, not fatal."""
+    try:
+        return JoinState.loads(raw)
+    except ValueError as exc:
+        log.debug("table row %r is no join state: %s", key, exc)
+        return None

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
+from bus.clients import make_reader
+from bus.partition_reader import read_to_end
 from schemas.errors import KafkaError
-from streams.reward.partition_reader import read_to_end
 
 
 def read_partition(
@@ -36,7 +37,9 @@ def idle_partitions(
     partition whose producer stopped (a judge that died) ends with a commit marker (and maybe aborted
     records) that no consumer ever delivers. Those partitions are probed with a read_committed consumer.
     """
-    consumer = Consumer({**client_config, "group.id": group_id, "enable.auto.commit": False, "log_level": 3})
+    # Only the group's committed offsets and the high watermarks are read here, and the high watermark must
+    # include records of open transactions (read_committed would answer the last stable offset instead).
+    consumer = make_reader(client_config, group_id, **{"isolation.level": "read_uncommitted"})
     try:
         idle: set[tuple[str, int]] = set()
         behind: dict[tuple[str, int], tuple[int, int]] = {}
@@ -71,15 +74,7 @@ def _only_markers_left(
     probe = {tp: span for tp, span in behind.items() if span[1] - span[0] <= _PROBE_LIMIT}
     if not probe:
         return set()
-    consumer = Consumer(
-        {
-            **client_config,
-            "group.id": "rewardstream-rewards-probe",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        }
-    )
+    consumer = make_reader(client_config, "rewardstream-rewards-probe")
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _high) in probe.items()])
         undecided = dict(probe)

@@ -14,6 +14,7 @@ raises ``RewardTimeoutError`` naming what is missing. Adapters for TRL and verl:
 from __future__ import annotations
 
 from streams.sdk.aio import AsyncTrainerClient
-from streams.sdk.client import RewardFuture, RewardTimeoutError, SdkError, TrainerClient, TrainerConfig
+from streams.sdk.client import RewardFuture, TrainerClient
+from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig
 
 __all__ = ["AsyncTrainerClient", "RewardFuture", "RewardTimeoutError", "SdkError", "TrainerClient", "TrainerConfig"]

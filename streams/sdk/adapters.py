@@ -13,7 +13,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from streams.sdk.client import SdkError, TrainerClient
+from streams.sdk.client import TrainerClient
+from streams.sdk.config import SdkError
 
 _FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from schemas.events import GenerationEvent, RewardEvent
-from streams.sdk.client import RewardTimeoutError, TrainerClient, TrainerConfig
+from streams.sdk.client import TrainerClient
+from streams.sdk.config import RewardTimeoutError, TrainerConfig
 
 
 class AsyncTrainerClient:

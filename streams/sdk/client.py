@@ -18,19 +18,19 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from schemas.codec import decode, encode
+from bus.clients import make_reader
+from schemas.codec import decode, encode, one_line, problems_of
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
-from schemas.settings import Settings
-from schemas.topics import catalog_for, topic_for
+from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig, producer_config
 
 log = logging.getLogger("rewardstream.sdk")
 
@@ -39,73 +39,6 @@ RewardFuture = Future[RewardEvent]
 
 _POLL_S = 0.1
 _POLL_EVERY = 1000  # serve delivery reports every this many produced messages
-
-
-class SdkError(RewardstreamError):
-    """The trainer SDK could not publish, consume or match a reward."""
-
-
-class RewardTimeoutError(SdkError):
-    """Rewards did not arrive in time; ``missing`` lists the generation ids still without one."""
-
-    def __init__(self, missing: list[str], timeout_s: float) -> None:
-        self.missing = missing
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        super().__init__(f"{len(missing)} reward(s) missing after {timeout_s:g}s: {shown}")
-
-
-@dataclass(frozen=True)
-class TrainerConfig:
-    """Where to publish, where rewards come back, and how this trainer is identified across restarts."""
-
-    kafka: Mapping[str, str]
-    generations_topic: str
-    rewards_topic: str
-    run_id: str
-    trainer_id: str | None = None  # consumer group suffix; default: run_id (one trainer per run)
-    policy_version: str = "0"
-    compression: Literal["lz4", "zstd"] = "lz4"
-    linger_ms: int = 20
-    batch_bytes: int = 1_000_000
-    auto_commit: bool = True  # False: offsets move only on checkpoint() (trainers that checkpoint models)
-    commit_interval_s: float = 1.0
-    dedup_lookback: int = 200_000  # messages per partition re-read below the committed offset on start
-    group_prefix: str = "rewardstream-trainer."
-    producer_overrides: Mapping[str, str | int | bool] = field(default_factory=dict)
-
-    @classmethod
-    def from_settings(cls, settings: Settings, run_id: str, **overrides: Any) -> TrainerConfig:
-        """Topic names and Kafka connection from the one settings object."""
-        specs = catalog_for(settings)
-        return cls(
-            kafka=settings.kafka_client_config(),
-            generations_topic=topic_for("generations", specs).name,
-            rewards_topic=topic_for("rewards", specs).name,
-            run_id=run_id,
-            **overrides,
-        )
-
-    @property
-    def group_id(self) -> str:
-        """The consumer group whose committed offsets say which rewards this trainer already has."""
-        return f"{self.group_prefix}{self.trainer_id or self.run_id}"
-
-
-def producer_config(config: TrainerConfig) -> dict[str, str | int | bool]:
-    """Idempotent (no duplicates on retry), compressed, batching: the fast and safe way to publish."""
-    return {
-        **config.kafka,
-        "enable.idempotence": True,
-        "acks": "all",
-        "compression.type": config.compression,
-        "linger.ms": config.linger_ms,
-        "batch.size": config.batch_bytes,
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 2_097_151,
-        "delivery.report.only.error": True,
-        "log_level": 3,
-        **config.producer_overrides,
-    }
 
 
 @dataclass
@@ -169,8 +102,7 @@ class TrainerClient:
         try:
             return GenerationEvent(generation_id=gid, run_id=self.config.run_id, task_id=task_id, code=code, **fields)
         except pydantic.ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}" for e in exc.errors())
-            raise ValidationError(f"bad generation {gid!r}: {problems}") from None
+            raise ValidationError(f"bad generation {gid!r}: {one_line(problems_of(exc), 'event')}") from None
 
     def send(self, event: GenerationEvent) -> None:
         """Queue one generation for publishing (batched); its reward comes out of ``rewards()``."""
@@ -351,16 +283,8 @@ class TrainerClient:
     # ---- the consumer thread ----------------------------------------------------------------------------
 
     def _start_consumer(self, timeout_s: float) -> None:
-        self._consumer = Consumer(
-            {
-                **self.config.kafka,
-                "group.id": self.config.group_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",
-                "log_level": 3,
-            }
-        )
+        # It assigns itself every partition and commits the trainer's checkpoints to its own group.
+        self._consumer = make_reader(self.config.kafka, self.config.group_id, **{"auto.offset.reset": "earliest"})
         self._thread = threading.Thread(target=self._consume_loop, name="rewardstream-sdk-rewards", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -430,7 +354,7 @@ class TrainerClient:
             while not self._stop.is_set():
                 for msg in consumer.consume(1000, timeout=_POLL_S):
                     if msg.error() is None:
-                        self._handle(msg)
+                        self._handle_guarded(msg)
                     else:
                         log.warning("rewards consumer: %s", msg.error())
                 self._serve_commits()
@@ -452,6 +376,19 @@ class TrainerClient:
                 consumer.commit(offsets=tps, asynchronous=True)
             except KafkaException as exc:
                 log.warning("auto-commit failed (retried next interval): %s", exc)
+
+    def _handle_guarded(self, msg: Message) -> None:
+        """One reward message; a failure handling it (a bug) skips that message, never the trainer's rewards."""
+        try:
+            self._handle(msg)
+        except Exception:
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            log.exception(
+                "skipping the reward message at %s[%d]@%d: handling it failed", msg.topic(), partition, offset
+            )
+            with self._state.cond:
+                self._state.undecodable += 1
+                _advance(self._state, partition, offset)
 
     def _handle(self, msg: Message) -> None:
         partition, offset = msg.partition() or 0, msg.offset() or 0

@@ -33,7 +33,7 @@ def process_sandbox() -> Iterator[Sandbox]:
 def prefix(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
     """A topic prefix of its own with the whole catalog created (``helpers.PARTITIONS`` partitions each),
     deleted afterwards."""
-    from infra.topics import delete_topics, ensure_topics
+    from bus.admin import delete_topics, ensure_topics
     from schemas.topics import catalog
     from tests.integration.helpers import PARTITIONS
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 
+from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from tests.integration.reward_env import REPO
-from workers.metrics import WorkerMetrics
 from workers.roles.service import Dependencies, RoleName, run_worker
-from workers.runtime import WorkerStats
+from workers.transactional_loop import WorkerStats
 
 #: Partitions of every topic under the ``prefix`` fixture's catalog (pass it on as ``topic_partitions``).
 PARTITIONS = 3

@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from infra.topics import delete_topics, ensure_topics
+from bus.admin import delete_topics, ensure_topics
 from schemas.codec import decode, encode
 from schemas.events import (
     DeadLetter,
@@ -68,15 +68,15 @@ class RewardEnv:
             "run",
             "--app-id",
             self.app_id,
-            "--data-dir",
-            str(self.tmp / "data"),
             "--tick",
             "0.2",
-            "--stall-timeout",
-            "8",
             "--engine",
             engine,
+            "--metrics-port",
+            "0",
         ]
+        if engine == "faust":
+            cmd += ["--data-dir", str(self.tmp / "data"), "--stall-timeout", "8"]
         if policy is not None:
             cmd += ["--policy", str(policy)]
         if kill_after is not None:
@@ -221,7 +221,7 @@ class Reader:
 
 @contextmanager
 def reward_env(kafka_config: dict[str, str], unique_name: str, tmp: Path) -> Iterator[RewardEnv]:
-    """Topics under a unique prefix, deleted (with the Faust app's internal topics) afterwards."""
+    """Topics under a unique prefix, deleted (with the reward processor's changelog) afterwards."""
     prefix = f"{unique_name}."
     specs = catalog(prefix, PARTITIONS)
     ensure_topics(specs, kafka_config)

@@ -1,5 +1,5 @@
 """The whole pipeline for SDK/submit/logs tests: topics under a unique prefix, executor + verifier + judge
-(+ indexer) workers and the Faust reward processor as subprocesses, a HumanEval task registry.
+(+ indexer) workers and the reward processor as subprocesses, a HumanEval task registry.
 
 Reuses ``reward_env`` (topics, processor, cleanup); workers are added to its process list so they are killed
 in its ``finally``. Also a trainer entry point (``python -m tests.integration.sdk_env trainer ...``) so a

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from confluent_kafka import Consumer
 
+from bus.clients import make_consumer, make_producer
 from schemas.codec import decode, encode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, ExecutionResult, GenerationEvent, HiddenVerdict
 from schemas.settings import Settings
@@ -29,11 +30,10 @@ from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
 from tests.integration.relay import Relay
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
-from workers.kafka.clients import make_consumer, make_producer
 from workers.roles.service import Dependencies
-from workers.runtime import WorkerStats
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
+from workers.transactional_loop import WorkerStats
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 

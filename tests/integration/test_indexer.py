@@ -22,15 +22,15 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
+from bus.clients import make_producer
+from bus.metrics import WorkerMetrics
 from schemas.codec import decode
 from schemas.events import DeadLetter, LogRecord
 from schemas.settings import Settings
 from tests.integration.platform_env import IsolatedPlatform, isolated_platform
-from workers.kafka.clients import make_producer
 from workers.logs.indexer import IndexerConfig
 from workers.logs.service import run_indexers
 from workers.logs.shipper import LogShipper
-from workers.metrics import WorkerMetrics
 
 pytestmark = pytest.mark.integration
 

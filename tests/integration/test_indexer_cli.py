@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
+from bus.clients import make_producer
 from schemas.settings import Settings
-from workers.kafka.clients import make_producer
 from workers.logs.indices import LogIndices, index_name
 from workers.logs.shipper import LogShipper
 

@@ -33,7 +33,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Co
 
 
 def _delete_topics_with_prefix(prefix: str) -> None:
-    from infra.topics import delete_topics
+    from bus.admin import delete_topics
 
     settings = Settings()
     from confluent_kafka.admin import AdminClient

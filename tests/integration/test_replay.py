@@ -74,7 +74,7 @@ def live_reward_count(kafka_config: dict[str, str], topic: str) -> int:
 
 
 def delete_namespace(kafka_config: dict[str, str], prefix: str) -> None:
-    from infra.topics import delete_groups_with_prefix, delete_topics
+    from bus.admin import delete_groups_with_prefix, delete_topics
 
     delete_topics(replay_topics(kafka_config, prefix), kafka_config)
     delete_groups_with_prefix(prefix, kafka_config)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from infra.topics import ensure_topics
+from bus.admin import ensure_topics
+from bus.changelog import changelog_name, changelog_spec
 from schemas.events import Event
 from schemas.topics import catalog, topic_for
-from streams.reward.changelog import changelog_name, changelog_spec
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
 from streams.reward.processor import RESTART_EXIT_CODE
 from tests.integration.reward_env import PARTITIONS, Reader, reward_env

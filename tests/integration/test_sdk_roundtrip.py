@@ -66,8 +66,10 @@ def ids_on(kafka_config: dict[str, str], topic: str) -> set[str]:
 
 
 def copy_rewards(kafka_config: dict[str, str], topic: str, ids: set[str]) -> int:
-    """Re-publish the rewards of ``ids`` (a processor emitting twice): the SDK must drop them."""
+    """Re-publish the rewards of ``ids`` (a processor emitting twice): the SDK must drop them. Only what was on
+    the topic before the first copy is read (never a copy again)."""
     consumer = Consumer({**kafka_config, "group.id": "unused", "enable.auto.commit": False, "log_level": 3})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     producer = Producer(kafka_config)
     copied = 0
@@ -75,7 +77,9 @@ def copy_rewards(kafka_config: dict[str, str], topic: str, ids: set[str]) -> int
     try:
         while copied < len(ids) and time.monotonic() < deadline:
             for msg in consumer.consume(500, timeout=0.5):
-                if msg.error() is None and decode(msg.value() or b"", RewardEvent).generation_id in ids:
+                if msg.error() is not None or (msg.offset() or 0) >= ends[msg.partition() or 0]:
+                    continue
+                if decode(msg.value() or b"", RewardEvent).generation_id in ids:
                     producer.produce(topic, key=msg.key(), value=msg.value())
                     copied += 1
         assert producer.flush(30) == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.topics import delete_groups_with_prefix, delete_topics, describe_topics, ensure_topics
+from bus.admin import delete_groups_with_prefix, delete_topics, describe_topics, ensure_topics
 from schemas.topics import catalog
 
 pytestmark = pytest.mark.integration

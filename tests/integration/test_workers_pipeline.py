@@ -22,13 +22,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from bus.clients import make_consumer, make_producer
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore, LogRecord
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
 from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
-from workers.kafka.clients import make_consumer, make_producer
 from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import Problem

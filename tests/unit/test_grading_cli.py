@@ -58,7 +58,7 @@ CONTRACT_KEYS = {"generation_id", "task_id", "status", "public", "hidden", "flag
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     _register()
-    monkeypatch.setattr(grade_cli, "make_sandbox", lambda _settings, _backend: LocalRunner())
+    monkeypatch.setattr(grade_cli, "open_sandbox", lambda _settings, _backend: LocalRunner())
     original = Grader  # the class grade_cli uses (it imports it from workers.grading.grader)
 
     def local_grader(sandbox: Any, config: GraderConfig | None = None) -> Any:

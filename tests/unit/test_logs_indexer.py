@@ -7,8 +7,8 @@ from typing import Any
 
 from confluent_kafka import Message
 
+from bus.clients import next_offsets
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogRecord
-from workers.kafka.clients import next_offsets
 from workers.logs.indexer import Backoff, bulk_body, bulk_outcome, document
 from workers.logs.indices import expired, index_day, index_name, index_template, ism_policy
 from workers.logs.shipper import tail

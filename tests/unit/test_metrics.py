@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from workers.metrics import MetricsError, WorkerMetrics, serve
+from bus.metrics import MetricsError, WorkerMetrics, serve
 
 
 def test_two_workers_in_one_process_do_not_share_a_registry() -> None:
@@ -20,7 +20,7 @@ def test_two_workers_in_one_process_do_not_share_a_registry() -> None:
 def test_every_series_the_issue_asks_for_is_exposed() -> None:
     m = WorkerMetrics("verifier")
     m.processed()
-    m.failed("DecodeError")
+    m.dead_letter("DecodeError")
     m.sandbox_error()
     m.retry("s3")
     m.set_lag("rs.generations", 2, 17)
@@ -28,7 +28,7 @@ def test_every_series_the_issue_asks_for_is_exposed() -> None:
         assert m.value("rewardstream_in_flight") == 1
     assert m.value("rewardstream_in_flight") == 0
     assert m.value("rewardstream_run_seconds_count") == 1
-    assert m.value("rewardstream_failed_total", reason="DecodeError") == 1
+    assert m.value("rewardstream_dead_letters_total", reason="DecodeError") == 1
     assert m.value("rewardstream_sandbox_errors_total") == 1
     assert m.value("rewardstream_retries_total", dependency="s3") == 1
     assert m.value("rewardstream_consumer_lag", topic="rs.generations", partition="2") == 17

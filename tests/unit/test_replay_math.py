@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from schemas.events import RewardEvent
-from streams.replay.math import explain_reward, find_policy
+from streams.explain.math import explain_reward, find_policy
 from streams.reward.policy import Signals, default_policy_path, evaluate, load_policy
 from tests.unit.reward_events import execution, judgement, verdict
 

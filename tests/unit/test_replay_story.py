@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from bus.scan import Record
 from schemas.events import GenerationEvent, InputRef, RewardEvent
-from streams.replay.locate import Found, Located
-from streams.replay.scan import Record
-from streams.replay.story import build_story
+from streams.explain.locate import Found, Located
+from streams.explain.story import build_story
 from streams.reward.policy import default_policy_path
 from tests.unit.reward_events import execution, ids, judgement, verdict
 

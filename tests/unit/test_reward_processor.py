@@ -11,6 +11,7 @@ import pytest
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, LogRecord, RewardEvent
 from streams.reward.emit_then_mark import EmitThenMark, watermark_key
+from streams.reward.faust_join import FaustJoin
 from streams.reward.join import JoinState, PartEvent, emitted
 from streams.reward.policy import Policy, load_policy
 from streams.reward.processor import RewardProcessor, Topics
@@ -85,9 +86,6 @@ class TransactionalOutputs:
         self.store = store
         self.rewards: dict[int, list[bytes]] = {}
 
-    async def mark_sent(self, partition: int) -> None:
-        pass
-
     async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
         self.rewards.setdefault(state.partition, []).append(encode(reward))
         await self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())
@@ -126,20 +124,19 @@ def make(
     *,
     watermark_every: int = 1,
     retention_s: float = 7 * 86_400.0,
-) -> RewardProcessor:
-    """The processor as the Faust engine builds it: over the emit-then-mark layer."""
+) -> FaustJoin:
+    """The processor as the Faust engine builds and drives it: over the emit-then-mark layer."""
     clock = clock or Clock(T0)
     marks = EmitThenMark(store, outputs, clock=clock, watermark_every=watermark_every)
-    return RewardProcessor(policy, Topics(INPUTS), marks, marks, clock=clock, retention_s=retention_s)
+    return FaustJoin(RewardProcessor(policy, Topics(INPUTS), marks, marks, clock=clock, retention_s=retention_s), marks)
 
 
-def marks_of(proc: RewardProcessor) -> EmitThenMark:
-    assert isinstance(proc.outputs, EmitThenMark)
-    return proc.outputs
+def marks_of(proc: FaustJoin) -> EmitThenMark:
+    return proc.marks
 
 
 def feed(
-    proc: RewardProcessor, events: Sequence[PartEvent], partition: int = 0, ts: float = T0, start: int = 0
+    proc: RewardProcessor | FaustJoin, events: Sequence[PartEvent], partition: int = 0, ts: float = T0, start: int = 0
 ) -> None:
     async def go() -> None:
         for i, event in enumerate(events):
@@ -193,7 +190,7 @@ def test_invalid_messages_go_to_the_dlq_with_the_reason(policy: Policy) -> None:
     assert "tombstone" in letters[1].error
     assert "not an input" in letters[2].error
     assert letters[0].original_key() == b"key"
-    assert proc.processed[("x.verdicts", 1)] == 5
+    assert proc.processor.processed[("x.verdicts", 1)] == 5
 
 
 def test_crash_between_reward_and_marker_is_deduplicated_on_restart(policy: Policy) -> None:
@@ -326,7 +323,7 @@ def test_withheld_generations_wait_for_the_retry_limit_not_the_deadline(policy: 
     clock.now = T0 + policy.join.sandbox_retry_s + 1
     asyncio.run(proc.tick({0}))
     assert rewards(outputs) == []
-    assert proc.counts["gave_up"] == 1
+    assert proc.processor.counts["gave_up"] == 1
     assert decode(outputs.logs[-1], LogRecord).level == "error"
     assert b'"status":"gave_up"' in store.data["g"]
 
@@ -340,7 +337,7 @@ def test_finished_generations_expire_after_the_retention(policy: Policy) -> None
     assert "g" not in store.data
     assert "p" in store.data  # still pending: never expired
     assert watermark_key(0) in store.data
-    assert proc.counts["expired"] == 1
+    assert proc.processor.counts["expired"] == 1
 
 
 def test_stalled_inputs_are_those_with_backlog_and_no_progress(policy: Policy) -> None:
@@ -353,5 +350,29 @@ def test_stalled_inputs_are_those_with_backlog_and_no_progress(policy: Policy) -
     assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1), ("x.verdicts", 1)]
     feed(proc, [verdict("g")], partition=1)
     assert proc.stalled(backlog, stall_s=20) == [("x.executions", 1)]
-    proc.restart_progress_clock()  # a rebalance restarts every clock
+    proc.processor.restart_progress_clock()  # a rebalance restarts every clock
     assert proc.stalled(backlog, stall_s=20) == []
+
+
+def test_the_dead_letter_of_the_reward_engine_names_the_handler_crash() -> None:
+    """(pure) the processor's dead letter for a crash: its error and a log record with the traceback."""
+    sent: list[tuple[str, bytes]] = []
+
+    class Outs:
+        async def send_dlq(self, key: bytes | None, value: bytes) -> None:
+            sent.append(("dlq", value))
+
+        async def send_log(self, key: bytes, value: bytes) -> None:
+            sent.append(("log", value))
+
+    processor = RewardProcessor(load_policy(None), Topics({}), None, Outs())  # type: ignore[arg-type]
+    try:
+        raise ZeroDivisionError("boom")
+    except ZeroDivisionError as crash:
+        asyncio.run(processor.dead_letter("t", 1, 5, key=b"k", value=b"v", error=ValueError("handler crashed"),
+                                          crash=crash))  # fmt: skip
+    assert [kind for kind, _ in sent] == ["dlq", "log"]
+    letter, record = decode(sent[0][1], DeadLetter), decode(sent[1][1], LogRecord)
+    assert (letter.source_offset, letter.error) == (5, "handler crashed")
+    assert record.exc_text is not None
+    assert "ZeroDivisionError: boom" in record.exc_text

@@ -27,9 +27,9 @@ from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
 from workers.grading import harness
 from workers.grading.grader import CandidateOutput, split_output
 from workers.grading.suites import MAGIC
+from workers.handler import Done, Source
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.grading import ExecutorHandler, VerifierHandler, output_tail
-from workers.runtime import Done, Source
 from workers.tasks.registry import TaskRegistry
 
 SOURCE = Source("rs.generations", 0, 7)

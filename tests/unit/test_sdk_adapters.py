@@ -8,7 +8,7 @@ import pytest
 
 from schemas.events import GenerationEvent, RewardEvent
 from streams.sdk.adapters import TrlRewardFunction, VerlComputeScore, completion_text, extract_code
-from streams.sdk.client import SdkError
+from streams.sdk.config import SdkError
 
 
 class FakeClient:

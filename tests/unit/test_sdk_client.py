@@ -11,7 +11,7 @@ import pytest
 from schemas.codec import encode
 from schemas.events import RewardEvent
 from streams.sdk import RewardTimeoutError, TrainerClient, TrainerConfig
-from streams.sdk.client import SdkError, producer_config
+from streams.sdk.config import SdkError, producer_config
 
 
 @dataclass

@@ -14,12 +14,12 @@ from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, Judg
 from schemas.tasks import CallCase, CallSuite, Task
 from workers.grading import Grader, GraderConfig
 from workers.grading.grader import RunInfo
+from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
 from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sandbox_run
 from workers.roles.judging import JudgeHandler
-from workers.runtime import Done, Source
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.tasks.registry import TaskRegistry
 

@@ -7,6 +7,7 @@ retries of failing handlers, and abort + rewind when a transaction fails.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,11 +18,13 @@ import pytest
 from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
+from bus.crash_guard import Mark
+from bus.metrics import WorkerMetrics
 from schemas.codec import decode, encode
-from schemas.events import DeadLetter, GenerationEvent
+from schemas.events import DeadLetter, GenerationEvent, LogRecord
+from workers.handler import Done, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.metrics import WorkerMetrics
-from workers.runtime import Done, InvalidEventError, Outcome, Output, Source, TransactionalWorker, WorkerConfig
+from workers.transactional_loop import TransactionalWorker, WorkerConfig
 
 TOPIC = "gen"
 
@@ -63,6 +66,7 @@ class FakeConsumer:
     log: dict[int, list[FakeMessage]]
     positions: dict[int, int] = field(default_factory=dict)
     committed_offsets: dict[int, int] = field(default_factory=dict)
+    committed_metadata: dict[int, str] = field(default_factory=dict)
     paused: set[int] = field(default_factory=set)
     pause_calls: int = 0
     callbacks: dict[str, Callable[..., None]] = field(default_factory=dict)
@@ -103,7 +107,15 @@ class FakeConsumer:
         self.positions[tp.partition] = max(tp.offset, 0)
 
     def committed(self, tps: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.committed_offsets.get(tp.partition, -1001)) for tp in tps]
+        return [
+            TopicPartition(
+                tp.topic,
+                tp.partition,
+                self.committed_offsets.get(tp.partition, -1001),
+                metadata=self.committed_metadata.get(tp.partition, ""),
+            )
+            for tp in tps
+        ]
 
     def assignment(self) -> list[TopicPartition]:
         return [TopicPartition(TOPIC, p) for p in self.log]
@@ -123,7 +135,8 @@ class FakeConsumer:
 
 @dataclass
 class FakeProducer:
-    """Records what each committed transaction contained; can be told to fail the next commit."""
+    """Records what each committed transaction with results contained (offset-only ones, the crash guard's
+    marks, in ``marks``); can be told to fail the next commit of results."""
 
     consumer: FakeConsumer
     open: list[tuple[str, bytes | None, bytes]] | None = None
@@ -132,6 +145,7 @@ class FakeProducer:
     fail_next_commit: bool = False
     aborted: int = 0
     timestamps: dict[bytes, int] = field(default_factory=dict)
+    marks: list[list[TopicPartition]] = field(default_factory=list)
 
     def init_transactions(self, _timeout: float) -> None:
         pass
@@ -141,7 +155,14 @@ class FakeProducer:
         self.open = []
 
     def produce(
-        self, topic: str, key: bytes | None = None, value: bytes = b"", on_delivery: Any = None, timestamp: int = 0
+        self,
+        topic: str,
+        key: bytes | None = None,
+        value: bytes = b"",
+        *,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        partition: int = -1,
     ) -> None:
         assert self.open is not None, "produced outside a transaction"
         self.open.append((topic, key, value))
@@ -152,12 +173,17 @@ class FakeProducer:
 
     def commit_transaction(self, _timeout: float) -> None:
         assert self.open is not None
-        if self.fail_next_commit:
+        if self.fail_next_commit and self.open:
             self.fail_next_commit = False
             raise KafkaException(LibKafkaError(LibKafkaError._FENCED, "fenced", txn_requires_abort=True))
-        self.transactions.append((self.open, {tp.partition: tp.offset for tp in self.offsets}))
+        if self.open:
+            self.transactions.append((self.open, {tp.partition: tp.offset for tp in self.offsets}))
+        else:
+            self.marks.append(list(self.offsets))
         for tp in self.offsets:
             self.consumer.committed_offsets[tp.partition] = tp.offset
+            self.consumer.committed_metadata[tp.partition] = tp.metadata or ""
+        self.offsets = []
         self.open = None
 
     def abort_transaction(self, _timeout: float) -> None:
@@ -346,7 +372,11 @@ def test_failing_handler_is_retried_then_dead_lettered() -> None:
     assert calls.count("flaky") == 3
     assert calls.count("always") == 4
     topics = [t for t, _, _ in producer.results()]
-    assert topics == ["out", "dlq"]
+    assert topics == ["out", "dlq", "logs"]  # the dead letter's log record carries the traceback
+    record = decode(producer.results()[2][2], LogRecord)
+    assert record.offset == 1
+    assert record.exc_text is not None
+    assert "OSError: S3 down" in record.exc_text
 
 
 def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets() -> None:
@@ -377,3 +407,59 @@ def test_garbage_never_reaches_the_handler(value: bytes) -> None:
     run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 1)
     assert handler.events == []
     assert [t for t, _, _ in producer.results()] == ["dlq"]
+
+
+def test_a_handler_crash_is_dead_lettered_with_the_reason_and_the_rest_flows() -> None:
+    class Crashes:
+        def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+            if ev.generation_id == "bad":
+                raise ZeroDivisionError("division by zero in the handler")
+            return Done((Output("out", ev.key(), ev.generation_id.encode()),))
+
+    values = [(f"g{i}".encode(), encode(event("bad" if i == 2 else f"g{i}"))) for i in range(5)]
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, Crashes(), handler_attempts=2)
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 5)
+    results = producer.results()
+    assert [v for t, _, v in results if t == "out"] == [b"g0", b"g1", b"g3", b"g4"]
+    letters = [decode(v, DeadLetter) for t, _, v in results if t == "dlq"]
+    assert len(letters) == 1
+    assert (letters[0].source_offset, letters[0].error_type) == (2, "HandlerCrashError")
+    assert "handler crashed on all 2 attempts: ZeroDivisionError: division by zero in the handler" in letters[0].error
+    assert worker.metrics.value("rewardstream_dead_letters_total", reason="HandlerCrashError") == 1
+
+
+def test_after_an_owner_died_the_suspect_messages_run_alone_each_behind_its_own_mark() -> None:
+    values = [(f"k{i}".encode(), encode(event(f"g{i}"))) for i in range(6)]
+    handler = Recorder({f"g{i}": 0.02 for i in range(6)})
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, concurrency=4, max_in_flight=4)
+    consumer.committed_offsets[0] = 0
+    consumer.committed_metadata[0] = Mark(0, 1).encode()  # the previous owner died with offset 0 on
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 6)
+    spans = {g: (at, None) for kind, g, at in handler.events if kind == "start"}
+    ends = {g: at for kind, g, at in handler.events if kind == "end"}
+    order = sorted(spans, key=lambda g: spans[g][0])
+    for earlier, later in itertools.pairwise(order[:4]):  # the window (buffer limit 4) runs one at a time
+        assert ends[earlier] <= spans[later][0], f"{later} started while {earlier} ran"
+    alone_marks = [tps[0] for tps in producer.marks if Mark.parse(tps[0].metadata) and tps[0].offset < 4]
+    assert [Mark.parse(tp.metadata).alone for tp in alone_marks[1:]] == [1, 1, 1, 1]  # type: ignore[union-attr]
+    assert [v for _, _, v in producer.results()] == [f"g{i}".encode() for i in range(6)]
+
+
+def test_a_message_that_killed_the_process_alone_too_often_is_dead_lettered_unrun() -> None:
+    values = [(f"k{i}".encode(), encode(event(f"g{i}"))) for i in range(4)]
+    handler = Recorder()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, crash_attempts=3)
+    consumer.committed_offsets[0] = 1
+    consumer.committed_metadata[0] = Mark(1, 1, 3, 20).encode()  # offset 1 ran alone 3 times; all died
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 4)
+    assert "g1" not in {g for _, g, _ in handler.events}
+    results = producer.results()
+    letters = [decode(v, DeadLetter) for t, _, v in results if t == "dlq"]
+    assert [(d.source_offset, d.error_type) for d in letters] == [(1, "CrashLoopError")]
+    assert "died 3 times while handling this message alone" in letters[0].error
+    logs = [decode(v, LogRecord) for t, _, v in results if t == "logs"]
+    assert any(
+        r.message.startswith("dead-lettered (CrashLoopError): ") and r.offset == 1 and r.level == "error" for r in logs
+    )
+    assert [v for t, _, v in results if t == "out"] == [b"g2", b"g3"]
+    assert worker.metrics.value("rewardstream_dead_letters_total", reason="CrashLoopError") == 1

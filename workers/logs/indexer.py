@@ -23,13 +23,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
+from bus.clients import next_offsets
+from bus.crash_guard import DEFAULT_ATTEMPTS, AloneGate, CrashGuard, GiveUp, release_marks, start_marks
+from bus.dead_letters import publish_dead_letter
+from bus.delivery import DeliveryTracker, flush
+from bus.errors import from_message
+from bus.metrics import WorkerMetrics
 from schemas.codec import DecodeError, decode
-from schemas.errors import RewardstreamError
+from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import LogRecord
-from workers.kafka.clients import DeliveryTracker, flush, next_offsets, publish_dead_letter
-from workers.kafka.errors import from_message
 from workers.logs.indices import LogIndices, index_name
-from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,8 @@ class LogIndexer:
         indices: LogIndices,
         metrics: WorkerMetrics,
         stop: threading.Event,
+        gate: AloneGate | None = None,
+        crash_attempts: int = DEFAULT_ATTEMPTS,
     ) -> None:
         self.config = config
         self._consumer = consumer
@@ -146,18 +151,59 @@ class LogIndexer:
         self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s)
         self._next_retention = 0.0
         self._next_lag = 0.0
+        self._guard = CrashGuard(config.component, attempts=crash_attempts, window=config.batch_size)
+        self._gate = gate or AloneGate()
+        self._closing = False
 
     def run(self) -> None:
         """Consume and index until ``stop`` is set; uncommitted work is simply re-delivered later."""
-        self._consumer.subscribe([self.config.logs_topic])
+        self._consumer.subscribe(
+            [self.config.logs_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
         try:
             while not self._stop.is_set():
                 batch = self._next_batch()
                 if batch:
-                    self.handle_batch(batch)
+                    self._handle_guarded(batch)
                 self._housekeeping()
         finally:
+            # Release the partitions' marks here: a synchronous commit from the revoke callback that close()
+            # runs can hang librdkafka's close.
+            try:
+                self._commit_offsets(release_marks(self._guard, self._consumer.assignment()))
+            except KafkaException as exc:
+                log.warning("releasing the crash guard's marks failed: %s", _short(exc))
+            self._closing = True
             self._consumer.close()
+
+    def _handle_guarded(self, batch: list[Message]) -> None:
+        """Batches beside the process's other indexers; a suspect message (an owner died) alone, after a mark."""
+        normal: list[Message] = []
+        for msg in batch:
+            if self._guard.suspect(msg.topic() or "", msg.partition() or 0, msg.offset() or 0):
+                if normal:
+                    with self._gate.together():
+                        self.handle_batch(normal)
+                    normal = []
+                self._handle_alone(msg)
+            else:
+                normal.append(msg)
+        if normal:
+            with self._gate.together():
+                self.handle_batch(normal)
+
+    def _handle_alone(self, msg: Message) -> None:
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        decision = self._guard.before_alone(topic, partition, offset)
+        if isinstance(decision, GiveUp):
+            log.error("crash loop: %s", decision.error)
+            self._dead_letter(msg, decision.error)
+            if self._retry(lambda: flush(self._producer, self._tracker, self.config.flush_timeout_s), "kafka"):
+                self._commit([msg])
+            return
+        self._commit_offsets([TopicPartition(topic, partition, offset, metadata=decision.mark.encode())])
+        with self._gate.alone():
+            self.handle_batch([msg])
 
     def _next_batch(self) -> list[Message]:
         want = self.config.batch_size
@@ -183,10 +229,17 @@ class LogIndexer:
         for msg in messages:
             try:
                 record = decode(msg.value() or b"", LogRecord)
+                doc = document(record, msg)
             except DecodeError as exc:
                 self._dead_letter(msg, exc)
                 continue
-            docs.append((record, document(record, msg)))
+            except Exception as exc:  # one message's failure is that message's, never the indexer's
+                log.exception(
+                    "handling %s[%s]@%s failed; dead-lettering it", msg.topic(), msg.partition(), msg.offset()
+                )
+                self._dead_letter(msg, HandlerCrashError(f"handler crashed: {type(exc).__name__}: {exc}"))
+                continue
+            docs.append((record, doc))
             sources.append(msg)
         if not self._index(docs, sources):
             return  # stopping: nothing committed, all of it is re-delivered to whoever takes over
@@ -199,7 +252,7 @@ class LogIndexer:
             self._producer, self.config.dlq_topic, msg, component=self.config.component, error=exc,
             tracker=self._tracker,
         )  # fmt: skip
-        self._metrics.failed(type(exc).__name__)
+        self._metrics.dead_letter(type(exc).__name__)
         log.warning("dead-lettered %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), exc)
 
     def _index(self, docs: list[tuple[LogRecord, dict[str, Any]]], sources: list[Message]) -> bool:
@@ -241,7 +294,14 @@ class LogIndexer:
         return False
 
     def _commit(self, messages: list[Message]) -> None:
-        offsets = next_offsets(messages)
+        offsets = [
+            TopicPartition(tp.topic, tp.partition, tp.offset, metadata=self._guard.progress(tp.topic, tp.partition,
+                                                                                              tp.offset))
+            for tp in next_offsets(messages)
+        ]  # fmt: skip
+        self._commit_offsets(offsets)
+
+    def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         if not offsets:
             return
         try:
@@ -249,6 +309,17 @@ class LogIndexer:
         except KafkaException as exc:
             # Typically a rebalance took the partitions: the new owner re-indexes them onto the same ids.
             log.warning("offset commit failed (records will be re-delivered, same ids): %s", _short(exc))
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit_offsets(start_marks(consumer, self._guard, partitions, self.config.flush_timeout_s))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not self._closing:  # a rebalance (from poll): still ours, commit the clean release now
+            self._commit_offsets(release_marks(self._guard, partitions))
+
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._guard.lost(tp.topic, tp.partition)
 
     def _pause_for(self, seconds: float, dependency: str) -> None:
         """Wait out a backoff without leaving the group: pause, keep polling, stash anything that arrives."""

@@ -9,12 +9,13 @@ import logging
 import threading
 from typing import Any
 
+from bus.clients import make_consumer, make_producer
+from bus.crash_guard import AloneGate
+from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
-from workers.kafka.clients import make_consumer, make_producer
 from workers.logs.indexer import IndexerConfig, LogIndexer
 from workers.logs.indices import LogIndices
-from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def run_indexers(
     )
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
+    gate = AloneGate()  # the crash guard's: a suspect record is indexed with the process to itself
     try:
         _install_with_retry(indices, stop)
         for n in range(concurrency):
@@ -78,7 +80,7 @@ def run_indexers(
             own = config if n == 0 else _replace(config, retention_every_s=float("inf"))
             indexer = LogIndexer(
                 own, consumer=make_consumer(kafka, own.group_id), producer=producer, client=client,
-                indices=indices, metrics=metrics, stop=stop,
+                indices=indices, metrics=metrics, stop=stop, gate=gate, crash_attempts=settings.crash_attempts,
             )  # fmt: skip
             thread = threading.Thread(target=_guard, args=(indexer, stop, errors), name=f"indexer-{n}", daemon=True)
             thread.start()

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 from confluent_kafka import Producer
 
+from bus.delivery import DeliveryTracker, flush, produce
+from schemas.caps import fit, fit_list
 from schemas.codec import encode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
-from workers.kafka.clients import DeliveryTracker, flush
-from workers.kafka.errors import from_exception
 
 
 def worker_name() -> str:
@@ -44,20 +44,7 @@ class LogShipper:
 
     def emit(self, record: LogRecord) -> LogRecord:
         """Queue ``record`` for sending; its ``event_id`` is the document id in OpenSearch."""
-        try:
-            self._producer.produce(
-                self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback
-            )
-        except BufferError:
-            self._producer.poll(1.0)  # local queue full: serve delivery reports once, then try again
-            try:
-                self._producer.produce(
-                    self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback
-                )
-            except Exception as exc:
-                raise from_exception("queue log record", exc, topic=self._topic) from exc
-        except Exception as exc:
-            raise from_exception("queue log record", exc, topic=self._topic) from exc
+        produce(self._producer, self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback)
         self._producer.poll(0)
         return record
 
@@ -69,9 +56,26 @@ class LogShipper:
         fields: Mapping[str, LogValue] | None = None,
         stdout: str | None = None,
         stderr: str | None = None,
+        exc_text: str | None = None,
         **context: str | int | None,
     ) -> LogRecord:
-        """Build and emit a record; ``context`` sets ids (generation_id, episode_id, ...), ``fields`` extras.
+        """Build and emit a record (see ``record``)."""
+        return self.emit(
+            self.record(level, message, fields=fields, stdout=stdout, stderr=stderr, exc_text=exc_text, **context)
+        )
+
+    def record(
+        self,
+        level: LogLevel,
+        message: str,
+        *,
+        fields: Mapping[str, LogValue] | None = None,
+        stdout: str | None = None,
+        stderr: str | None = None,
+        exc_text: str | None = None,
+        **context: str | int | None,
+    ) -> LogRecord:
+        """A record of this component; ``context`` sets ids (generation_id, episode_id, ...), ``fields`` extras.
 
         ``stdout``/``stderr`` are kept as their last OUTPUT_TAIL_MAX_CHARS characters (full output belongs in
         the artifact store) and indexed as full text; ``*_truncated`` says whether they were cut.
@@ -82,15 +86,15 @@ class LogShipper:
                 kept, cut = tail(text)
                 extra[name] = kept
                 extra[f"{name}_truncated"] = cut
-        record = LogRecord(
+        return LogRecord(
             level=level,
             component=self.component,
             worker=self.worker,
-            message=message[:8192],
+            message=fit(LogRecord, "message", message),
             fields=extra,
+            exc_text=None if exc_text is None else fit(LogRecord, "exc_text", exc_text, keep="tail"),
             **context,  # type: ignore[arg-type]
         )
-        return self.emit(record)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every queued record is in Kafka; raise KafkaError if one could not be delivered."""
@@ -138,10 +142,10 @@ class ShippingHandler(logging.Handler):
                     level=level,
                     component=self._shipper.component,
                     worker=self._shipper.worker,
-                    logger=record.name[:256],
-                    message=record.getMessage()[:8192],
-                    fields=dict(list(fields.items())[:64]),
-                    exc_text=None if exc_text is None else exc_text[-16384:],
+                    logger=fit(LogRecord, "logger", record.name),
+                    message=fit(LogRecord, "message", record.getMessage()),
+                    fields=dict(fit_list(LogRecord, "fields", list(fields.items()))),
+                    exc_text=None if exc_text is None else fit(LogRecord, "exc_text", exc_text, keep="tail"),
                     **context,
                 )
             )

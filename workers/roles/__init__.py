@@ -1,1 +1,1 @@
-"""The three stateless worker roles on ``generations``: executor, verifier, judge (see ``workers.runtime``)."""
+"""The three stateless worker roles on ``generations``: executor, verifier, judge (``workers.transactional_loop``)."""

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
-from workers.runtime import InvalidEventError, Source
+from workers.handler import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
 
 T = TypeVar("T")

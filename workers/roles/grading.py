@@ -31,8 +31,8 @@ from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo
 from workers.grading.static_analysis import analyze
 from workers.grading.suites import SuiteOutcome
+from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext
-from workers.runtime import Done, Outcome, Source, encode_output
 
 
 def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:

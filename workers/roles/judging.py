@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from schemas.events import GenerationEvent, JudgeScore, LogValue
+from workers.handler import Done, Outcome, Source, encode_output
 from workers.judge.base import JudgeRequest
 from workers.judge.cache import CachedJudge
 from workers.roles.common import RoleContext
-from workers.runtime import Done, Outcome, Source, encode_output
 
 
 class JudgeHandler:

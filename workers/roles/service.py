@@ -16,19 +16,20 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from bus.clients import make_consumer, make_producer
+from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import Role as TopicRole
 from schemas.topics import catalog_for, topic_for
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
+from workers.handler import Handler
 from workers.judge.cache import CachedJudge
-from workers.kafka.clients import make_consumer, make_producer
 from workers.logs.shipper import LogShipper, worker_name
-from workers.metrics import WorkerMetrics
 from workers.roles.common import RoleContext, TaskSource
-from workers.runtime import Handler, TransactionalWorker, WorkerConfig, WorkerStats
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
+from workers.transactional_loop import TransactionalWorker, WorkerConfig, WorkerStats
 
 RoleName = Literal["executor", "verifier", "judge"]
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {"executor": "executions", "verifier": "verdicts", "judge": "judgements"}

@@ -1,7 +1,12 @@
-"""Builds a sandbox backend from settings: the one place that knows how each backend is assembled."""
+"""Builds a sandbox backend from settings: the one place that knows how each backend is assembled.
+
+It builds no image and no root filesystem: those are the platform's (``rewardstream up`` makes the local ones,
+production bakes them), so a worker never runs a package manager. What is missing is an error saying so.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal, cast
 
 from schemas.errors import SandboxError
@@ -11,19 +16,31 @@ from workers.sandbox.api import Sandbox
 Backend = Literal["process", "docker"]
 
 
-def make_sandbox(settings: Settings, backend: Backend | None = None) -> Sandbox:
-    """Return a ready backend (rootfs/image built if missing); the caller must ``close()`` it."""
-    from infra.local.sandbox_image import ensure_sandbox_image, ensure_sandbox_rootfs
-
+def make_sandbox(
+    settings: Settings, backend: Backend | None = None, *, rootfs: Path | None = None, image: str | None = None
+) -> Sandbox:
+    """A ready backend over ``rootfs`` (process) or ``image`` (docker), by default the ones the settings name;
+    the caller must ``close()`` it."""
     chosen = backend or settings.sandbox_backend
     if chosen == "process":
         from workers.sandbox.process import ProcessSandbox
 
-        return ProcessSandbox(settings, ensure_sandbox_rootfs(settings))
+        root = rootfs or settings.sandbox_rootfs_path()
+        if not (root / "usr" / "bin").is_dir():
+            raise SandboxError(
+                f"no sandbox root filesystem at {root}: run `rewardstream up` (it builds it) or set RS_SANDBOX_ROOTFS"
+            )
+        return ProcessSandbox(settings, root)
     if chosen == "docker":
         from workers.sandbox.docker_backend import DockerSandbox, docker_client
 
         client = docker_client(settings)
-        image = ensure_sandbox_image(settings, client)
-        return cast(Sandbox, DockerSandbox(settings, client, image))
+        tag = image or settings.sandbox_image
+        try:
+            client.images.get(tag)
+        except Exception as exc:  # docker.errors.ImageNotFound, or the daemon is unreachable
+            raise SandboxError(
+                f"sandbox image {tag} unavailable ({exc}): run `rewardstream up` (it builds it)"
+            ) from exc
+        return cast(Sandbox, DockerSandbox(settings, client, tag))
     raise SandboxError(f"unknown sandbox backend {chosen!r}")

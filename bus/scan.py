@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from bus.clients import make_reader
 from schemas.errors import KafkaError
 
 #: A read fails when no partition made progress for this long (a stuck broker, not a big topic).
@@ -31,15 +32,7 @@ class Record:
 
 
 def scan_consumer(config: Mapping[str, str]) -> Consumer:
-    return Consumer(
-        {
-            **config,
-            "group.id": "rewardstream-replay-scan",  # never committed: assign() + no auto commit
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        }
-    )
+    return make_reader(config, "rewardstream-replay-scan")
 
 
 def partitions(config: Mapping[str, str], topic: str, timeout_s: float = 30.0) -> list[int]:

@@ -16,6 +16,11 @@ Why it is shaped like this:
   that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
+* One message's failure is that message's: undecodable or invalid -> DLQ at once; a handler that raises is
+  retried with backoff (S3 or registry hiccups), then dead-lettered as a handler crash with its traceback
+  logged. A message that kills the whole process is caught by the crash guard (``bus.crash_guard``): after
+  an owner died, the partition's next messages run alone, and one that kills the process alone
+  ``crash_attempts`` times is dead-lettered without running again.
 """
 
 from __future__ import annotations
@@ -23,12 +28,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from queue import Empty, SimpleQueue
-from typing import Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -41,82 +45,24 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as LibKafkaError
 
-from schemas.codec import Contract, DecodeError, decode, encode
-from schemas.errors import RewardstreamError
+from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
+from bus.dead_letters import publish_dead_letter
+from bus.delivery import DeliveryTracker
+from bus.errors import KafkaClientError, from_exception, from_message
+from bus.metrics import WorkerMetrics
+from bus.transaction import Transaction, commit_offsets
+from schemas.codec import decode
+from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
-from workers.kafka.clients import DeliveryTracker, publish_dead_letter
-from workers.kafka.errors import KafkaClientError, from_exception, from_message
+from workers.handler import Done, EmptyValueError, Handler, InvalidEventError, Outcome, Reject, Source
+from workers.in_flight import Item, PartitionState
 from workers.logs.shipper import LogShipper
-from workers.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
 
-class InvalidEventError(RewardstreamError):
-    """A message decoded but cannot be processed (e.g. unknown task); it goes to the DLQ with this reason."""
-
-
-class EmptyValueError(InvalidEventError):
-    """A message without a value (a tombstone) on the generations topic."""
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One message a handler wants produced in the transaction that commits its input."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """A generation was handled: its results, its log record, and a short status for metrics."""
-
-    outputs: tuple[Output, ...]
-    log: LogRecord | None = None
-    status: str = "ok"
-    #: Uploads (artifacts) the outputs refer to; the result is committed only once all of them finished.
-    uploads: tuple[Future[object], ...] = ()
-
-    def ready(self) -> bool:
-        """Whether every upload has finished (raises the first upload failure)."""
-        for upload in self.uploads:
-            if not upload.done():
-                return False
-            upload.result()
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    """A message that cannot be handled (undecodable, invalid): it becomes a DeadLetter with ``error``."""
-
-    error: BaseException
-
-
-Outcome = Done | Reject
-
-
 #: What a runner reports for an item it was handed but did not start because the worker is draining.
 _NOT_STARTED = Done(())
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where the event being handled was read from (for logs and errors)."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-class Handler(Protocol):
-    """One role's work for one generation. Must be thread-safe; outcomes of the code are values."""
-
-    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Run the generation and say what to publish; raise only for failures worth retrying."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -139,36 +85,13 @@ class WorkerConfig:
     handler_backoff_s: float = 0.5
     handler_backoff_max_s: float = 10.0
     lag_every_s: float = 5.0
+    #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
+    crash_attempts: int = DEFAULT_ATTEMPTS
 
     @property
     def buffer_limit(self) -> int:
         """Events buffered (accepted, not yet committed) before the partitions are paused."""
         return self.max_in_flight if self.max_in_flight > 0 else max(64, 16 * self.concurrency)
-
-
-@dataclass(eq=False)
-class _Item:
-    """One consumed message on its way to a committed result."""
-
-    part: _Partition
-    msg: Message
-    offset: int
-    key: bytes | None
-    event: GenerationEvent | None = None
-    outcome: Outcome | None = None
-    attempts: int = 0
-
-
-@dataclass(eq=False)
-class _Partition:
-    """Per-assignment state of one partition; a new object per assignment, so stale results are dropped."""
-
-    topic: str
-    partition: int
-    pending: dict[int, _Item] = field(default_factory=dict)  # insertion order == offset order
-    episodes: dict[bytes | None, deque[_Item]] = field(default_factory=dict)
-    next_offset: int | None = None
-    live: bool = True
 
 
 @dataclass
@@ -207,17 +130,21 @@ class TransactionalWorker:
         self.stats = WorkerStats()
         self._clock = clock
         self._tracker = DeliveryTracker()
-        self._parts: dict[tuple[str, int], _Partition] = {}
-        self._runnable: deque[_Item] = deque()
-        self._delayed: list[tuple[float, _Item]] = []
-        self._done: SimpleQueue[tuple[_Item, Outcome | BaseException]] = SimpleQueue()
+        self._txn = Transaction(producer, consumer, config.kafka_timeout_s, self._tracker)
+        self._parts: dict[tuple[str, int], PartitionState] = {}
+        self._runnable: deque[Item] = deque()
+        self._delayed: list[tuple[float, Item]] = []
+        self._done: SimpleQueue[tuple[Item, Outcome | BaseException]] = SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._work: SimpleQueue[_Item | None] = SimpleQueue()
+        self._work: SimpleQueue[Item | None] = SimpleQueue()
         self._running = 0
         self._paused = False
         self._draining = False
         self._last_commit = clock()
         self._last_lag = 0.0
+        self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
+        self._alone: deque[Item] = deque()  # suspect messages waiting to run alone, in arrival order
+        self._running_alone: Item | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------------
     def run(self) -> WorkerStats:
@@ -309,15 +236,19 @@ class TransactionalWorker:
         if part is None or (part.next_offset is not None and offset < part.next_offset):
             return  # not ours (any more), or already accepted before a pause/resume
         part.next_offset = offset + 1
-        item = _Item(part, msg, offset, msg.key())
+        item = Item(part, msg, offset, msg.key())
         part.pending[offset] = item
         value = msg.value()
         try:
             if value is None:
                 raise EmptyValueError("message has no value (tombstone)")
-            item.event = decode(value, GenerationEvent)
-        except (DecodeError, InvalidEventError) as exc:
+            item.event = decode(value, GenerationEvent)  # raises DecodeError only, for any bytes
+        except RewardstreamError as exc:
             item.outcome = Reject(exc)
+            return
+        if self.guard.suspect(topic, partition, offset):
+            item.alone = True
+            self._alone.append(item)
             return
         queue = part.episodes.setdefault(item.key, deque())
         queue.append(item)
@@ -329,7 +260,13 @@ class TransactionalWorker:
         if self._delayed:
             due = [entry for entry in self._delayed if entry[0] <= now]
             self._delayed = [entry for entry in self._delayed if entry[0] > now]
-            self._runnable.extend(item for _, item in due)
+            for _, item in due:
+                if item.alone:
+                    self._alone.appendleft(item)
+                else:
+                    self._runnable.append(item)
+        if self._running_alone is not None or self._start_alone():
+            return  # nothing else runs beside a suspect message, or while one waits for the others to finish
         # Every runnable item is handed to the runners at once (the buffer limit bounds them): a runner finds its
         # next item ready the moment it finishes one, even while this loop is busy committing a transaction.
         while not self._draining and self._runnable:
@@ -338,6 +275,55 @@ class TransactionalWorker:
                 continue
             self._running += 1
             self._work.put(item)
+
+    def _start_alone(self) -> bool:
+        """Start the first suspect message once nothing else runs and its partition is committed up to it.
+
+        True while suspect messages wait (normal ones are held back meanwhile: the window is short)."""
+        while self._alone and not self._alone[0].part.live:
+            self._alone.popleft()
+        if not self._alone or self._draining:
+            return bool(self._alone)
+        item = self._alone[0]
+        if self._running > 0:
+            return True
+        if next(iter(item.part.pending)) != item.offset:  # earlier offsets of its partition are not committed
+            self._commit()
+            if not item.part.live or next(iter(item.part.pending), None) != item.offset:
+                return True
+        self._alone.popleft()
+        topic, partition = item.part.topic, item.part.partition
+        if not item.marked:
+            decision = self.guard.before_alone(topic, partition, item.offset)
+            if isinstance(decision, GiveUp):
+                self._crash_loop(item, decision)
+                return bool(self._alone)
+            mark = TopicPartition(topic, partition, item.offset, metadata=decision.mark.encode())
+            commit_offsets(self.producer, self.consumer, [mark], self.config.kafka_timeout_s)
+            item.marked = True
+        log.info("%s: running %s[%d]@%d alone (crash guard)", self.config.role, topic, partition, item.offset)
+        self._running += 1
+        self._running_alone = item
+        self._work.put(item)
+        return True
+
+    def _crash_loop(self, item: Item, decision: GiveUp) -> None:
+        """Dead-letter a message that killed the process each time it ran alone; say so where SREs look."""
+        error = decision.error
+        log.error("%s: crash loop: %s", self.config.role, error)
+        item.outcome = Reject(error, self._record(item, f"dead-lettered ({type(error).__name__}): {error}"))
+        self._commit()
+
+    def _record(self, item: Item, message: str, exc: BaseException | None = None) -> LogRecord:
+        """An error LogRecord about ``item`` (with its ids and coordinates, and a traceback if given)."""
+        event = item.event
+        exc_text = "".join(traceback.format_exception(exc)) if exc is not None else None
+        return self.shipper.record(
+            "error", message, exc_text=exc_text, topic=item.part.topic, partition=item.part.partition,
+            offset=item.offset, generation_id=event.generation_id if event else None,
+            episode_id=event.episode_id if event else None, run_id=event.run_id if event else None,
+            task_id=event.task_id if event else None,
+        )  # fmt: skip
 
     def _runner(self) -> None:
         """Runner thread: handle items one at a time; outcomes (or the exception) go back to the loop."""
@@ -358,7 +344,7 @@ class TransactionalWorker:
                     )
             except InvalidEventError as exc:  # retrying cannot fix the event: dead-letter it now
                 outcome = Reject(exc)
-            except Exception as exc:
+            except Exception as exc:  # one message's failure is that message's: retried, then dead-lettered
                 outcome = exc
             self._done.put((item, outcome))
 
@@ -370,21 +356,31 @@ class TransactionalWorker:
             except Empty:
                 return
             self._running -= 1
+            if item is self._running_alone:
+                self._running_alone = None
+                if item.part.live and not isinstance(outcome, BaseException):
+                    item.outcome = outcome
+                    self._commit()  # its result is committed before anything else starts
+                    continue
             if not item.part.live or outcome is _NOT_STARTED:
                 continue
             if isinstance(outcome, BaseException):
                 self._failed_run(item, outcome)
                 continue
             item.outcome = outcome
-            queue = item.part.episodes.get(item.key)
-            if queue and queue[0] is item:
-                queue.popleft()
-                if queue:
-                    self._runnable.append(queue[0])
-                else:
-                    del item.part.episodes[item.key]
+            self._next_turn(item)
 
-    def _failed_run(self, item: _Item, exc: BaseException) -> None:
+    def _next_turn(self, item: Item) -> None:
+        """``item`` is done: the next event of its episode (same partition, same key) may start."""
+        queue = item.part.episodes.get(item.key)
+        if queue and queue[0] is item:
+            queue.popleft()
+            if queue:
+                self._runnable.append(queue[0])
+            else:
+                del item.part.episodes[item.key]
+
+    def _failed_run(self, item: Item, exc: BaseException) -> None:
         """A handler raised: retry with backoff (S3/registry hiccups); after the last attempt, dead-letter it."""
         item.attempts += 1
         cfg = self.config
@@ -395,41 +391,30 @@ class TransactionalWorker:
             self.metrics.retry("handler")
             self._delayed.append((self._clock() + delay, item))
             return
-        log.error("%s: giving up on %s[%d]@%d after %d attempts: %s", cfg.role, item.part.topic,
-                  item.part.partition, item.offset, item.attempts, exc)  # fmt: skip
-        item.outcome = Reject(exc)
-        queue = item.part.episodes.get(item.key)
-        if queue and queue[0] is item:
-            queue.popleft()
-            if queue:
-                self._runnable.append(queue[0])
-            else:
-                del item.part.episodes[item.key]
+        log.error("%s: handler crashed on %s[%d]@%d on all %d attempts; dead-lettering it", cfg.role,
+                  item.part.topic, item.part.partition, item.offset, item.attempts, exc_info=exc)  # fmt: skip
+        why = f"handler crashed on all {item.attempts} attempts: {type(exc).__name__}: {exc}"
+        error = HandlerCrashError(why, topic=item.part.topic, partition=item.part.partition, offset=item.offset)
+        item.outcome = Reject(error, self._record(item, f"dead-lettered ({type(error).__name__}): {error}", exc))
+        if item.alone:
+            self._commit()
+            return
+        self._next_turn(item)
 
     # ---- committing ----------------------------------------------------------------------------------
     def _ready_count(self) -> int:
-        count = 0
-        for part in self._parts.values():
-            for item in part.pending.values():
-                if not _is_ready(item):
-                    break
-                count += 1
-        return count
+        return sum(part.ready_count() for part in self._parts.values())
 
-    def _take_ready(self) -> tuple[list[_Item], list[TopicPartition]]:
-        ready: list[_Item] = []
+    def _take_ready(self) -> tuple[list[Item], list[TopicPartition]]:
+        ready: list[Item] = []
         offsets: list[TopicPartition] = []
         for part in self._parts.values():
-            last: int | None = None
-            while part.pending:
-                offset, item = next(iter(part.pending.items()))
-                if not _is_ready(item):
-                    break
-                del part.pending[offset]
-                ready.append(item)
-                last = offset
-            if last is not None:
-                offsets.append(TopicPartition(part.topic, part.partition, last + 1))
+            taken = part.take_ready()
+            if taken:
+                ready += taken
+                after = taken[-1].offset + 1
+                metadata = self.guard.progress(part.topic, part.partition, after)
+                offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
         return ready, offsets
 
     def _commit(self) -> None:
@@ -437,21 +422,25 @@ class TransactionalWorker:
         ready, offsets = self._take_ready()
         if not offsets:
             return
-        cfg = self.config
+        txn = self._txn
         try:
-            self.producer.begin_transaction()
-            for item in ready:
-                self._publish(item)
-            self.producer.send_offsets_to_transaction(
-                offsets, self.consumer.consumer_group_metadata(), cfg.kafka_timeout_s
-            )
-            self.producer.commit_transaction(cfg.kafka_timeout_s)
-        except KafkaException as exc:
+            txn.begin()
+        except KafkaClientError as exc:
             self._transaction_failed(exc)
             return
-        except KafkaClientError:
+        try:
+            for item in ready:
+                self._publish(item, txn)
+        except KafkaClientError:  # the producer's queue stayed full: the broker is gone
             self._abort()
             raise
+        for tp in offsets:
+            txn.offset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
+        try:
+            txn.commit()
+        except KafkaClientError as exc:
+            self._transaction_failed(exc)
+            return
         self._last_commit = self._clock()
         self._tracker.raise_first()
         self.stats.transactions += 1
@@ -465,60 +454,49 @@ class TransactionalWorker:
                     self.metrics.sandbox_error()
             elif isinstance(outcome, Reject):
                 self.stats.dead_letters += 1
-                self.metrics.failed(type(outcome.error).__name__)
+                self.metrics.dead_letter(type(outcome.error).__name__)
 
-    def _publish(self, item: _Item) -> None:
+    def _publish(self, item: Item, txn: Transaction) -> None:
         outcome = item.outcome
         if isinstance(outcome, Reject):
             publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
                                 error=outcome.error, tracker=self._tracker)  # fmt: skip
+            if outcome.log is not None:
+                self.shipper.emit(outcome.log)
             return
         if not isinstance(outcome, Done):
             return
+        # Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the reward
+        # processor's deadlines run in generation time, so a role that lags is never mistaken for a dead one.
         stamp_type, stamp = item.msg.timestamp()
+        timestamp_ms = stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0
         for out in outcome.outputs:
-            self._produce(out, stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0)
+            txn.produce(out.topic, out.key, out.value, timestamp_ms=timestamp_ms)
         if outcome.log is not None:
             self.shipper.emit(outcome.log)
 
-    def _produce(self, out: Output, timestamp_ms: int = 0) -> None:
-        """Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the
-        reward processor's deadlines run in generation time, so a role that lags is never mistaken for a dead
-        one. 0: the producer's clock."""
-        for attempt in range(100):
-            try:
-                self.producer.produce(
-                    out.topic, key=out.key, value=out.value, on_delivery=self._tracker.callback, timestamp=timestamp_ms
-                )
-                return
-            except BufferError:
-                self.producer.poll(0.1 if attempt else 0.0)
-        raise KafkaClientError(f"{self.config.role}: producer queue stayed full", topic=out.topic)
-
-    def _transaction_failed(self, exc: KafkaException) -> None:
-        """An abortable failure (e.g. fenced after a rebalance): abort and re-run from the committed offsets."""
-        detail = exc.args[0] if exc.args else None
-        if isinstance(detail, LibKafkaError) and detail.fatal():
-            raise from_exception("transaction", exc) from exc
+    def _transaction_failed(self, exc: KafkaClientError) -> None:
+        """An abortable failure (e.g. a rebalance took the partitions): abort and re-run from the committed
+        offsets. A fatal one (fenced by a newer instance) ends the worker."""
+        if exc.fatal:
+            raise exc
         log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
         self._abort()
         self._rewind()
 
     def _abort(self) -> None:
         self.stats.aborted += 1
-        try:
-            self.producer.abort_transaction(self.config.kafka_timeout_s)
-        except KafkaException as exc:
-            raise from_exception("abort transaction", exc) from exc
+        self._txn.abort()
 
     def _rewind(self) -> None:
         """Forget every buffered item and seek each partition back to its committed offset."""
         tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
         for part in self._parts.values():
             part.live = False
-        self._parts = {(tp.topic, tp.partition): _Partition(tp.topic, tp.partition) for tp in tps}
+        self._parts = {(tp.topic, tp.partition): PartitionState(tp.topic, tp.partition) for tp in tps}
         self._runnable.clear()
         self._delayed.clear()
+        self._alone.clear()
         if not tps:
             return
         try:
@@ -563,7 +541,7 @@ class TransactionalWorker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("%s: assigned %s", self.config.role, sorted(tp.partition for tp in partitions))
         for tp in partitions:
-            self._parts[(tp.topic, tp.partition)] = _Partition(tp.topic, tp.partition)
+            self._parts[(tp.topic, tp.partition)] = PartitionState(tp.topic, tp.partition)
         # librdkafka keeps a partition's pause flag across rebalances: a partition paused (backpressure) when
         # it was revoked would come back paused and never be fetched. Assign first, then set the flag we want.
         consumer.assign(partitions)
@@ -571,20 +549,26 @@ class TransactionalWorker:
             consumer.pause(partitions)
         else:
             consumer.resume(partitions)
+        marks = start_marks(consumer, self.guard, partitions, self.config.kafka_timeout_s)
+        commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is ready while we still own the partitions; drop the rest (the next owner re-runs it)."""
         log.info("%s: revoked %s", self.config.role, sorted(tp.partition for tp in partitions))
         self._collect()
-        if self._ready_count():
-            try:
+        try:
+            if self._ready_count():
                 self._commit()
-            except RewardstreamError as exc:
-                log.warning("%s: commit on revoke failed; the new owner re-runs: %s", self.config.role, exc)
+            commit_offsets(self.producer, self.consumer, release_marks(self.guard, partitions),
+                           self.config.kafka_timeout_s)  # fmt: skip
+        except RewardstreamError as exc:
+            log.warning("%s: commit on revoke failed; the new owner re-runs: %s", self.config.role, exc)
         self._drop(partitions)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("%s: lost %s", self.config.role, sorted(tp.partition for tp in partitions))
+        for tp in partitions:
+            self.guard.lost(tp.topic, tp.partition)
         self._drop(partitions)
 
     def _drop(self, partitions: list[TopicPartition]) -> None:
@@ -598,27 +582,4 @@ class TransactionalWorker:
                 part.live = False
         self._runnable = deque(item for item in self._runnable if item.part.live)
         self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
-
-
-def _is_ready(item: _Item) -> bool:
-    """Finished, with every upload done. An upload that failed after the store's own retries (an S3 outage
-    longer than its deadline) stops the worker: nothing after it is committed, so it is all re-run later."""
-    outcome = item.outcome
-    if outcome is None:
-        return False
-    if isinstance(outcome, Done) and outcome.uploads:
-        try:
-            return outcome.ready()
-        except RewardstreamError:
-            raise
-        except Exception as exc:
-            raise RewardstreamError(
-                f"artifact upload failed: {exc}", topic=item.part.topic, partition=item.part.partition,
-                offset=item.offset,
-            ) from exc  # fmt: skip
-    return True
-
-
-def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
-    """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
-    return Output(topic, event.key(), encode(result))
+        self._alone = deque(item for item in self._alone if item.part.live)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
+from bus.clients import make_reader
 from schemas.errors import KafkaError
 
 #: (offset, key, value) of one record; value None is a tombstone.
@@ -21,15 +22,7 @@ def read_to_end(
     ``read_committed``: records of aborted transactions never show, and a transaction still open holds the
     end back until it commits or the broker aborts it.
     """
-    consumer = Consumer(
-        {
-            **client_config,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        }
-    )
+    consumer = make_reader(client_config, group)
     try:
         tp = TopicPartition(topic, partition)
         low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)

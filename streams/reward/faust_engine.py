@@ -22,15 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bus.changelog import TABLE_NAME
+from schemas.errors import HandlerCrashError
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from streams.reward.emit_then_mark import EmitThenMark
+from streams.reward.faust_join import FaustJoin
 from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions, read_partition
 
-TABLE_NAME = "reward-join"
 log = logging.getLogger("rewardstream.rewards")
 
 
@@ -170,7 +172,7 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
     processor = RewardProcessor(
         policy, Topics({name: role for role, name in names.items()}), marks, marks, retention_s=options.retention_s
     )
-    _wire(app, source, processor, marks, input_names=set(names.values()), options=options)
+    _wire(app, source, FaustJoin(processor, marks), input_names=set(names.values()), options=options)
     return app, processor
 
 
@@ -208,16 +210,36 @@ def _exit_if_failed(what: str) -> Callable[[asyncio.Future[Any]], None]:
     return check
 
 
-def _doing(processor: RewardProcessor, marks: EmitThenMark) -> str:
-    """What the processor awaits right now (a rewards tail scan, or the processor's own step)."""
-    return marks.doing or processor.doing
+async def _handle_message(join: FaustJoin, message: Any, limit_s: float | None) -> None:
+    """One input message; a crash is that message's (dead-lettered, the agent goes on), a hang the process's."""
+    where = f"{message.topic}[{message.partition}]@{message.offset}"
+    work = join.handle(
+        message.topic,
+        message.partition,
+        message.offset,
+        timestamp=float(message.timestamp or time.time()),
+        key=message.key,
+        value=message.value,
+    )
+    try:
+        await asyncio.wait_for(work, limit_s)
+    except TimeoutError:  # crash-only: a restart is safe (the input is re-read, rewards are de-duplicated)
+        _exit(f"handling {where} hung")
+    except Exception as exc:
+        error = HandlerCrashError(f"handler crashed: {type(exc).__name__}: {exc}", topic=message.topic,
+                                  partition=message.partition, offset=message.offset)  # fmt: skip
+        try:
+            await join.processor.dead_letter(message.topic, message.partition, message.offset, key=message.key,
+                                        value=message.value, error=error, crash=exc)  # fmt: skip
+        except Exception:
+            log.exception("dead-lettering %s failed", where)
+            _exit(f"dead-lettering {where} failed")
 
 
 def _wire(
     app: Any,
     source: Any,
-    processor: RewardProcessor,
-    marks: EmitThenMark,
+    join: FaustJoin,
     *,
     input_names: set[str],
     options: AppOptions,
@@ -227,35 +249,22 @@ def _wire(
 
     async def join_agent(stream: Any) -> None:
         async for event in stream.events():
-            message = event.message
-            work = processor.handle(
-                message.topic,
-                message.partition,
-                message.offset,
-                timestamp=float(message.timestamp or time.time()),
-                key=message.key,
-                value=message.value,
-            )
-            try:
-                await asyncio.wait_for(work, limit_s)
-            except Exception:  # crash-only: a restart is safe (the input is re-read, rewards are de-duplicated)
-                log.exception("handling %s[%d]@%d failed", message.topic, message.partition, message.offset)
-                _exit(f"handling {message.topic}[{message.partition}]@{message.offset} failed or hung")
+            await _handle_message(join, event.message, limit_s)
 
     async def deadlines() -> None:
         if not _ready(app):
-            processor.note_waiting("rebalancing or recovering")
+            join.processor.note_waiting("rebalancing or recovering")
             return  # a half-recovered table could make an emitted generation look pending
         try:
-            await asyncio.wait_for(processor.tick(_owned(app, input_names)), limit_s)
+            await asyncio.wait_for(join.tick(_owned(app, input_names)), limit_s)
         except TimeoutError:
-            _exit(f"the deadline check hung ({_doing(processor, marks)})")
+            _exit(f"the deadline check hung ({join.doing})")
         except Exception:  # a failed check must not kill the timer: the next one retries
             log.exception("deadline check failed; retrying at the next tick")
 
     async def on_rebalance(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
-        marks.forget_partitions()
-        processor.restart_progress_clock()
+        join.marks.forget_partitions()
+        join.processor.restart_progress_clock()
 
     async def on_assigned(_sender: Any, *_args: Any, **_kwargs: Any) -> None:
         log.info("partitions assigned; inputs read with isolation level %s", isolation_level(app))
@@ -263,21 +272,20 @@ def _wire(
     app.agent(source, name="reward-join")(join_agent)
     app.timer(options.tick_s)(deadlines)
     if options.stall_timeout_s > 0:
-        app.timer(max(1.0, options.stall_timeout_s / 4))(_watchdog(app, processor, marks, input_names, options))
+        app.timer(max(1.0, options.stall_timeout_s / 4))(_watchdog(app, join, input_names, options))
     app.on_partitions_assigned.connect(on_rebalance)
     app.on_partitions_assigned.connect(on_assigned)
     app.on_partitions_revoked.connect(on_rebalance)
 
 
-def _watchdog(
-    app: Any, processor: RewardProcessor, marks: EmitThenMark, input_names: set[str], options: AppOptions
-) -> Callable[[], Awaitable[None]]:
+def _watchdog(app: Any, join: FaustJoin, input_names: set[str], options: AppOptions) -> Callable[[], Awaitable[None]]:
     """Exit when an input with waiting messages makes no progress, or a rebalance/recovery never finishes.
 
     Both happen with Faust after a member dies (rebalance and recovery hangs); a restart fixes them.
     """
     recovery_limit_s = max(5 * options.stall_timeout_s, 30.0)
     not_ready_since: list[float] = []
+    processor, marks = join.processor, join.marks
 
     async def watchdog() -> None:
         if not _ready(app):
@@ -301,8 +309,8 @@ def _watchdog(
             return
         backlog = [(t, p) for t in input_names for p in owned if (t, p) not in idle]
         if backlog:
-            processor.note_waiting(f"inputs with messages waiting: {backlog}; now {_doing(processor, marks)}")
-        stalled = processor.stalled(backlog, options.stall_timeout_s)
+            processor.note_waiting(f"inputs with messages waiting: {backlog}; now {join.doing}")
+        stalled = join.stalled(backlog, options.stall_timeout_s)
         if stalled:
             _exit(f"no progress for {options.stall_timeout_s:.0f}s on {stalled} although messages are waiting")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.events import Event, ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore, RewardEvent
-from streams.replay.locate import Found, Located
-from streams.replay.math import explain_reward, find_policy
+from streams.explain.locate import Found, Located
+from streams.explain.math import explain_reward, find_policy
 from streams.reward.policy import Signals
 
 #: Log record fields shown per line.
@@ -32,24 +32,21 @@ def _chosen(found: list[Found], wanted: set[str]) -> Found | None:
     return found[-1] if found else None
 
 
+def _pick(event: object, *names: str) -> dict[str, Any]:
+    """The named attributes of an event, by name (the story's sections keep the events' own field names)."""
+    return {name: getattr(event, name) for name in names}
+
+
 def _generation(found: Found) -> dict[str, Any]:
     event = found.event
     assert isinstance(event, GenerationEvent)  # noqa: S101 - located by role
+    fields = ("event_id", "run_id", "episode_id", "task_id", "turn", "sample_index", "group_id", "policy_version")
     return {
-        "event_id": event.event_id,
-        "run_id": event.run_id,
-        "episode_id": event.episode_id,
-        "task_id": event.task_id,
-        "turn": event.turn,
-        "sample_index": event.sample_index,
-        "group_id": event.group_id,
-        "policy_version": event.policy_version,
-        "language": event.language,
+        **_pick(event, *fields, "language"),
         "created_at": event.created_at.isoformat(),
         "code": event.code,
         "code_chars": None if event.code is None else len(event.code),
-        "code_ref": event.code_ref,
-        "code_sha256": event.code_sha256,
+        **_pick(event, "code_ref", "code_sha256"),
         "metadata": dict(sorted(event.metadata.items())),
         "location": found.location(),
     }
@@ -59,18 +56,13 @@ def _execution(found: Found, attempts: int) -> dict[str, Any]:
     event = found.event
     assert isinstance(event, ExecutionResult)  # noqa: S101 - located by role
     return {
-        "event_id": event.event_id,
-        "attempt": event.attempt,
+        **_pick(event, "event_id", "attempt"),
         "attempts_seen": attempts,
-        "worker": event.worker,
-        "suite_kind": event.suite_kind,
+        **_pick(event, "worker", "suite_kind"),
         "sandbox": event.run.model_dump(mode="json"),
-        "passed": event.passed,
-        "total": event.total,
+        **_pick(event, "passed", "total"),
         "cases": [c.model_dump(mode="json") for c in event.cases],
-        "feedback": event.feedback,
-        "stdout": event.stdout,
-        "stderr": event.stderr,
+        **_pick(event, "feedback", "stdout", "stderr"),
         "artifacts": _artifacts(event),
         "location": found.location(),
     }
@@ -80,15 +72,11 @@ def _verdict(found: Found, attempts: int) -> dict[str, Any]:
     event = found.event
     assert isinstance(event, HiddenVerdict)  # noqa: S101 - located by role
     return {
-        "event_id": event.event_id,
-        "attempt": event.attempt,
+        **_pick(event, "event_id", "attempt"),
         "attempts_seen": attempts,
-        "worker": event.worker,
-        "grader_version": event.grader_version,
-        "suite_kind": event.suite_kind,
+        **_pick(event, "worker", "grader_version", "suite_kind"),
         "sandbox": event.run.model_dump(mode="json"),
-        "passed": event.passed,
-        "total": event.total,
+        **_pick(event, "passed", "total"),
         "statuses": {status: sum(1 for c in event.cases if c.status == status) for status in _statuses(event)},
         "cases": [{"case_id": c.case_id, "status": c.status} for c in event.cases],
         "static_flags": [f.model_dump(mode="json") for f in event.static_flags],
@@ -104,17 +92,8 @@ def _statuses(event: HiddenVerdict) -> list[str]:
 def _judgement(found: Found) -> dict[str, Any]:
     event = found.event
     assert isinstance(event, JudgeScore)  # noqa: S101 - located by role
-    return {
-        "event_id": event.event_id,
-        "status": event.status,
-        "score": event.score,
-        "judge_model": event.judge_model,
-        "prompt_version": event.prompt_version,
-        "rationale": event.rationale,
-        "error": event.error,
-        "latency_ms": event.latency_ms,
-        "location": found.location(),
-    }
+    fields = ("event_id", "status", "score", "judge_model", "prompt_version", "rationale", "error", "latency_ms")
+    return {**_pick(event, *fields), "location": found.location()}
 
 
 def _reward(found: Found, count: int) -> dict[str, Any]:

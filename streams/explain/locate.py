@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bus.scan import Record, offsets_for_time, read_ranges, watermarks
 from schemas.codec import Contract, decode
 from schemas.errors import RewardstreamError
 from schemas.events import Event, ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore, RewardEvent
 from schemas.topics import Role, catalog, topic_for
-from streams.replay.scan import Record, offsets_for_time, read_ranges, watermarks
 
 #: Results are looked for from this long before the generation's timestamp (producer clock skew).
 LOOKBACK_MS = 10 * 60 * 1000

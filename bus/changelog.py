@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bus.partition_reader import read_to_end
 from schemas.topics import TopicSpec
-from streams.reward.partition_reader import read_to_end
 
 TABLE_NAME = "reward-join"
 

@@ -2,7 +2,7 @@
 
 Why a registry per worker (never the global default): tests and multi-role processes create several
 workers in one interpreter, and the global registry refuses a second metric of the same name.
-Every metric carries a ``role`` label (executor, verifier, judge, indexer) so one dashboard serves all.
+Every metric carries a ``role`` label (executor, verifier, judge, indexer, rewards) so one dashboard serves all.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ class WorkerMetrics:
             "rewardstream_processed", "Messages fully handled (result produced or indexed)", labels,
             registry=self.registry,
         )  # fmt: skip
-        self._failed = Counter(
-            "rewardstream_failed", "Messages that could not be handled (sent to the DLQ)", (*labels, "reason"),
+        self._dead_letters = Counter(
+            "rewardstream_dead_letters", "Messages sent to the DLQ instead of being handled, by reason (the error "
+            "class: DecodeError, InvalidEventError, HandlerCrashError, CrashLoopError, ...)", (*labels, "reason"),
             registry=self.registry,
         )  # fmt: skip
         self._sandbox_errors = Counter(
@@ -69,9 +70,9 @@ class WorkerMetrics:
         """Count ``n`` messages as done."""
         self._processed.labels(self.role).inc(n)
 
-    def failed(self, reason: str, n: int = 1) -> None:
-        """Count ``n`` messages given up on, by a short reason (e.g. the error class)."""
-        self._failed.labels(self.role, reason).inc(n)
+    def dead_letter(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` messages dead-lettered, by a short reason (the error class)."""
+        self._dead_letters.labels(self.role, reason).inc(n)
 
     def sandbox_error(self, n: int = 1) -> None:
         """Count a sandbox infrastructure failure."""

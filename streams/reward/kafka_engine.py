@@ -13,6 +13,12 @@ got a reward; its exactly_once mode has open bugs of its own. Here, as in Kafka 
 
 Any Kafka error ends the process (exit 70) instead of being patched over: the in-memory table may hold writes
 of the aborted transaction, and a restart rebuilds it from what was committed. The supervisor restarts it.
+
+One message's failure is that message's: each is handled behind a savepoint (its table writes and the
+records it produces are held back until it succeeded); if handling it raises, they are rolled back and the
+message is dead-lettered as a handler crash in the same transaction as its offset. A message that kills the
+process is caught by the crash guard (``bus.crash_guard``): after a death, suspect messages are handled
+one per transaction, and one that kills the process alone N times is dead-lettered unhandled.
 """
 
 from __future__ import annotations
@@ -31,17 +37,22 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka import KafkaError as LibKafkaError
 
-from infra.topics import ensure_topics
+from bus.admin import ensure_topics
+from bus.changelog import changelog_name, changelog_spec, restore_partition
+from bus.clients import make_consumer, make_transactional_producer
+from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
+from bus.errors import KafkaClientError, from_message
+from bus.metrics import WorkerMetrics
+from bus.transaction import Transaction, commit_offsets
 from schemas.codec import encode
+from schemas.errors import HandlerCrashError
 from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
-from streams.reward.changelog import changelog_name, changelog_spec, restore_partition
 from streams.reward.join import JoinState, emitted
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
 from streams.reward.rewards_log import idle_partitions
-from workers.kafka.clients import consumer_config, producer_config
 
 log = logging.getLogger("rewardstream.rewards")
 
@@ -58,13 +69,38 @@ class EngineOptions:
     transaction_timeout_ms: int = 10_000
     #: Fault injection for crash tests: SIGKILL after the Nth reward is produced (inside its transaction).
     kill_after_rewards: int | None = None
+    #: Deaths of the process while one message was handled alone before it is dead-lettered unhandled.
+    crash_attempts: int = DEFAULT_ATTEMPTS
+
+
+#: (topic, key, value, partition) of one record to produce; partition -1: by key.
+_Record = tuple[str, bytes | None, bytes | None, int]
+
+
+class _Savepoint:
+    """What handling one message wrote, held back until it succeeded: records to produce, the table's prior
+    values of the keys it changed. ``release`` produces the records; ``rollback`` restores the table."""
+
+    def __init__(self, txn: Transaction) -> None:
+        self._txn = txn
+        self.records: list[_Record] = []
+        self.prior: dict[str, tuple[bytes | None, int | None]] = {}
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
+        self.records.append((topic, key, value, partition))
+
+    def release(self) -> None:
+        for topic, key, value, partition in self.records:
+            self._txn.produce(topic, key, value, partition=partition)
+        self.records.clear()
+        self.prior.clear()
 
 
 class _Table:
     """The processor's StateStore: a dict per owned partition; every write also goes to the changelog."""
 
-    def __init__(self, producer: Producer, topic: str) -> None:
-        self._producer = producer
+    def __init__(self, stage: _Savepoint, topic: str) -> None:
+        self._stage = stage
         self._topic = topic
         self._partition_of: dict[str, int] = {}
         self._data: dict[str, bytes] = {}
@@ -94,14 +130,31 @@ class _Table:
         return self._data.get(key)
 
     async def put(self, partition: int, key: str, value: bytes) -> None:
+        self._remember(key)
         self._data[key] = value
         self._partition_of[key] = partition
-        self._producer.produce(self._topic, key=key.encode(), value=value, partition=partition)
+        self._stage.produce(self._topic, key.encode(), value, partition)
 
     async def delete(self, partition: int, key: str) -> None:
+        self._remember(key)
         self._data.pop(key, None)
         self._partition_of.pop(key, None)
-        self._producer.produce(self._topic, key=key.encode(), value=None, partition=partition)
+        self._stage.produce(self._topic, key.encode(), None, partition)
+
+    def _remember(self, key: str) -> None:
+        if key not in self._stage.prior:
+            self._stage.prior[key] = (self._data.get(key), self._partition_of.get(key))
+
+    def rollback(self) -> None:
+        """Undo the writes of the savepoint (and drop its records): as if the message was never handled."""
+        for key, (value, partition) in self._stage.prior.items():
+            if value is None or partition is None:
+                self._data.pop(key, None)
+                self._partition_of.pop(key, None)
+            else:
+                self._data[key], self._partition_of[key] = value, partition
+        self._stage.records.clear()
+        self._stage.prior.clear()
 
     def items(self) -> Iterable[tuple[str, bytes]]:
         return list(self._data.items())
@@ -112,34 +165,33 @@ class _Outputs:
     together with its marker."""
 
     def __init__(
-        self, settings: Settings, options: EngineOptions, producer: Producer, table: _Table, names: Mapping[str, str]
+        self, settings: Settings, options: EngineOptions, stage: _Savepoint, table: _Table, names: Mapping[str, str]
     ) -> None:
-        self._producer = producer
+        self._stage = stage
         self._table = table
         self._names = names
         self._client_config = settings.kafka_client_config()
         self._options = options
         self._sent = 0
 
-    async def mark_sent(self, partition: int) -> None:
-        """Nothing to mark: a reward and its marker commit in one transaction, or neither does."""
-
     async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
-        self._producer.produce(
-            self._names["rewards"], key=reward.key(), value=encode(reward), partition=state.partition
-        )
+        self._stage.produce(self._names["rewards"], reward.key(), encode(reward), state.partition)
         self._sent += 1
-        if self._options.kill_after_rewards is not None and self._sent >= self._options.kill_after_rewards:
-            log.warning("fault injection: SIGKILL after reward %d, inside its transaction", self._sent)
-            self._producer.flush(10)  # on the broker, uncommitted: the worst case for read_committed readers
-            os.kill(os.getpid(), signal.SIGKILL)
         await self._table.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())
 
+    def kill_if_due(self, producer: Producer) -> None:
+        """Fault injection: SIGKILL once the Nth reward is in the open transaction (the worst case for
+        read_committed readers: on the broker, uncommitted)."""
+        if self._options.kill_after_rewards is not None and self._sent >= self._options.kill_after_rewards:
+            log.warning("fault injection: SIGKILL after reward %d, inside its transaction", self._sent)
+            producer.flush(10)
+            os.kill(os.getpid(), signal.SIGKILL)
+
     async def send_dlq(self, key: bytes | None, value: bytes) -> None:
-        self._producer.produce(self._names["dlq"], key=key, value=value)
+        self._stage.produce(self._names["dlq"], key, value)
 
     async def send_log(self, key: bytes, value: bytes) -> None:
-        self._producer.produce(self._names["logs"], key=key, value=value)
+        self._stage.produce(self._names["logs"], key, value)
 
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
         inputs = [self._names[r] for r in ("executions", "verdicts", "judgements")]
@@ -151,7 +203,9 @@ class _Outputs:
 class RewardEngine:
     """Consume, join and emit in transactions until ``stop`` is set (SIGTERM/SIGINT set it in ``run_engine``)."""
 
-    def __init__(self, settings: Settings, policy: Policy, options: EngineOptions) -> None:
+    def __init__(
+        self, settings: Settings, policy: Policy, options: EngineOptions, metrics: WorkerMetrics | None = None
+    ) -> None:
         self.settings = settings
         self.options = options
         specs = catalog_for(settings)
@@ -163,20 +217,24 @@ class RewardEngine:
         self.changelog = changelog_name(options.app_id)
         self._changelog_spec = changelog_spec(options.app_id, topic_for("executions", specs))
         client = settings.kafka_client_config()
-        self.consumer = Consumer(consumer_config(client, options.app_id, **{"partition.assignment.strategy": "range"}))
-        transactional: dict[str, str | int | bool] = {
-            "transactional.id": f"{options.app_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
-            "transaction.timeout.ms": options.transaction_timeout_ms,
-            "linger.ms": 2,
-        }
-        self.producer = Producer(producer_config(client, **transactional))
-        self.table = _Table(self.producer, self.changelog)
+        self.consumer = make_consumer(client, options.app_id, **{"partition.assignment.strategy": "range"})
+        self.producer = make_transactional_producer(
+            client, f"{options.app_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", options.transaction_timeout_ms,
+            **{"linger.ms": 2},
+        )  # fmt: skip
+        self.txn = Transaction(self.producer, self.consumer, 30)
+        self.stage = _Savepoint(self.txn)
+        self.table = _Table(self.stage, self.changelog)
+        self.outputs = _Outputs(settings, options, self.stage, self.table, self.names)
         self.processor = RewardProcessor(
             policy,
             Topics({name: role for role, name in self.names.items() if name in self.inputs}),
             self.table,
-            _Outputs(settings, options, self.producer, self.table, self.names),
+            self.outputs,
         )
+        self.metrics = metrics or WorkerMetrics("rewards")
+        self.processor.on_dead_letter = self.metrics.dead_letter
+        self.guard = CrashGuard("rewards", attempts=options.crash_attempts, window=64)
         self.owned: set[int] = set()
         self.stop = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -195,51 +253,98 @@ class RewardEngine:
                 tick = time.monotonic() >= next_tick and bool(self.owned)
                 if not messages and not tick:
                     continue
-                self._transaction(messages, tick)
+                batch: list[Message] = []
+                for msg in messages:
+                    if self._suspect(msg):  # an earlier owner died: alone, in a transaction of its own
+                        self._transaction(batch, tick=False)
+                        batch = []
+                        self._alone(msg)
+                    else:
+                        batch.append(msg)
+                self._transaction(batch, tick)
                 if tick:
                     next_tick = time.monotonic() + self.options.tick_s
         finally:
             self._close()
 
-    def _transaction(self, messages: list[Message], tick: bool) -> None:
+    def _suspect(self, msg: Message) -> bool:
+        return msg.error() is None and self.guard.suspect(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+
+    def _alone(self, msg: Message) -> None:
+        """Handle a suspect message alone, behind a mark naming it; one that killed us too often is given up."""
+        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        decision = self.guard.before_alone(topic, partition, offset)
+        if isinstance(decision, GiveUp):
+            log.error("crash loop: %s", decision.error)
+            self._transaction([msg], tick=False, give_up=decision)
+            return
+        mark = TopicPartition(topic, partition, offset, metadata=decision.mark.encode())
+        commit_offsets(self.producer, self.consumer, [mark], 30)
+        log.info("handling %s[%d]@%d alone (crash guard)", topic, partition, offset)
+        self._transaction([msg], tick=False)
+
+    def _transaction(self, messages: list[Message], tick: bool, give_up: GiveUp | None = None) -> None:
+        if not messages and not tick:
+            return
         offsets: dict[tuple[str, int], int] = {}
         try:
-            self.producer.begin_transaction()
+            self.txn.begin()
             for msg in messages:
                 err = msg.error()
                 if err is not None:
                     if err.code() == LibKafkaError._PARTITION_EOF:
                         continue
-                    raise KafkaException(err)
+                    raise from_message("consume", msg)
                 topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-                _kind, stamp = msg.timestamp()
-                self._loop.run_until_complete(
-                    self.processor.handle(
-                        topic,
-                        partition,
-                        offset,
-                        timestamp=stamp / 1000.0 if stamp > 0 else time.time(),
-                        key=msg.key(),
-                        value=msg.value(),
-                    )
-                )
+                if give_up is not None:
+                    self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
+                                                         error=give_up.error, crash=give_up.error))  # fmt: skip
+                else:
+                    self._handle(msg, topic, partition, offset)
                 offsets[(topic, partition)] = offset + 1
             if tick:
-                self._loop.run_until_complete(self.processor.tick(set(self.owned)))
-            if offsets:
-                self.producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                    self.consumer.consumer_group_metadata(),
-                    30,
-                )
-            self.producer.commit_transaction(30)
-        except KafkaException as exc:
+                self._run(self.processor.tick(set(self.owned)))
+            self.stage.release()
+            self.outputs.kill_if_due(self.producer)
+            for (topic, partition), offset in offsets.items():
+                self.txn.offset(topic, partition, offset, self.guard.progress(topic, partition, offset))
+            self.txn.commit()
+            self.txn.tracker.raise_first()
+        except KafkaClientError as exc:
             _restart(f"a Kafka transaction failed ({exc}); the open one is aborted")
-        except Exception:  # crash-only: the table may hold uncommitted writes; a restart re-reads the inputs
+        except Exception:  # crash-only: a failure outside one message's handling (the tick, the table)
             log.exception("processing a batch failed")
             _restart("processing a batch failed")
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _handle(self, msg: Message, topic: str, partition: int, offset: int) -> None:
+        """One input message behind a savepoint: on success its records go into the transaction; if handling
+        it raises, its table writes are undone and it is dead-lettered (a bug must not stop the processor)."""
+        _kind, stamp = msg.timestamp()
+        work = self.processor.handle(
+            topic,
+            partition,
+            offset,
+            timestamp=stamp / 1000.0 if stamp > 0 else time.time(),
+            key=msg.key(),
+            value=msg.value(),
+        )
+        try:
+            self._run(work)
+        except Exception as exc:
+            self.table.rollback()
+            error = HandlerCrashError(
+                f"handler crashed: {type(exc).__name__}: {exc}", topic=topic, partition=partition, offset=offset
+            )
+            self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
+                                                 error=error, crash=exc))  # fmt: skip
+        self.stage.release()
+
+    def _run(self, work: Any) -> None:
+        self._loop.run_until_complete(work)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        marks = start_marks(consumer, self.guard, partitions, 30)
+        commit_offsets(self.producer, consumer, marks, 30)
         numbers = {tp.partition for tp in partitions} - self.owned
         started = time.monotonic()
         for number in sorted(numbers):
@@ -257,15 +362,21 @@ class RewardEngine:
             time.monotonic() - started,
         )
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        commit_offsets(self.producer, consumer, release_marks(self.guard, partitions), 30)
+        self._forget(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         numbers = {tp.partition for tp in partitions}
         self.owned -= numbers
         self.table.drop(numbers)
         self.processor.restart_progress_clock()
         log.info("partitions revoked: %s", sorted(numbers))
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._on_revoke(consumer, partitions)
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.guard.lost(tp.topic, tp.partition)
+        self._forget(partitions)
 
     def _close(self) -> None:
         try:

@@ -22,6 +22,7 @@ class KafkaClientError(KafkaError):
         code: str | None = None,
         retriable: bool = False,
         fatal: bool = False,
+        txn_requires_abort: bool = False,
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
@@ -30,6 +31,8 @@ class KafkaClientError(KafkaError):
         self.code = code
         self.retriable = retriable
         self.fatal = fatal
+        #: The open transaction failed but the producer is fine: abort it and re-run from committed offsets.
+        self.txn_requires_abort = txn_requires_abort
 
 
 def from_lib_error(
@@ -46,6 +49,7 @@ def from_lib_error(
         code=error.name(),
         retriable=error.retriable(),
         fatal=error.fatal(),
+        txn_requires_abort=error.txn_requires_abort(),
         topic=topic,
         partition=partition,
         offset=offset,

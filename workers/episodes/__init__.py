@@ -1,0 +1,1 @@
+"""Agent episodes: many turns of trial and error in a workspace that survives only as files."""

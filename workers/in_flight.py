@@ -1,0 +1,83 @@
+"""What the transactional loop holds between consuming a message and committing its result.
+
+Per partition, messages wait in offset order until their outcome is known (and its uploads finished); only
+the finished prefix is ever committed, so a crash never leaves a result whose input offset is uncommitted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from confluent_kafka import Message
+
+from schemas.errors import RewardstreamError
+from schemas.events import GenerationEvent
+from workers.handler import Done, Outcome
+
+
+@dataclass(eq=False)
+class Item:
+    """One consumed message on its way to a committed result."""
+
+    part: PartitionState
+    msg: Message
+    offset: int
+    key: bytes | None
+    event: GenerationEvent | None = None
+    outcome: Outcome | None = None
+    attempts: int = 0
+    #: Runs alone (a suspect message after an owner died, see ``bus.crash_guard``).
+    alone: bool = False
+    #: Its "running alone" mark is committed (a retry after a handler exception needs no new one).
+    marked: bool = False
+
+    def ready(self) -> bool:
+        """Finished, with every upload done. An upload that failed after the store's own retries (an S3 outage
+        longer than its deadline) stops the worker: nothing after it is committed, so it is all re-run later."""
+        outcome = self.outcome
+        if outcome is None:
+            return False
+        if isinstance(outcome, Done) and outcome.uploads:
+            try:
+                return outcome.ready()
+            except RewardstreamError:
+                raise
+            except Exception as exc:
+                raise RewardstreamError(
+                    f"artifact upload failed: {exc}", topic=self.part.topic, partition=self.part.partition,
+                    offset=self.offset,
+                ) from exc  # fmt: skip
+        return True
+
+
+@dataclass(eq=False)
+class PartitionState:
+    """Per-assignment state of one partition; a new object per assignment, so stale results are dropped."""
+
+    topic: str
+    partition: int
+    pending: dict[int, Item] = field(default_factory=dict)  # insertion order == offset order
+    episodes: dict[bytes | None, deque[Item]] = field(default_factory=dict)
+    next_offset: int | None = None
+    live: bool = True
+
+    def ready_count(self) -> int:
+        """Length of the finished prefix."""
+        count = 0
+        for item in self.pending.values():
+            if not item.ready():
+                break
+            count += 1
+        return count
+
+    def take_ready(self) -> list[Item]:
+        """Remove and return the finished prefix, in offset order."""
+        ready: list[Item] = []
+        while self.pending:
+            offset, item = next(iter(self.pending.items()))
+            if not item.ready():
+                break
+            del self.pending[offset]
+            ready.append(item)
+        return ready
