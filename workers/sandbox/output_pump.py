@@ -61,7 +61,12 @@ def _take_waiting_marker(out_fd: int, cap: _Capture) -> None:
 
 
 class _Watcher:
-    """Calls ``watch`` at most every ``every_s``; ``None`` as ``watch``: never."""
+    """Calls ``watch`` at most every ``every_s``, and never for more than ``1 / COST_SHARE`` of the time: a
+    call that took ``t`` seconds waits ``COST_SHARE * t`` before the next. Why: a worker pumps every slot's run
+    in one process; on a slow or loaded host (an emulated guest, 8 runs at once) a fixed 10 ms poll of each
+    run's sockets starved the runs' own pumps until honest programs timed out. ``None`` as ``watch``: never."""
+
+    COST_SHARE = 20
 
     def __init__(self, watch: Callable[[], SandboxStatus | None] | None, every_s: float, first_at: float) -> None:
         self._watch = watch
@@ -71,8 +76,10 @@ class _Watcher:
     def poll(self, now: float) -> SandboxStatus | None:
         if self._watch is None or now < self.next_at:
             return None
-        self.next_at = now + self._every_s
-        return self._watch()
+        verdict = self._watch()
+        took = time.monotonic() - now
+        self.next_at = now + max(self._every_s, took * self.COST_SHARE)
+        return verdict
 
 
 def _stop_while_running(

@@ -7,7 +7,8 @@ under a 128 MiB limit on both cgroup versions, against the host-wide TCP limit t
 The run's own network namespace lists every TCP socket it has, accepted or not, orphaned or not, with the
 bytes queued on it (``/proc/<pid>/net/tcp{,6}``): the worker sums them while the run runs and ends a run whose
 queues exceed its share (a ``memory_limit``, the run's own failure). It is a poll (``output_pump.pump``: 20 ms
-after the spawn, then every 10 ms), so a run can overshoot by what it sends in that time.
+after the spawn, then every 10 ms, or 20x as long as a read took on a loaded host), so a run can overshoot by
+what it sends in that time.
 """
 
 from __future__ import annotations
