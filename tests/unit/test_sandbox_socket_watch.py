@@ -23,6 +23,14 @@ def test_every_other_socket_counts_in_whole_pages() -> None:
     assert queued_bytes(table) == 4096 + 8192 + 0 + 8192
 
 
+def test_a_connecting_socket_counts_at_most_its_syn_and_one_segment() -> None:
+    """Mid-connect the table shows the initial sequence number as tx_queue: never gigabytes of a run's."""
+    isn_race = HEADER + _row("02", 0xD2A2F00D, 0)
+    assert queued_bytes(isn_race) == 17 * 4096
+    assert queued_bytes(HEADER + _row("02", 1, 0)) == 4096
+    assert queued_bytes(HEADER + _row("01", 0xD2A2F00D, 0)) == -(-0xD2A2F00D // 4096) * 4096
+
+
 def test_the_watch_stops_a_run_over_its_share_and_skips_foreign_namespaces() -> None:
     assert queue_limit(128 << 20) == 16 << 20
     mine = os.readlink("/proc/self/ns/net")
