@@ -125,13 +125,7 @@ def with_private_proc(report_fd: int, body: Callable[[], None]) -> None:
     pid = os.fork()
     if pid == 0:
         exit_with(report_fd, child)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if status != 0:
+    if os.waitpid(pid, 0)[1] != 0:  # PEP 475: retried on EINTR
         raise OSError("a private helper failed")
 
 

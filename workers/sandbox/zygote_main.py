@@ -228,12 +228,7 @@ def _supervise(fds: list[int], uid: int, seccomp_filter: bytes) -> int:
     for fd in fds[:4]:
         os.close(fd)
     del spec
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
+    status = os.waitpid(pid, 0)[1]  # PEP 475: retried on EINTR
     write_all(status_fd, status_code(status).to_bytes(4, "big"))
     return 0
 
