@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sandbox.cgroups import CgroupManager, cgroup_mountinfo
+from workers.sandbox.cgroups import SOCKET_SHARE_MIN, CgroupManager, cgroup_mountinfo, split_for_sockets
 
 pytestmark = pytest.mark.sandbox
 
@@ -50,9 +50,15 @@ def test_limits_land_in_the_files_this_version_enforces() -> None:
     quota = str(int(CPUS * 100_000))
     try:
         if manager.version == 1:
-            names: tuple[str, ...] = ("memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us", "cpu.cfs_period_us")
+            # v1 charges TCP/UDP buffers to a counter of their own: the limit is split, summing to the run's.
+            rest, sockets = split_for_sockets(MEMORY_BYTES)
+            assert rest + sockets == MEMORY_BYTES
+            assert sockets == SOCKET_SHARE_MIN
+            names: tuple[str, ...] = ("memory.limit_in_bytes", "memory.kmem.tcp.limit_in_bytes", "pids.max",
+                                      "cpu.cfs_quota_us", "cpu.cfs_period_us")  # fmt: skip
             assert _limit_files(group.dirs, names) == {
-                "memory.limit_in_bytes": str(MEMORY_BYTES),
+                "memory.limit_in_bytes": str(rest),
+                "memory.kmem.tcp.limit_in_bytes": str(sockets),
                 "pids.max": str(PIDS),
                 "cpu.cfs_quota_us": quota,
                 "cpu.cfs_period_us": "100000",

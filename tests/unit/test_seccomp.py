@@ -427,6 +427,23 @@ def test_socket_families(arch: str) -> None:
         assert decide(arch, socket, family, 3, 0) == EAFNOSUPPORT, family
 
 
+IPPROTO_TCP = 6
+TCP_UNCHARGED = {14: "TCP_MD5SIG", 31: "TCP_ULP", 32: "TCP_MD5SIG_EXT", 38: "TCP_AO_ADD_KEY", 39: "TCP_AO_DEL_KEY",
+                 40: "TCP_AO_INFO", 41: "TCP_AO_GET_KEYS", 42: "TCP_AO_REPAIR"}  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_tcp_options_holding_uncharged_kernel_memory_are_denied(arch: str) -> None:
+    """MD5/AO keys and ULPs live in sock_kmalloc memory no cgroup pays for; every other option is allowed."""
+    setsockopt = NUMBERS[arch]["setsockopt"]
+    for option in range(256):
+        want = EPERM if option in TCP_UNCHARGED else ALLOW
+        assert decide(arch, setsockopt, 3, IPPROTO_TCP, option) == want, option
+        for level in (0, 1, 41, 17, IPPROTO_TCP + (1 << 32)):  # IP, SOL_SOCKET, IPV6, UDP; the kernel's int level
+            expected = want if level == IPPROTO_TCP + (1 << 32) else ALLOW
+            assert decide(arch, setsockopt, 3, level, option) == expected, (level, option)
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_ioctl_tiocsti_denied(arch: str) -> None:
     ioctl = NUMBERS[arch]["ioctl"]
@@ -438,10 +455,10 @@ def test_ioctl_tiocsti_denied(arch: str) -> None:
 
 
 def test_x86_64_filter_is_unchanged_by_the_aarch64_support() -> None:
-    # 161 instructions: arch check (3), load nr, x32 check (2), 68 denied * 2, clone3 (2), clone (5),
-    # socket (7), ioctl (5)
+    # 175 instructions: arch check (3), load nr, x32 check (2), 68 denied * 2, clone3 (2), clone (5),
+    # socket (7), setsockopt (6 + 8 options), ioctl (5)
     prog = build_filter("x86_64")
-    assert len(instructions(prog)) == 4 + 2 + 2 * len(denied_syscalls("x86_64")) + 2 + 5 + 7 + 5 == 161
+    assert len(instructions(prog)) == 4 + 2 + 2 * len(denied_syscalls("x86_64")) + 2 + 5 + 7 + 14 + 5 == 175
     assert build_filter("amd64") == prog
     assert build_filter("arm64") == build_filter("aarch64") != prog
 
@@ -497,6 +514,9 @@ def _probes(arch: str) -> Iterator[tuple[int, ...]]:
         yield (numbers["clone"], flags)
     for cmd in (TIOCSTI, TCGETS, FIONREAD):
         yield (numbers["ioctl"], 0, cmd)
+    for level in (0, 1, IPPROTO_TCP, 41, IPPROTO_TCP + (1 << 32), 1 + (1 << 32)):
+        for option in (*range(64), 14 + (1 << 32), 8 + (1 << 32)):
+            yield (numbers["setsockopt"], 3, level, option)
 
 
 @pytest.mark.parametrize("arch", ARCHES)

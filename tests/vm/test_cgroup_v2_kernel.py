@@ -22,8 +22,9 @@ from schemas.settings import Settings
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-#: What runs in the guest: every suite that drives the run cgroup (limits, kills, accounting, lifecycle) on the
-#: fork-server and exec-chain process backends (the in-process variant shares the fork server's cgroup code).
+#: What runs in the guest: every suite that drives the run cgroup (limits, kills, accounting, lifecycle, socket
+#: memory, cross-run state) on the fork-server and exec-chain process backends (the in-process variant shares
+#: the fork server's cgroup code).
 #: Grading (HumanEval, the reward-hack suites) goes through the same run path and stays on the host: emulated
 #: Python is 10-20x slower, so HumanEval's native time limits fail there (HumanEval/75 timed out) and the
 #: ~400 reward-hack tests cost ~20 CI minutes for no cgroup code of their own. Docker is not started in the
@@ -32,6 +33,7 @@ SUITES = (
     "tests/sandbox/test_cgroup_version.py",
     "tests/sandbox/test_containment.py",
     "tests/sandbox/test_lifecycle.py",
+    "tests/sandbox/test_run_state.py",
 )
 SELECTION = "not docker and not process_inline"
 MIN_TESTS = 90
@@ -70,6 +72,10 @@ def test_hostile_suites_pass_on_a_cgroup_v2_kernel(tmp_path: Path) -> None:
     ]
     env = {key: value for key, value in os.environ.items() if key.startswith("RS_")}
     env["PYTHONUNBUFFERED"] = "1"
+    # The guest sees the host's files, /run included: with the default run dir its sandboxes would sweep the
+    # host's live run dirs (owners unknown to the guest) through the 9p share and fail on stale file handles
+    # whenever the host runs sandboxes meanwhile. A path of the guest's own (it lives in the guest's overlay).
+    env["RS_SANDBOX_RUN_DIR"] = "/run/rewardstream-sandbox-vm-guest"
     result = run_in_vm(kernel, command, out_dir=tmp_path, cwd=REPO, env=env, timeout_s=GUEST_DEADLINE_S)
     tail = f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-2000:]}\nconsole:\n{result.console[-2000:]}"
     assert result.exit_code == 0, f"pytest in the guest ended {result.exit_code} after {result.wall_s:.0f}s\n{tail}"

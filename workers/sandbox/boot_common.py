@@ -15,6 +15,7 @@ import array
 import builtins
 import collections
 import ctypes
+import fcntl
 import functools
 import gc
 import io
@@ -25,6 +26,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -49,6 +51,9 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SETUP_FAILED = 125
 FAST_FLAGS = ("-I", "-S", "-B")
 
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -84,6 +89,81 @@ def write_all(fd: int, data: bytes) -> None:
 def read_text(path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+def loopback_up() -> None:
+    """A new network namespace has only ``lo``, down; bring it up (as bwrap does) so local servers work."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
+        flags = struct.unpack("16sH22x", ifr)[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+    finally:
+        sock.close()
+
+
+_PRIVATE_NEWNS = 0x00020000
+_PROC_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
+_REC_PRIVATE = 0x4000 | (1 << 18)  # MS_REC | MS_PRIVATE
+#: The number of TCP hash buckets a network namespace created from the caller's gets of its own (0, the
+#: default, shares the host's whole table: every read of the namespace's /proc/net/tcp then walks all of it).
+CHILD_TCP_HASH = "4096"
+
+
+def with_private_proc(report_fd: int, body: Callable[[], None]) -> None:
+    """Run ``body`` in a throwaway child with a mount namespace and a procfs of its own on /proc (the caller's
+    /proc/sys is read-only under bwrap and docker), in every other namespace of the caller; ``OSError`` if it
+    fails (the child says why on ``report_fd``)."""
+
+    def child() -> int:
+        ok(libc.unshare(_PRIVATE_NEWNS), "unshare mount")
+        ok(libc.mount(None, b"/", None, ctypes.c_ulong(_REC_PRIVATE), None), "make / private")
+        ok(libc.mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(_PROC_FLAGS), None), "mount proc")
+        body()
+        return 0
+
+    pid = os.fork()
+    if pid == 0:
+        exit_with(report_fd, child)
+    if os.waitpid(pid, 0)[1] != 0:  # PEP 475: retried on EINTR
+        raise OSError("a private helper failed")
+
+
+def open_in_private_proc(path: str) -> int:
+    """An fd opened for writing on ``path`` of a private procfs (see ``with_private_proc``), for the caller to
+    keep: a sysctl whose handler acts on the writer's namespace at write time."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+    def send() -> None:
+        fd = os.open(path, os.O_WRONLY)
+        theirs.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+
+    try:
+        with_private_proc(2, send)
+        _, ancdata, _, _ = ours.recvmsg(2, socket.CMSG_SPACE(array.array("i").itemsize))
+    finally:
+        ours.close()
+        theirs.close()
+    received = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received.frombytes(data[: received.itemsize])
+    if len(received) != 1:
+        raise OSError("no fd for " + path)
+    return received[0]
+
+
+def child_netns_own_tcp_hash() -> None:
+    """Network namespaces created from the caller's (one per run) get a TCP hash table of their own (kernels
+    before 6.1 have no such sysctl: there the watch's table reads just cost more)."""
+    path = "/proc/sys/net/ipv4/tcp_child_ehash_entries"
+    if not os.path.exists(path):
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, CHILD_TCP_HASH.encode())
+    finally:
+        os.close(fd)
 
 
 def stdin_from_devnull() -> None:

@@ -2,6 +2,11 @@
 
 Why cgroups and not rlimits alone: a cgroup bounds and measures the whole process tree (children, threads,
 tmpfs pages) from outside, and lets the parent kill every process of a run even if it forked or daemonized.
+
+Socket buffers: cgroup v2 charges them to ``memory.max`` with everything else. cgroup v1 charges TCP and UDP
+buffers only to ``memory.kmem.tcp.*``, a counter of its own that is off (nothing charged anywhere) until its
+limit is written; so on v1 the run's memory limit is split (``split_for_sockets``): the socket share is that
+counter's limit and the rest is ``memory.limit_in_bytes``, and the run never holds more than its limit in all.
 """
 
 from __future__ import annotations
@@ -21,6 +26,23 @@ _V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 _V2_CONTROLLERS = ("memory", "pids", "cpu")
 _CPU_PERIOD_US = 100_000
 GROUP_NAME = "rewardstream-sandbox"
+
+
+SOCKET_SHARE_DIVISOR = 16
+SOCKET_SHARE_MIN = 4 << 20
+
+
+def split_for_sockets(memory_bytes: int) -> tuple[int, int]:
+    """cgroup v1: (limit for everything but socket buffers, limit for TCP/UDP socket buffers), summing to
+    ``memory_bytes``. A sixteenth (at least 4 MiB, at most a quarter) is plenty for loopback servers."""
+    share = min(max(memory_bytes // SOCKET_SHARE_DIVISOR, SOCKET_SHARE_MIN), memory_bytes // 4)
+    return memory_bytes - share, share
+
+
+def v1_memory_mounted() -> bool:
+    """The memory controller is on a cgroup v1 hierarchy (docker's containers then get v1 limits too)."""
+    v1, _ = _cgroup_mounts()
+    return "memory" in v1
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +66,12 @@ def _write(path: Path, value: str) -> None:
         os.write(fd, value.encode("ascii"))
     finally:
         os.close(fd)
+
+
+def write_v1_socket_limit(memory_dir: Path, limit_bytes: int) -> None:
+    """Cap (and so start charging) a v1 memory cgroup's TCP/UDP socket buffers. Only sockets created after
+    this are charged: it must happen before anything of the run exists."""
+    _write(memory_dir / "memory.kmem.tcp.limit_in_bytes", str(limit_bytes))
 
 
 def _kv(text: str) -> dict[str, int]:
@@ -195,10 +223,12 @@ class RunCgroup:
         """Hard memory (no swap), pids and CPU-bandwidth limits."""
         quota = max(1000, int(cpus * _CPU_PERIOD_US))
         if self.version == 1:
-            _write(self._file("memory", "memory.limit_in_bytes"), str(memory_bytes))
+            rest, sockets = split_for_sockets(memory_bytes)
+            _write(self._file("memory", "memory.limit_in_bytes"), str(rest))
             memsw = self._file("memory", "memory.memsw.limit_in_bytes")
             if memsw.exists():
-                _write(memsw, str(memory_bytes))
+                _write(memsw, str(rest))
+            write_v1_socket_limit(self._file("memory", ""), sockets)
             with contextlib.suppress(OSError):
                 _write(self._file("memory", "memory.swappiness"), "0")
             _write(self._file("pids", "pids.max"), str(pids))

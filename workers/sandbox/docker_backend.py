@@ -43,8 +43,10 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.settings import Settings
+from workers.sandbox import init_watch
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty
+from workers.sandbox.cgroups import split_for_sockets, v1_memory_mounted, write_v1_socket_limit
 from workers.sandbox.docker_entry import (
     ENTRY_DEADLINES,
     EntryServer,
@@ -52,6 +54,7 @@ from workers.sandbox.docker_entry import (
     nsenter_path,
     same_user_namespace,
 )
+from workers.sandbox.init_watch import InitSnapshot
 from workers.sandbox.output_pump import Observed, pump
 from workers.sandbox.process import (
     _Capture,
@@ -62,6 +65,7 @@ from workers.sandbox.process import (
     error_result,
 )
 from workers.sandbox.seccomp import build_filter, docker_profile
+from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 
 LABEL = "rewardstream.sandbox"
 OWNER_LABEL = "rewardstream.sandbox.owner"
@@ -121,6 +125,7 @@ class _Container:
     init_pid: int = 0
     runs: int = 0
     entry: EntryServer | None = None
+    init: InitSnapshot | None = None  # the settled init as the host saw it when the container joined the pool
     roots: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # writable mount -> (mode, uid, gid)
 
 
@@ -151,6 +156,7 @@ class DockerSandbox:
         self._closed = False
         self._busy: set[str] = set()
         self._seccomp = docker_profile()
+        self._v1_memory = v1_memory_mounted()
         self._nsenter = nsenter_path() if entry is not False and self._pool_size > 0 else None
         if entry and self._nsenter is None:
             raise SandboxError("docker entry server needs a warm pool, root and nsenter (Debian util-linux)")
@@ -182,6 +188,8 @@ class DockerSandbox:
             pid = int(info["State"]["Pid"])
             _await_non_dumpable(pid)
             container = _Container(cid, limits, _container_cgroups(pid), pid, roots=_mount_roots(pid))
+            if self._v1_memory:  # before any run: only sockets created after it are charged
+                write_v1_socket_limit(container.cgroup["memory"], split_for_sockets(limits.memory_mb << 20)[1])
             labelled = info.get("AppArmorProfile") not in (None, "", "unconfined") or bool(info.get("ProcessLabel"))
             if self._nsenter and not labelled and same_user_namespace(pid):
                 container.entry = EntryServer(
@@ -193,6 +201,7 @@ class DockerSandbox:
                 )
                 with self._lock:
                     self._entries[cid] = container.entry
+                container.init = init_watch.snapshot(pid)  # the entry server is ready: the init has settled
             return container
         except Exception:
             self._remove(cid)
@@ -203,11 +212,14 @@ class DockerSandbox:
     ) -> str:
         """Create (not start) a locked-down container; ``oneshot``: its command is the run (stdin attached)."""
         uid = self._uid
+        memory = limits.memory_mb << 20
+        if self._v1_memory:  # the rest of the limit goes to socket buffers (see ``cgroups.split_for_sockets``)
+            memory = split_for_sockets(memory)[0]
         tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
         host_config = self._api.create_host_config(
             network_mode="none",
-            mem_limit=limits.memory_mb << 20,
-            memswap_limit=limits.memory_mb << 20,
+            mem_limit=memory,
+            memswap_limit=memory,
             nano_cpus=int(limits.cpus * 1e9),
             pids_limit=limits.pids,
             read_only=True,
@@ -304,9 +316,10 @@ class DockerSandbox:
     def _reset(self, container: _Container) -> bool:
         """Kill every process but the init, wipe writable mounts; True only if verified clean (host side)."""
         try:
-            return _host_reset(container.cgroup, container.init_pid, container.roots)
+            clean = _host_reset(container.cgroup, container.init_pid, container.roots)
         except Exception:
             return False
+        return clean and container.init is not None and init_watch.unchanged(container.init_pid, container.init)
 
     def close(self) -> None:
         """Remove every container this instance created; idempotent."""
@@ -376,7 +389,9 @@ class DockerSandbox:
             else:
                 result = self._run_in(container, spec, archive)
             reusable = result.status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT, SandboxStatus.CRASHED)
-            reusable = reusable and self._pool_size > 0
+            # A docker exec'd run shares the container's network and IPC namespaces with every later run: such
+            # a container is never reused (the pool refills in background).
+            reusable = reusable and self._pool_size > 0 and container.entry is not None
             return result
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
@@ -484,8 +499,13 @@ class DockerSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s, spawn_at=spawn_at,
-                       cap=cap, deadlines=ENTRY_DEADLINES)  # fmt: skip
+            with TcpQueueWatch(
+                lambda: _pids_in(_cg_dir(cg, "pids") / "cgroup.procs"),
+                queue_limit(spec.memory_mb << 20),
+                [own_netns(), netns_of(container.init_pid)],
+            ) as watch:
+                obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s,
+                           spawn_at=spawn_at, cap=cap, deadlines=ENTRY_DEADLINES, watch=watch)  # fmt: skip
             raw = _read_status(mine[2], 2.0) if obs.exited else b""
             if len(raw) != 4:
                 # Stopped (timeout, output limit, no start) or the supervisor died (OOM-killed): kill the run

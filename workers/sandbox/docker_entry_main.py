@@ -13,7 +13,9 @@ forks per run (~1 ms). Every run still gets exactly what a ``docker exec`` gets,
 * Per run E forks a supervisor ("C", root, pid namespace = the container's) that joins every cgroup of the
   container first (from then on docker's memory/cpu/pids limits apply and the worker accounts the run),
   verifies that its namespaces and cgroups are exactly those of the container's init, becomes a child
-  subreaper, checks that the init is exactly as E first saw it, and forks the program ("H"). The init runs as
+  subreaper, checks that the init is exactly as E first saw it, enters a network and an IPC namespace of the
+  run's own (``_own_network_and_ipc``: the container's would carry sockets, ports, TCP metrics and IPC
+  objects from one run to the next), and forks the program ("H"). The init runs as
   the sandbox uid and outlives every run. It is not dumpable (``docker_backend._INIT``), so a run can neither
   read nor write its memory or page-table state (``/proc/1/mem``, ``clear_refs``, ``pagemap``, ptrace) nor
   write its /proc files; but a run can still change its rlimits, nice, scheduling policy, affinity and I/O
@@ -57,10 +59,14 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
+        child_netns_own_tcp_hash,
         drop_caps_and_ids,
         exit_with,
         libc,
         load_seccomp,
+        loopback_up,
+        ok,
+        open_in_private_proc,
         parse_spec,
         prctl,
         read_all,
@@ -70,10 +76,17 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         set_oom_score_adj,
         status_code,
         stdin_from_devnull,
+        with_private_proc,
         write_all,
     )
 
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 N_FDS = 5  # spec, stdin, stdout, stderr, status
 NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup", "user")
 SAME_AS_INIT = (
@@ -184,6 +197,39 @@ def _check_init(reference: tuple[object, ...]) -> None:
         raise OSError("the container's init was changed (by an earlier run): " + ",".join(diff))
 
 
+def _rewind_pids(ns_last_pid: int) -> None:
+    """The container's next pid is 2 again, as in a fresh container: the pid numbers a run sees must not tell
+    how many processes earlier runs started. ``ns_last_pid`` acts on the WRITER's pid namespace: only a process
+    of the container's (C, or a child of E) may write it, never E itself (the host's)."""
+    if os.readlink("/proc/self/ns/pid") != os.readlink("/proc/1/ns/pid"):
+        raise OSError("not in the container's pid namespace")
+    os.pwrite(ns_last_pid, b"1", 0)
+
+
+def _rewound(ns_last_pid: int) -> int:
+    _rewind_pids(ns_last_pid)
+    return 0
+
+
+def _hide_container_cgroups() -> None:
+    """E, once per container before any run: an empty read-only tmpfs over /sys/fs/cgroup. The container's
+    counters (pids.events, memory.failcnt and peaks, cpu usage and throttling) add up over every run of the
+    container and cannot be reset: a run could write data into them for a later run to read. The worker
+    accounts each run from the host."""
+    if os.path.isdir("/sys/fs/cgroup"):
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        ok(libc.mount(b"tmpfs", b"/sys/fs/cgroup", b"tmpfs", flags, b"size=4k,mode=0555"), "hide cgroups")
+
+
+def _own_network_and_ipc() -> None:
+    """C, per run: a network namespace (only ``lo``, up, like the process backend's) and an IPC
+    namespace of the run's own. Nothing a run leaves there (TIME_WAIT and orphaned sockets, ports, abstract
+    unix sockets, TCP metrics, SysV objects, POSIX queues) outlives it, and nothing an earlier run left is
+    there. Everything else stays the container's."""
+    ok(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare net/ipc")
+    loopback_up()
+
+
 def _drop_privileges(config: dict[str, Any]) -> None:
     """Root with all caps -> the container user with no caps at all, no-new-privs, the init's rlimits."""
     uid, gid, groups = int(config["uid"]), int(config["gid"]), [int(g) for g in config["groups"]]
@@ -259,6 +305,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
     spec_fd, status_fd = fds[0], fds[4]
     spec = parse_spec(read_all(spec_fd))
     os.close(spec_fd)
+    _own_network_and_ipc()
     pid = os.fork()
     if pid == 0:
         os.close(status_fd)
@@ -289,6 +336,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
             continue
         except ChildProcessError:
             break
+    _rewind_pids(int(config["ns_last_pid"]))  # on failure: no status, the container is not reused
     write_all(status_fd, code.to_bytes(4, "big"))
     return 0
 
@@ -296,6 +344,15 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
 def serve(ctl_fd: int, procs: list[int], config: dict[str, Any], seccomp_filter: bytes) -> int:
     """E: fork one supervisor per request; requests are fds only, never run data. Ends at the worker's EOF."""
     config = {**config, "init_state": _settled_init_state()}
+    _hide_container_cgroups()
+    with_private_proc(2, child_netns_own_tcp_hash)
+    ns_last_pid = open_in_private_proc("/proc/sys/kernel/ns_last_pid")
+    config["ns_last_pid"] = ns_last_pid
+    pid = os.fork()  # a child in the container's pid namespace rewinds it before the first run
+    if pid == 0:
+        exit_with(2, functools.partial(_rewound, ns_last_pid))
+    if os.waitpid(pid, 0)[1] != 0:
+        raise OSError("cannot rewind the container's pids")
     return serve_requests(ctl_fd, 8, lambda n: n == N_FDS, lambda fds: _supervise(fds, procs, config, seccomp_filter))
 
 

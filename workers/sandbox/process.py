@@ -40,6 +40,7 @@ from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunC
 from workers.sandbox.mounts import Mounter, mounts_under, remove_tree
 from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.seccomp import build_filter
+from workers.sandbox.socket_watch import TcpQueueWatch, own_netns, queue_limit
 
 CRASH_SIGNALS = frozenset(
     {
@@ -389,8 +390,9 @@ class ProcessSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s, spawn_at=spawn_at,
-                       cap=cap, deadlines=_DEADLINES)  # fmt: skip
+            with _tcp_watch(spec, group) as watch:
+                obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s,
+                           spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES, watch=watch)  # fmt: skip
         finally:
             for fd in theirs:
                 os.close(fd)
@@ -509,8 +511,10 @@ class ProcessSandbox:
                 raise SandboxError("output pipes missing")
             pidfd = os.pidfd_open(proc.pid)
             try:
-                obs = pump(out_fd=proc.stdout.fileno(), err_fd=proc.stderr.fileno(), exit_fd=pidfd,
-                           timeout_s=spec.timeout_s, spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES)  # fmt: skip
+                with _tcp_watch(spec, group) as watch:
+                    obs = pump(out_fd=proc.stdout.fileno(), err_fd=proc.stderr.fileno(), exit_fd=pidfd,
+                               timeout_s=spec.timeout_s, spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES,
+                               watch=watch)  # fmt: skip
             finally:
                 os.close(pidfd)
         finally:
@@ -711,6 +715,11 @@ def _zygote_spec(spec: SandboxSpec, marker: bytes) -> bytes:
         "marker": marker.decode(),
     }
     return json.dumps(header).encode() + b"\n" + b"".join(data for _, data in names)
+
+
+def _tcp_watch(spec: SandboxSpec, group: RunCgroup) -> TcpQueueWatch:
+    """The run's TCP queues, summed from outside while it runs (see ``socket_watch``)."""
+    return TcpQueueWatch(group.pids, queue_limit(spec.memory_mb << 20), [own_netns()])
 
 
 def _status_after_kill(status_r: int, group: RunCgroup) -> bytes | None:

@@ -6,7 +6,7 @@ module loading, foreign architectures) rather than to enumerate everything Pytho
 The result is the raw ``struct sock_filter`` array that ``bwrap --seccomp FD`` loads.
 
 Architectures: x86_64 and aarch64. The policy is written once, by syscall name (``_DENY`` plus the
-argument-filtered clone/clone3/socket/ioctl); each architecture only maps names to its own numbers
+argument-filtered clone/clone3/socket/setsockopt/ioctl); each architecture only maps names to its own numbers
 (x86_64: ``asm/unistd_64.h``; aarch64: the asm-generic table, ``asm-generic/unistd.h``). A denied name that
 does not exist on an architecture (``mknod``, ``iopl``... on aarch64) is simply absent from its map.
 ``tests/unit/test_seccomp.py`` checks every number against the kernel headers when they are installed.
@@ -43,6 +43,7 @@ _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0_LO = 16
 _OFF_ARG1_LO = 24
+_OFF_ARG2_LO = 32
 
 # clone(2) namespace flags: NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 _CLONE_NS_MASK = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
@@ -50,6 +51,14 @@ _CLONE_NS_MASK |= 0x40000000
 
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 _TIOCSTI = 0x5412  # same value on x86_64 and aarch64 (asm-generic/ioctls.h)
+_IPPROTO_TCP = 6
+#: TCP options whose state the kernel keeps per socket in memory no cgroup is charged for (``sock_kmalloc``, up
+#: to ``net.core.optmem_max`` = 128 KiB per socket: thousands of sockets hold gigabytes): MD5 signature keys,
+#: TCP-AO keys, upper-layer protocols (kTLS). Candidate code never needs them on a loopback.
+_TCP_UNCHARGED_OPTIONS = {
+    "TCP_MD5SIG": 14, "TCP_ULP": 31, "TCP_MD5SIG_EXT": 32, "TCP_AO_ADD_KEY": 38, "TCP_AO_DEL_KEY": 39,
+    "TCP_AO_INFO": 40, "TCP_AO_GET_KEYS": 41, "TCP_AO_REPAIR": 42,
+}  # fmt: skip
 
 # Syscalls that untrusted code never needs: refused outright with EPERM, on every architecture that has them.
 _DENY: tuple[str, ...] = (
@@ -64,8 +73,8 @@ _DENY: tuple[str, ...] = (
     "fsopen", "fsconfig", "fsmount", "fspick", "pidfd_getfd", "process_madvise", "mount_setattr",
     "quotactl_fd", "memfd_secret",
 )  # fmt: skip
-# Syscalls the filter inspects arguments of (every architecture must map all four).
-_ARG_FILTERED: tuple[str, ...] = ("clone", "clone3", "socket", "ioctl")
+# Syscalls the filter inspects arguments of (every architecture must map all of them).
+_ARG_FILTERED: tuple[str, ...] = ("clone", "clone3", "socket", "setsockopt", "ioctl")
 
 # Numbers from the kernel uapi headers (linux-libc-dev 6.1): asm/unistd_64.h.
 _X86_64_NR: dict[str, int] = {
@@ -83,7 +92,7 @@ _X86_64_NR: dict[str, int] = {
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
     "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
     "quotactl_fd": 443, "memfd_secret": 447,
-    "clone": 56, "clone3": 435, "socket": 41, "ioctl": 16,
+    "clone": 56, "clone3": 435, "socket": 41, "setsockopt": 54, "ioctl": 16,
 }  # fmt: skip
 
 # asm-generic/unistd.h as arm64 includes it (64-bit; __ARCH_WANT_SYS_CLONE3 and __ARCH_WANT_MEMFD_SECRET set).
@@ -102,7 +111,7 @@ _AARCH64_NR: dict[str, int] = {
     "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
     "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
     "quotactl_fd": 443, "memfd_secret": 447,
-    "ioctl": 29, "socket": 198, "clone": 220, "clone3": 435,
+    "ioctl": 29, "socket": 198, "setsockopt": 208, "clone": 220, "clone3": 435,
 }  # fmt: skip
 
 
@@ -145,6 +154,20 @@ def _ret_errno(err: int) -> bytes:
     return _insn(_RET_K, _RET_ERRNO | err)
 
 
+def _setsockopt_block(number: int) -> list[bytes]:
+    """setsockopt(fd, IPPROTO_TCP, one of ``_TCP_UNCHARGED_OPTIONS``) -> EPERM; any other option is allowed."""
+    options = sorted(_TCP_UNCHARGED_OPTIONS.values())
+    n = len(options)
+    block = [
+        _insn(_JEQ_K, number, jt=0, jf=n + 5),
+        _insn(_LD_W_ABS, _OFF_ARG1_LO),
+        _insn(_JEQ_K, _IPPROTO_TCP, jt=0, jf=n + 1),
+        _insn(_LD_W_ABS, _OFF_ARG2_LO),
+    ]
+    block += [_insn(_JEQ_K, option, jt=n - i, jf=0) for i, option in enumerate(options)]
+    return [*block, _insn(_RET_K, _RET_ALLOW), _ret_errno(errno.EPERM)]
+
+
 def build_filter(machine: str | None = None) -> bytes:
     """Return the filter for this machine's architecture; raise ``SandboxError`` if it is unsupported."""
     arch = _arch(machine)
@@ -181,6 +204,7 @@ def build_filter(machine: str | None = None) -> bytes:
         _ret_errno(errno.EAFNOSUPPORT),
         _insn(_RET_K, _RET_ALLOW),
     ]
+    prog += _setsockopt_block(nr["setsockopt"])
     # ioctl(TIOCSTI) would inject input into a terminal.
     prog += [
         _insn(_JEQ_K, nr["ioctl"], jt=0, jf=3),
@@ -243,6 +267,19 @@ def docker_profile(machine: str | None = None) -> str:
             "args": [{"index": 0, "value": _AF_INET6, "op": "SCMP_CMP_GT"}],
         }
     )
+    for option in sorted(_TCP_UNCHARGED_OPTIONS.values()):
+        rules.append(
+            {
+                "names": ["setsockopt"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": errno.EPERM,
+                # level and optname are ints: the kernel ignores the upper 32 bits, so must the rule
+                "args": [
+                    {"index": 1, "value": 0xFFFFFFFF, "valueTwo": _IPPROTO_TCP, "op": "SCMP_CMP_MASKED_EQ"},
+                    {"index": 2, "value": 0xFFFFFFFF, "valueTwo": option, "op": "SCMP_CMP_MASKED_EQ"},
+                ],
+            }
+        )
     rules.append(
         {
             "names": ["ioctl"],

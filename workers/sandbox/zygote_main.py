@@ -27,13 +27,10 @@ one globals dict: what both in-sandbox servers share comes from there (see ``boo
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import functools
 import os
 import resource
 import signal
-import socket
-import struct
 import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -44,12 +41,14 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         PR_SET_DUMPABLE,
         PR_SET_NO_NEW_PRIVS,
         SETUP_FAILED,
+        child_netns_own_tcp_hash,
         clear_capability_sets,
         drop_bounding_and_ambient,
         drop_caps_and_ids,
         exit_with,
         libc,
         load_seccomp,
+        loopback_up,
         ok,
         parse_spec,
         prctl,
@@ -59,6 +58,7 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         set_oom_score_adj,
         status_code,
         stdin_from_devnull,
+        with_private_proc,
         write_all,
     )
 
@@ -77,9 +77,6 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
-SIOCGIFFLAGS = 0x8913
-SIOCSIFFLAGS = 0x8914
-IFF_UP = 0x1
 N_FIXED_FDS = 5  # spec, stdin, stdout, stderr, status; then one cgroup.procs per hierarchy
 STAGE = "/mnt"
 
@@ -125,17 +122,6 @@ def _populate(stage: str, spec: dict[str, Any], uid: int) -> None:
     ok(libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
     if os.path.isdir("/dev/pts"):
         _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
-
-
-def _loopback_up() -> None:
-    """The new network namespace has only ``lo``, down; bring it up (as bwrap does) so local servers work."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        ifr = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
-        flags = struct.unpack("16sH22x", ifr)[1]
-        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
-    finally:
-        sock.close()
 
 
 def _drop_privileges(uid: int) -> None:
@@ -233,7 +219,7 @@ def _supervise(fds: list[int], uid: int, seccomp_filter: bytes) -> int:
     ok(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     ok(libc.sethostname(b"sandbox", 7), "sethostname")
-    _loopback_up()
+    loopback_up()
     _populate(STAGE, spec, uid)
     ok(libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")
     pid = os.fork()
@@ -242,12 +228,7 @@ def _supervise(fds: list[int], uid: int, seccomp_filter: bytes) -> int:
     for fd in fds[:4]:
         os.close(fd)
     del spec
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
+    status = os.waitpid(pid, 0)[1]  # PEP 475: retried on EINTR
     write_all(status_fd, status_code(status).to_bytes(4, "big"))
     return 0
 
@@ -263,6 +244,7 @@ def _main() -> int:
     if len(seccomp_filter) != filter_len:
         return SETUP_FAILED
     stdin_from_devnull()
+    with_private_proc(2, child_netns_own_tcp_hash)
     return serve(ctl_fd, uid, seccomp_filter)
 
 

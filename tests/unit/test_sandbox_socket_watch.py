@@ -1,0 +1,62 @@
+"""The TCP queue watch's arithmetic on /proc/net/tcp tables (the real enforcement is in tests/sandbox)."""
+
+from __future__ import annotations
+
+import os
+
+from workers.sandbox.api import SandboxStatus
+from workers.sandbox.socket_watch import TcpQueueWatch, queue_limit, queued_bytes, tcp_sockets
+
+HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+
+
+def _row(state: str, tx: int, rx: int) -> str:
+    return f"   0: 0100007F:9C4B 0100007F:D2A2 {state} {tx:08X}:{rx:08X} 00:00000000 00000000 60123 0 1 1\n"
+
+
+def test_listeners_count_connections_not_bytes_and_are_left_out() -> None:
+    assert queued_bytes(HEADER + _row("0A", 4096, 16)) == 0
+
+
+def test_every_other_socket_counts_in_whole_pages() -> None:
+    table = HEADER + _row("01", 0, 1) + _row("01", 5000, 0) + _row("04", 0, 0) + _row("01", 4096, 4096)
+    assert queued_bytes(table) == 4096 + 8192 + 0 + 8192
+
+
+def test_a_connecting_socket_counts_at_most_its_syn_and_one_segment() -> None:
+    """Mid-connect the table shows the initial sequence number as tx_queue: never gigabytes of a run's."""
+    isn_race = HEADER + _row("02", 0xD2A2F00D, 0)
+    assert queued_bytes(isn_race) == 17 * 4096
+    assert queued_bytes(HEADER + _row("02", 1, 0)) == 4096
+    assert queued_bytes(HEADER + _row("01", 0xD2A2F00D, 0)) == -(-0xD2A2F00D // 4096) * 4096
+
+
+def test_the_watch_stops_a_run_over_its_share_and_skips_foreign_namespaces() -> None:
+    assert queue_limit(128 << 20) == 16 << 20
+    mine = os.readlink("/proc/self/ns/net")
+    with TcpQueueWatch(lambda: [os.getpid()], limit=0, foreign=[mine]) as watch:
+        assert watch() is None  # the worker's own namespace is never counted
+    with TcpQueueWatch(lambda: [os.getpid(), os.getpid()], limit=-1, foreign=[None]) as over:
+        assert over() is SandboxStatus.MEMORY_LIMIT
+        assert over() is SandboxStatus.MEMORY_LIMIT  # the namespace's files are kept and read again
+
+
+def test_the_watch_keeps_reading_the_namespace_after_its_process_is_gone() -> None:
+    """Found once, the namespace's tables stay open: a later call needs no live process of the run."""
+    pids = [os.getpid()]
+    with TcpQueueWatch(lambda: pids, limit=-1, foreign=[None]) as watch:
+        assert watch() is SandboxStatus.MEMORY_LIMIT
+        pids.clear()
+        assert watch() is SandboxStatus.MEMORY_LIMIT
+    assert watch() is None  # closed: the namespace is forgotten, and no process of the run is left
+
+
+def test_no_process_of_the_run_yet_is_no_verdict() -> None:
+    with TcpQueueWatch(lambda: [], limit=-1, foreign=[None]) as watch:
+        assert watch() is None
+
+
+def test_tcp_sockets_counts_both_families_of_a_namespace() -> None:
+    sockstat = "sockets: used 9\nTCP: inuse 3 orphan 1 tw 7 alloc 16 mem 161\nUDP: inuse 2 mem 0\n"
+    assert tcp_sockets(sockstat + "TCP6: inuse 4\nUDP6: inuse 1\n") == 7
+    assert tcp_sockets("TCP: inuse 0 orphan 0 tw 0 alloc 0 mem 0\nTCP6: inuse 0\n") == 0
