@@ -78,6 +78,10 @@ SchemaVersion1 = Annotated[str, StringConstraints(pattern=r"^1\.(0|[1-9][0-9]{0,
 
 #: Any plain JSON value (null, bool, int, float, str, list, object) with NaN/Infinity rejected.
 Json = Annotated[JsonValue, AfterValidator(_finite_json)]
+#: ``s3://bucket/key``: what a claim check (code, artifacts, snapshots, task archives) points at.
+S3Url = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")]
+#: A sha256 digest, lowercase hex.
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Contract(BaseModel):
