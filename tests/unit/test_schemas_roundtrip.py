@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import base64
 import string
 from datetime import UTC
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import Contract, decode, encode
+from schemas.episodes import (
+    ActionEvent,
+    ActionKind,
+    ExecAction,
+    ForkAction,
+    ObservationEvent,
+    ObservationStatus,
+    OpenAction,
+    ReadAction,
+    SubmitAction,
+    WriteAction,
+)
 from schemas.events import (
     CaseResult,
     DeadLetter,
@@ -246,6 +259,75 @@ def generation_events(draw: st.DrawFn) -> GenerationEvent:
     )
 
 
+# ---- agent episodes ----------------------------------------------------------------------------------------
+agent_actions = st.one_of(
+    st.builds(
+        ExecAction,
+        action=st.just("exec"),
+        command=st.text(max_size=20) | st.lists(st.text(max_size=8), max_size=3),
+        timeout_s=st.none() | st.floats(min_value=0.001, max_value=86_400),
+    ),
+    st.builds(WriteAction, action=st.just("write"), path=st.text(max_size=20), text=st.text(max_size=40)),
+    st.builds(
+        WriteAction,
+        action=st.just("write"),
+        path=st.text(max_size=20),
+        base64=st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()),
+    ),
+    st.builds(ReadAction, action=st.just("read"), path=st.text(max_size=20)),
+    st.builds(SubmitAction, action=st.just("submit")),
+)
+episode_starts = st.builds(OpenAction, action=st.just("open"), task_id=task_ids, run_id=st.none() | ids) | st.builds(
+    ForkAction, action=st.just("fork"), from_episode=ids, turn=turn
+)
+
+
+@st.composite
+def action_events(draw: st.DrawFn) -> ActionEvent:
+    start = draw(st.booleans())
+    return ActionEvent(
+        **{k: draw(v) for k, v in envelope.items()},
+        episode_id=draw(ids),
+        turn=0 if start else draw(st.integers(1, 10_000)),
+        action=draw(episode_starts if start else agent_actions),
+    )
+
+
+@st.composite
+def observation_events(draw: st.DrawFn) -> ObservationEvent:
+    kind = draw(st.sampled_from(["exec", "write", "read", "submit", "open", "fork", "abandoned"]))
+    status = draw(
+        st.sampled_from(["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed",
+                         "sandbox_error", "rejected"])
+    )  # fmt: skip
+    rejected = status == "rejected"
+    content = draw(st.none() | st.text(max_size=40)) if kind == "read" and not rejected else None
+    return ObservationEvent(
+        **{k: draw(v) for k, v in envelope.items()},
+        episode_id=draw(ids),
+        turn=draw(turn),
+        action=None if kind == "abandoned" else cast(ActionKind, kind),
+        status="timeout" if kind == "abandoned" else cast(ObservationStatus, status),
+        exit_code=draw(st.none() | st.integers(-255, 255)) if kind == "exec" else None,
+        stdout=draw(st.text(max_size=40)),
+        stderr=draw(st.text(max_size=40)),
+        stdout_truncated=draw(st.booleans()),
+        stderr_truncated=draw(st.booleans()),
+        content=content,
+        content_truncated=content is not None and draw(st.booleans()),
+        wall_ms=draw(nonneg),
+        workspace_ref=draw(
+            st.none() | st.from_regex(r"s3://[a-z0-9]{3,10}/sha256/[0-9a-f]{2}/[0-9a-f]{64}", fullmatch=True)
+        ),
+        reason=draw(st.text(min_size=1, max_size=30))
+        if rejected or kind == "abandoned"
+        else draw(st.none() | st.text(max_size=30)),
+        ended="abandoned"
+        if kind == "abandoned"
+        else ("submitted" if kind == "submit" and draw(st.booleans()) else None),
+    )
+
+
 STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
     Task: st.builds(Task, **task_fields, hidden_tests=suites) | workspace_tasks,
     PublicTask: st.builds(PublicTask, **task_fields) | workspace_public_tasks,
@@ -311,6 +393,8 @@ STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
         st.none() | st.binary(max_size=20),
         st.binary(max_size=200),
     ),
+    ActionEvent: action_events(),
+    ObservationEvent: observation_events(),
 }
 
 
