@@ -31,7 +31,7 @@ from infra.local.paths import shared_cache
 from schemas.settings import Settings
 from schemas.tasks import Task
 from streams.sdk import RewardFuture, TrainerClient, TrainerConfig
-from workers.grading import Grader
+from workers.grading import Grader, public_suite
 from workers.grading.static_analysis import analyze
 from workers.sandbox.factory import make_sandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
@@ -58,10 +58,9 @@ def grading_only(
 
         def roles(sol: tuple[str, str, str]) -> None:
             task = tasks[sol[1]]
-            if task.public_tests is not None:  # the executor
-                grader.run_suites(
-                    sol[2], task.entry_point, [("public", task.public_tests)], task.limits, prompt=task.prompt
-                )
+            public_tests = public_suite(task)
+            if public_tests is not None:  # the executor
+                grader.run_suites(sol[2], task.entry_point, [("public", public_tests)], task.limits, prompt=task.prompt)
             analyze(sol[2])  # the verifier
             grader.run_suites(
                 sol[2], task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt

@@ -32,7 +32,7 @@ from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
-from workers.grading import Grader
+from workers.grading import Grader, public_suite
 from workers.roles.service import OUTPUT_ROLE, Dependencies, RoleName, run_worker
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
@@ -57,7 +57,8 @@ def direct(grader: Grader, tasks: dict[str, Task], events: list[GenerationEvent]
 
     def one(ev: GenerationEvent) -> None:
         task = tasks[ev.task_id]
-        suite = task.hidden_tests if role == "verifier" or task.public_tests is None else task.public_tests
+        public_tests = public_suite(task)
+        suite = task.hidden_tests if role == "verifier" or public_tests is None else public_tests
         ran = grader.run_suites(ev.code or "", task.entry_point, [(role, suite)], task.limits, prompt=task.prompt)
         if ran.infra_error:
             raise RuntimeError(ran.infra_error)

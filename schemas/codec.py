@@ -78,6 +78,10 @@ SchemaVersion1 = Annotated[str, StringConstraints(pattern=r"^1\.(0|[1-9][0-9]{0,
 
 #: Any plain JSON value (null, bool, int, float, str, list, object) with NaN/Infinity rejected.
 Json = Annotated[JsonValue, AfterValidator(_finite_json)]
+#: ``s3://bucket/key``: what a claim check (code, artifacts, snapshots, task archives) points at.
+S3Url = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")]
+#: A sha256 digest, lowercase hex.
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Contract(BaseModel):
@@ -261,8 +265,9 @@ def _describe(error: Any, obj: object, model: type[Contract]) -> tuple[str, str]
             return path, _MESSAGES["missing"]
         return path, f"must be one of {ctx.get('expected_tags', '?')} (got {ctx.get('tag', '?')!r})"
     field = error.get("ctx", {}).get("field")
-    if isinstance(field, str):  # a model-level check that is about one field
-        path = f"{path}.{field}" if path else field
+    if isinstance(field, str):  # a model-level check that is about one field (its loc ends at the model)
+        base = format_path(error["loc"], obj, name_missing=False)
+        path = f"{base}.{field}" if base else field
     return path, _problem(error)
 
 
@@ -279,8 +284,11 @@ def _prune(obj: Any, locs: Sequence[tuple[int | str, ...]]) -> Any:
     return pruned
 
 
-def _real_steps(loc: Sequence[int | str], obj: object) -> list[int | str]:
-    """The loc elements that index into ``obj``; pydantic inserts union tags that are not real keys."""
+def _real_steps(loc: Sequence[int | str], obj: object, *, name_missing: bool = True) -> list[int | str]:
+    """The loc elements that index into ``obj``; pydantic inserts union tags that are not real keys.
+
+    ``name_missing``: a last element that is not in ``obj`` is a missing field, and named; off for an error
+    of a model-level check, whose loc ends at the model (or at a union tag inside it)."""
     steps: list[int | str] = []
     current: object = obj
     for i, part in enumerate(loc):
@@ -290,7 +298,7 @@ def _real_steps(loc: Sequence[int | str], obj: object) -> list[int | str]:
         if in_dict or in_list:
             current = current[part]  # type: ignore[index]
             steps.append(part)
-        elif last and isinstance(current, Mapping):
+        elif last and name_missing and isinstance(current, Mapping):
             steps.append(part)  # a missing field: name it
     return steps
 
@@ -311,10 +319,10 @@ def one_line(problems: Sequence[tuple[str, str]], root: str = "") -> str:
     return "; ".join(_join(path or root, problem) for path, problem in problems)
 
 
-def format_path(loc: Sequence[int | str], obj: object) -> str:
+def format_path(loc: Sequence[int | str], obj: object, *, name_missing: bool = True) -> str:
     """Turn a pydantic loc into ``hidden_tests.cases[0].args`` form, resolved against the input."""
     out = ""
-    for step in _real_steps(loc, obj):
+    for step in _real_steps(loc, obj, name_missing=name_missing):
         if isinstance(step, int):
             out += f"[{step}]"
         else:

@@ -19,7 +19,7 @@ from pydantic import AwareDatetime, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
-from schemas.codec import Contract, SchemaVersion1
+from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
 from schemas.tasks import CaseId, Language, TaskId
 from schemas.text import sanitize_text
 
@@ -35,8 +35,6 @@ DLQ_PAYLOAD_MAX_BYTES = 512 * 1024
 DLQ_KEY_MAX_BYTES = 16 * 1024
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
-S3Url = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")]
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Base64 = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=4 * DLQ_PAYLOAD_MAX_BYTES // 3 + 4)
 ]

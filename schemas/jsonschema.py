@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from schemas.codec import Contract
+from schemas.episodes import EPISODE_MODELS
 from schemas.events import EVENT_MODELS
 from schemas.tasks import PublicTask, Task
 
@@ -28,7 +29,7 @@ def default_dir() -> Path:
 
 def models() -> tuple[type[Contract], ...]:
     """Every model that gets a schema file."""
-    return (Task, PublicTask, *EVENT_MODELS)
+    return (Task, PublicTask, *EVENT_MODELS, *EPISODE_MODELS)
 
 
 def render(model: type[Contract]) -> str:

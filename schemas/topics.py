@@ -1,9 +1,10 @@
 """The topic catalog: one entry per role, the single source of topic names and their settings.
 
 Pure (no Kafka here): callers pass the prefix and partition count from settings, so tests and tools can
-build a catalog for any prefix. Every joined topic has the same partition count and all are keyed by
-``episode_id``, so one episode lands on the same partition number everywhere and the Faust join needs no
-repartitioning.
+build a catalog for any prefix. Every topic has the same partition count and all are keyed by ``episode_id``
+(the DLQ by the original key), so one episode lands on the same partition number everywhere: the Faust join
+needs no repartitioning, and an agent episode's actions, observations and the generation its submit makes
+share one partition number.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from schemas.codec import MAX_MESSAGE_BYTES, Contract
+from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.errors import ConfigError
 from schemas.events import (
     DeadLetter,
@@ -27,7 +29,9 @@ from schemas.events import (
 if TYPE_CHECKING:
     from schemas.settings import Settings
 
-Role = Literal["generations", "executions", "verdicts", "judgements", "rewards", "logs", "dlq"]
+Role = Literal[
+    "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "logs", "dlq"
+]
 
 _DAY_MS = 24 * 60 * 60 * 1000
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{0,200}$")
@@ -82,6 +86,8 @@ _ROLES: tuple[tuple[Role, type[Contract], int, bool, str], ...] = (
     ("verdicts", HiddenVerdict, 7, True, "hidden-test and static-analysis verdicts from verifiers"),
     ("judgements", JudgeScore, 7, True, "judge-model scores"),
     ("rewards", RewardEvent, 30, True, "one reward per generation, back to the trainer"),
+    ("actions", ActionEvent, 7, False, "agent episodes: each turn's action (exec, write, read, submit, open, fork)"),
+    ("observations", ObservationEvent, 7, False, "agent episodes: what each step did, back to the trainer"),
     ("logs", LogRecord, 3, False, "structured logs of every worker, indexed into OpenSearch"),
     ("dlq", DeadLetter, 30, False, "messages that could not be decoded or processed, with the reason"),
 )

@@ -32,7 +32,7 @@ from schemas.errors import ConfigError, ValidationError
 from schemas.tasks import Task
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
-from workers.grading.grader import Grader
+from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -51,13 +51,23 @@ def _first_error(exc: pydantic.ValidationError) -> str:
     return one_line(problems_of(exc)[:1], "(line)")
 
 
+def _one_shot(task: Task, where: str) -> Task:
+    """``task``, unless it is a workspace task: the episode worker grades those, not ``grade``."""
+    try:
+        refuse_workspace(task)
+    except WorkspaceTaskError as exc:
+        raise ValidationError(f"{where}: {exc}") from None
+    return task
+
+
 def _load_task(path: Path) -> Task:
     try:
-        return Task.model_validate_json(path.read_bytes())
+        task = Task.model_validate_json(path.read_bytes())
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     except pydantic.ValidationError as exc:
         raise ValidationError(f"{path}: {_first_error(exc)}") from None
+    return _one_shot(task, str(path))
 
 
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
@@ -86,7 +96,7 @@ def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task]
             task = Task.model_validate(obj)
         except pydantic.ValidationError as exc:
             raise ValidationError(f"{tasks_path}:{n}: {_first_error(exc)}") from None
-        tasks[task.task_id] = task
+        tasks[task.task_id] = _one_shot(task, f"{tasks_path}:{n}")
     solutions: list[Solution] = []
     for n, obj in _jsonl(solutions_path):
         try:

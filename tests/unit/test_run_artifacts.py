@@ -25,7 +25,7 @@ from tests.unit.test_grading_grader import LocalRunner
 from tests.unit.test_grading_grader import grader as local_grader
 from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
 from workers.grading import harness
-from workers.grading.grader import CandidateOutput, split_output
+from workers.grading.grader import CandidateOutput, public_suite, split_output
 from workers.grading.suites import MAGIC
 from workers.handler import Done, Source
 from workers.roles.common import RoleContext, TaskSource
@@ -113,8 +113,9 @@ def event(code: str | None, **kw: Any) -> GenerationEvent:
 def test_call_suite_output_is_the_candidates_not_the_protocol() -> None:
     code = "import sys\nprint('loading')\ndef add(a, b):\n    print('adding', a, b)\n    print('oops', file=sys.stderr)\n    return a + b\n"  # noqa: E501
     t = task(CALL)
-    assert t.public_tests is not None
-    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", t.public_tests)], t.limits)
+    public_tests = public_suite(t)
+    assert public_tests is not None
+    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", public_tests)], t.limits)
     assert ran.protocol_error is None
     assert [c.status for c in ran.outcomes[0].cases] == ["passed", "failed"]
     out = ran.output
@@ -128,9 +129,10 @@ def test_call_suite_output_is_the_candidates_not_the_protocol() -> None:
 def test_assert_check_code_output_is_not_the_candidates() -> None:
     check = "def check(candidate):\n    print('CHECK-ONLY 3')\n    assert candidate(1, 2) == 3\n"
     t = task({"kind": "assert", "code": check})
-    assert t.public_tests is not None
+    public_tests = public_suite(t)
+    assert public_tests is not None
     code = "def add(a, b):\n    print('from candidate')\n    return a + b\n"
-    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", t.public_tests)], t.limits)
+    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", public_tests)], t.limits)
     assert ran.outcomes[0].all_passed
     assert ran.output.stdout == b"from candidate\n"
 
@@ -138,9 +140,10 @@ def test_assert_check_code_output_is_not_the_candidates() -> None:
 def test_io_suite_output_is_captured_per_case_in_order() -> None:
     cases = [{"stdin": "1\n", "expected_stdout": "1\n"}, {"stdin": "2\n", "expected_stdout": "2\n"}]
     t = task({"kind": "io", "cases": cases}, entry_point=None)
-    assert t.public_tests is not None
+    public_tests = public_suite(t)
+    assert public_tests is not None
     code = "import sys\nx = input()\nprint(x)\nprint('e' + x, file=sys.stderr)\n"
-    ran = local_grader(LocalRunner()).run_suites(code, None, [("public", t.public_tests)], t.limits)
+    ran = local_grader(LocalRunner()).run_suites(code, None, [("public", public_tests)], t.limits)
     assert ran.outcomes[0].all_passed
     assert ran.output == CandidateOutput(b"1\n2\n", b"e1\ne2\n", 4, 6)
 
@@ -148,8 +151,9 @@ def test_io_suite_output_is_captured_per_case_in_order() -> None:
 def test_output_beyond_the_harness_cap_keeps_the_tail_and_says_so() -> None:
     code = "def add(a, b):\n    print('A' * 100 + 'B' * (2 << 20), end='')\n    return a + b\n"
     t = task({"kind": "call", "cases": [{"args": [1, 2], "expected": 3}]})
-    assert t.public_tests is not None
-    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", t.public_tests)], t.limits)
+    public_tests = public_suite(t)
+    assert public_tests is not None
+    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", public_tests)], t.limits)
     assert ran.outcomes[0].all_passed, "a big print must not cost the candidate its verdict"
     assert ran.output.stdout_bytes == 100 + (2 << 20)
     assert ran.output.stdout == b"B" * harness.OUTPUT_CAP
@@ -172,8 +176,9 @@ def test_a_candidate_printing_without_end_does_not_stall_the_run() -> None:
         "    return a + b\n"
     )
     t = task(CALL)
-    assert t.public_tests is not None
-    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", t.public_tests)], t.limits)
+    public_tests = public_suite(t)
+    assert public_tests is not None
+    ran = local_grader(LocalRunner()).run_suites(code, "add", [("public", public_tests)], t.limits)
     assert [c.status for c in ran.outcomes[0].cases] == ["passed", "failed"]
     assert ran.run.wall_ms < 4000
     assert 1001 <= len(ran.output.stdout) <= harness.OUTPUT_CAP
@@ -208,9 +213,10 @@ def test_output_written_before_a_hang_is_kept() -> None:
         "def add(a, b):\n    print('before the hang', flush=True)\n    print('lost')\n    while True:\n        pass\n"
     )
     t = task({"kind": "call", "cases": [{"args": [1, 2], "expected": 3}]})
-    assert t.public_tests is not None
+    public_tests = public_suite(t)
+    assert public_tests is not None
     ran = local_grader(LocalRunner()).run_suites(
-        code, "add", [("public", t.public_tests)], t.limits.model_copy(update={"timeout_s": 1})
+        code, "add", [("public", public_tests)], t.limits.model_copy(update={"timeout_s": 1})
     )
     assert ran.outcomes[0].cases[0].status == "timeout"
     assert ran.output.stdout == b"before the hang\n"  # the harness killed the case and still reported

@@ -293,7 +293,8 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "entry point not identifier",
         Task,
         with_(TASK, "entry_point", "os.system"),
-        "invalid Task: entry_point: string should match pattern '^[A-Za-z_][A-Za-z0-9_]{0,127}$'",
+        "invalid Task: entry_point: must be a function name, or module:function on workspace tasks "
+        "(e.g. add, calc.ops:add)",
     ),
     (
         "string timeout",

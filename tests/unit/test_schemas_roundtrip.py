@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import base64
 import string
 from datetime import UTC
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import Contract, decode, encode
+from schemas.episodes import (
+    ActionEvent,
+    ActionKind,
+    ExecAction,
+    ForkAction,
+    ObservationEvent,
+    ObservationStatus,
+    OpenAction,
+    ReadAction,
+    SubmitAction,
+    WriteAction,
+)
 from schemas.events import (
     CaseResult,
     DeadLetter,
@@ -26,7 +39,20 @@ from schemas.events import (
     StaticFlag,
 )
 from schemas.jsonschema import models
-from schemas.tasks import AssertSuite, CallCase, CallSuite, IoCase, IoSuite, Limits, PublicTask, Task
+from schemas.tasks import (
+    Archive,
+    AssertSuite,
+    CallCase,
+    CallSuite,
+    CommandSuite,
+    EpisodeLimits,
+    IoCase,
+    IoSuite,
+    Limits,
+    PublicTask,
+    Task,
+    Workspace,
+)
 
 ID_CHARS = string.ascii_letters + string.digits + "_.:-"
 ids = st.text(ID_CHARS, min_size=1, max_size=24)
@@ -79,6 +105,61 @@ task_fields: dict[str, Any] = {
     "entry_point": st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True),
     "public_tests": st.none() | suites,
 }
+# ---- workspace tasks ---------------------------------------------------------------------------------------
+path_names = st.text(string.ascii_letters + string.digits + "_.-", min_size=1, max_size=8).filter(
+    lambda n: n not in (".", "..")
+)
+workspace_files = st.dictionaries(
+    st.lists(path_names, min_size=1, max_size=3).map("/".join), st.text(max_size=40), max_size=6
+).filter(lambda files: not any(p.startswith(q + "/") for p in files for q in files))
+no_nul = st.characters(exclude_characters="\x00")
+commands = st.text(no_nul, min_size=1, max_size=30).filter(str.strip) | st.lists(
+    st.text(no_nul, max_size=10), min_size=1, max_size=4
+).filter(lambda argv: bool(argv[0]))
+module_entry_points = st.from_regex(
+    r"[a-z_][a-z0-9_]{0,6}(\.[a-z_][a-z0-9_]{0,6}){0,2}:[a-z_][a-z0-9_]{0,6}", fullmatch=True
+)
+workspaces = st.builds(Workspace, files=workspace_files) | st.builds(
+    Workspace,
+    archive=st.builds(
+        Archive,
+        url=st.from_regex(r"s3://[a-z0-9]{3,10}/[a-z0-9/._-]{1,30}\.tar\.gz", fullmatch=True),
+        sha256=st.text("0123456789abcdef", min_size=64, max_size=64),
+    ),
+)
+episode_limits = st.builds(
+    EpisodeLimits,
+    max_turns=st.integers(1, 10_000),
+    step_timeout_s=st.floats(min_value=0.001, max_value=600),
+    episode_timeout_s=st.floats(min_value=600, max_value=86_400),
+    idle_timeout_s=st.floats(min_value=0.001, max_value=86_400),
+    workspace_max_mb=st.integers(1, 4096),
+    workspace_max_files=st.integers(100, 100_000),
+)
+protected_globs = st.lists(
+    st.sampled_from(["tests/**", "**/conftest.py", "pytest.ini", "**/*.pth", "/setup.cfg", "build/", "[!.]*.ini"]),
+    max_size=5,
+)
+command_io_suites = st.builds(
+    IoSuite,
+    kind=st.just("io"),
+    command=commands,
+    cases=st.lists(st.builds(IoCase, stdin=st.text(max_size=20), expected_stdout=st.text(max_size=20)), max_size=3),
+)
+workspace_public = st.none() | st.builds(CommandSuite, kind=st.just("command"), command=commands) | call_suites
+workspace_hidden = call_suites | command_io_suites
+workspace_fields: dict[str, Any] = {
+    "task_id": task_ids,
+    "prompt": st.text(max_size=50),
+    "limits": limits,
+    "entry_point": module_entry_points,
+    "workspace": workspaces,
+    "episode": st.none() | episode_limits,
+    "protected": protected_globs,
+}
+workspace_tasks = st.builds(Task, **workspace_fields, public_tests=workspace_public, hidden_tests=workspace_hidden)
+workspace_public_tasks = st.builds(PublicTask, **workspace_fields, public_tests=workspace_public)
+
 sandbox_runs = st.builds(
     SandboxRun,
     status=st.sampled_from(
@@ -178,9 +259,78 @@ def generation_events(draw: st.DrawFn) -> GenerationEvent:
     )
 
 
+# ---- agent episodes ----------------------------------------------------------------------------------------
+agent_actions = st.one_of(
+    st.builds(
+        ExecAction,
+        action=st.just("exec"),
+        command=st.text(max_size=20) | st.lists(st.text(max_size=8), max_size=3),
+        timeout_s=st.none() | st.floats(min_value=0.001, max_value=86_400),
+    ),
+    st.builds(WriteAction, action=st.just("write"), path=st.text(max_size=20), text=st.text(max_size=40)),
+    st.builds(
+        WriteAction,
+        action=st.just("write"),
+        path=st.text(max_size=20),
+        base64=st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()),
+    ),
+    st.builds(ReadAction, action=st.just("read"), path=st.text(max_size=20)),
+    st.builds(SubmitAction, action=st.just("submit")),
+)
+episode_starts = st.builds(OpenAction, action=st.just("open"), task_id=task_ids, run_id=st.none() | ids) | st.builds(
+    ForkAction, action=st.just("fork"), from_episode=ids, turn=turn
+)
+
+
+@st.composite
+def action_events(draw: st.DrawFn) -> ActionEvent:
+    start = draw(st.booleans())
+    return ActionEvent(
+        **{k: draw(v) for k, v in envelope.items()},
+        episode_id=draw(ids),
+        turn=0 if start else draw(st.integers(1, 10_000)),
+        action=draw(episode_starts if start else agent_actions),
+    )
+
+
+@st.composite
+def observation_events(draw: st.DrawFn) -> ObservationEvent:
+    kind = draw(st.sampled_from(["exec", "write", "read", "submit", "open", "fork", "abandoned"]))
+    status = draw(
+        st.sampled_from(["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed",
+                         "sandbox_error", "rejected"])
+    )  # fmt: skip
+    rejected = status == "rejected"
+    content = draw(st.none() | st.text(max_size=40)) if kind == "read" and not rejected else None
+    return ObservationEvent(
+        **{k: draw(v) for k, v in envelope.items()},
+        episode_id=draw(ids),
+        turn=draw(turn),
+        action=None if kind == "abandoned" else cast(ActionKind, kind),
+        status="timeout" if kind == "abandoned" else cast(ObservationStatus, status),
+        exit_code=draw(st.none() | st.integers(-255, 255)) if kind == "exec" else None,
+        stdout=draw(st.text(max_size=40)),
+        stderr=draw(st.text(max_size=40)),
+        stdout_truncated=draw(st.booleans()),
+        stderr_truncated=draw(st.booleans()),
+        content=content,
+        content_truncated=content is not None and draw(st.booleans()),
+        wall_ms=draw(nonneg),
+        workspace_ref=draw(
+            st.none() | st.from_regex(r"s3://[a-z0-9]{3,10}/sha256/[0-9a-f]{2}/[0-9a-f]{64}", fullmatch=True)
+        ),
+        reason=draw(st.text(min_size=1, max_size=30))
+        if rejected or kind == "abandoned"
+        else draw(st.none() | st.text(max_size=30)),
+        ended="abandoned"
+        if kind == "abandoned"
+        else ("submitted" if kind == "submit" and draw(st.booleans()) else None),
+    )
+
+
 STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
-    Task: st.builds(Task, **task_fields, hidden_tests=suites),
-    PublicTask: st.builds(PublicTask, **task_fields),
+    Task: st.builds(Task, **task_fields, hidden_tests=suites) | workspace_tasks,
+    PublicTask: st.builds(PublicTask, **task_fields) | workspace_public_tasks,
     GenerationEvent: generation_events(),
     ExecutionResult: execution_results(),
     HiddenVerdict: hidden_verdicts(),
@@ -243,6 +393,8 @@ STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
         st.none() | st.binary(max_size=20),
         st.binary(max_size=200),
     ),
+    ActionEvent: action_events(),
+    ObservationEvent: observation_events(),
 }
 
 

@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from schemas.codec import Contract
+from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.errors import ConfigError
 from schemas.events import GenerationEvent
-from schemas.topics import catalog, topic_for
+from schemas.topics import Role, catalog, topic_for
 
-ROLES = ["generations", "executions", "verdicts", "judgements", "rewards", "logs", "dlq"]
+ROLES = [
+    "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "logs", "dlq"
+]  # fmt: skip
 
 
 def test_one_topic_per_role_with_prefix() -> None:
@@ -30,6 +34,23 @@ def test_joined_topics_share_the_partition_count() -> None:
     assert {s.partitions for s in specs} == {5}
     assert {s.replication_factor for s in specs} == {3}
     assert all(s.config()["cleanup.policy"] == "delete" for s in specs)
+
+
+def test_episode_topics_are_keyed_and_partitioned_like_the_joined_ones() -> None:
+    specs = catalog("rs.", partitions=9)
+    joined = {s.partitions for s in specs if s.joined}
+    episode_roles: tuple[tuple[Role, type[Contract]], ...] = (
+        ("actions", ActionEvent),
+        ("observations", ObservationEvent),
+    )
+    for role, model in episode_roles:
+        spec = topic_for(role, specs)
+        assert spec.model is model
+        assert {spec.partitions} == joined
+        assert spec.as_json()["key"] == "episode_id"
+        assert spec.cleanup_policy == "delete"
+        assert spec.retention_ms == topic_for("generations", specs).retention_ms  # as long as its submits
+        assert not spec.joined  # the reward join never reads them: a submit makes a generation
 
 
 @pytest.mark.parametrize(("prefix", "partitions"), [("bad prefix ", 3), ("rs.", 0)])

@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from schemas.errors import SandboxError
-from schemas.tasks import Limits, Task
+from schemas.errors import SandboxError, ValidationError
+from schemas.tasks import CommandSuite, Limits, PublicTask, Task
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
 from workers.grading.static_analysis import Flag, analyze
@@ -56,6 +56,30 @@ from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 GRADER_VERSION = "grading/1"
 #: How an ``output`` record starts after its frame (the harness writes it with this key first).
 OUTPUT_RECORD = b'{"output":'
+
+
+class WorkspaceTaskError(ValidationError):
+    """A workspace task reached the one-shot grader, which would grade it wrong: it runs one program text,
+    while a workspace task's entry point is ``module:function`` in a workspace and its io suites run a command.
+    The episode worker grades those."""
+
+
+def refuse_workspace(task: PublicTask | Task) -> None:
+    """Raise WorkspaceTaskError if ``task`` is a workspace task."""
+    if task.workspace is not None:
+        raise WorkspaceTaskError(
+            f"task {task.task_id} is a workspace task: workspace tasks are graded by the episode worker, "
+            "not the one-shot grader"
+        )
+
+
+def public_suite(task: PublicTask | Task) -> AnySuite | None:
+    """``task``'s public suite, for the one-shot grader (WorkspaceTaskError for a workspace task)."""
+    refuse_workspace(task)
+    suite = task.public_tests
+    if isinstance(suite, CommandSuite):  # only a workspace task has one: refused above
+        raise WorkspaceTaskError(f"task {task.task_id}: a command suite runs in a workspace")
+    return suite
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,11 +366,15 @@ class Grader:
 
     # ---- grading ---------------------------------------------------------------------------------------
     def grade(self, task: Task, code: str, *, generation_id: str = "") -> GradeResult:
-        """Static analysis + public and hidden suites in one run: the signals a reward policy needs."""
+        """Static analysis + public and hidden suites in one run: the signals a reward policy needs.
+
+        A workspace task raises WorkspaceTaskError: the episode worker grades those.
+        """
+        public_tests = public_suite(task)
         flags = tuple(analyze(code))
         labelled: list[tuple[str, AnySuite]] = []
-        if task.public_tests is not None:
-            labelled.append(("public", task.public_tests))
+        if public_tests is not None:
+            labelled.append(("public", public_tests))
         labelled.append(("hidden", task.hidden_tests))
         ran = self.run_suites(code, task.entry_point, labelled, task.limits, prompt=task.prompt)
         by_label = {o.label: o for o in ran.outcomes}

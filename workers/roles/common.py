@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
+from workers.grading.grader import WorkspaceTaskError, refuse_workspace
 from workers.handler import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
 
@@ -36,6 +37,22 @@ class UnknownTaskError(InvalidEventError):
 
 class CodeUnavailableError(InvalidEventError):
     """The generation's ``code_ref`` cannot be read or does not match ``code_sha256``."""
+
+
+class WorkspaceTaskEventError(InvalidEventError):
+    """The generation names a workspace task, which the one-shot roles would grade wrong (DLQ, with why)."""
+
+
+_T = TypeVar("_T", PublicTask, Task)
+
+
+def one_shot(task: _T) -> _T:
+    """``task``, if the one-shot roles can run it; a workspace task is an invalid event for them."""
+    try:
+        refuse_workspace(task)
+    except WorkspaceTaskError as exc:
+        raise WorkspaceTaskEventError(str(exc)) from exc
+    return task
 
 
 class _Lru(Generic[T]):

@@ -28,11 +28,11 @@ from schemas.events import (
     StaticFlag,
 )
 from workers.grading import Grader
-from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo
+from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo, public_suite
 from workers.grading.static_analysis import analyze, rule_counts, shown_flags
 from workers.grading.suites import SuiteOutcome
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.roles.common import RoleContext
+from workers.roles.common import RoleContext, one_shot
 
 
 def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
@@ -107,17 +107,18 @@ class ExecutorHandler:
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
         """Run the public suite of the event's task on its code."""
         ctx = self.context
-        task = ctx.tasks.public(event.task_id)
+        task = one_shot(ctx.tasks.public(event.task_id))
+        public_tests = public_suite(task)
         code = ctx.code_of(event)
         fields: dict[str, LogValue] = {}
         output = CandidateOutput()
-        if task.public_tests is None:
+        if public_tests is None:
             run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
             outcome: SuiteOutcome | None = None
             attempts = 1
         else:
             ran = self.grader.run_suites(
-                code, task.entry_point, [("public", task.public_tests)], task.limits, prompt=task.prompt
+                code, task.entry_point, [("public", public_tests)], task.limits, prompt=task.prompt
             )
             outcome = ran.outcomes[0]
             run = sandbox_run(ran.run, ran.infra_error)
@@ -173,7 +174,7 @@ class VerifierHandler:
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
         """Run the hidden suite (in its own sandbox run) and analyse the code."""
         ctx = self.context
-        task = ctx.tasks.task(event.task_id)
+        task = one_shot(ctx.tasks.task(event.task_id))
         code = ctx.code_of(event)
         flags = analyze(code)
         ran = self.grader.run_suites(

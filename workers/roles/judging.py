@@ -6,7 +6,7 @@ from schemas.events import GenerationEvent, JudgeScore, LogValue
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.judge.base import JudgeRequest
 from workers.judge.cache import CachedJudge
-from workers.roles.common import RoleContext
+from workers.roles.common import RoleContext, one_shot
 
 
 class JudgeHandler:
@@ -19,7 +19,7 @@ class JudgeHandler:
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
         """Judge the code against the task's public prompt."""
         ctx = self.context
-        task = ctx.tasks.public(event.task_id)
+        task = one_shot(ctx.tasks.public(event.task_id))  # workspace tasks: the episode path judges their diff
         code = ctx.code_of(event)
         got = self.judge.score(JudgeRequest(event.task_id, task.prompt, task.entry_point, code))
         score = JudgeScore(

@@ -442,9 +442,10 @@ class SandboxReference:
 
     def verify(self, task: Task, code: str) -> str | None:
         """Grade ``code`` on every suite of ``task``; say which case failed, if any."""
-        from workers.grading import Grader
+        from workers.grading import Grader, public_suite
 
-        suites = [("public", task.public_tests)] if task.public_tests is not None else []
+        public_tests = public_suite(task)
+        suites = [("public", public_tests)] if public_tests is not None else []
         ran = Grader(self.sandbox).run_suites(
             code, task.entry_point, [*suites, ("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
         )
