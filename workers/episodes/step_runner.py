@@ -75,7 +75,7 @@ class JobError(Exception):
 
 
 class WorkspaceError(Exception):
-    """The workspace cannot be kept (over its caps); the message says why."""
+    """The workspace cannot be kept (over its caps, or a file changed while packed); the message says why."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -130,9 +130,12 @@ class Frames:
     def __init__(self, nonce: bytes) -> None:
         self.prefix = MAGIC + b" " + nonce + b" "
 
-    def record(self, obj: dict[str, Any], payload: bytes = b"") -> None:
+    def record(self, obj: dict[str, Any], payload: list[bytes] | None = None) -> None:
+        """One record (ASCII JSON: no newline inside), then ``payload``'s chunks as they are."""
         body = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=True).encode()
-        _write_all(1, self.prefix + body + b"\n" + payload)
+        _write_all(1, self.prefix + body + b"\n")
+        for chunk in payload or ():
+            _write_all(1, chunk)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -337,11 +340,12 @@ class Packer:
         self.dropped: list[str] = []
         self.n_dropped = 0
 
-    def pack(self) -> bytes:
+    def pack(self) -> list[bytes]:
+        """The tar of the cwd, as chunks (``self.size`` bytes in all): never copied into one object."""
         _readable_dir(".", os.lstat(".").st_mode)
         self.directory("")
         self.add(b"\0" * (2 * BLOCK))
-        return b"".join(self.chunks)
+        return self.chunks
 
     def add(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -523,7 +527,10 @@ def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
             finally:
                 os.close(pidfd)
             if timed_out:
-                os.killpg(pid, signal.SIGKILL)
+                try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             _, status = os.waitpid(pid, 0)
         sweep(time.monotonic() + SWEEP_S)
         pipes.pump(time.monotonic() + DRAIN_S)  # every writer is dead: EOF comes at once
@@ -618,15 +625,16 @@ def command_argv(job: dict[str, Any]) -> list[str]:
     raise JobError("exec without a command")
 
 
-def pack_workspace(job: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-    """The workspace record and the tar (empty when the workspace cannot be kept: the record says why)."""
+def pack_workspace(job: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+    """The workspace record and the tar's chunks (none when the workspace cannot be kept: the record says
+    why). What the agent left is never the runner's failure: anything that stops the pack is reported."""
     packer = Packer(int(job["max_bytes"]), int(job["max_entries"]), int(job["tar_budget"]))
     try:
         tar = packer.pack()
     except (WorkspaceError, OSError, RecursionError) as exc:
         error = str(exc) if isinstance(exc, WorkspaceError) else f"cannot pack the workspace: {exc}"
-        return {"packed": False, "error": error[:2000]}, b""
-    record = {"packed": True, "entries": packer.entries, "bytes": packer.bytes}
+        return {"packed": False, "error": error[:2000]}, []
+    record = {"packed": True, "entries": packer.entries, "bytes": packer.bytes, "tar_bytes": packer.size}
     return {**record, "dropped": packer.dropped, "n_dropped": packer.n_dropped}, tar
 
 
@@ -646,11 +654,12 @@ def split_job(buf: bytearray) -> tuple[dict[str, Any], memoryview, memoryview]:
 
 
 def step(job: dict[str, Any], data: memoryview) -> tuple[dict[str, Any], bool]:
-    """Carry out the action; (its result, whether the workspace is to be packed)."""
+    """Carry out the action; (its result, whether the workspace is to be packed). A write or read the
+    workspace does not allow is ``rejected``; an OSError of ``exec`` is ours (the agent's are its status)."""
     kind = job.get("kind")
+    if kind == "exec":
+        return run_command(command_argv(job), float(job["timeout_s"]), int(job["output_cap"])), True
     try:
-        if kind == "exec":
-            return run_command(command_argv(job), float(job["timeout_s"]), int(job["output_cap"])), True
         if kind == "write":
             return {"ok": True, **do_write(job, bytes(data))}, True
         if kind == "read":
@@ -690,18 +699,19 @@ def main(argv: list[str]) -> int:
     del tar
     try:
         result, keep = step(job, data)
-    except (JobError, KeyError, ValueError, TypeError) as exc:
+    except (JobError, KeyError, ValueError, TypeError, OSError) as exc:
         sweep(time.monotonic() + SWEEP_S)
-        out.record({"runner_error": f"bad job: {type(exc).__name__}: {exc}"[:2000]})
+        out.record({"runner_error": f"the runner failed: {type(exc).__name__}: {exc}"[:2000]})
         return 2
     del data, buf
+    packed: list[bytes] = []
     if not sweep(time.monotonic() + SWEEP_S):  # again: nothing of the step may run while it is packed
-        workspace, packed = {"packed": False, "error": "processes of the step could not be ended"}, b""
+        workspace: dict[str, Any] = {"packed": False, "error": "processes of the step could not be ended"}
     elif keep:
         workspace, packed = pack_workspace(job)
     else:
-        workspace, packed = {"packed": False, "error": None}, b""
-    out.record({"result": result, "workspace": workspace, "tar_bytes": len(packed)}, packed)
+        workspace = {"packed": False, "error": None}  # a read, or a write that did not happen: unchanged
+    out.record({"result": result, "workspace": workspace, "tar_bytes": sum(map(len, packed))}, packed)
     out.record({"done": True})
     return 0
 
