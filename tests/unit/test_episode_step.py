@@ -8,6 +8,7 @@ reading of a run is fed crafted ``SandboxResult``s from a stand-in backend that 
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -443,3 +444,73 @@ def test_build_spec_sends_the_job_after_the_runner(workspaces: tuple[bytes, byte
     assert body[header_end + 1 :] == b"DATA" + before
     assert spec.timeout_s == 3.0
     assert spec.files == {}  # the work dir holds nothing but the workspace
+
+
+def test_the_hosts_own_scratch_failures_are_not_the_agents(
+    workspaces: tuple[bytes, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from workers.episodes import step as step_module
+    from workers.episodes.snapshot import SnapshotError
+
+    before, after = workspaces
+    backend = Scripted(lambda s, n: result(full_report(n, exec_result(), after)))
+    for code, status in ((errno.ENOSPC, StepStatus.SANDBOX_ERROR), (errno.ENAMETOOLONG, StepStatus.OK)):
+
+        def failing(data: bytes, dest: Path, caps: Caps, code: int = code) -> int:
+            raise SnapshotError("cannot restore the snapshot") from OSError(code, os.strerror(code))
+
+        monkeypatch.setattr(step_module, "unpack", failing)
+        out = run_step(backend, before, StepAction.exec("true"), CAPS)
+        assert (out.status, out.snapshot, out.workspace_kept) == (status, before, False)
+    monkeypatch.undo()
+    assert step_module.scratch_dir(CAPS) in (None, "/dev/shm")
+    assert step_module.scratch_dir(Caps(max_bytes=1 << 62)) is None  # no room anywhere: tempfile's default
+
+
+NAMES = st.text(st.characters(blacklist_characters="/\x00\n\r", blacklist_categories=["Cs"]), min_size=1, max_size=60)
+
+
+@given(
+    st.dictionaries(st.lists(NAMES, min_size=1, max_size=3).map("/".join), st.binary(max_size=700), max_size=6),
+    st.dictionaries(NAMES, st.binary(min_size=1, max_size=300).filter(lambda b: b"\x00" not in b), max_size=3),
+    st.sets(NAMES, max_size=3),
+)
+def test_the_runner_tar_is_byte_for_byte_the_snapshot_tar(
+    files: dict[str, bytes], links: dict[str, bytes], executables: set[str]
+) -> None:
+    """Long, non-ASCII and non-UTF-8 names and targets, exec bits, empty dirs: the same bytes as
+    ``snapshot.pack`` (so an unchanged workspace is recognised in the sandbox)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "w"
+        root.mkdir()
+        for name, data in files.items():
+            with contextlib.suppress(OSError):  # a name that is another's directory or file: one of them
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_bytes(data)
+        for name, target in links.items():
+            with contextlib.suppress(OSError):
+                os.symlink(target, os.fsencode(root / name))
+        for name in executables:
+            with contextlib.suppress(OSError):
+                (root / name).mkdir()
+                (root / name / "x").write_bytes(b"#!/bin/sh\n")
+                (root / name / "x").chmod(0o755)
+        tar, _ = runner_pack(root)
+        assert tar == pack(root, CAPS).data
+
+
+def test_an_unchanged_workspace_is_not_sent_back(tmp_path: Path) -> None:
+    src = make_tree(tmp_path / "src", {"a": b"1", "d/b": b"2"}, {"l": b"a"})
+    canonical = pack(src, CAPS).data
+    tar, _ = runner_pack(src)
+    assert runner.same_bytes([tar[:700], tar[700:]], memoryview(canonical))
+    assert not runner.same_bytes([tar[:-1]], memoryview(canonical))
+    assert not runner.same_bytes([tar, b"\0"], memoryview(canonical))
+    claim: dict[str, object] = {"packed": True, "unchanged": True}
+    backend = Scripted(lambda s, n: result(full_report(n, exec_result(), b"", claim)))
+    out = run_step(backend, canonical, StepAction.exec("true"), CAPS)
+    assert (out.status, out.snapshot, out.workspace_kept) == (StepStatus.OK, canonical, True)
+    echoed = Scripted(lambda s, n: result(full_report(n, exec_result(), canonical)))
+    assert run_step(echoed, canonical, StepAction.exec("true"), CAPS).snapshot == canonical

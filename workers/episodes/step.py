@@ -178,7 +178,7 @@ def workdir_limits(caps: Caps) -> tuple[int, int]:
 
 def tar_budget(caps: Caps) -> int:
     """The largest tar the runner sends for a workspace within ``caps``."""
-    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 2 * step_runner.BLOCK
+    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 22 * step_runner.BLOCK  # + end, record padding
 
 
 def output_limit(caps: Caps, limits: StepLimits) -> int:
@@ -394,7 +394,9 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
     kept_reason: str | None = None
     dropped: list[str] = [_text(d)[:200] for d in ws.get("dropped", [])[: step_runner.MAX_DROPPED]]
     snapshot, sha, kept = before.snapshot, before.sha256, True
-    if ws.get("packed") is True:
+    if ws.get("packed") is True and (ws.get("unchanged") is True or report.tar == before.snapshot):
+        pass  # the step left the workspace as it found it: the previous snapshot (claiming so gains nothing)
+    elif ws.get("packed") is True:
         try:
             packed = canonical(report.tar, caps)
         except (SnapshotError, ValueError, OSError) as exc:

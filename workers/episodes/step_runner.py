@@ -18,7 +18,9 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
 * ``pack`` walks the work dir without following anything (links stored as links), drops FIFOs, sockets and
   devices (and names that are not plain UTF-8), keeps only the owner-execute bit, and stops at the caps; the
   host re-validates and re-packs whatever comes back (``workers.episodes.step``), so this tar is never
-  trusted, only convenient.
+  trusted, only convenient. It is byte for byte what ``snapshot.pack`` makes of the same directory, so a
+  workspace the step left as it was is recognised here (the tar equals the one sent in) and not sent back:
+  ``"unchanged": true``, and the host keeps its own copy (a false claim only keeps the previous workspace).
 * Deadlines are SIGKILL, enforced by the parent; the outer sandbox enforces the whole run.
 
 Wire format. stdin (``python3 -I -S -B -c BOOT PYC SRC JOB``, BOOT in ``step``, reads the program first):
@@ -29,8 +31,12 @@ stdout, only ever these frames, in this order (``F`` is ``@@RSTEP1 <nonce> ``)::
     F {"result": {...}, "workspace": {...}, "tar_bytes": N}\\n <N bytes of tar> F {"done": true}\\n
 
 or ``F {"runner_error": "..."}\\n`` after the hello when the job itself is unusable (infrastructure).
+``workspace`` is ``{"packed": true, "entries", "bytes", "dropped", ...}`` with the tar (none when it also says
+``"unchanged": true``), or ``{"packed": false, "error": null}`` (a read or refused write: unchanged) or
+``{"packed": false, "error": "why"}`` (not kept: over the caps, processes left).
 Standard library only (and no ``tarfile``: importing it costs more than a whole step): it runs on the
-sandbox image's interpreter.
+sandbox image's interpreter. Memory: the tar sent in stays until the one made is compared with it, so a run
+holds up to two tars besides the workspace's own tmpfs pages.
 """
 
 from __future__ import annotations
@@ -208,16 +214,34 @@ def _pax_record(key: bytes, value: bytes) -> bytes:
 
 
 def tar_entry(name: bytes, kind: bytes, data: bytes = b"", mode: int = 0o644, link: bytes = b"") -> bytes:
-    """One member (a pax header first when a name or link is long or not ASCII)."""
-    pax = b""
-    if len(name) > 100 or not name.isascii():
-        pax += _pax_record(b"path", name)
-    if len(link) > 100 or not link.isascii():
-        pax += _pax_record(b"linkpath", link)
-    out = _header(b"././@PaxHeader", b"x", len(pax)) + _padded(pax) if pax else b""
-    short_name = name if name.isascii() else b"pax"
-    short_link = link if link.isascii() else b"pax"
-    return out + _header(short_name, kind, len(data), mode, short_link) + _padded(data)
+    """One member, byte for byte as ``tarfile`` writes it in ``PAX_FORMAT`` (what ``snapshot.pack`` uses): a
+    pax header first when the name or link is long or not ASCII (``hdrcharset=BINARY`` when a value is not
+    UTF-8), and ASCII stand-ins ('?' per other character) in the ustar fields."""
+    values = [(key, value) for key, value in ((b"path", name), (b"linkpath", link)) if len(value) > 100 or not
+              value.isascii()]  # fmt: skip
+    out = b""
+    if values:
+        pax = b"21 hdrcharset=BINARY\n" if not all(_utf8(v) for _, v in values) else b""
+        pax += b"".join(_pax_record(key, value) for key, value in values)
+        out = _header(b"././@PaxHeader", b"x", len(pax), 0) + _padded(pax)
+    return out + _header(_ascii(name), kind, len(data), mode, _ascii(link)) + _padded(data)
+
+
+def tar_end(size: int) -> bytes:
+    """The end of an archive of ``size`` bytes so far: two zero blocks, then zeros to a 10240-byte record."""
+    return b"\0" * (2 * BLOCK + (-(size + 2 * BLOCK) % (20 * BLOCK)))
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _ascii(value: bytes) -> bytes:
+    return value if value.isascii() else value.decode("utf-8", "surrogateescape").encode("ascii", "replace")
 
 
 def tar_members(data: bytes | bytearray | memoryview) -> list[tuple[bytes, bytes, int, bytes, bytes]]:
@@ -344,7 +368,7 @@ class Packer:
         """The tar of the cwd, as chunks (``self.size`` bytes in all): never copied into one object."""
         _readable_dir(".", os.lstat(".").st_mode)
         self.directory("")
-        self.add(b"\0" * (2 * BLOCK))
+        self.add(tar_end(self.size))
         return self.chunks
 
     def add(self, chunk: bytes) -> None:
@@ -638,6 +662,16 @@ def pack_workspace(job: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
     return {**record, "dropped": packer.dropped, "n_dropped": packer.n_dropped}, tar
 
 
+def same_bytes(chunks: list[bytes], view: memoryview) -> bool:
+    """``chunks`` joined equal ``view`` (compared in place: no copy of either)."""
+    pos = 0
+    for chunk in chunks:
+        if view[pos : pos + len(chunk)] != chunk:
+            return False
+        pos += len(chunk)
+    return pos == len(view)
+
+
 def split_job(buf: bytearray) -> tuple[dict[str, Any], memoryview, memoryview]:
     """(header, data, tar) of the job after the nonce."""
     end = buf.find(b"\n", NONCE_LEN)
@@ -696,19 +730,20 @@ def main(argv: list[str]) -> int:
     except (JobError, OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         out.record({"runner_error": f"bad job: {type(exc).__name__}: {exc}"[:2000]})
         return 2
-    del tar
     try:
         result, keep = step(job, data)
     except (JobError, KeyError, ValueError, TypeError, OSError) as exc:
         sweep(time.monotonic() + SWEEP_S)
         out.record({"runner_error": f"the runner failed: {type(exc).__name__}: {exc}"[:2000]})
         return 2
-    del data, buf
+    del data
     packed: list[bytes] = []
     if not sweep(time.monotonic() + SWEEP_S):  # again: nothing of the step may run while it is packed
         workspace: dict[str, Any] = {"packed": False, "error": "processes of the step could not be ended"}
     elif keep:
         workspace, packed = pack_workspace(job)
+        if packed and same_bytes(packed, tar):  # the tar we got, byte for byte: the host keeps its own copy
+            workspace, packed = {**workspace, "unchanged": True}, []
     else:
         workspace = {"packed": False, "error": None}  # a read, or a write that did not happen: unchanged
     out.record({"result": result, "workspace": workspace, "tar_bytes": sum(map(len, packed))}, packed)
