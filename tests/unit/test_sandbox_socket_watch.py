@@ -34,26 +34,10 @@ def test_a_connecting_socket_counts_at_most_its_syn_and_one_segment() -> None:
 def test_the_watch_stops_a_run_over_its_share_and_skips_foreign_namespaces() -> None:
     assert queue_limit(128 << 20) == 16 << 20
     mine = os.readlink("/proc/self/ns/net")
-    with TcpQueueWatch(lambda: [os.getpid()], limit=0, foreign=[mine]) as watch:
-        assert watch() is None  # the worker's own namespace is never counted
-    with TcpQueueWatch(lambda: [os.getpid(), os.getpid()], limit=-1, foreign=[None]) as over:
-        assert over() is SandboxStatus.MEMORY_LIMIT
-        assert over() is SandboxStatus.MEMORY_LIMIT  # the namespace's files are kept and read again
-
-
-def test_the_watch_keeps_reading_the_namespace_after_its_process_is_gone() -> None:
-    """Found once, the namespace's tables stay open: a later call needs no live process of the run."""
-    pids = [os.getpid()]
-    with TcpQueueWatch(lambda: pids, limit=-1, foreign=[None]) as watch:
-        assert watch() is SandboxStatus.MEMORY_LIMIT
-        pids.clear()
-        assert watch() is SandboxStatus.MEMORY_LIMIT
-    assert watch() is None  # closed: the namespace is forgotten, and no process of the run is left
-
-
-def test_no_process_of_the_run_yet_is_no_verdict() -> None:
-    with TcpQueueWatch(lambda: [], limit=-1, foreign=[None]) as watch:
-        assert watch() is None
+    watch = TcpQueueWatch(lambda: [os.getpid()], limit=0, foreign=[mine])
+    assert watch() is None  # the worker's own namespace is never counted
+    over = TcpQueueWatch(lambda: [os.getpid(), os.getpid()], limit=-1, foreign=[None])
+    assert over() is SandboxStatus.MEMORY_LIMIT
 
 
 def test_tcp_sockets_counts_both_families_of_a_namespace() -> None:

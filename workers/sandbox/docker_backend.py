@@ -499,13 +499,13 @@ class DockerSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            with TcpQueueWatch(
+            watch = TcpQueueWatch(
                 lambda: _pids_in(_cg_dir(cg, "pids") / "cgroup.procs"),
                 queue_limit(spec.memory_mb << 20),
                 [own_netns(), netns_of(container.init_pid)],
-            ) as watch:
-                obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s,
-                           spawn_at=spawn_at, cap=cap, deadlines=ENTRY_DEADLINES, watch=watch)  # fmt: skip
+            )
+            obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s, spawn_at=spawn_at,
+                       cap=cap, deadlines=ENTRY_DEADLINES, watch=watch)  # fmt: skip
             raw = _read_status(mine[2], 2.0) if obs.exited else b""
             if len(raw) != 4:
                 # Stopped (timeout, output limit, no start) or the supervisor died (OOM-killed): kill the run

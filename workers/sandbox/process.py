@@ -390,9 +390,8 @@ class ProcessSandbox:
                 for fd in theirs:
                     os.close(fd)
                 theirs.clear()
-            with _tcp_watch(spec, group) as watch:
-                obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s,
-                           spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES, watch=watch)  # fmt: skip
+            obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s, spawn_at=spawn_at,
+                       cap=cap, deadlines=_DEADLINES, watch=_tcp_watch(spec, group))  # fmt: skip
         finally:
             for fd in theirs:
                 os.close(fd)
@@ -511,10 +510,9 @@ class ProcessSandbox:
                 raise SandboxError("output pipes missing")
             pidfd = os.pidfd_open(proc.pid)
             try:
-                with _tcp_watch(spec, group) as watch:
-                    obs = pump(out_fd=proc.stdout.fileno(), err_fd=proc.stderr.fileno(), exit_fd=pidfd,
-                               timeout_s=spec.timeout_s, spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES,
-                               watch=watch)  # fmt: skip
+                obs = pump(out_fd=proc.stdout.fileno(), err_fd=proc.stderr.fileno(), exit_fd=pidfd,
+                           timeout_s=spec.timeout_s, spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES,
+                           watch=_tcp_watch(spec, group))  # fmt: skip
             finally:
                 os.close(pidfd)
         finally:

@@ -64,13 +64,20 @@ def tcp_sockets(sockstat: str) -> int:
     return total
 
 
-def _read_at(fd: int) -> str:
-    """A /proc seq file read again from its start (the kernel regenerates it on each read from offset 0)."""
-    chunks = []
-    os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks).decode("ascii", "replace")
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def netns_queued_bytes(pid: int) -> int:
+    """What the TCP sockets of ``pid``'s network namespace have queued. The tables are read only when the
+    namespace has TCP sockets at all (a table read walks the whole hash, ~5 ms each where it is the host's)."""
+    if tcp_sockets(_read(f"/proc/{pid}/net/sockstat") + _read(f"/proc/{pid}/net/sockstat6")) == 0:
+        return 0
+    return sum(queued_bytes(_read(f"/proc/{pid}/net/{name}")) for name in ("tcp", "tcp6"))
 
 
 def netns_of(pid: int) -> str | None:
@@ -80,89 +87,39 @@ def netns_of(pid: int) -> str | None:
         return None
 
 
-class _NetnsFiles:
-    """The socket tables of one network namespace, opened once: an open /proc/<pid>/net file keeps its namespace,
-    so later reads see the run's sockets even after that process exited and its pid was reused."""
-
-    _NAMES = ("sockstat", "sockstat6", "tcp", "tcp6")
-
-    def __init__(self, pid: int) -> None:
-        self._fds: dict[str, int] = {}
-        try:
-            for name in self._NAMES:
-                with contextlib.suppress(FileNotFoundError):  # the v6 tables of a kernel without IPv6
-                    self._fds[name] = os.open(f"/proc/{pid}/net/{name}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self.close()
-            raise
-
-    def _text(self, name: str) -> str:
-        fd = self._fds.get(name)
-        return "" if fd is None else _read_at(fd)
-
-    def queued_bytes(self) -> int:
-        """What the namespace's TCP sockets have queued. The tables are read only when it has TCP sockets at all
-        (a table read walks the whole hash, ~5 ms each where it is the host's)."""
-        if tcp_sockets(self._text("sockstat") + self._text("sockstat6")) == 0:
-            return 0
-        return queued_bytes(self._text("tcp")) + queued_bytes(self._text("tcp6"))
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-
 class TcpQueueWatch:
     """Called by the output pump while the run runs: ``MEMORY_LIMIT`` once the run's queues exceed ``limit``.
 
     ``pids`` lists the processes of the run (its cgroup); network namespaces in ``foreign`` (the worker's,
-    a container's init's) are not the run's and are skipped. The run's namespace is found once (it cannot make
-    another: unshare and setns are refused) and its tables are kept open until ``close``; a use as a context
-    manager closes them.
+    a container's init's) are not the run's and are skipped; each namespace is read once.
     """
 
     def __init__(self, pids: Callable[[], Iterable[int]], limit: int, foreign: Iterable[str | None]) -> None:
         self._pids = pids
         self._limit = limit
         self._foreign = {ns for ns in foreign if ns is not None}
-        self._files: _NetnsFiles | None = None
+        self._member: tuple[int, str] | None = None  # a process of the run's namespace, and that namespace
         self.peak = 0
 
-    def __enter__(self) -> TcpQueueWatch:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._files is not None:
-            self._files.close()
-            self._files = None
-
-    def _run_namespace(self) -> _NetnsFiles | None:
-        if self._files is not None:
-            return self._files
+    def _namespaces(self) -> list[int]:
+        """One pid per network namespace of the run (it cannot make more: unshare and setns are refused)."""
+        if self._member is not None and netns_of(self._member[0]) == self._member[1]:
+            return [self._member[0]]
+        found: dict[str, int] = {}
         for pid in self._pids():
             ns = netns_of(pid)
-            if ns is None or ns in self._foreign:
-                continue
-            with contextlib.suppress(OSError):
-                files = _NetnsFiles(pid)
-                if netns_of(pid) == ns:  # still the same process: the files are that namespace's
-                    self._files = files
-                    return files
-                files.close()
-        return None
+            if ns is not None and ns not in self._foreign:
+                found.setdefault(ns, pid)
+        if len(found) == 1:
+            ((ns, pid),) = found.items()
+            self._member = (pid, ns)
+        return list(found.values())
 
     def __call__(self) -> SandboxStatus | None:
-        files = self._run_namespace()
-        if files is None:
-            return None
-        try:
-            total = files.queued_bytes()
-        except OSError:
-            return None
+        total = 0
+        for pid in self._namespaces():
+            with contextlib.suppress(ValueError):
+                total += netns_queued_bytes(pid)
         self.peak = max(self.peak, total)
         return SandboxStatus.MEMORY_LIMIT if total > self._limit else None
 
