@@ -1,0 +1,527 @@
+"""Agent steps in real sandboxes (every backend): a workspace in, one action, a workspace out.
+
+Every command here runs ONLY inside the backend under test, through ``run_step``. Happy paths prove the
+workspace really travels (write, read, exec, round trips, determinism); the hacks try to escape the
+workspace, leave something alive or unpackable behind, break the runner or forge its report. None of them
+may end as ``sandbox_error``, and each test asserts what the workspace holds afterwards.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.episodes import step as step_module
+from workers.episodes.snapshot import Caps, pack
+from workers.episodes.step import StepAction, StepLimits, StepOutcome, StepStatus, run_step
+from workers.sandbox.api import Sandbox
+
+pytestmark = pytest.mark.sandbox
+
+CAPS = Caps(max_bytes=4 << 20, max_entries=200)
+LIMITS = StepLimits(memory_mb=256, pids_limit=64, output_cap_bytes=64 << 10, read_cap_bytes=64 << 10, grace_s=20)
+
+
+def snapshot(files: dict[str, bytes] | None = None, links: dict[str, str] | None = None) -> bytes:
+    """A canonical snapshot of a directory holding ``files`` and ``links`` (made on the host, no program run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for name, data in (files or {}).items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        for name, target in (links or {}).items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(target)
+        return pack(root, CAPS).data
+
+
+def members(data: bytes) -> dict[str, tuple[str, Any, int]]:
+    """name -> ('f', content, mode) / ('d', None, mode) / ('l', target, mode) of a snapshot."""
+    out: dict[str, tuple[str, Any, int]] = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                f = tar.extractfile(m)
+                assert f is not None
+                out[m.name] = ("f", f.read(), m.mode)
+            elif m.isdir():
+                out[m.name] = ("d", None, m.mode)
+            else:
+                assert m.issym(), m.name
+                out[m.name] = ("l", m.linkname, m.mode)
+    return out
+
+
+def step(sandbox: Sandbox, snap: bytes, action: StepAction, limits: StepLimits = LIMITS) -> StepOutcome:
+    outcome = run_step(sandbox, snap, action, CAPS, limits)
+    assert outcome.status != StepStatus.SANDBOX_ERROR, outcome.reason
+    return outcome
+
+
+def sh(sandbox: Sandbox, snap: bytes, command: str, timeout_s: float = 10.0, **kw: Any) -> StepOutcome:
+    return step(sandbox, snap, StepAction.exec(command, timeout_s), **kw)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Happy paths
+
+
+MODULE = b"print('from the workspace')\n"
+
+
+def test_write_read_exec_share_one_workspace(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"README": b"start\n"})
+    wrote = step(sandbox, snap0, StepAction.write("src/pkg/mod.py", MODULE))
+    assert wrote.status == StepStatus.OK
+    assert wrote.workspace_kept
+    assert members(wrote.snapshot)["src/pkg/mod.py"] == ("f", MODULE, 0o644)
+    assert members(wrote.snapshot)["README"] == ("f", b"start\n", 0o644)
+    read = step(sandbox, wrote.snapshot, StepAction.read("src/pkg/mod.py"))
+    assert (read.status, read.content, read.content_truncated) == (StepStatus.OK, MODULE, False)
+    assert read.sha256 == wrote.sha256  # a read changes nothing
+    ran = sh(sandbox, wrote.snapshot, "python3 src/pkg/mod.py; cat README; echo made > out.txt; ls src/pkg")
+    assert ran.status == StepStatus.OK
+    assert ran.exit_code == 0
+    assert ran.stdout == b"from the workspace\nstart\nmod.py\n"
+    assert members(ran.snapshot)["out.txt"] == ("f", b"made\n", 0o644)
+    again = step(sandbox, ran.snapshot, StepAction.exec(["cat", "out.txt", "src/pkg/mod.py"]))
+    assert again.stdout == b"made\n" + MODULE
+    assert again.sha256 == ran.sha256
+    overwrite = step(sandbox, again.snapshot, StepAction.write("out.txt", b"second"))
+    assert members(overwrite.snapshot)["out.txt"] == ("f", b"second", 0o644)
+
+
+def test_snapshot_round_trips_byte_for_byte(sandbox: Sandbox) -> None:
+    """Long and non-ASCII names, long link targets, an executable, an empty dir: ``true`` changes nothing."""
+    long_dir = "d" * 90 + "/" + "e" * 90
+    files = {
+        f"{long_dir}/{'f' * 120}.txt": b"deep\n",
+        "naïve/ünïcode-名前.txt": "ü\n".encode(),
+        "run.sh": b"#!/bin/sh\n",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for name, data in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+        (root / "run.sh").chmod(0o755)
+        (root / "empty").mkdir()
+        (root / "far").symlink_to("x/" * 150 + "target")
+        (root / "near").symlink_to("run.sh")
+        original = pack(root, CAPS)
+    same = sh(sandbox, original.data, "true")
+    assert same.status == StepStatus.OK
+    assert same.workspace_kept
+    assert same.snapshot == original.data
+    assert same.sha256 == original.sha256
+    got = members(same.snapshot)
+    assert got["run.sh"] == ("f", b"#!/bin/sh\n", 0o755)
+    assert got["empty"][0] == "d"
+    assert got["far"] == ("l", "x/" * 150 + "target", 0o777)
+    assert got[f"{long_dir}/{'f' * 120}.txt"][1] == b"deep\n"
+    assert got["naïve/ünïcode-名前.txt"][1] == "ü\n".encode()
+    listed = sh(sandbox, same.snapshot, "cat near; ls naïve; readlink far | wc -c")
+    assert listed.stdout == "#!/bin/sh\nünïcode-名前.txt\n307\n".encode()
+
+
+def test_same_workspace_same_sha256(sandbox: Sandbox) -> None:
+    """Two runs that leave the same files give the same bytes, whatever order or time they were written in."""
+    snap0 = snapshot({"a": b"1"})
+    one = sh(sandbox, snap0, "mkdir -p x/y; echo b > x/y/b; echo c > c; ln -s c lc; sleep 0.01; touch a")
+    two = sh(sandbox, snap0, "echo c > c; ln -s c lc; mkdir x; mkdir x/y; echo b > x/y/b; chmod 600 c")
+    assert one.status == two.status == StepStatus.OK
+    assert one.sha256 == two.sha256
+    assert one.snapshot == two.snapshot
+    assert set(members(one.snapshot)) == {"a", "c", "lc", "x", "x/y", "x/y/b"}
+    # a non-UTF-8 link target survives the runner's tar and the host's, both ways
+    odd = sh(sandbox, one.snapshot, "ln -s \"$(printf 'bad\\377name')\" odd")
+    back = sh(sandbox, odd.snapshot, "readlink odd | od -An -c | tr -s ' '")
+    assert back.sha256 == odd.sha256
+    assert b"b a d 377 n a m e" in back.stdout
+
+
+def test_exec_statuses(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"a": b"1"})
+    failed = step(sandbox, snap0, StepAction.exec(["sh", "-c", "echo out; echo err >&2; exit 3"]))
+    assert (failed.status, failed.exit_code, failed.stdout, failed.stderr) == (
+        StepStatus.NONZERO_EXIT, 3, b"out\n", b"err\n"
+    )  # fmt: skip
+    missing = step(sandbox, snap0, StepAction.exec(["no-such-program-here"]))
+    assert missing.status == StepStatus.NONZERO_EXIT
+    assert missing.exit_code == 127
+    assert missing.reason is not None
+    assert "no-such-program-here" in missing.reason
+    slow = sh(sandbox, snap0, "echo before; sleep 30; echo after", timeout_s=0.5)
+    assert slow.status == StepStatus.TIMEOUT
+    assert slow.stdout == b"before\n"
+    assert slow.wall_ms < 10_000
+    assert slow.workspace_kept
+    assert slow.snapshot == snap0
+    killed = sh(sandbox, snap0, "kill -SEGV $$")
+    assert (killed.status, killed.signal) == (StepStatus.CRASHED, 11)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Escapes through paths and links
+
+
+def test_writes_outside_the_workspace_are_rejected(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"sub/f": b"f"}, links={"out": "/tmp", "in": "sub", "pw": "/etc/passwd", "rel": "../x"})
+    cases = {
+        "../escape": "'..'",
+        "sub/../../escape": "'..'",
+        "/tmp/escape": "absolute",
+        "": "empty",
+        "sub//f": "normalised",
+        "./f": "normalised",
+        "out/escape": "symlink",  # parent is a link out of the workspace
+        "in/f2": "symlink",  # parent is a link, even one that stays inside
+        "pw": "symlink",  # the target itself is a link
+        "rel": "symlink",
+        "sub": "not a regular file",
+        "sub/f/x": "not a directory",
+    }
+    for path, why in cases.items():
+        out = step(sandbox, snap0, StepAction.write(path, b"pwned"))
+        assert out.status == StepStatus.REJECTED, path
+        assert out.reason is not None, (path, out.reason)
+        assert why in out.reason, (path, out.reason)
+        assert out.snapshot == snap0
+        assert out.workspace_kept
+    after = sh(sandbox, snap0, "cat sub/f; echo; ls -A /tmp; ls -A; grep -c pwned /etc/passwd")
+    assert after.stdout == b"f\nin\nout\npw\nrel\nsub\n0\n"
+
+
+def test_reads_outside_the_workspace_are_rejected(sandbox: Sandbox) -> None:
+    links = {
+        "pw": "/etc/passwd",
+        "env": "/proc/self/environ",
+        "mem": "/proc/self/mem",
+        "fd0": "/proc/self/fd/0",
+        "up": "../../../etc/passwd",
+        "etc": "/etc",
+        "loop": "loop",
+        "inside": "sub/ok.txt",
+        "self": "/proc/self/cwd/sub/ok.txt",
+    }
+    snap0 = snapshot({"sub/ok.txt": b"inside\n"}, links=links)
+    cases = {
+        "pw": "outside",
+        "env": "outside",
+        "mem": "outside",
+        "fd0": "outside",
+        "up": "outside",
+        "etc/passwd": "outside",
+        "../etc/passwd": "'..'",
+        "/etc/passwd": "absolute",
+        "nothing-here": "no such file",
+        "sub": "not a regular file",
+        "loop": "symbolic links",
+    }
+    for path, why in cases.items():
+        out = step(sandbox, snap0, StepAction.read(path))
+        assert out.status == StepStatus.REJECTED, path
+        assert out.content is None, path
+        assert out.reason is not None, (path, out.reason)
+        assert why in out.reason, (path, out.reason)
+        assert out.snapshot == snap0
+    for path in ("inside", "self", "sub/ok.txt"):  # links that stay inside the workspace are followed
+        out = step(sandbox, snap0, StepAction.read(path))
+        assert (out.status, out.content) == (StepStatus.OK, b"inside\n"), path
+
+
+# --------------------------------------------------------------------------------------------------------
+# What a command leaves behind
+
+
+def test_fifo_socket_and_setuid_do_not_survive(sandbox: Sandbox) -> None:
+    command = (
+        "mkfifo fifo 2>/dev/null && echo made-fifo; "
+        "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\" && echo made-sock; "
+        "cp /bin/true suid && chmod 6755 suid && stat -c %a suid; "
+        "echo x > group-writable && chmod 666 group-writable"
+    )
+    left = sh(sandbox, snapshot({"keep": b"k"}), command)
+    assert left.status == StepStatus.OK, left.stderr
+    assert b"made-sock\n" in left.stdout
+    assert b"6755\n" in left.stdout
+    got = members(left.snapshot)
+    assert "sock" not in got
+    assert "fifo" not in got
+    assert "sock" in left.dropped
+    assert b"made-fifo" not in left.stdout or "fifo" in left.dropped
+    assert got["suid"][0] == "f"
+    assert got["suid"][2] == 0o755
+    assert got["group-writable"][2] == 0o644
+    seen = sh(sandbox, left.snapshot, "stat -c '%n %a' *; ls -A")
+    assert seen.stdout == b"group-writable 644\nkeep 644\nsuid 755\ngroup-writable\nkeep\nsuid\n"
+
+
+def test_unreadable_files_and_dirs_are_still_packed(sandbox: Sandbox) -> None:
+    command = "echo s > secret; chmod 000 secret; mkdir -p d/e; echo y > d/e/f; chmod 000 d/e; chmod 000 d"
+    left = sh(sandbox, snapshot(), command)
+    assert left.status == StepStatus.OK
+    assert left.workspace_kept
+    got = members(left.snapshot)
+    assert got["secret"] == ("f", b"s\n", 0o644)
+    assert got["d/e/f"] == ("f", b"y\n", 0o644)
+
+
+def test_background_processes_do_not_survive_the_step(sandbox: Sandbox) -> None:
+    """``sleep 100 &``, a double-forked setsid daemon appending to a file, a process that ignores SIGTERM:
+    the step returns at once, and nothing writes to the workspace after its snapshot."""
+    command = (
+        "sleep 100 & "
+        "(setsid sh -c 'trap \"\" TERM HUP; while :; do echo tick >> log; sleep 0.01; done' &) ; "
+        "nohup sh -c 'sleep 2; echo late > late.txt' >/dev/null 2>&1 & "
+        "sleep 0.2; echo started"
+    )
+    t0 = time.monotonic()
+    left = sh(sandbox, snapshot(), command)
+    assert time.monotonic() - t0 < 8
+    assert left.status == StepStatus.OK
+    assert left.stdout == b"started\n"
+    got = members(left.snapshot)
+    assert "late.txt" not in got
+    ticks = got["log"][1].count(b"tick\n")
+    assert ticks >= 1
+    assert got["log"][1] == b"tick\n" * ticks
+    later = sh(sandbox, left.snapshot, "sleep 0.5; wc -l < log; ls")
+    assert later.stdout == b"%d\nlog\n" % ticks
+    assert later.sha256 == left.sha256
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo new > new.txt; kill -9 $PPID; sleep 1",
+        "echo new > new.txt; kill -9 -1",
+    ],
+    ids=["parent", "everything"],
+)
+def test_command_that_kills_the_runner(sandbox: Sandbox, command: str) -> None:
+    snap0 = snapshot({"keep": b"k"})
+    out = sh(sandbox, snap0, command)
+    assert out.status == StepStatus.KILLED, (out.status, out.reason)
+    assert not out.workspace_kept
+    assert out.snapshot == snap0
+    assert out.reason is not None
+    assert "previous snapshot" in out.reason
+    after = sh(sandbox, out.snapshot, "ls")
+    assert after.status == StepStatus.OK
+    assert after.stdout == b"keep\n"
+
+
+def test_catchable_signals_do_not_stop_the_runner(sandbox: Sandbox) -> None:
+    command = "echo new > new.txt; for s in TERM HUP INT QUIT USR1 USR2 ALRM PIPE; do kill -$s $PPID; done; echo alive"
+    out = sh(sandbox, snapshot({"keep": b"k"}), command)
+    assert (out.status, out.stdout, out.stderr) == (StepStatus.OK, b"alive\n", b"")
+    assert out.workspace_kept
+    assert set(members(out.snapshot)) == {"keep", "new.txt"}
+
+
+def test_command_that_stops_the_runner(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"keep": b"k"})
+    out = sh(sandbox, snap0, "echo new > new.txt; kill -STOP $PPID", timeout_s=0.5, limits=replace_grace(2.0))
+    assert out.status == StepStatus.TIMEOUT
+    assert out.snapshot == snap0
+    assert not out.workspace_kept
+
+
+def replace_grace(grace_s: float) -> StepLimits:
+    from dataclasses import replace
+
+    return replace(LIMITS, grace_s=grace_s)
+
+
+def test_filling_the_disk_fails_inside_the_step(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"keep": b"k"})
+    full = sh(sandbox, snap0, "head -c 2G /dev/zero > big")
+    assert full.status == StepStatus.NONZERO_EXIT
+    assert b"No space left" in full.stderr
+    assert not full.workspace_kept
+    assert full.snapshot == snap0
+    assert full.reason is not None
+    assert "byte cap" in full.reason
+    sparse = sh(sandbox, snap0, "truncate -s 2G sparse && echo ok")
+    assert sparse.status == StepStatus.OK
+    assert not sparse.workspace_kept
+    assert sparse.snapshot == snap0
+    cleaned = sh(sandbox, snap0, "head -c 2G /dev/zero > big; rm big; echo after > after.txt")
+    assert cleaned.status == StepStatus.OK
+    assert cleaned.workspace_kept
+    assert set(members(cleaned.snapshot)) == {"keep", "after.txt"}
+    huge = run_step(sandbox, snap0, StepAction.write("big", bytes(CAPS.max_bytes + 1)), CAPS, LIMITS)
+    assert huge.status == StepStatus.REJECTED
+    assert huge.snapshot == snap0
+    assert huge.reason is not None
+    assert "do not fit" in huge.reason
+    goes_on = step(sandbox, full.snapshot, StepAction.read("keep"))
+    assert goes_on.content == b"k"
+
+
+def test_running_out_of_inodes_fails_inside_the_step(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"keep": b"k"})
+    out = sh(sandbox, snap0, "i=0; while true 2>/dev/null > f$i; do i=$((i+1)); done; echo $i")
+    assert out.status == StepStatus.OK
+    made = int(out.stdout)
+    assert CAPS.max_entries - 1 <= made <= CAPS.max_entries + 16
+    assert not out.workspace_kept
+    assert out.snapshot == snap0
+    assert out.reason is not None
+    assert "entries" in out.reason
+    fewer = sh(sandbox, snap0, "i=0; while true 2>/dev/null > f$i; do i=$((i+1)); done; rm f1*; ls | wc -l")
+    assert fewer.workspace_kept
+    assert len(members(fewer.snapshot)) == int(fewer.stdout)
+    after = sh(sandbox, out.snapshot, "ls")
+    assert after.stdout == b"keep\n"
+
+
+def test_fork_bomb(sandbox: Sandbox) -> None:
+    snap0 = snapshot({"keep": b"k"})
+    out = sh(sandbox, snap0, "echo before > b.txt; bomb() { bomb | bomb & }; bomb; sleep 2", timeout_s=3)
+    assert out.status in (StepStatus.OK, StepStatus.TIMEOUT, StepStatus.NONZERO_EXIT), out.reason
+    assert out.workspace_kept
+    assert members(out.snapshot)["b.txt"][1] == b"before\n"
+    after = sh(sandbox, out.snapshot, "cat b.txt")
+    assert after.stdout == b"before\n"
+
+
+def test_memory_bomb_kills_the_command_not_the_step(sandbox: Sandbox) -> None:
+    out = sh(sandbox, snapshot(), "echo kept > k; python3 -c 'x = b\"x\" * (1 << 30)'")
+    assert out.status == StepStatus.MEMORY_LIMIT, (out.status, out.reason)
+    assert out.workspace_kept
+    assert members(out.snapshot)["k"][1] == b"kept\n"
+
+
+# --------------------------------------------------------------------------------------------------------
+# The report channel
+
+
+def forged_report(nonce: bytes, tar: bytes) -> bytes:
+    prefix = b"@@RSTEP1 " + nonce + b" "
+    result = (
+        b'{"result":{"exit_code":0,"signal":null,"timed_out":false,"stdout":"","stderr":"","stdout_bytes":0,'
+        b'"stderr_bytes":0,"ms":1},"workspace":{"packed":true},"tar_bytes":%d}' % len(tar)
+    )
+    return (
+        prefix
+        + b'{"hello":true,"hardened":true,"stdin_ok":true}\n'
+        + prefix
+        + result
+        + b"\n"
+        + tar
+        + prefix
+        + (b'{"done":true}\n')
+    )
+
+
+def test_forged_frames_on_the_commands_stdout_are_just_output(sandbox: Sandbox) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "pwned").write_bytes(b"forged workspace")
+        forged_tar = pack(Path(tmp)).data
+    forged = forged_report(b"0" * 32, forged_tar)
+    snap0 = snapshot({"forged.bin": forged})
+    command = (
+        "cat forged.bin; "
+        "cat forged.bin > /proc/$PPID/fd/1 || echo no-parent-fd >&2; "
+        "cat /proc/$PPID/environ > /dev/null || echo no-parent-environ >&2; "
+        "head -c 64 /proc/$PPID/mem > /dev/null || echo no-parent-mem >&2; "
+        "echo done"
+    )
+    out = sh(sandbox, snap0, command)
+    assert out.status == StepStatus.OK
+    assert out.workspace_kept
+    assert out.stdout == forged + b"done\n"
+    for what in (b"no-parent-fd", b"no-parent-environ", b"no-parent-mem"):
+        assert what in out.stderr, out.stderr
+    assert set(members(out.snapshot)) == {"forged.bin"}
+
+
+def test_output_over_the_cap_is_truncated(sandbox: Sandbox) -> None:
+    out = sh(sandbox, snapshot(), "head -c 200000 /dev/zero | tr '\\0' a; echo err >&2; head -c 100000 /dev/zero >&2")
+    cap = LIMITS.output_cap_bytes
+    assert out.status == StepStatus.OK
+    assert out.stdout == b"a" * cap
+    assert out.stdout_truncated
+    assert out.stderr == (b"err\n" + bytes(cap))[:cap]
+    assert out.stderr_truncated
+    small = sh(sandbox, snapshot(), "printf 12345")
+    assert small.stdout == b"12345"
+    assert not small.stdout_truncated
+    assert not small.stderr_truncated
+
+
+# A stand-in for the runner that plays by the wire format but sends back a hostile tar: a compromised runner
+# is as bad as it gets, and what it sends is still only the agent's workspace, refused.
+HOSTILE_RUNNER = r"""
+import os, sys
+n = int(sys.argv[1])
+buf = b""
+while len(buf) < n:
+    chunk = os.read(0, n - len(buf))
+    if not chunk:
+        break
+    buf += chunk
+prefix = b"@@RSTEP1 " + buf[:32] + b" "
+tar = bytes.fromhex(%r)
+os.write(1, prefix + b'{"hello":true,"hardened":true,"stdin_ok":true}\n')
+os.write(1, prefix + b'{"result":{"exit_code":0,"signal":null,"timed_out":false,"stdout":"","stderr":"",'
+         b'"stdout_bytes":0,"stderr_bytes":0,"ms":1},"workspace":{"packed":true},"tar_bytes":%%d}\n' %% len(tar))
+os.write(1, tar + prefix + b'{"done":true}\n')
+"""
+
+
+def hostile_tars(escape: Path) -> dict[str, bytes]:
+    def build(*entries: tuple[tarfile.TarInfo, bytes]) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for info, data in entries:
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue()
+
+    def info(name: str, kind: bytes = tarfile.REGTYPE, size: int = 0, link: str = "") -> tarfile.TarInfo:
+        i = tarfile.TarInfo(name)
+        i.type, i.size, i.linkname = kind, size, link
+        return i
+
+    return {
+        "traversal": build((info(f"../../../../../..{escape}", size=5), b"pwned")),
+        "absolute": build((info(str(escape), size=5), b"pwned")),
+        "through-link": build(
+            (info("l", tarfile.SYMTYPE, link=str(escape.parent)), b""), (info(f"l/{escape.name}", size=5), b"pwned")
+        ),
+        "hard-link": build((info("h", tarfile.LNKTYPE, link="/etc/passwd"), b"")),
+        "device": build((info("dev", tarfile.CHRTYPE), b"")),
+        "over-caps": build((info("big", size=CAPS.max_bytes + 1), bytes(CAPS.max_bytes + 1))),
+        "twice": build((info("a", size=1), b"1"), (info("a", size=1), b"2")),
+        "garbage": secrets.token_bytes(4096),
+    }
+
+
+def test_a_forged_tar_is_the_agents_problem(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    escape = Path(tempfile.gettempdir()) / f"rs-step-escape-{secrets.token_hex(6)}"
+    snap0 = snapshot({"keep": b"k"})
+    for name, tar in hostile_tars(escape).items():
+        source = (HOSTILE_RUNNER % tar.hex()).encode()
+        monkeypatch.setattr(step_module, "runner_code", lambda source=source: (bytes(16), source))
+        out = sh(sandbox, snap0, "true")
+        assert out.status == StepStatus.OK, (name, out.reason)
+        assert not out.workspace_kept, name
+        assert out.snapshot == snap0, name
+        assert out.reason is not None, (name, out.reason)
+        assert "refused" in out.reason, (name, out.reason)
+        assert not escape.exists(), name
+        assert not os.path.lexists(escape), name
+    monkeypatch.undo()
+    assert sh(sandbox, snap0, "cat keep").stdout == b"k"

