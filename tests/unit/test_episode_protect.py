@@ -1,0 +1,227 @@
+"""The graded workspace: protected paths reset to the original, whatever the agent turned them into.
+
+The "agent's" trees here are built by the test itself (links, files where directories were, planted hooks):
+nothing hostile runs, these are the shapes a hostile step can leave in its snapshot.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workers.episodes.protect import graded_workspace
+from workers.episodes.snapshot import Caps, SnapshotError, pack, unpack
+
+CAPS = Caps(max_bytes=1 << 20, max_entries=500)
+PROTECTED = ("tests/**", "**/conftest.py", "pytest.ini", "**/*.pth", "**/sitecustomize.py")
+ORIGINAL = {
+    "calc/__init__.py": b"",
+    "calc/ops.py": b"def add(a, b):\n    return a - b\n",
+    "tests/test_ops.py": b"from calc.ops import add\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+    "tests/data/cases.txt": b"1 2 3\n",
+    "pytest.ini": b"[pytest]\n",
+}
+
+
+def _parent_ready(root: Path, rel: str) -> bool:
+    """Make ``rel``'s parent directories under ``root``; False (make nothing more) when an existing one is not a
+    real directory: the test must never create anything through a link (a link to ``/`` would reach the host)."""
+    parts = Path(rel).parts
+    for depth in range(1, len(parts)):
+        parent = root.joinpath(*parts[:depth])
+        if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
+            return False
+        if not parent.exists():
+            parent.mkdir()
+    target = root / rel
+    return not target.is_symlink() and not target.exists()
+
+
+def _tree(root: Path, files: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    """Files first, then links, each only where nothing stands in its way (one name can't be two things)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        if _parent_ready(root, rel):
+            (root / rel).write_bytes(data)
+    for rel, target in (links or {}).items():
+        if _parent_ready(root, rel):
+            os.symlink(target, root / rel)
+    return root
+
+
+def _snapshot(root: Path) -> bytes:
+    return pack(root, CAPS).data
+
+
+def _listing(data: bytes, tmp: Path) -> dict[str, tuple[str, bytes]]:
+    dest = tmp / f"out-{len(list(tmp.iterdir()))}"
+    dest.mkdir()
+    unpack(data, dest, CAPS)
+    out: dict[str, tuple[str, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(dest):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            rel = str(path.relative_to(dest))
+            if path.is_symlink():
+                out[rel] = ("link", os.readlink(path).encode())
+            elif path.is_dir():
+                out[rel] = ("dir", b"")
+            else:
+                out[rel] = ("file", path.read_bytes())
+    return out
+
+
+@pytest.fixture
+def original(tmp_path: Path) -> bytes:
+    return _snapshot(_tree(tmp_path / "original", ORIGINAL))
+
+
+Listing = dict[str, tuple[str, bytes]]
+
+
+def _graded(tmp_path: Path, original: bytes, files: dict[str, bytes], links: dict[str, str] | None = None) -> Listing:
+    final = _snapshot(_tree(tmp_path / "final", files, links))
+    scratch = tmp_path / "listings"
+    scratch.mkdir(exist_ok=True)
+    return _listing(graded_workspace(final, original, PROTECTED, CAPS).data, scratch)
+
+
+def _expected_protected(listing: Listing) -> None:
+    assert listing["tests/test_ops.py"] == ("file", ORIGINAL["tests/test_ops.py"])
+    assert listing["tests/data/cases.txt"] == ("file", ORIGINAL["tests/data/cases.txt"])
+    assert listing["pytest.ini"] == ("file", ORIGINAL["pytest.ini"])
+
+
+def test_a_genuine_fix_is_kept_and_the_tests_are_the_original(tmp_path: Path, original: bytes) -> None:
+    fixed = {**ORIGINAL, "calc/ops.py": b"def add(a, b):\n    return a + b\n", "notes.md": b"done\n"}
+    listing = _graded(tmp_path, original, fixed)
+    assert listing["calc/ops.py"] == ("file", fixed["calc/ops.py"])
+    assert listing["notes.md"] == ("file", b"done\n")
+    _expected_protected(listing)
+
+
+def test_edited_and_deleted_tests_are_put_back(tmp_path: Path, original: bytes) -> None:
+    hacked = {k: v for k, v in ORIGINAL.items() if not k.startswith("tests/data")}
+    hacked["tests/test_ops.py"] = b"def test_add():\n    assert True\n"
+    hacked["pytest.ini"] = b"[pytest]\naddopts = -p no:python\n"
+    listing = _graded(tmp_path, original, hacked)
+    _expected_protected(listing)
+
+
+def test_planted_hooks_the_original_did_not_have_are_deleted(tmp_path: Path, original: bytes) -> None:
+    planted = {
+        **ORIGINAL,
+        "conftest.py": b"import pytest\n",
+        "calc/conftest.py": b"raise SystemExit(0)\n",
+        "evil.pth": b"import os\n",
+        "deep/er/sitecustomize.py": b"import sys\n",
+        "tests/test_extra.py": b"def test_x():\n    pass\n",
+    }
+    listing = _graded(tmp_path, original, planted)
+    for name in ("conftest.py", "calc/conftest.py", "evil.pth", "deep/er/sitecustomize.py", "tests/test_extra.py"):
+        assert name not in listing, name
+    assert listing["deep/er"] == ("dir", b"")  # unprotected directories stay, only the hook goes
+    _expected_protected(listing)
+
+
+def test_a_protected_directory_replaced_by_a_link_or_a_file_is_a_directory_again(
+    tmp_path: Path, original: bytes
+) -> None:
+    as_link = {k: v for k, v in ORIGINAL.items() if not k.startswith("tests/")}
+    listing = _graded(tmp_path, original, as_link, {"tests": "/"})
+    assert listing["tests"] == ("dir", b"")
+    _expected_protected(listing)
+
+    as_file = {**{k: v for k, v in ORIGINAL.items() if not k.startswith("tests/")}, "tests": b"not a dir"}
+    listing = _graded(tmp_path / "again", original, as_file)
+    assert listing["tests"] == ("dir", b"")
+    _expected_protected(listing)
+
+
+def test_links_at_protected_paths_are_replaced_not_followed(tmp_path: Path, original: bytes) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"host file\n")
+    files = {k: v for k, v in ORIGINAL.items() if k not in ("tests/test_ops.py", "pytest.ini")}
+    listing = _graded(tmp_path, original, files, {"tests/test_ops.py": str(outside), "pytest.ini": "/etc/passwd"})
+    _expected_protected(listing)
+    assert outside.read_bytes() == b"host file\n"  # written through nowhere
+
+
+def test_a_protected_file_turned_into_a_directory_is_a_file_again(tmp_path: Path, original: bytes) -> None:
+    files = {k: v for k, v in ORIGINAL.items() if k != "pytest.ini"}
+    files["pytest.ini/inner.txt"] = b"x"
+    listing = _graded(tmp_path, original, files)
+    assert "pytest.ini/inner.txt" not in listing
+    _expected_protected(listing)
+
+
+def test_no_protected_globs_is_the_final_workspace_itself(tmp_path: Path, original: bytes) -> None:
+    final = _snapshot(_tree(tmp_path / "final", {**ORIGINAL, "conftest.py": b"x"}))
+    assert graded_workspace(final, original, (), CAPS).data == final
+
+
+def test_the_result_is_a_canonical_snapshot(tmp_path: Path, original: bytes) -> None:
+    final = _snapshot(_tree(tmp_path / "final", {**ORIGINAL, "tests/test_ops.py": b"hacked"}))
+    graded = graded_workspace(final, original, PROTECTED, CAPS)
+    again = tmp_path / "again"
+    again.mkdir()
+    unpack(graded.data, again, CAPS)
+    assert pack(again, CAPS).data == graded.data
+    assert graded_workspace(graded.data, original, PROTECTED, CAPS).sha256 == graded.sha256  # idempotent
+
+
+def test_a_snapshot_that_is_not_one_is_refused(tmp_path: Path, original: bytes) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("../escape")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(SnapshotError):
+        graded_workspace(buffer.getvalue(), original, PROTECTED, CAPS)
+    with pytest.raises(SnapshotError):
+        graded_workspace(b"garbage" * 100, original, PROTECTED, CAPS)
+
+
+_NAMES = st.sampled_from(["tests", "calc", "conftest.py", "pytest.ini", "x.pth", "a", "sitecustomize.py", "b.py"])
+
+
+@given(
+    st.dictionaries(st.lists(_NAMES, min_size=1, max_size=3).map("/".join), st.binary(max_size=20), max_size=12),
+    st.dictionaries(st.lists(_NAMES, min_size=1, max_size=3).map("/".join), st.sampled_from(["/", "..", "tests"]),
+                    max_size=3),
+)  # fmt: skip
+def test_any_final_tree_grades_with_exactly_the_original_protected_paths(
+    files: dict[str, bytes], links: dict[str, str]
+) -> None:
+    import tempfile
+
+    from schemas.globs import is_protected
+
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        original = _snapshot(_tree(tmp / "original", ORIGINAL))
+        final_root = _tree(tmp / "final", files, links)
+        scratch = tmp / "listings"
+        scratch.mkdir()
+        graded = _listing(graded_workspace(_snapshot(final_root), original, PROTECTED, CAPS).data, scratch)
+        originals = _listing(original, scratch)
+        assert {k: v for k, v in graded.items() if is_protected(k, PROTECTED)} == {
+            k: v for k, v in originals.items() if is_protected(k, PROTECTED)
+        }
+        final = _listing(_snapshot(final_root), scratch)
+        for rel, entry in final.items():  # what is not protected, and not in a restored path's way, is kept
+            in_the_way = any(o == rel or o.startswith(rel + "/") for o in originals if is_protected(o, PROTECTED))
+            under_protected = any(is_protected(p, PROTECTED) for p in _prefixes(rel))
+            if not in_the_way and not under_protected:
+                assert graded.get(rel) == entry, rel
+
+
+def _prefixes(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
