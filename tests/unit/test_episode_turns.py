@@ -123,6 +123,17 @@ def test_applied_moves_the_turn_the_workspace_and_the_idle_clock() -> None:
     assert (after.turn, after.snapshot, after.last_action_at_s, after.opened_at_s) == (3, "b" * 64, 1030.0, 1000.0)
 
 
+def test_the_clock_of_an_episode_never_runs_backwards() -> None:
+    """An action stamped in the past cannot reset the idle clock (the topic uses the broker's time anyway)."""
+    assert applied(STATE, _event(3, action="read", path="a.py"), "b" * 64, 5.0).last_action_at_s == 1010.0
+    assert ended(STATE, _event(3, action="submit"), "submitted", 5.0).last_action_at_s == 1010.0
+
+
+def test_an_exec_may_not_run_past_the_end_of_the_episode() -> None:
+    near_end = decide(STATE, _event(3, action="exec", command="sleep 100", timeout_s=10), LIMITS, 1000.0 + 597)
+    assert near_end == Step(StepAction.exec("sleep 100", timeout_s=3.0))
+
+
 _ACTIONS = st.one_of(
     st.builds(lambda p: {"action": "read", "path": p}, st.text(max_size=20)),
     st.builds(lambda p, t: {"action": "write", "path": p, "text": t}, st.text(max_size=20), st.text(max_size=20)),

@@ -2,8 +2,9 @@
 the contract (turn order, duplicates, limits, the end of an episode) is decided in one place and tested alone.
 
 Why pure: the worker is stateless; the state is the last committed one (restored from its changelog), the
-clock is the action's event time. Replaying the same actions on the same state gives the same decisions,
-on any worker, after any crash.
+clock is the action's broker timestamp (``rs.actions`` is ``LogAppendTime``: a trainer's own timestamp could
+stop every limit's clock). Replaying the same actions on the same state gives the same decisions, on any
+worker, after any crash. The clock of a state never runs backwards (``applied``/``ended`` keep the latest).
 """
 
 from __future__ import annotations
@@ -88,11 +89,7 @@ def decide(  # noqa: PLR0911 - one return per rule of the contract, in the order
     the episode is unknown). ``now_s`` is the action's event time."""
     action = event.action
     if isinstance(action, OpenAction | ForkAction):
-        if state is not None:
-            return Duplicate()  # turn 0 of an episode that exists: its open was applied already
-        if isinstance(action, OpenAction):
-            return Start(task_id=action.task_id)
-        return Start(task_id=None, from_episode=action.from_episode, from_turn=action.turn)
+        return _start(state, action)
     if state is None or limits is None:
         return Rejected(f"unknown episode {event.episode_id!r} (open or fork it first)", consumes_turn=False)
     if event.turn <= state.turn:
@@ -110,7 +107,25 @@ def decide(  # noqa: PLR0911 - one return per rule of the contract, in the order
     problem = action_problem(action)
     if problem is not None:
         return Rejected(problem, consumes_turn=True)
-    return Step(step_action(action, limits))
+    return _step(action, state, limits, now_s)
+
+
+def _step(
+    action: ExecAction | WriteAction | ReadAction, state: EpisodeState, limits: EpisodeLimits, now_s: float
+) -> Step:
+    """The step of a checked action; an exec gets no more than what is left of the episode."""
+    step = step_action(action, limits)
+    if step.kind == "exec":
+        step = replace(step, timeout_s=max(0.001, min(step.timeout_s, time_left_s(state, limits, now_s))))
+    return Step(step)
+
+
+def _start(state: EpisodeState | None, action: OpenAction | ForkAction) -> Duplicate | Start:
+    if state is not None:
+        return Duplicate()  # turn 0 of an episode that exists: its open was applied already
+    if isinstance(action, OpenAction):
+        return Start(task_id=action.task_id)
+    return Start(task_id=None, from_episode=action.from_episode, from_turn=action.turn)
 
 
 def step_action(action: ExecAction | WriteAction | ReadAction, limits: EpisodeLimits) -> StepAction:
@@ -144,9 +159,14 @@ def overdue(state: EpisodeState, limits: EpisodeLimits, now_s: float) -> EndReas
 
 def applied(state: EpisodeState, event: ActionEvent, snapshot: str, now_s: float) -> EpisodeState:
     """The state after ``event`` was carried out (or rejected as the agent's own bad action)."""
-    return replace(state, turn=event.turn, snapshot=snapshot, last_action_at_s=now_s)
+    return replace(state, turn=event.turn, snapshot=snapshot, last_action_at_s=max(now_s, state.last_action_at_s))
 
 
 def ended(state: EpisodeState, event: ActionEvent, why: EndReason, now_s: float) -> EpisodeState:
     """The state of an episode that ``event`` ended."""
-    return replace(state, turn=event.turn, ended=why, last_action_at_s=now_s)
+    return replace(state, turn=event.turn, ended=why, last_action_at_s=max(now_s, state.last_action_at_s))
+
+
+def time_left_s(state: EpisodeState, limits: EpisodeLimits, now_s: float) -> float:
+    """What is left of ``episode_timeout_s``: an exec may not run past the episode's end."""
+    return max(0.0, state.opened_at_s + limits.episode_timeout_s - now_s)
