@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.episodes.protect import graded_workspace
+from workers.episodes.protect import graded_workspace, protection
 from workers.episodes.snapshot import Caps, SnapshotError, pack, unpack
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=500)
@@ -75,6 +75,12 @@ def _listing(data: bytes, tmp: Path) -> dict[str, tuple[str, bytes]]:
             else:
                 out[rel] = ("file", path.read_bytes())
     return out
+
+
+def _scratch(tmp_path: Path) -> Path:
+    scratch = tmp_path / "listings"
+    scratch.mkdir(exist_ok=True)
+    return scratch
 
 
 @pytest.fixture
@@ -161,9 +167,57 @@ def test_a_protected_file_turned_into_a_directory_is_a_file_again(tmp_path: Path
     _expected_protected(listing)
 
 
-def test_no_protected_globs_is_the_final_workspace_itself(tmp_path: Path, original: bytes) -> None:
-    final = _snapshot(_tree(tmp_path / "final", {**ORIGINAL, "conftest.py": b"x"}))
-    assert graded_workspace(final, original, (), CAPS).data == final
+def test_without_task_globs_what_python_and_pytest_load_first_is_still_reset(tmp_path: Path, original: bytes) -> None:
+    final = _snapshot(_tree(tmp_path / "final", {**ORIGINAL, "conftest.py": b"x", "calc/ops.py": b"fixed"}))
+    listing = _listing(graded_workspace(final, original, (), CAPS).data, _scratch(tmp_path))
+    assert "conftest.py" not in listing
+    assert listing["pytest.ini"] == ("file", ORIGINAL["pytest.ini"])
+    assert listing["calc/ops.py"] == ("file", b"fixed")
+
+
+ORIGINAL_CONFTEST = {**ORIGINAL, "conftest.py": b"# the task's own\n", "calc/sitecustomize.py": b"# task\n"}
+
+
+@pytest.mark.parametrize(
+    ("planted", "links"),
+    [
+        ({"pytest.toml": b'[pytest]\naddopts = ["-p", "calc.plug"]\n'}, {}),  # read before pytest.ini
+        ({".pytest.ini": b"[pytest]\n"}, {}),
+        ({"tests/pytest.ini": b"[pytest]\n"}, {}),  # found first for tests under tests/
+        ({"__pycache__/conftest.cpython-311-pytest-9.2.0.pyc": b"\x00" * 16}, {}),
+        ({"calc/__pycache__/ops.cpython-311.pyc": b"\x00" * 16, "calc/ops.pyc": b"\x00" * 16}, {}),
+        ({"stash/conftest.cpython-311-pytest-9.2.0.pyc": b"\x00" * 16}, {"__pycache__": "stash"}),
+        ({"conftest/__init__.py": b"__file__ = 'conftest.py'\n"}, {}),  # a package beats conftest.py
+        ({"calc/sitecustomize/__init__.py": b"import os\n", "sitecustomize.so": b"\x7fELF"}, {}),
+        ({"evil-1.0.dist-info/entry_points.txt": b"[pytest11]\nevil = calc.plug\n"}, {}),
+        ({"calc.egg-info/entry_points.txt": b"[pytest11]\nevil = calc.plug\n", "x.egg-link": b"."}, {}),
+    ],
+)
+def test_what_would_load_instead_of_the_protected_originals_is_removed(
+    tmp_path: Path, planted: dict[str, bytes], links: dict[str, str]
+) -> None:
+    """Each of these made pytest or python run the agent's code before (or instead of) the restored originals,
+    without touching a protected path of the task's own list."""
+    original = _snapshot(_tree(tmp_path / "original", ORIGINAL_CONFTEST))
+    final = _snapshot(_tree(tmp_path / "final", {**ORIGINAL_CONFTEST, **planted}, links))
+    listing = _listing(graded_workspace(final, original, PROTECTED, CAPS).data, _scratch(tmp_path))
+    for name in [*planted, *links]:
+        assert name not in listing, name
+    assert listing["conftest.py"] == ("file", ORIGINAL_CONFTEST["conftest.py"])
+    assert listing["calc/sitecustomize.py"] == ("file", ORIGINAL_CONFTEST["calc/sitecustomize.py"])
+    _expected_protected(listing)
+
+
+def test_an_agent_that_fills_the_workspace_cannot_make_its_grading_fail(tmp_path: Path, original: bytes) -> None:
+    """Delete the tests, fill the freed room: putting the originals back goes past the caps, and must not fail."""
+    caps = Caps(max_bytes=1 << 20, max_entries=len(ORIGINAL) + 4)
+    kept = {k: v for k, v in ORIGINAL.items() if not k.startswith("tests/")}
+    filler = {f"f{i}": b"x" for i in range(caps.max_entries - len(kept) - 1)}
+    final = pack(_tree(tmp_path / "final", {**kept, **filler}), caps).data
+    original = pack(_tree(tmp_path / "o", ORIGINAL), caps).data
+    listing = _listing(graded_workspace(final, original, PROTECTED, caps).data, _scratch(tmp_path))
+    _expected_protected(listing)
+    assert all(f"f{i}" in listing for i in range(len(filler)))
 
 
 def test_the_result_is_a_canonical_snapshot(tmp_path: Path, original: bytes) -> None:
@@ -211,14 +265,16 @@ def test_any_final_tree_grades_with_exactly_the_original_protected_paths(
         scratch.mkdir()
         graded = _listing(graded_workspace(_snapshot(final_root), original, PROTECTED, CAPS).data, scratch)
         originals = _listing(original, scratch)
-        assert {k: v for k, v in graded.items() if is_protected(k, PROTECTED)} == {
-            k: v for k, v in originals.items() if is_protected(k, PROTECTED)
+        every = protection(PROTECTED)
+        assert {k: v for k, v in graded.items() if is_protected(k, every)} == {
+            k: v for k, v in originals.items() if is_protected(k, every)
         }
         final = _listing(_snapshot(final_root), scratch)
         for rel, entry in final.items():  # what is not protected, and not in a restored path's way, is kept
-            in_the_way = any(o == rel or o.startswith(rel + "/") for o in originals if is_protected(o, PROTECTED))
-            under_protected = any(is_protected(p, PROTECTED) for p in _prefixes(rel))
-            if not in_the_way and not under_protected:
+            in_the_way = any(o == rel or o.startswith(rel + "/") for o in originals if is_protected(o, every))
+            under_protected = any(is_protected(p, every) for p in _prefixes(rel))
+            probed = entry[0] != "dir" and any(is_protected(f"{rel}/{probe}", every) for probe in ("x", "x.py"))
+            if not (in_the_way or under_protected or probed):
                 assert graded.get(rel) == entry, rel
 
 
