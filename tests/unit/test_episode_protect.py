@@ -9,12 +9,14 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schemas.globs import is_protected
 from workers.episodes.protect import graded_workspace, protection
 from workers.episodes.snapshot import Caps, SnapshotError, pack, unpack
 
@@ -253,10 +255,6 @@ _NAMES = st.sampled_from(["tests", "calc", "conftest.py", "pytest.ini", "x.pth",
 def test_any_final_tree_grades_with_exactly_the_original_protected_paths(
     files: dict[str, bytes], links: dict[str, str]
 ) -> None:
-    import tempfile
-
-    from schemas.globs import is_protected
-
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         original = _snapshot(_tree(tmp / "original", ORIGINAL))

@@ -98,9 +98,8 @@ def _protected_entries(base: Path, protected: Sequence[str]) -> list[tuple[str, 
     """The original's protected entries, parents before children: (relative path, "dir" | "file" | "link")."""
     found: list[tuple[str, str]] = []
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames.sort()
         rel_dir = os.path.relpath(dirpath, base)
-        for name in sorted(dirnames + filenames):
+        for name in dirnames + filenames:
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
             if not is_protected(rel, protected):
                 continue
