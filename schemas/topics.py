@@ -93,6 +93,11 @@ _ROLES: tuple[tuple[Role, type[Contract], int, bool, str], ...] = (
 )
 
 
+#: Topic configs beyond the common ones. Actions carry the broker's clock: the episode worker's time limits run
+#: on it, and a producer's own timestamp (``CreateTime``) is whatever the trainer says.
+_EXTRA_CONFIG: dict[Role, dict[str, str]] = {"actions": {"message.timestamp.type": "LogAppendTime"}}
+
+
 def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 1) -> tuple[TopicSpec, ...]:
     """Every topic rewardstream uses, named ``<prefix><role>``."""
     if not _PREFIX_RE.match(prefix):
@@ -110,6 +115,7 @@ def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 
             model=model,
             joined=joined,
             description=description,
+            extra_config=dict(_EXTRA_CONFIG.get(role, {})),
         )
         for role, model, days, joined, description in _ROLES
     )

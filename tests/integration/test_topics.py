@@ -74,7 +74,8 @@ def test_cli_create_json_then_difference_exits_2(prefix: str) -> None:
         check=False,
     )
     assert differs.returncode == 2
-    assert differs.stderr.startswith("rewardstream: error: 7 topic(s) differ from the catalog: ")
+    every = len(catalog(prefix))
+    assert differs.stderr.startswith(f"rewardstream: error: {every} topic(s) differ from the catalog: ")
     assert f"{prefix}generations has 2 partitions, catalog says 3" in differs.stderr
     assert f"{prefix}rewards" in differs.stdout
 

@@ -112,7 +112,7 @@ path_names = st.text(string.ascii_letters + string.digits + "_.-", min_size=1, m
 workspace_files = st.dictionaries(
     st.lists(path_names, min_size=1, max_size=3).map("/".join), st.text(max_size=40), max_size=6
 ).filter(lambda files: not any(p.startswith(q + "/") for p in files for q in files))
-no_nul = st.characters(exclude_characters="\x00")
+no_nul = st.characters(exclude_characters="\x00", exclude_categories=["Cs"])  # a command is UTF-8
 commands = st.text(no_nul, min_size=1, max_size=30).filter(str.strip) | st.lists(
     st.text(no_nul, max_size=10), min_size=1, max_size=4
 ).filter(lambda argv: bool(argv[0]))
