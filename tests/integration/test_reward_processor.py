@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec
+from schemas.codec import encode
 from schemas.events import Event
 from schemas.topics import catalog, topic_for
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
@@ -330,13 +331,18 @@ def test_changelog_rows_from_another_version_do_not_stop_the_processor(
 
 class _BusyVerifier:
     """Stands in for a verifier working through a backlog: its consumer group commits, step by step, the
-    generations it finished (as the worker's transactions do), while the ones under test stay unfinished."""
+    generations it finished, while the ones under test stay unfinished. Its last step writes their verdicts
+    and its offsets in one transaction, as the worker does: a verifier never goes quiet between the two."""
 
     def __init__(self, env: RewardEnv, kafka_config: dict[str, str]) -> None:
+        self.env = env
         self.topic = env.name("generations")
         self.consumer = Consumer(
             {**kafka_config, "group.id": f"{env.prefix}verifier", "enable.auto.commit": False, "log_level": 3}
         )
+        # ready before the backlog starts, so that the last step is one transaction and nothing more
+        self.producer = Producer({**kafka_config, "transactional.id": f"{env.prefix}verifier-txn", "linger.ms": 5})
+        self.producer.init_transactions(30)
         self.done = 0
 
     def finish_one_more(self, limit: int) -> None:
@@ -345,10 +351,15 @@ class _BusyVerifier:
         offsets = [TopicPartition(self.topic, p, self.done) for p in range(PARTITIONS)]
         self.consumer.commit(offsets=offsets, asynchronous=False)
 
-    def finish_everything(self) -> None:
+    def finish_everything(self, verdicts: list[Event]) -> None:
+        """Write ``verdicts`` and commit every generation, atomically."""
         ends = [self.consumer.get_watermark_offsets(TopicPartition(self.topic, p))[1] for p in range(PARTITIONS)]
+        self.producer.begin_transaction()
+        for event in verdicts:
+            self.producer.produce(self.env.name("verdicts"), key=event.key(), value=encode(event))
         offsets = [TopicPartition(self.topic, p, end) for p, end in enumerate(ends)]
-        self.consumer.commit(offsets=offsets, asynchronous=False)
+        self.producer.send_offsets_to_transaction(offsets, self.consumer.consumer_group_metadata(), 30)
+        self.producer.commit_transaction(30)
 
     def close(self) -> None:
         self.consumer.close()
@@ -387,8 +398,7 @@ def test_a_verifier_working_through_a_backlog_is_waited_for_a_stopped_one_is_not
                 time.sleep(0.25)  # the pace of a busy verifier's commits, not a wait for a condition
             early = [r.generation_id for r in rewards.rewards() if r.generation_id in queued]
             assert early == [], f"rewarded while the verifier was still working toward them: {early}"
-            env.produce([verdict(g) for g in queued])
-            verifier.finish_everything()
+            verifier.finish_everything([verdict(g) for g in queued])
             rewards.wait(
                 lambda: {r.generation_id for r in rewards.rewards()} >= set(queued), 60, "the queued rewards", env
             )
