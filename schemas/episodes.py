@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import cap
 from schemas.codec import Contract, S3Url
-from schemas.events import OUTPUT_TAIL_MAX_CHARS, Envelope, Id, SandboxStatus
+from schemas.events import OUTPUT_TAIL_MAX_CHARS, Envelope, Id, SandboxStatus, ShortText
 from schemas.paths import path_problem
 from schemas.tasks import MAX_TURNS, Command, TaskId, command_problem
 from schemas.text import sanitize_text
@@ -122,6 +122,9 @@ class OpenAction(_Action):
     action: Literal["open"] = Field(description="action kind discriminator")
     task_id: TaskId = Field(description="the workspace task to open")
     run_id: Id | None = Field(None, description="the training run this episode belongs to: a label, for search")
+    policy_version: ShortText | None = Field(
+        None, description="checkpoint/step of the policy acting in this episode (on its generation and reward)"
+    )
 
 
 class ForkAction(_Action):

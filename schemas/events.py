@@ -13,9 +13,16 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, Field, StringConstraints, model_validator
+from pydantic import (
+    AwareDatetime,
+    Field,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
@@ -86,7 +93,12 @@ class Event(Envelope):
 
 
 class GenerationEvent(Event):
-    """A trainer published code its policy generated; the start of every reward."""
+    """A trainer published code its policy generated; the start of every reward.
+
+    An agent episode's submit is a generation too: the episode worker publishes one whose ``workspace_ref``
+    names the final workspace snapshot (``generation_id`` = ``episode_id``), so the verifier, judge, reward
+    processor, replay and explain treat an episode as they treat a program: exactly one reward each.
+    """
 
     turn: int = Field(0, ge=0, le=10_000, description="0-based turn within a multi-turn episode")
     sample_index: int = Field(0, ge=0, le=1_000_000, description="index of this sample within its group")
@@ -98,17 +110,39 @@ class GenerationEvent(Event):
     )
     code_ref: S3Url | None = Field(None, description="s3://bucket/key of the program when it is too large")
     code_sha256: Sha256 | None = Field(None, description="sha256 of the UTF-8 code; required with code_ref")
+    workspace_ref: S3Url | None = Field(
+        None, description="s3:// URL of an episode's final workspace snapshot (workspace tasks; instead of code)"
+    )
+    workspace_sha256: Sha256 | None = Field(
+        None, description="sha256 of the snapshot's bytes; required with workspace_ref"
+    )
     metadata: dict[str, str] = Field(
         default_factory=dict, max_length=32, description="trainer tags copied to logs for search"
     )
 
     @model_validator(mode="after")
     def _code_or_ref(self) -> GenerationEvent:
-        if (self.code is None) == (self.code_ref is None):
-            raise PydanticCustomError("code_or_ref", "exactly one of code and code_ref must be set", {"field": "code"})
+        given = [self.code is not None, self.code_ref is not None, self.workspace_ref is not None]
+        if sum(given) != 1:
+            raise PydanticCustomError(
+                "code_or_ref", "exactly one of code, code_ref and workspace_ref must be set", {"field": "code"}
+            )
         if self.code_ref is not None and self.code_sha256 is None:
             raise PydanticCustomError("sha_required", "required when code_ref is set", {"field": "code_sha256"})
+        if (self.workspace_ref is None) != (self.workspace_sha256 is None):
+            raise PydanticCustomError(
+                "sha_required", "workspace_ref and workspace_sha256 go together", {"field": "workspace_sha256"}
+            )
         return self
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A one-shot generation's wire form is as before the episode fields: they are left out unless set."""
+        data: dict[str, Any] = handler(self)
+        for name in ("workspace_ref", "workspace_sha256"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class SandboxRun(Contract):

@@ -171,13 +171,25 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "code and code_ref",
         GenerationEvent,
         with_(GEN, "code_ref", "s3://bucket/gen/g1.py"),
-        "invalid GenerationEvent: code: exactly one of code and code_ref must be set",
+        "invalid GenerationEvent: code: exactly one of code, code_ref and workspace_ref must be set",
     ),
     (
         "code_ref without sha",
         GenerationEvent,
         with_(with_and(GEN, "code", ...), "code_ref", "s3://bucket/a.py"),
         "invalid GenerationEvent: code_sha256: required when code_ref is set",
+    ),
+    (
+        "code and workspace_ref",
+        GenerationEvent,
+        with_(with_and(GEN, "workspace_ref", "s3://bucket/episodes/e1.tar"), "workspace_sha256", "a" * 64),
+        "invalid GenerationEvent: code: exactly one of code, code_ref and workspace_ref must be set",
+    ),
+    (
+        "workspace_ref without sha",
+        GenerationEvent,
+        with_(with_and(GEN, "code", ...), "workspace_ref", "s3://bucket/episodes/e1.tar"),
+        "invalid GenerationEvent: workspace_sha256: workspace_ref and workspace_sha256 go together",
     ),
     (
         "code over inline cap",
@@ -436,3 +448,19 @@ def test_dead_letter_truncates_large_payloads() -> None:
     assert letter.error == "invalid GenerationEvent: turn: bad"
     assert letter.error_type == "DecodeError"
     assert len(encode(letter)) < MAX_MESSAGE_BYTES
+
+
+def test_an_episode_generation_names_its_snapshot_and_a_one_shot_one_is_unchanged_on_the_wire() -> None:
+    """The episode fields travel only when set: a one-shot generation's bytes are what older readers know."""
+    one_shot = decode(orjson.dumps(GEN), GenerationEvent)
+    assert b"workspace" not in encode(one_shot)
+    episode = one_shot.model_copy(
+        update={"code": None, "workspace_ref": "s3://bucket/episodes/e1.tar", "workspace_sha256": "b" * 64}
+    )
+    wire = orjson.loads(encode(episode))
+    assert (wire["workspace_ref"], wire["workspace_sha256"], wire["code"]) == (
+        "s3://bucket/episodes/e1.tar",
+        "b" * 64,
+        None,
+    )
+    assert decode(encode(episode), GenerationEvent) == episode
