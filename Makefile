@@ -21,9 +21,16 @@ demo: $(STAMP)
 	$(BIN)/rewardstream demo
 
 ## test: start the local platform, then lint, type-check and run every test (none may be skipped in CI)
+# The integration suite mostly waits (brokers, deadlines, killed processes), so it runs two files at a time;
+# everything else runs after it, one test at a time: the sandbox suites measure time and memory, and the two
+# files below stop and start the services under the others. Both parts always run; either failing fails.
+ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 test: $(STAMP) lint
 	$(BIN)/rewardstream up
-	$(BIN)/pytest
+	status=0; \
+	$(BIN)/pytest -n 2 --dist loadfile tests/integration $(ALONE:%=--ignore=%) || status=$$?; \
+	$(BIN)/pytest tests --ignore=tests/integration $(ALONE) || status=$$?; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
