@@ -1,14 +1,15 @@
 """What a role's handler sees and returns: the contract between a role and the transactional loop.
 
-A handler turns one generation into outputs to produce (``Done``) or a reason it cannot be handled (``Reject``);
-outcomes of the candidate's code are values, never exceptions. It raises only for failures worth retrying.
+A handler turns one event (a generation, or an episode's action) into outputs to produce (``Done``) or a reason
+it cannot be handled (``Reject``); outcomes of the candidate's code are values, never exceptions. It raises only
+for failures worth retrying.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from schemas.codec import Contract, encode
 from schemas.errors import RewardstreamError
@@ -30,6 +31,8 @@ class Output:
     topic: str
     key: bytes | None
     value: bytes
+    #: -1: the producer's partitioner; a table's changelog row names its input's partition (co-partitioned).
+    partition: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,19 +68,38 @@ Outcome = Done | Reject
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where the event being handled was read from (for logs and errors)."""
+    """Where the event being handled was read from (for logs and errors). ``timestamp_ms``: the message's
+    timestamp (0 if none); ``epoch``: which assignment of its partition it came in (see ``PartitionListener``)."""
 
     topic: str
     partition: int
     offset: int
+    timestamp_ms: int = 0
+    epoch: int = 0
 
 
-class Handler(Protocol):
-    """One role's work for one generation. Must be thread-safe; outcomes of the code are values."""
+#: The event type a role consumes (``GenerationEvent`` for the one-shot roles, ``ActionEvent`` for episodes).
+E_contra = TypeVar("E_contra", bound=Contract, contravariant=True)
 
-    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Run the generation and say what to publish; raise only for failures worth retrying."""
+
+class Handler(Protocol[E_contra]):
+    """One role's work for one event. Must be thread-safe; outcomes of the code are values."""
+
+    def handle(self, event: E_contra, source: Source) -> Outcome:
+        """Run the event and say what to publish; raise only for failures worth retrying."""
         ...
+
+
+class PartitionListener(Protocol):
+    """A handler with per-partition state (the episode worker's table) hears of every (re)assignment.
+
+    ``assigned`` runs in the loop before any message of that assignment is handled: after a rebalance and
+    after an aborted transaction (its uncommitted work is re-run, so state must be the committed one again).
+    Each assignment has a new ``epoch``: a run still going from an earlier one must not write its state."""
+
+    def assigned(self, topic: str, partition: int, epoch: int) -> None: ...
+
+    def revoked(self, topic: str, partition: int) -> None: ...
 
 
 def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:

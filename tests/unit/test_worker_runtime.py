@@ -228,7 +228,7 @@ class Recorder:
 
 def make_worker(
     log: dict[int, list[FakeMessage]], handler: Any, **config: Any
-) -> tuple[TransactionalWorker, FakeConsumer, FakeProducer, threading.Event]:
+) -> tuple[TransactionalWorker[GenerationEvent], FakeConsumer, FakeProducer, threading.Event]:
     consumer = FakeConsumer(log)
     producer = FakeProducer(consumer)
     stop = threading.Event()
@@ -242,7 +242,7 @@ def make_worker(
 
 
 def run_until(
-    worker: TransactionalWorker, stop: threading.Event, done: Callable[[], bool], timeout: float = 10
+    worker: TransactionalWorker[GenerationEvent], stop: threading.Event, done: Callable[[], bool], timeout: float = 10
 ) -> None:
     thread = threading.Thread(target=worker.run)
     thread.start()
