@@ -7,6 +7,7 @@ for failures worth retrying.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -105,3 +106,20 @@ class PartitionListener(Protocol):
 def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
     """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
     return Output(topic, event.key(), encode(result))
+
+
+class Timers(Protocol):
+    """A handler whose state expires without any input (the episode worker's idle and overdue episodes).
+
+    Time is event time: ``clock_ms`` is how far the loop has read the partition (its last message's
+    timestamp, or the broker's ``now_ms`` once it is read to the end), so a message that came in time is never
+    outrun by a timer. ``busy`` are the keys with a message not yet handled: theirs is decided by it.
+    ``expire`` runs in the loop thread; its outputs are committed in one transaction."""
+
+    def now_ms(self) -> int:
+        """The broker's clock now (raises ``RewardstreamError`` when it cannot be read)."""
+        ...
+
+    def expire(
+        self, topic: str, partition: int, epoch: int, clock_ms: int, busy: Collection[bytes | None]
+    ) -> Sequence[Output]: ...

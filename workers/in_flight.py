@@ -66,6 +66,8 @@ class PartitionState:
     live: bool = True
     #: Unique per assignment (``PartitionListener``): runs of an earlier one carry an older epoch.
     epoch: int = field(default_factory=lambda: next(_EPOCHS))
+    #: Event time this partition is read up to (``Timers``), ms.
+    clock_ms: int = 0
 
     def ready_count(self) -> int:
         """Length of the finished prefix."""

@@ -19,6 +19,8 @@ Why it is shaped like this:
 * The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a handler
   with per-partition state is a ``PartitionListener`` and is told of each (re)assignment, an aborted
   transaction's rewind included, before any message of it runs.
+* A handler with ``Timers`` (state that expires without input) is asked every ``timer_interval_s`` what
+  expired by each partition's event-time clock; what it returns is committed in a transaction of its own.
 * One message's failure is that message's: undecodable or invalid -> DLQ at once; a handler that raises is
   retried with backoff (S3 or registry hiccups), then dead-lettered as a handler crash with its traceback
   logged. A message that kills the whole process is caught by the crash guard (``bus.crash_guard``): after
@@ -33,7 +35,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Generic, TypeVar, cast
@@ -64,9 +66,11 @@ from workers.handler import (
     Handler,
     InvalidEventError,
     Outcome,
+    Output,
     PartitionListener,
     Reject,
     Source,
+    Timers,
 )
 from workers.in_flight import Item, PartitionState
 from workers.logs.shipper import LogShipper
@@ -107,6 +111,7 @@ class WorkerConfig:
     handler_backoff_s: float = 0.5
     handler_backoff_max_s: float = 10.0
     lag_every_s: float = 5.0
+    timer_interval_s: float = 1.0
     #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
     crash_attempts: int = DEFAULT_ATTEMPTS
 
@@ -144,11 +149,13 @@ class TransactionalWorker(Generic[E]):
         clock: Callable[[], float] = time.monotonic,
         model: type[E] | None = None,
         listener: PartitionListener | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self.config = config
         self.handler = handler
         self.model: type[E] = model if model is not None else cast("type[E]", GenerationEvent)
         self.listener = listener
+        self.timers = timers
         self.consumer = consumer
         self.producer = producer
         self.metrics = metrics
@@ -169,6 +176,7 @@ class TransactionalWorker(Generic[E]):
         self._draining = False
         self._last_commit = clock()
         self._last_lag = 0.0
+        self._last_timers = 0.0
         self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
         self._alone: deque[Item] = deque()  # suspect messages waiting to run alone, in arrival order
         self._running_alone: Item | None = None
@@ -216,6 +224,9 @@ class TransactionalWorker(Generic[E]):
         ):
             self._commit()
         self._backpressure()
+        if self.timers is not None and not self._draining and now - self._last_timers >= self.config.timer_interval_s:
+            self._last_timers = now
+            self._expire(self.timers)
         if now - self._last_lag >= self.config.lag_every_s:
             self._last_lag = now
             if log.isEnabledFor(logging.DEBUG):
@@ -263,6 +274,7 @@ class TransactionalWorker(Generic[E]):
         if part is None or (part.next_offset is not None and offset < part.next_offset):
             return  # not ours (any more), or already accepted before a pause/resume
         part.next_offset = offset + 1
+        part.clock_ms = max(part.clock_ms, _timestamp_ms(msg))
         item = Item(part, msg, offset, msg.key())
         part.pending[offset] = item
         value = msg.value()
@@ -442,10 +454,35 @@ class TransactionalWorker(Generic[E]):
                 offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
         return ready, offsets
 
-    def _commit(self) -> None:
-        """One transaction: every ready result, log record and dead letter, plus the offsets after them."""
+    def _expire(self, timers: Timers) -> None:
+        """Commit what expired on each partition by its clock; a partition read to its end (after the broker's
+        clock was read) is at the broker's now. A failure is logged and the next tick tries again."""
+        try:
+            broker_now = timers.now_ms()
+            expired: list[Output] = []
+            for part in list(self._parts.values()):
+                tp = TopicPartition(part.topic, part.partition)
+                position = part.next_offset
+                if position is None:
+                    position = self.consumer.position([tp])[0].offset
+                _low, high = self.consumer.get_watermark_offsets(tp, timeout=self.config.kafka_timeout_s, cached=False)
+                if high <= max(position, 0):  # read to the end: nothing appended by broker_now is unread
+                    part.clock_ms = max(part.clock_ms, broker_now)
+                busy = {*part.episodes, *(i.key for i in self._alone if i.part is part)}
+                if self._running_alone is not None and self._running_alone.part is part:
+                    busy.add(self._running_alone.key)
+                expired += timers.expire(part.topic, part.partition, part.epoch, part.clock_ms, busy)
+        except (RewardstreamError, KafkaException) as exc:
+            log.warning("%s: timers skipped this tick: %s", self.config.role, exc)
+            return
+        if expired:
+            self._commit(expired)
+
+    def _commit(self, extra: Sequence[Output] = ()) -> None:
+        """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
+        ``extra``: what timers expired)."""
         ready, offsets = self._take_ready()
-        if not offsets:
+        if not offsets and not extra:
             return
         txn = self._txn
         try:
@@ -456,6 +493,8 @@ class TransactionalWorker(Generic[E]):
         try:
             for item in ready:
                 self._publish(item, txn)
+            for out in extra:
+                txn.produce(out.topic, out.key, out.value, partition=out.partition)
         except KafkaClientError:  # the producer's queue stayed full: the broker is gone
             self._abort()
             raise
