@@ -78,15 +78,24 @@ class EpisodeTable:
         """The episode's latest state in ``source``'s assignment (committed, or made by a step not yet
         committed); StaleRunError if that assignment is gone."""
         with self._lock:
-            return self._live(source).states.get(episode_id)
+            return self._live(source.partition, source.epoch).states.get(episode_id)
 
     def put(self, source: Source, state: EpisodeState) -> None:
         """Record the state a step made (its changelog row is in the same transaction as its observation)."""
-        with self._lock:
-            self._live(source).states[state.episode_id] = state
+        self.put_at(source.partition, source.epoch, state)
 
-    def _live(self, source: Source) -> _Partition:
-        part = self._parts.get(source.partition)
-        if part is None or part.epoch != source.epoch:
-            raise StaleRunError(f"partition {source.partition} was re-assigned since offset {source.offset} was read")
+    def put_at(self, partition: int, epoch: int, state: EpisodeState) -> None:
+        """``put`` for what no message made (a timer's end of an episode)."""
+        with self._lock:
+            self._live(partition, epoch).states[state.episode_id] = state
+
+    def running(self, partition: int, epoch: int) -> list[EpisodeState]:
+        """The states of the partition's episodes that have not ended."""
+        with self._lock:
+            return [state for state in self._live(partition, epoch).states.values() if state.ended is None]
+
+    def _live(self, partition: int, epoch: int) -> _Partition:
+        part = self._parts.get(partition)
+        if part is None or part.epoch != epoch:
+            raise StaleRunError(f"partition {partition} was re-assigned since this run began")
         return part

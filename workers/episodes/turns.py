@@ -190,6 +190,12 @@ def ended(state: EpisodeState, event: ActionEvent, why: EndReason, now_s: float)
     return replace(state, turn=event.turn, ended=why, last_action_at_s=max(now_s, state.last_action_at_s))
 
 
+def expired(state: EpisodeState, why: EndReason) -> EpisodeState:
+    """The state of an episode ``overdue`` ended with no action: its turn stays the last applied one, so a late
+    action is rejected (the episode has ended), never taken for a duplicate."""
+    return replace(state, ended=why)
+
+
 def time_left_s(state: EpisodeState, limits: EpisodeLimits, now_s: float) -> float:
     """What is left of ``episode_timeout_s``: an exec may not run past the episode's end."""
     return max(0.0, state.opened_at_s + limits.episode_timeout_s - now_s)

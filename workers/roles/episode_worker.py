@@ -3,7 +3,8 @@ state table's changelog, the sandbox and the snapshot store.
 
 Kept apart from the handler so tests can build a worker with their own registry, sandbox or store. The
 changelog (``<prefix>episode-episode-state-changelog``: compacted, partitioned like ``rs.actions``) is
-created here when missing, like the reward processor's.
+created here when missing, like the reward processor's, and so is the probe topic of the broker's clock
+(``<prefix>episode-clock``) that times idle episodes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from bus.admin import ensure_topics
+from bus.broker_clock import BrokerClock, clock_spec
 from bus.changelog import catch_up, changelog_spec, restore_partition
 from bus.metrics import WorkerMetrics
 from schemas.episodes import ActionEvent
@@ -39,6 +41,11 @@ def state_changelog(settings: Settings) -> TopicSpec:
                           "the episode workers' state table (episode_id -> episode state); compacted")  # fmt: skip
 
 
+def clock_topic(settings: Settings) -> TopicSpec:
+    """The probe topic of the broker's clock (``bus.broker_clock``), what idle episodes are timed by."""
+    return clock_spec(f"{group_for(settings, ROLE)}-clock", topic_for("actions", catalog_for(settings)))
+
+
 @contextmanager
 def build_episode_worker(
     settings: Settings,
@@ -53,7 +60,8 @@ def build_episode_worker(
     specs = catalog_for(settings)
     kafka = settings.kafka_client_config()
     changelog = state_changelog(settings)
-    ensure_topics([changelog], kafka)
+    clock = clock_topic(settings)
+    ensure_topics([changelog, clock], kafka)
     with ExitStack() as stack:
         store = deps.artifacts or artifact_store(settings, stop, metrics)  # snapshots must be stored: always S3
         sandbox = deps.sandbox
@@ -72,8 +80,10 @@ def build_episode_worker(
             changelog=changelog.name,
         )
         tasks = TaskSource(deps.registry or TaskRegistry.from_settings(settings))
+        broker = BrokerClock(kafka, clock.name)
+        stack.callback(broker.close)
         handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
-                                 committed=committed, fetch=store.get)  # fmt: skip
+                                 committed=committed, fetch=store.get, clock=broker.now_ms)  # fmt: skip
         producer, consumer, shipper = loop_clients(settings, config, worker_name())
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
-                                  shipper=shipper, model=ActionEvent, listener=table)  # fmt: skip
+                                  shipper=shipper, model=ActionEvent, listener=table, timers=handler)  # fmt: skip

@@ -11,9 +11,10 @@ exactly once. A sandbox failure (the infrastructure's) raises, so the loop retri
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from schemas.codec import encode
@@ -33,6 +34,8 @@ from workers.episodes.workspaces import Workspaces
 from workers.handler import Done, Outcome, Output, Source
 from workers.roles.common import TaskSource, UnknownTaskError
 from workers.sandbox.api import Sandbox
+
+log = logging.getLogger(__name__)
 
 #: What a step's captured output and a read are cut to before the observation's own caps apply.
 _CAPTURE_BYTES = 256 << 10
@@ -66,7 +69,8 @@ def step_limits(task: PublicTask, limits: EpisodeLimits) -> StepLimits:
 @dataclass(eq=False)
 class EpisodeHandler:
     """Thread-safe: the loop runs one action per episode at a time, different episodes at once. ``fetch`` reads
-    a task's workspace archive (S3); ``committed`` finds a fork's source on any partition."""
+    a task's workspace archive (S3); ``committed`` finds a fork's source on any partition. Its ``Timers`` end
+    episodes no action came to in time (``turns.overdue``)."""
 
     topics: EpisodeTopics
     tasks: TaskSource
@@ -75,6 +79,8 @@ class EpisodeHandler:
     table: EpisodeTable
     committed: CommittedEpisodes
     fetch: Callable[[str], bytes]
+    #: The broker's clock now, ms (``bus.broker_clock``): what idle and overdue episodes are timed by.
+    clock: Callable[[], int]
     #: task_id -> sha256 of its original snapshot (the bytes are in ``workspaces``)
     _originals: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -175,6 +181,41 @@ class EpisodeHandler:
         after = turns.ended(after, event, why, now_s)
         return self._done(source, step_observation(event, outcome, url, why), after, submitted(after, url))
 
+    # ---- timers (the loop's ``Timers``) ---------------------------------------------------------------
+    def now_ms(self) -> int:
+        return self.clock()
+
+    def expire(
+        self, _topic: str, partition: int, epoch: int, clock_ms: int, busy: Collection[bytes | None]
+    ) -> list[Output]:
+        """End the partition's episodes overdue at ``clock_ms`` that no waiting action decides: ``abandoned``
+        (idle: no generation, no reward) or ``episode_timeout`` (submitted as it is). All or nothing: the
+        table changes only once every output is made."""
+        ends: list[tuple[EpisodeState, ObservationEvent, GenerationEvent | None]] = []
+        for state in self.table.running(partition, epoch):
+            if state.episode_id.encode() in busy:
+                continue
+            try:
+                limits = self.tasks.public(state.task_id).episode_limits
+            except UnknownTaskError as exc:
+                log.warning("episode %s cannot be timed: %s", state.episode_id, exc)
+                continue
+            why = turns.overdue(state, limits, clock_ms / 1000)
+            if why is None:
+                continue
+            after = turns.expired(state, why)
+            url = self.workspaces.url_for(after.snapshot)
+            reason = "no action came in time" if why == "abandoned" else "the episode's time is up"
+            observation = ObservationEvent.build(
+                episode_id=state.episode_id, turn=state.turn + 1, action=None, status="timeout", workspace_ref=url,
+                reason=reason, ended=why,
+            )  # fmt: skip
+            ends.append((after, observation, None if why == "abandoned" else submitted(after, url)))
+        outputs = [out for after, obs, gen in ends for out in self._outputs(partition, obs, after, gen)]
+        for after, _obs, _gen in ends:
+            self.table.put_at(partition, epoch, after)
+        return outputs
+
     # ---- helpers ---------------------------------------------------------------------------------------
     def _original(self, task: PublicTask) -> str:
         """The sha256 of the task's original snapshot, stored in S3 (made once per task and worker)."""
@@ -198,12 +239,22 @@ class EpisodeHandler:
         generation: GenerationEvent | None = None,
     ) -> Done:
         """The outputs of one action; the table gets the new state last (nothing after it can raise)."""
-        key = observation.key()
-        outputs = [Output(self.topics.observations, key, encode(observation))]
-        if state is not None:
-            outputs.append(Output(self.topics.changelog, key, dumps(state), partition=source.partition))
-        if generation is not None:
-            outputs.append(Output(self.topics.generations, generation.key(), encode(generation)))
+        outputs = self._outputs(source.partition, observation, state, generation)
         if state is not None:
             self.table.put(source, state)
         return Done(tuple(outputs), status=observation.status)
+
+    def _outputs(
+        self,
+        partition: int,
+        observation: ObservationEvent,
+        state: EpisodeState | None,
+        generation: GenerationEvent | None,
+    ) -> list[Output]:
+        key = observation.key()
+        outputs = [Output(self.topics.observations, key, encode(observation))]
+        if state is not None:
+            outputs.append(Output(self.topics.changelog, key, dumps(state), partition=partition))
+        if generation is not None:
+            outputs.append(Output(self.topics.generations, generation.key(), encode(generation)))
+        return outputs
