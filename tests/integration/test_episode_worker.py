@@ -27,7 +27,7 @@ import pytest
 from bus.admin import delete_topics
 from schemas.codec import decode, encode
 from schemas.episodes import ActionEvent, ObservationEvent
-from schemas.events import DeadLetter, GenerationEvent
+from schemas.events import DeadLetter, GenerationEvent, LogRecord
 from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
@@ -144,14 +144,14 @@ def episodes(
     prefix: str, kafka_config: dict[str, str], s3_bucket: str, registry_dir: Path, tmp_path: Path
 ) -> Iterator[EpisodeEnv]:
     specs = catalog(prefix, PARTITIONS, 1)
-    topics = {r: topic_for(r, specs).name for r in ("actions", "observations", "generations", "dlq")}
+    topics = {r: topic_for(r, specs).name for r in ("actions", "observations", "generations", "dlq", "logs")}
     env = {
         **os.environ, "RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
         "RS_TASKS_DIR": str(registry_dir), "RS_S3_BUCKET": s3_bucket, "RS_METRICS_PORT": "0",
         "RS_WORKER_TRANSACTION_TIMEOUT_MS": "10000", "RS_WORKER_DRAIN_TIMEOUT_S": "20",
         "RS_WORKER_COMMIT_INTERVAL_S": "0.1", "RS_WORKER_INSTANCE_ID": f"episode-{prefix}",
     }  # fmt: skip
-    reader = Reader(kafka_config, [topics["observations"], topics["generations"], topics["dlq"]])
+    reader = Reader(kafka_config, [topics["observations"], topics["generations"], topics["dlq"], topics["logs"]])
     logs_dir = tmp_path / "logs"
     logs_dir.mkdir()
     box = EpisodeEnv(prefix, kafka_config, env, logs_dir, topics, reader)
@@ -221,6 +221,9 @@ def test_concurrent_episodes_every_observation_once_in_order_with_its_content(ep
         check_mixed(e, in_order_once(found[e], 5))
     assert not episodes.generations()
     assert not episodes.dead_letters()
+    records = [decode(m.value() or b"", LogRecord) for m in episodes.reader.messages[episodes.topics["logs"]]]
+    steps = Counter((r.episode_id, r.fields["turn"]) for r in records if r.component == "episode")
+    assert steps == {(e, t): 1 for e in names for t in range(6)}  # one log line per action, for SREs
     print(f"\n{EPISODES} episodes x 6 actions: {EPISODES * 6} observations in {took:.1f}s")
 
 

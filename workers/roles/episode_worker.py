@@ -82,8 +82,9 @@ def build_episode_worker(
         tasks = TaskSource(deps.registry or TaskRegistry.from_settings(settings))
         broker = BrokerClock(kafka, clock.name)
         stack.callback(broker.close)
-        handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
-                                 committed=committed, fetch=store.get, clock=broker.now_ms)  # fmt: skip
         producer, consumer, shipper = loop_clients(settings, config, worker_name())
+        handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
+                                 committed=committed, fetch=store.get, clock=broker.now_ms,
+                                 shipper=shipper)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
                                   shipper=shipper, model=ActionEvent, listener=table, timers=handler)  # fmt: skip

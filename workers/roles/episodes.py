@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from schemas.codec import encode
 from schemas.episodes import ActionEvent, ForkAction, ObservationEvent, OpenAction
 from schemas.errors import RewardstreamError
-from schemas.events import GenerationEvent
+from schemas.events import GenerationEvent, LogRecord, LogValue
 from schemas.tasks import EpisodeLimits, PublicTask
 from workers.episodes import turns
 from workers.episodes.observe import end_observation, step_observation, submitted
@@ -32,6 +32,7 @@ from workers.episodes.table import EpisodeTable, dumps
 from workers.episodes.turns import EpisodeState, Rejected, Step
 from workers.episodes.workspaces import Workspaces
 from workers.handler import Done, Outcome, Output, Source
+from workers.logs.shipper import LogShipper
 from workers.roles.common import TaskSource, UnknownTaskError
 from workers.sandbox.api import Sandbox
 
@@ -81,6 +82,8 @@ class EpisodeHandler:
     fetch: Callable[[str], bytes]
     #: The broker's clock now, ms (``bus.broker_clock``): what idle and overdue episodes are timed by.
     clock: Callable[[], int]
+    #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
+    shipper: LogShipper | None = None
     #: task_id -> sha256 of its original snapshot (the bytes are in ``workspaces``)
     _originals: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -240,9 +243,26 @@ class EpisodeHandler:
     ) -> Done:
         """The outputs of one action; the table gets the new state last (nothing after it can raise)."""
         outputs = self._outputs(source.partition, observation, state, generation)
+        record = self._record(source, observation, state)
         if state is not None:
             self.table.put(source, state)
-        return Done(tuple(outputs), status=observation.status)
+        return Done(tuple(outputs), log=record, status=observation.status)
+
+    def _record(self, source: Source, observation: ObservationEvent, state: EpisodeState | None) -> LogRecord | None:
+        """What SREs find of this action: the episode, the turn, how it ended, where it was read."""
+        if self.shipper is None:
+            return None
+        fields: dict[str, LogValue] = {"turn": observation.turn, "action": observation.action,
+                                       "status": observation.status, "wall_ms": observation.wall_ms,
+                                       "ended": observation.ended}  # fmt: skip
+        message = f"{observation.action} turn {observation.turn}: {observation.status}"
+        return self.shipper.record(
+            "warning" if observation.status == "rejected" else "info",
+            message + (f" ({observation.reason})" if observation.reason else ""),
+            fields=fields, episode_id=observation.episode_id, run_id=state.run_id if state else None,
+            task_id=state.task_id if state else None, topic=source.topic, partition=source.partition,
+            offset=source.offset,
+        )  # fmt: skip
 
     def _outputs(
         self,
