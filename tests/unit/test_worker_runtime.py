@@ -515,3 +515,17 @@ def test_timers_run_on_the_partitions_clock_after_what_they_expire_and_commit_it
         assert done < timer, "a key expired before all of its messages were committed"
     assert handler.clocks[-1] == handler.now_ms(), "a partition read to its end is at the broker's now"
     assert all(c <= handler.now_ms() for c in handler.clocks)
+
+
+def test_an_aborted_transaction_reassigns_its_partitions_under_a_new_epoch() -> None:
+    """The partition's state is restored again (its aborted writes are gone) before its messages re-run, and a
+    run from the old assignment is told apart by its epoch."""
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
+    handler = Expiring()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, listener=handler)
+    producer.fail_next_commit = True
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
+    assert producer.aborted == 1
+    assert len(handler.epochs) == 2
+    assert handler.epochs[0][1] != handler.epochs[1][1]
+    assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]
