@@ -114,33 +114,42 @@ class EpisodeHandler:
     def _start(self, event: ActionEvent, source: Source, now_s: float) -> Outcome:
         action = event.action
         if isinstance(action, OpenAction):
-            try:
-                task = self.tasks.public(action.task_id)
-            except UnknownTaskError as exc:
-                return self._done(source, ObservationEvent.rejection(event, str(exc)))
-            if task.workspace is None:
-                return self._done(source, ObservationEvent.rejection(event, f"task {task.task_id} has no workspace"))
-            try:
-                sha = self._original(task)
-            except SnapshotError as exc:  # the task's archive is no usable workspace: no episode can start
-                return self._done(source, ObservationEvent.rejection(event, f"task {task.task_id}: {exc}"))
-            state = EpisodeState(event.episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
-                                 policy_version=action.policy_version, history=((0, sha),))  # fmt: skip
+            started = self._open(event.episode_id, action, now_s)
         elif isinstance(action, ForkAction):
-            origin = self.committed.get(action.from_episode)
-            if origin is None:
-                return self._done(source, ObservationEvent.rejection(event, f"unknown episode {action.from_episode}"))
-            sha_at = turns.snapshot_at(origin, action.turn)
-            if sha_at is None:
-                why = f"turn {action.turn} of {action.from_episode} is not a committed turn (it is at {origin.turn})"
-                return self._done(source, ObservationEvent.rejection(event, why))
-            state = EpisodeState(event.episode_id, origin.task_id, 0, sha_at, now_s, now_s, run_id=origin.run_id,
-                                 policy_version=origin.policy_version, history=((0, sha_at),))  # fmt: skip
+            started = self._fork(event.episode_id, action, now_s)
         else:  # decide starts only on open and fork
             raise StepInfraError(f"a start from a {action.action} action")
+        if isinstance(started, str):  # why it cannot start: the trainer's to fix, said in a rejection
+            return self._done(source, ObservationEvent.rejection(event, started))
         observation = ObservationEvent.build(episode_id=event.episode_id, turn=0, action=action.action, status="ok",
-                                             workspace_ref=self.workspaces.url_for(state.snapshot))  # fmt: skip
-        return self._done(source, observation, state)
+                                             workspace_ref=self.workspaces.url_for(started.snapshot))  # fmt: skip
+        return self._done(source, observation, started)
+
+    def _open(self, episode_id: str, action: OpenAction, now_s: float) -> EpisodeState | str:
+        """A new episode from the task's original workspace, or why there cannot be one."""
+        try:
+            task = self.tasks.public(action.task_id)
+        except UnknownTaskError as exc:
+            return str(exc)
+        if task.workspace is None:
+            return f"task {task.task_id} has no workspace"
+        try:
+            sha = self._original(task)
+        except SnapshotError as exc:  # the task's archive is no usable workspace: no episode can start
+            return f"task {task.task_id}: {exc}"
+        return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
+                            policy_version=action.policy_version, history=((0, sha),))  # fmt: skip
+
+    def _fork(self, episode_id: str, action: ForkAction, now_s: float) -> EpisodeState | str:
+        """A new episode from a committed turn of another (its task, run and policy version), or why not."""
+        origin = self.committed.get(action.from_episode)
+        if origin is None:
+            return f"unknown episode {action.from_episode}"
+        sha = turns.snapshot_at(origin, action.turn)
+        if sha is None:
+            return f"turn {action.turn} of {action.from_episode} is not a committed turn (it is at {origin.turn})"
+        return EpisodeState(episode_id, origin.task_id, 0, sha, now_s, now_s, run_id=origin.run_id,
+                            policy_version=origin.policy_version, history=((0, sha),))  # fmt: skip
 
     def _rejected(
         self,
