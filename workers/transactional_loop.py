@@ -463,8 +463,8 @@ class TransactionalWorker(Generic[E]):
             for part in list(self._parts.values()):
                 tp = TopicPartition(part.topic, part.partition)
                 position = part.next_offset
-                if position is None:
-                    position = self.consumer.position([tp])[0].offset
+                if position is None:  # nothing read since the assignment: it starts at the committed offset
+                    position = self.consumer.committed([tp], timeout=self.config.kafka_timeout_s)[0].offset
                 _low, high = self.consumer.get_watermark_offsets(tp, timeout=self.config.kafka_timeout_s, cached=False)
                 if high <= max(position, 0):  # read to the end: nothing appended by broker_now is unread
                     part.clock_ms = max(part.clock_ms, broker_now)

@@ -529,3 +529,18 @@ def test_an_aborted_transaction_reassigns_its_partitions_under_a_new_epoch() -> 
     assert len(handler.epochs) == 2
     assert handler.epochs[0][1] != handler.epochs[1][1]
     assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]
+
+
+def test_a_partition_with_nothing_new_since_its_assignment_is_at_the_brokers_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a restart a partition whose every message was committed reads nothing: its clock is still the
+    broker's now (librdkafka has no position before the first message), so its idle episodes still expire."""
+    values = [(b"ep0", encode(event("g0", "ep0")))]
+    handler = Expiring()
+    worker, consumer, _producer, stop = make_worker({0: messages(0, values)}, handler, listener=handler,
+                                                    timers=handler, timer_interval_s=0.01)  # fmt: skip
+    consumer.committed_offsets[0] = 1
+    monkeypatch.setattr(consumer, "position", lambda tps: [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps])
+    run_until(worker, stop, lambda: handler.now_ms() in handler.clocks)
+    assert not handler.seen  # nothing was read: the clock moved all the same
