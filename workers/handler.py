@@ -1,14 +1,16 @@
 """What a role's handler sees and returns: the contract between a role and the transactional loop.
 
-A handler turns one generation into outputs to produce (``Done``) or a reason it cannot be handled (``Reject``);
-outcomes of the candidate's code are values, never exceptions. It raises only for failures worth retrying.
+A handler turns one event (a generation, or an episode's action) into outputs to produce (``Done``) or a reason
+it cannot be handled (``Reject``); outcomes of the candidate's code are values, never exceptions. It raises only
+for failures worth retrying.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from schemas.codec import Contract, encode
 from schemas.errors import RewardstreamError
@@ -30,6 +32,8 @@ class Output:
     topic: str
     key: bytes | None
     value: bytes
+    #: -1: the producer's partitioner; a table's changelog row names its input's partition (co-partitioned).
+    partition: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +69,57 @@ Outcome = Done | Reject
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where the event being handled was read from (for logs and errors)."""
+    """Where the event being handled was read from (for logs and errors). ``timestamp_ms``: the message's
+    timestamp (0 if none); ``epoch``: which assignment of its partition it came in (see ``PartitionListener``)."""
 
     topic: str
     partition: int
     offset: int
+    timestamp_ms: int = 0
+    epoch: int = 0
 
 
-class Handler(Protocol):
-    """One role's work for one generation. Must be thread-safe; outcomes of the code are values."""
+#: The event type a role consumes (``GenerationEvent`` for the one-shot roles, ``ActionEvent`` for episodes).
+E_contra = TypeVar("E_contra", bound=Contract, contravariant=True)
 
-    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Run the generation and say what to publish; raise only for failures worth retrying."""
+
+class Handler(Protocol[E_contra]):
+    """One role's work for one event. Must be thread-safe; outcomes of the code are values."""
+
+    def handle(self, event: E_contra, source: Source) -> Outcome:
+        """Run the event and say what to publish; raise only for failures worth retrying."""
         ...
+
+
+class PartitionListener(Protocol):
+    """A handler with per-partition state (the episode worker's table) hears of every (re)assignment.
+
+    ``assigned`` runs in the loop before any message of that assignment is handled: after a rebalance and
+    after an aborted transaction (its uncommitted work is re-run, so state must be the committed one again).
+    Each assignment has a new ``epoch``: a run still going from an earlier one must not write its state."""
+
+    def assigned(self, topic: str, partition: int, epoch: int) -> None: ...
+
+    def revoked(self, topic: str, partition: int) -> None: ...
 
 
 def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
     """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
     return Output(topic, event.key(), encode(result))
+
+
+class Timers(Protocol):
+    """A handler whose state expires without any input (the episode worker's idle and overdue episodes).
+
+    Time is event time: ``clock_ms`` is how far the loop has read the partition (its last message's
+    timestamp, or the broker's ``now_ms`` once it is read to the end), so a message that came in time is never
+    outrun by a timer. ``busy`` are the keys with a message not yet handled: theirs is decided by it.
+    ``expire`` runs in the loop thread; its outputs are committed in one transaction."""
+
+    def now_ms(self) -> int:
+        """The broker's clock now (raises ``RewardstreamError`` when it cannot be read)."""
+        ...
+
+    def expire(
+        self, topic: str, partition: int, epoch: int, clock_ms: int, busy: Collection[bytes | None]
+    ) -> Sequence[Output]: ...

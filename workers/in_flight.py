@@ -6,14 +6,17 @@ the finished prefix is ever committed, so a crash never leaves a result whose in
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
 from confluent_kafka import Message
 
+from schemas.codec import Contract
 from schemas.errors import RewardstreamError
-from schemas.events import GenerationEvent
 from workers.handler import Done, Outcome
+
+_EPOCHS = itertools.count(1)
 
 
 @dataclass(eq=False)
@@ -24,7 +27,7 @@ class Item:
     msg: Message
     offset: int
     key: bytes | None
-    event: GenerationEvent | None = None
+    event: Contract | None = None
     outcome: Outcome | None = None
     attempts: int = 0
     #: Runs alone (a suspect message after an owner died, see ``bus.crash_guard``).
@@ -61,6 +64,10 @@ class PartitionState:
     episodes: dict[bytes | None, deque[Item]] = field(default_factory=dict)
     next_offset: int | None = None
     live: bool = True
+    #: Unique per assignment (``PartitionListener``): runs of an earlier one carry an older epoch.
+    epoch: int = field(default_factory=lambda: next(_EPOCHS))
+    #: Event time this partition is read up to (``Timers``), ms.
+    clock_ms: int = 0
 
     def ready_count(self) -> int:
         """Length of the finished prefix."""

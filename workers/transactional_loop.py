@@ -1,4 +1,4 @@
-"""The transactional consume-process-produce loop shared by the executor, verifier and judge.
+"""The transactional consume-process-produce loop shared by the executor, verifier, judge and episode workers.
 
 Why it is shaped like this:
 
@@ -16,6 +16,11 @@ Why it is shaped like this:
   that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
+* The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a handler
+  with per-partition state is a ``PartitionListener`` and is told of each (re)assignment, an aborted
+  transaction's rewind included, before any message of it runs.
+* A handler with ``Timers`` (state that expires without input) is asked every ``timer_interval_s`` what
+  expired by each partition's event-time clock; what it returns is committed in a transaction of its own.
 * One message's failure is that message's: undecodable or invalid -> DLQ at once; a handler that raises is
   retried with backoff (S3 or registry hiccups), then dead-lettered as a handler crash with its traceback
   logged. A message that kills the whole process is caught by the crash guard (``bus.crash_guard``): after
@@ -30,9 +35,10 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
+from typing import Generic, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -51,10 +57,21 @@ from bus.delivery import DeliveryTracker
 from bus.errors import KafkaClientError, from_exception, from_message
 from bus.metrics import WorkerMetrics
 from bus.transaction import Transaction, commit_offsets
-from schemas.codec import decode
+from schemas.codec import Contract, decode
 from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
-from workers.handler import Done, EmptyValueError, Handler, InvalidEventError, Outcome, Reject, Source
+from workers.handler import (
+    Done,
+    EmptyValueError,
+    Handler,
+    InvalidEventError,
+    Outcome,
+    Output,
+    PartitionListener,
+    Reject,
+    Source,
+    Timers,
+)
 from workers.in_flight import Item, PartitionState
 from workers.logs.shipper import LogShipper
 
@@ -63,6 +80,15 @@ log = logging.getLogger(__name__)
 
 #: What a runner reports for an item it was handed but did not start because the worker is draining.
 _NOT_STARTED = Done(())
+_IDS = ("generation_id", "episode_id", "run_id", "task_id")
+
+E = TypeVar("E", bound=Contract)
+
+
+def _timestamp_ms(msg: Message) -> int:
+    """The message's timestamp (the broker's on a ``LogAppendTime`` topic), 0 when it has none."""
+    stamp_type, stamp = msg.timestamp()
+    return stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,7 @@ class WorkerConfig:
     handler_backoff_s: float = 0.5
     handler_backoff_max_s: float = 10.0
     lag_every_s: float = 5.0
+    timer_interval_s: float = 1.0
     #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
     crash_attempts: int = DEFAULT_ATTEMPTS
 
@@ -105,13 +132,14 @@ class WorkerStats:
     aborted: int = 0
 
 
-class TransactionalWorker:
-    """One consumer + one transactional producer + a pool of ``concurrency`` runner threads."""
+class TransactionalWorker(Generic[E]):
+    """One consumer + one transactional producer + a pool of ``concurrency`` runner threads; ``model`` is the
+    input's type (``GenerationEvent`` unless given), ``listener`` the handler's per-partition state if any."""
 
     def __init__(
         self,
         config: WorkerConfig,
-        handler: Handler,
+        handler: Handler[E],
         *,
         consumer: Consumer,
         producer: Producer,
@@ -119,9 +147,15 @@ class TransactionalWorker:
         stop: threading.Event,
         shipper: LogShipper,
         clock: Callable[[], float] = time.monotonic,
+        model: type[E] | None = None,
+        listener: PartitionListener | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self.config = config
         self.handler = handler
+        self.model: type[E] = model if model is not None else cast("type[E]", GenerationEvent)
+        self.listener = listener
+        self.timers = timers
         self.consumer = consumer
         self.producer = producer
         self.metrics = metrics
@@ -142,6 +176,7 @@ class TransactionalWorker:
         self._draining = False
         self._last_commit = clock()
         self._last_lag = 0.0
+        self._last_timers = 0.0
         self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
         self._alone: deque[Item] = deque()  # suspect messages waiting to run alone, in arrival order
         self._running_alone: Item | None = None
@@ -189,6 +224,9 @@ class TransactionalWorker:
         ):
             self._commit()
         self._backpressure()
+        if self.timers is not None and not self._draining and now - self._last_timers >= self.config.timer_interval_s:
+            self._last_timers = now
+            self._expire(self.timers)
         if now - self._last_lag >= self.config.lag_every_s:
             self._last_lag = now
             if log.isEnabledFor(logging.DEBUG):
@@ -236,13 +274,14 @@ class TransactionalWorker:
         if part is None or (part.next_offset is not None and offset < part.next_offset):
             return  # not ours (any more), or already accepted before a pause/resume
         part.next_offset = offset + 1
+        part.clock_ms = max(part.clock_ms, _timestamp_ms(msg))
         item = Item(part, msg, offset, msg.key())
         part.pending[offset] = item
         value = msg.value()
         try:
             if value is None:
                 raise EmptyValueError("message has no value (tombstone)")
-            item.event = decode(value, GenerationEvent)  # raises DecodeError only, for any bytes
+            item.event = decode(value, self.model)  # raises DecodeError only, for any bytes
         except RewardstreamError as exc:
             item.outcome = Reject(exc)
             return
@@ -316,13 +355,11 @@ class TransactionalWorker:
 
     def _record(self, item: Item, message: str, exc: BaseException | None = None) -> LogRecord:
         """An error LogRecord about ``item`` (with its ids and coordinates, and a traceback if given)."""
-        event = item.event
+        ids = {name: getattr(item.event, name, None) for name in _IDS}  # what of them the input model has
         exc_text = "".join(traceback.format_exception(exc)) if exc is not None else None
         return self.shipper.record(
             "error", message, exc_text=exc_text, topic=item.part.topic, partition=item.part.partition,
-            offset=item.offset, generation_id=event.generation_id if event else None,
-            episode_id=event.episode_id if event else None, run_id=event.run_id if event else None,
-            task_id=event.task_id if event else None,
+            offset=item.offset, **ids,
         )  # fmt: skip
 
     def _runner(self) -> None:
@@ -338,10 +375,10 @@ class TransactionalWorker:
             try:
                 if event is None:  # never queued without an event; defensive
                     raise InvalidEventError("no event")
+                source = Source(item.part.topic, item.part.partition, item.offset, _timestamp_ms(item.msg),
+                                item.part.epoch)  # fmt: skip
                 with self.metrics.in_flight():
-                    outcome: Outcome | BaseException = self.handler.handle(
-                        event, Source(item.part.topic, item.part.partition, item.offset)
-                    )
+                    outcome: Outcome | BaseException = self.handler.handle(cast("E", event), source)
             except InvalidEventError as exc:  # retrying cannot fix the event: dead-letter it now
                 outcome = Reject(exc)
             except Exception as exc:  # one message's failure is that message's: retried, then dead-lettered
@@ -417,10 +454,35 @@ class TransactionalWorker:
                 offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
         return ready, offsets
 
-    def _commit(self) -> None:
-        """One transaction: every ready result, log record and dead letter, plus the offsets after them."""
+    def _expire(self, timers: Timers) -> None:
+        """Commit what expired on each partition by its clock; a partition read to its end (after the broker's
+        clock was read) is at the broker's now. A failure is logged and the next tick tries again."""
+        try:
+            broker_now = timers.now_ms()
+            expired: list[Output] = []
+            for part in list(self._parts.values()):
+                tp = TopicPartition(part.topic, part.partition)
+                position = part.next_offset
+                if position is None:  # nothing read since the assignment: it starts at the committed offset
+                    position = self.consumer.committed([tp], timeout=self.config.kafka_timeout_s)[0].offset
+                _low, high = self.consumer.get_watermark_offsets(tp, timeout=self.config.kafka_timeout_s, cached=False)
+                if high <= max(position, 0):  # read to the end: nothing appended by broker_now is unread
+                    part.clock_ms = max(part.clock_ms, broker_now)
+                busy = {*part.episodes, *(i.key for i in self._alone if i.part is part)}
+                if self._running_alone is not None and self._running_alone.part is part:
+                    busy.add(self._running_alone.key)
+                expired += timers.expire(part.topic, part.partition, part.epoch, part.clock_ms, busy)
+        except (RewardstreamError, KafkaException) as exc:
+            log.warning("%s: timers skipped this tick: %s", self.config.role, exc)
+            return
+        if expired:
+            self._commit(expired)
+
+    def _commit(self, extra: Sequence[Output] = ()) -> None:
+        """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
+        ``extra``: what timers expired)."""
         ready, offsets = self._take_ready()
-        if not offsets:
+        if not offsets and not extra:
             return
         txn = self._txn
         try:
@@ -431,6 +493,8 @@ class TransactionalWorker:
         try:
             for item in ready:
                 self._publish(item, txn)
+            for out in extra:
+                txn.produce(out.topic, out.key, out.value, partition=out.partition)
         except KafkaClientError:  # the producer's queue stayed full: the broker is gone
             self._abort()
             raise
@@ -468,10 +532,9 @@ class TransactionalWorker:
             return
         # Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the reward
         # processor's deadlines run in generation time, so a role that lags is never mistaken for a dead one.
-        stamp_type, stamp = item.msg.timestamp()
-        timestamp_ms = stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0
+        timestamp_ms = _timestamp_ms(item.msg)
         for out in outcome.outputs:
-            txn.produce(out.topic, out.key, out.value, timestamp_ms=timestamp_ms)
+            txn.produce(out.topic, out.key, out.value, partition=out.partition, timestamp_ms=timestamp_ms)
         if outcome.log is not None:
             self.shipper.emit(outcome.log)
 
@@ -506,6 +569,13 @@ class TransactionalWorker:
                 self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
         except KafkaException as exc:
             raise from_exception("rewind to committed offsets", exc) from exc
+        self._tell_assigned(tps)  # the aborted transaction's state writes are gone: back to the committed state
+
+    def _tell_assigned(self, partitions: list[TopicPartition]) -> None:
+        if self.listener is not None:
+            for tp in partitions:
+                part = self._parts[(tp.topic, tp.partition)]
+                self.listener.assigned(part.topic, part.partition, part.epoch)
 
     # ---- backpressure --------------------------------------------------------------------------------
     def _buffered(self) -> int:
@@ -551,6 +621,7 @@ class TransactionalWorker:
             consumer.resume(partitions)
         marks = start_marks(consumer, self.guard, partitions, self.config.kafka_timeout_s)
         commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
+        self._tell_assigned(partitions)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is ready while we still own the partitions; drop the rest (the next owner re-runs it)."""
@@ -580,6 +651,8 @@ class TransactionalWorker:
             part = self._parts.pop((tp.topic, tp.partition), None)
             if part is not None:
                 part.live = False
+                if self.listener is not None:
+                    self.listener.revoked(part.topic, part.partition)
         self._runnable = deque(item for item in self._runnable if item.part.live)
         self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
         self._alone = deque(item for item in self._alone if item.part.live)

@@ -1,4 +1,4 @@
-"""``rewardstream worker executor|verifier|judge|indexer [--concurrency N]``: long-running workers.
+"""``rewardstream worker executor|verifier|judge|episode|indexer [--concurrency N]``: long-running workers.
 
 SIGTERM/SIGINT stop taking work; what was not committed yet is re-delivered to the next consumer.
 """
@@ -66,9 +66,10 @@ _RUN_CONCURRENCY = typer.Option(
 
 
 def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> None:
-    """Run one executor/verifier/judge worker until SIGTERM, then drain within RS_WORKER_DRAIN_TIMEOUT_S."""
+    """Run one executor/verifier/judge/episode worker until SIGTERM, then drain within RS_WORKER_DRAIN_TIMEOUT_S."""
     import faulthandler
 
+    from workers.roles.episode_worker import build_episode_worker
     from workers.roles.service import Dependencies, RoleName, run_worker
 
     settings = load_settings()
@@ -84,9 +85,14 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
     print(f"{role}: metrics on http://{settings.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True)
     chosen: RoleName = "executor" if role == "executor" else ("verifier" if role == "verifier" else "judge")
-    sandbox = None if chosen == "judge" else open_sandbox(settings)
+    sandbox = None if role == "judge" else open_sandbox(settings)
+    deps = Dependencies(sandbox=sandbox)
     try:
-        stats = run_worker(settings, chosen, stop, metrics, concurrency=concurrency, deps=Dependencies(sandbox=sandbox))
+        if role == "episode":
+            with build_episode_worker(settings, stop, metrics, deps, concurrency) as worker:
+                stats = worker.run()
+        else:
+            stats = run_worker(settings, chosen, stop, metrics, concurrency=concurrency, deps=deps)
     finally:
         server.close()
         if sandbox is not None:
@@ -109,6 +115,13 @@ def executor(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | Non
 def verifier(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
     """Run hidden tests and static analysis of every generation -> verdicts."""
     _run_role("verifier", concurrency, metrics_port)
+
+
+@worker_app.command("episode")
+def episode(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
+    """Run agent episodes: each action on rs.actions -> one sandbox step -> its observation (and, on the
+    episode's end, the generation of its final workspace)."""
+    _run_role("episode", concurrency, metrics_port)
 
 
 @worker_app.command("judge")

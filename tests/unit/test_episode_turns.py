@@ -12,6 +12,7 @@ from schemas.episodes import ActionEvent
 from schemas.tasks import EpisodeLimits
 from workers.episodes.step import StepAction
 from workers.episodes.turns import (
+    MAX_FORK_POINTS,
     Duplicate,
     EpisodeState,
     Rejected,
@@ -23,6 +24,7 @@ from workers.episodes.turns import (
     ended,
     ends_after,
     overdue,
+    snapshot_at,
 )
 
 LIMITS = EpisodeLimits(max_turns=5, step_timeout_s=10, episode_timeout_s=600, idle_timeout_s=60)
@@ -167,3 +169,22 @@ def test_any_sequence_of_actions_applies_each_turn_at_most_once_in_order(seq: li
                     state = ended(state, event, why, 1.0)
     assert carried == list(range(1, len(carried) + 1))
     assert len(carried) <= LIMITS.max_turns
+
+
+def test_each_change_of_the_workspace_is_a_fork_point_and_reads_are_not() -> None:
+    start = EpisodeState("ep-1", "t", 0, "0" * 64, 1000.0, 1000.0, history=((0, "0" * 64),))
+    one = applied(start, _event(1, action="write", path="a.py", text="x"), "1" * 64, 1001.0)
+    two = applied(one, _event(2, action="read", path="a.py"), "1" * 64, 1002.0)
+    three = applied(two, _event(3, action="exec", command="true"), "3" * 64, 1003.0)
+    assert three.history == ((0, "0" * 64), (1, "1" * 64), (3, "3" * 64))
+    assert [snapshot_at(three, turn) for turn in range(5)] == ["0" * 64, "1" * 64, "1" * 64, "3" * 64, None]
+
+
+def test_fork_points_are_bounded_and_the_forgotten_turns_cannot_be_forked() -> None:
+    state = EpisodeState("ep-1", "t", 0, "s0", 1000.0, 1000.0, history=((0, "s0"),))
+    for turn in range(1, MAX_FORK_POINTS + 11):
+        state = applied(state, _event(turn, action="exec", command="true"), f"s{turn}", 1000.0 + turn)
+    assert len(state.history) == MAX_FORK_POINTS
+    assert snapshot_at(state, 10) is None
+    assert snapshot_at(state, 11) == "s11"
+    assert snapshot_at(state, state.turn) == state.snapshot

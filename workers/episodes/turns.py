@@ -26,11 +26,15 @@ from schemas.episodes import (
 from schemas.tasks import EpisodeLimits
 from workers.episodes.step import StepAction
 
+#: Most workspace changes an episode's state remembers for forks (the oldest go first): a row stays small.
+MAX_FORK_POINTS = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class EpisodeState:
     """An episode as committed after its last applied turn. ``snapshot``: the sha256 of its workspace then;
-    times are event times in seconds."""
+    times are event times in seconds. ``history``: (turn, snapshot) at the start and at each turn that changed
+    the workspace, what a fork from any committed turn starts from (``snapshot_at``)."""
 
     episode_id: str
     task_id: str
@@ -40,6 +44,8 @@ class EpisodeState:
     last_action_at_s: float
     ended: EndReason | None = None
     run_id: str | None = None
+    policy_version: str | None = None
+    history: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,12 +165,35 @@ def overdue(state: EpisodeState, limits: EpisodeLimits, now_s: float) -> EndReas
 
 def applied(state: EpisodeState, event: ActionEvent, snapshot: str, now_s: float) -> EpisodeState:
     """The state after ``event`` was carried out (or rejected as the agent's own bad action)."""
-    return replace(state, turn=event.turn, snapshot=snapshot, last_action_at_s=max(now_s, state.last_action_at_s))
+    history = state.history
+    if snapshot != state.snapshot:
+        history = (*history, (event.turn, snapshot))[-MAX_FORK_POINTS:]
+    return replace(state, turn=event.turn, snapshot=snapshot, last_action_at_s=max(now_s, state.last_action_at_s),
+                   history=history)  # fmt: skip
+
+
+def snapshot_at(state: EpisodeState, turn: int) -> str | None:
+    """The workspace ``state``'s episode had after ``turn``, or None when that turn is not committed (or is
+    older than what ``history`` keeps)."""
+    if turn > state.turn or not state.history or turn < state.history[0][0]:
+        return None
+    found = state.history[0][1]
+    for changed_at, snapshot in state.history:
+        if changed_at > turn:
+            break
+        found = snapshot
+    return found
 
 
 def ended(state: EpisodeState, event: ActionEvent, why: EndReason, now_s: float) -> EpisodeState:
     """The state of an episode that ``event`` ended."""
     return replace(state, turn=event.turn, ended=why, last_action_at_s=max(now_s, state.last_action_at_s))
+
+
+def expired(state: EpisodeState, why: EndReason) -> EpisodeState:
+    """The state of an episode ``overdue`` ended with no action: its turn stays the last applied one, so a late
+    action is rejected (the episode has ended), never taken for a duplicate."""
+    return replace(state, ended=why)
 
 
 def time_left_s(state: EpisodeState, limits: EpisodeLimits, now_s: float) -> float:

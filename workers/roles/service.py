@@ -15,9 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from confluent_kafka import Consumer, Producer
+
 from bus.clients import make_consumer, make_producer
 from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
+from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from schemas.topics import WRITER_ROLE, WriterRole, catalog_for, group_for, topic_for
 from schemas.topics import Role as TopicRole
@@ -56,10 +59,15 @@ def worker_config(settings: Settings, role: RoleName, *, concurrency: int | None
     """Topics, group and transactional id of ``role`` from Settings."""
     if role not in OUTPUT_ROLE:
         raise ConfigError(f"unknown worker role {role!r}; expected executor, verifier or judge")
+    return loop_config(settings, role, "generations", concurrency=concurrency)
+
+
+def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency: int | None = None) -> WorkerConfig:
+    """The transactional loop's config of any role that consumes ``source``: its group, its transactional id."""
     specs = catalog_for(settings)
     return WorkerConfig(
         role=role,
-        source_topic=topic_for("generations", specs).name,
+        source_topic=topic_for(source, specs).name,
         dlq_topic=topic_for("dlq", specs).name,
         group_id=group_for(settings, role),
         transactional_id=f"{settings.topic_prefix}{role}.{instance_id(settings)}",
@@ -79,21 +87,15 @@ def build_worker(
     *,
     concurrency: int | None = None,
     deps: Dependencies | None = None,
-) -> Iterator[TransactionalWorker]:
+) -> Iterator[TransactionalWorker[GenerationEvent]]:
     """A ready worker; everything it owns (sandbox, judge, clients) is released on exit."""
     deps = deps or Dependencies()
     config = worker_config(settings, role, concurrency=concurrency)
     specs = catalog_for(settings)
-    kafka = settings.kafka_client_config()
     with ExitStack() as stack:
         artifacts = deps.artifacts
         if artifacts is None and settings.worker_store_artifacts:
-            # An S3 outage is retried until the worker stops (results wait, uncommitted; never lost), and
-            # the bucket is created on start (that too waits for S3).
-            artifacts = ArtifactStore(minio_client(settings), settings.s3_bucket, stop=stop,
-                                      retry=RetryPolicy.until_stopped(),
-                                      on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
-            artifacts.start()
+            artifacts = artifact_store(settings, stop, metrics)
         uploads = None
         if artifacts is not None:
             uploads = ThreadPoolExecutor(max_workers=max(2, config.concurrency), thread_name_prefix=f"{role}-upload")
@@ -107,19 +109,37 @@ def build_worker(
             uploads=uploads,
         )
         handler = _handler(settings, role, context, deps, stack)
-        overrides: dict[str, str | int | bool] = {
-            "transactional.id": config.transactional_id,
-            "transaction.timeout.ms": settings.worker_transaction_timeout_ms,
-        }
-        producer = make_producer(kafka, **overrides)
-        consumer = make_consumer(kafka, config.group_id, **{"max.poll.interval.ms": 300_000})
-        shipper = LogShipper(producer, topic_for("logs", specs).name, role, worker=context.worker)
+        producer, consumer, shipper = loop_clients(settings, config, context.worker)
         yield TransactionalWorker(
             config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop, shipper=shipper
         )
 
 
-def _handler(settings: Settings, role: RoleName, context: RoleContext, deps: Dependencies, stack: ExitStack) -> Handler:
+def artifact_store(settings: Settings, stop: threading.Event, metrics: WorkerMetrics) -> ArtifactStore:
+    """The worker's S3 store, started. An outage is retried until the worker stops (results wait, uncommitted;
+    never lost), and the bucket is created on start (that too waits for S3)."""
+    store = ArtifactStore(minio_client(settings), settings.s3_bucket, stop=stop,
+                          retry=RetryPolicy.until_stopped(), on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
+    store.start()
+    return store
+
+
+def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple[Producer, Consumer, LogShipper]:
+    """The transactional producer, the consumer of ``config``'s group and the log shipper of one worker."""
+    kafka = settings.kafka_client_config()
+    overrides: dict[str, str | int | bool] = {
+        "transactional.id": config.transactional_id,
+        "transaction.timeout.ms": settings.worker_transaction_timeout_ms,
+    }
+    producer = make_producer(kafka, **overrides)
+    consumer = make_consumer(kafka, config.group_id, **{"max.poll.interval.ms": 300_000})
+    shipper = LogShipper(producer, topic_for("logs", catalog_for(settings)).name, config.role, worker=worker)
+    return producer, consumer, shipper
+
+
+def _handler(
+    settings: Settings, role: RoleName, context: RoleContext, deps: Dependencies, stack: ExitStack
+) -> Handler[GenerationEvent]:
     if role == "judge":
         from workers.judge.factory import make_judge
         from workers.roles.judging import JudgeHandler

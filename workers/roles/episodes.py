@@ -1,0 +1,289 @@
+"""The episode worker's handler: one action of one agent episode -> its observation, in one transaction.
+
+For each ``ActionEvent`` the handler reads the episode's state (``workers.episodes.table``), lets
+``turns.decide`` say what the action does, and carries it out: a step is one sandbox run (``run_step``) on
+the committed workspace, whose new snapshot is stored in S3 *before* anything is returned; what is returned
+(the observation, the episode's new state row for the changelog, and on the episode's end the generation
+that names its final workspace) is committed by the worker loop in one transaction with the action's offset.
+A run killed before that commit is redelivered and re-runs from the committed state: each step is applied
+exactly once. A sandbox failure (the infrastructure's) raises, so the loop retries it; the agent never sees it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from schemas.codec import encode
+from schemas.episodes import ActionEvent, ForkAction, ObservationEvent, OpenAction
+from schemas.errors import RewardstreamError
+from schemas.events import GenerationEvent, LogRecord, LogValue
+from schemas.tasks import EpisodeLimits, PublicTask
+from workers.episodes import turns
+from workers.episodes.observe import end_observation, step_observation, submitted
+from workers.episodes.originals import original_snapshot
+from workers.episodes.snapshot import Caps, Packed, SnapshotError
+from workers.episodes.sources import CommittedEpisodes
+from workers.episodes.step import StepLimits, StepStatus, run_step
+from workers.episodes.table import EpisodeTable, dumps
+from workers.episodes.turns import EpisodeState, Rejected, Step
+from workers.episodes.workspaces import Workspaces
+from workers.handler import Done, Outcome, Output, Source
+from workers.logs.shipper import LogShipper
+from workers.roles.common import TaskSource, UnknownTaskError
+from workers.sandbox.api import Sandbox
+
+log = logging.getLogger(__name__)
+
+#: What a step's captured output and a read are cut to before the observation's own caps apply.
+_CAPTURE_BYTES = 256 << 10
+#: Memory of a step beyond three times the workspace cap (see ``workers.episodes.step``).
+_STEP_MEMORY_SLACK_MB = 128
+
+
+class StepInfraError(RewardstreamError):
+    """The sandbox failed (the infrastructure's fault): the step is retried, never shown to the agent."""
+
+
+@dataclass(frozen=True)
+class EpisodeTopics:
+    """Where the handler's outputs go."""
+
+    observations: str
+    generations: str
+    changelog: str
+
+
+def caps_of(limits: EpisodeLimits) -> Caps:
+    return Caps(max_bytes=limits.workspace_max_mb << 20, max_entries=limits.workspace_max_files)
+
+
+def step_limits(task: PublicTask, limits: EpisodeLimits) -> StepLimits:
+    """The task's memory, at least what the workspace's tmpfs pages and its tar take."""
+    memory = max(task.limits.memory_mb, 3 * limits.workspace_max_mb + _STEP_MEMORY_SLACK_MB)
+    return StepLimits(memory_mb=memory, output_cap_bytes=_CAPTURE_BYTES, read_cap_bytes=_CAPTURE_BYTES)
+
+
+@dataclass(eq=False)
+class EpisodeHandler:
+    """Thread-safe: the loop runs one action per episode at a time, different episodes at once. ``fetch`` reads
+    a task's workspace archive (S3); ``committed`` finds a fork's source on any partition. Its ``Timers`` end
+    episodes no action came to in time (``turns.overdue``)."""
+
+    topics: EpisodeTopics
+    tasks: TaskSource
+    sandbox: Sandbox
+    workspaces: Workspaces
+    table: EpisodeTable
+    committed: CommittedEpisodes
+    fetch: Callable[[str], bytes]
+    #: The broker's clock now, ms (``bus.broker_clock``): what idle and overdue episodes are timed by.
+    clock: Callable[[], int]
+    #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
+    shipper: LogShipper | None = None
+    #: task_id -> sha256 of its original snapshot (the bytes are in ``workspaces``)
+    _originals: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def handle(self, event: ActionEvent, source: Source) -> Outcome:
+        """The outputs of ``event`` (none for a duplicate); raises only for what is worth retrying."""
+        now_s = source.timestamp_ms / 1000 if source.timestamp_ms > 0 else time.time()
+        state = self.table.get(source, event.episode_id)
+        task = self.tasks.public(state.task_id) if state is not None else None
+        limits = task.episode_limits if task is not None else None
+        decision = turns.decide(state, event, limits, now_s)
+        if isinstance(decision, turns.Duplicate):
+            return Done((), status="duplicate")
+        if isinstance(decision, turns.Start):
+            return self._start(event, source, now_s)
+        if state is None or task is None or limits is None:  # decide rejects every action of an unknown episode
+            reason = decision.reason if isinstance(decision, Rejected) else "unknown episode"
+            return self._done(source, ObservationEvent.rejection(event, reason))
+        if isinstance(decision, Rejected):
+            return self._rejected(state, event, decision, limits, source=source, now_s=now_s)
+        if isinstance(decision, turns.Submit):
+            done = turns.ended(state, event, decision.why, now_s)
+            url = self.workspaces.url_for(done.snapshot)
+            return self._done(source, end_observation(event, decision.why, url), done, submitted(done, url))
+        return self._step(state, event, decision, task, source=source, now_s=now_s)
+
+    # ---- the kinds of decision -------------------------------------------------------------------------
+    def _start(self, event: ActionEvent, source: Source, now_s: float) -> Outcome:
+        action = event.action
+        if isinstance(action, OpenAction):
+            started = self._open(event.episode_id, action, now_s)
+        elif isinstance(action, ForkAction):
+            started = self._fork(event.episode_id, action, now_s)
+        else:  # decide starts only on open and fork
+            raise StepInfraError(f"a start from a {action.action} action")
+        if isinstance(started, str):  # why it cannot start: the trainer's to fix, said in a rejection
+            return self._done(source, ObservationEvent.rejection(event, started))
+        observation = ObservationEvent.build(episode_id=event.episode_id, turn=0, action=action.action, status="ok",
+                                             workspace_ref=self.workspaces.url_for(started.snapshot))  # fmt: skip
+        return self._done(source, observation, started)
+
+    def _open(self, episode_id: str, action: OpenAction, now_s: float) -> EpisodeState | str:
+        """A new episode from the task's original workspace, or why there cannot be one."""
+        try:
+            task = self.tasks.public(action.task_id)
+        except UnknownTaskError as exc:
+            return str(exc)
+        if task.workspace is None:
+            return f"task {task.task_id} has no workspace"
+        try:
+            sha = self._original(task)
+        except SnapshotError as exc:  # the task's archive is no usable workspace: no episode can start
+            return f"task {task.task_id}: {exc}"
+        return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
+                            policy_version=action.policy_version, history=((0, sha),))  # fmt: skip
+
+    def _fork(self, episode_id: str, action: ForkAction, now_s: float) -> EpisodeState | str:
+        """A new episode from a committed turn of another (its task, run and policy version), or why not."""
+        origin = self.committed.get(action.from_episode)
+        if origin is None:
+            return f"unknown episode {action.from_episode}"
+        sha = turns.snapshot_at(origin, action.turn)
+        if sha is None:
+            return f"turn {action.turn} of {action.from_episode} is not a committed turn (it is at {origin.turn})"
+        return EpisodeState(episode_id, origin.task_id, 0, sha, now_s, now_s, run_id=origin.run_id,
+                            policy_version=origin.policy_version, history=((0, sha),))  # fmt: skip
+
+    def _rejected(
+        self,
+        state: EpisodeState,
+        event: ActionEvent,
+        decision: Rejected,
+        limits: EpisodeLimits,
+        *,
+        source: Source,
+        now_s: float,
+    ) -> Outcome:
+        url = self.workspaces.url_for(state.snapshot)
+        observation = ObservationEvent.rejection(event, decision.reason, workspace_ref=url)
+        if not decision.consumes_turn:
+            return self._done(source, observation)
+        after = turns.applied(state, event, state.snapshot, now_s)
+        why = turns.ends_after(event, limits)
+        if why is None:
+            return self._done(source, observation, after)
+        after = turns.ended(after, event, why, now_s)
+        observation = observation.model_copy(update={"ended": why})
+        return self._done(source, observation, after, submitted(after, url))
+
+    def _step(
+        self, state: EpisodeState, event: ActionEvent, decision: Step, task: PublicTask, *, source: Source, now_s: float
+    ) -> Outcome:
+        limits = task.episode_limits
+        before = self.workspaces.get(state.snapshot)
+        outcome = run_step(self.sandbox, before, decision.action, caps_of(limits), step_limits(task, limits))
+        if outcome.status == StepStatus.SANDBOX_ERROR:
+            raise StepInfraError(f"step {event.turn} of {event.episode_id}: {outcome.reason}")
+        if outcome.sha256 != state.snapshot:  # stored before the observation naming it can be committed
+            self.workspaces.put(Packed(outcome.snapshot, outcome.sha256, 0, len(outcome.snapshot)))
+        after = turns.applied(state, event, outcome.sha256, now_s)
+        why = turns.ends_after(event, limits)
+        if why is None and now_s + outcome.wall_ms / 1000 - state.opened_at_s >= limits.episode_timeout_s:
+            why = "episode_timeout"
+        url = self.workspaces.url_for(after.snapshot)
+        if why is None:
+            return self._done(source, step_observation(event, outcome, url), after)
+        after = turns.ended(after, event, why, now_s)
+        return self._done(source, step_observation(event, outcome, url, why), after, submitted(after, url))
+
+    # ---- timers (the loop's ``Timers``) ---------------------------------------------------------------
+    def now_ms(self) -> int:
+        return self.clock()
+
+    def expire(
+        self, _topic: str, partition: int, epoch: int, clock_ms: int, busy: Collection[bytes | None]
+    ) -> list[Output]:
+        """End the partition's episodes overdue at ``clock_ms`` that no waiting action decides: ``abandoned``
+        (idle: no generation, no reward) or ``episode_timeout`` (submitted as it is). All or nothing: the
+        table changes only once every output is made."""
+        ends: list[tuple[EpisodeState, ObservationEvent, GenerationEvent | None]] = []
+        for state in self.table.running(partition, epoch):
+            if state.episode_id.encode() in busy:
+                continue
+            try:
+                limits = self.tasks.public(state.task_id).episode_limits
+            except UnknownTaskError as exc:
+                log.warning("episode %s cannot be timed: %s", state.episode_id, exc)
+                continue
+            why = turns.overdue(state, limits, clock_ms / 1000)
+            if why is None:
+                continue
+            after = turns.expired(state, why)
+            url = self.workspaces.url_for(after.snapshot)
+            reason = "no action came in time" if why == "abandoned" else "the episode's time is up"
+            observation = ObservationEvent.build(
+                episode_id=state.episode_id, turn=state.turn + 1, action=None, status="timeout", workspace_ref=url,
+                reason=reason, ended=why,
+            )  # fmt: skip
+            ends.append((after, observation, None if why == "abandoned" else submitted(after, url)))
+        outputs = [out for after, obs, gen in ends for out in self._outputs(partition, obs, after, gen)]
+        for after, _obs, _gen in ends:
+            self.table.put_at(partition, epoch, after)
+        return outputs
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+    def _original(self, task: PublicTask) -> str:
+        """The sha256 of the task's original snapshot, stored in S3 (made once per task and worker)."""
+        with self._lock:
+            known = self._originals.get(task.task_id)
+        if known is not None:
+            return known
+        if task.workspace is None:
+            raise StepInfraError(f"task {task.task_id} has no workspace")
+        packed = original_snapshot(task.workspace, caps_of(task.episode_limits), self.fetch)
+        self.workspaces.put(packed)
+        with self._lock:
+            self._originals[task.task_id] = packed.sha256
+        return packed.sha256
+
+    def _done(
+        self,
+        source: Source,
+        observation: ObservationEvent,
+        state: EpisodeState | None = None,
+        generation: GenerationEvent | None = None,
+    ) -> Done:
+        """The outputs of one action; the table gets the new state last (nothing after it can raise)."""
+        outputs = self._outputs(source.partition, observation, state, generation)
+        record = self._record(source, observation, state)
+        if state is not None:
+            self.table.put(source, state)
+        return Done(tuple(outputs), log=record, status=observation.status)
+
+    def _record(self, source: Source, observation: ObservationEvent, state: EpisodeState | None) -> LogRecord | None:
+        """What SREs find of this action: the episode, the turn, how it ended, where it was read."""
+        if self.shipper is None:
+            return None
+        fields: dict[str, LogValue] = {"turn": observation.turn, "action": observation.action,
+                                       "status": observation.status, "wall_ms": observation.wall_ms,
+                                       "ended": observation.ended}  # fmt: skip
+        message = f"{observation.action} turn {observation.turn}: {observation.status}"
+        return self.shipper.record(
+            "warning" if observation.status == "rejected" else "info",
+            message + (f" ({observation.reason})" if observation.reason else ""),
+            fields=fields, episode_id=observation.episode_id, run_id=state.run_id if state else None,
+            task_id=state.task_id if state else None, topic=source.topic, partition=source.partition,
+            offset=source.offset,
+        )  # fmt: skip
+
+    def _outputs(
+        self,
+        partition: int,
+        observation: ObservationEvent,
+        state: EpisodeState | None,
+        generation: GenerationEvent | None,
+    ) -> list[Output]:
+        key = observation.key()
+        outputs = [Output(self.topics.observations, key, encode(observation))]
+        if state is not None:
+            outputs.append(Output(self.topics.changelog, key, dumps(state), partition=partition))
+        if generation is not None:
+            outputs.append(Output(self.topics.generations, generation.key(), encode(generation)))
+        return outputs
