@@ -392,3 +392,17 @@ def test_commands_run_with_the_hardened_environment(process_sandbox: Sandbox) ->
     assert seen["env"]["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
     assert "-p no:cacheprovider" in seen["env"]["PYTEST_ADDOPTS"]
     assert OPS_BUGGY  # the workspace is the task's
+
+
+@pytest.mark.parametrize("kind", ["call", "io"])
+def test_on_docker_too_the_fix_passes_and_the_unfixed_fails(docker_sandbox: Sandbox, kind: str) -> None:
+    """The workspace job is a plain harness run with files: every backend runs it unchanged."""
+    task_ = task(kind)
+    grader = Grader(docker_sandbox)
+    for ops, passed in ((OPS_FIXED, True), (OPS_BUGGY, False)):
+        ran = grader.run_suites(
+            "", task_.entry_point, [("hidden", task_.hidden_tests)], task_.limits,
+            workspace=_raw(snapshot({"calc/ops.py": ops})).job(),
+        )  # fmt: skip
+        assert ran.infra_error is None, ran.run
+        assert ran.outcomes[0].all_passed is passed, ran.outcomes[0]
