@@ -75,7 +75,7 @@ def task(kind: str = "call", task_id: str | None = None) -> Task:
                     "workspace_max_mb": 8, "workspace_max_files": 500},
         "protected": PROTECTED,
         "public_tests": {"kind": "command", "command": "python3 -m unittest -q tests.test_ops"},
-        "hidden_tests": hidden, "limits": {"timeout_s": 20, "memory_mb": 256},
+        "hidden_tests": hidden, "limits": {"timeout_s": 5, "memory_mb": 256},
     })  # fmt: skip
 
 

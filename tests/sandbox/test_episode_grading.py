@@ -253,7 +253,36 @@ HACKS: dict[str, Callable[[], bytes]] = {
         {}, links={"tests": "/"}, drop=("tests/test_ops.py", "tests/__init__.py")
     ),
     "a setuid file": lambda: with_member(snapshot({}), "calc/suid", b"#!/bin/sh\nid\n", 0o6755),
+    # What the code under test does while it is graded: it can only fail itself, never make the run the
+    # infrastructure's fault (a sandbox_error would withhold the reward instead of giving 0).
+    "kill the grader from the entry module": lambda: snapshot({"calc/ops.py": OPS_BUGGY + KILL_PARENT}),
+    "a fork bomb on import": lambda: snapshot({"calc/ops.py": OPS_BUGGY + FORK_BOMB}),
+    "fill the disk and inodes on import": lambda: snapshot({"calc/ops.py": OPS_BUGGY + FILL_DISK}),
+    "sleep past every deadline": lambda: snapshot({"calc/ops.py": OPS_BUGGY + "import time\ntime.sleep(3600)\n"}),
 }
+KILL_PARENT = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+FORK_BOMB = """import os, time
+for _ in range(1000):
+    try:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+    except OSError:
+        break
+"""
+FILL_DISK = """import os
+try:
+    with open("fill", "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20))
+except OSError:
+    pass
+try:
+    for i in range(100000):
+        open(f"inode{i}", "w").close()
+except OSError:
+    pass
+"""
 #: A ``fractions`` whose Fraction adds when asked to subtract: ``add`` would be right without touching calc.
 FRACTIONS_SHADOW = "class Fraction(int):\n    def __sub__(self, other):\n        return int(self) + int(other)\n"
 
