@@ -127,8 +127,9 @@ def test_the_harness_restores_a_workspace_in_its_own_dir(tmp_path: Path, monkeyp
     assert os.readlink(work / "ws/pkg/up") == "/etc"
     assert ws.env["PYTHONPATH"] == str(work / ".rs-site")
     assert "sys.path.append" in (work / ".rs-site/sitecustomize.py").read_text()
-    with pytest.raises(harness_module.HarnessError):
-        harness_module.Workspace.prepare({**WORKSPACE_FILES, "dir": "../x", "env": {}})
+    for bad in ("../x", "..", ""):
+        with pytest.raises(harness_module.HarnessError):
+            harness_module.Workspace.prepare({**WORKSPACE_FILES, "dir": bad, "env": {}})
 
 
 def _context(tmp_path: Path, tasks: list[Task], artifacts: Any = None) -> RoleContext:

@@ -554,7 +554,9 @@ class Workspace:
         ``spec["dir"]`` with the step runner's own ``restore`` (its source is ``spec["restore"]``), and lay
         out the bytecode and site dirs. HarnessError (the job's fault: infrastructure) when anything fails."""
         names = ("tar", "restore", "dir", "pycache", "site")
-        if type(spec) is not dict or any(type(spec.get(k)) is not str or "/" in spec[k] for k in names):
+        if type(spec) is not dict or any(
+            type(spec.get(k)) is not str or "/" in spec[k] or spec[k] in ("", ".", "..") for k in names
+        ):
             raise HarnessError("workspace job without its file names")
         extra = spec.get("env")
         if type(extra) is not dict or not all(type(k) is str and type(v) is str for k, v in extra.items()):
