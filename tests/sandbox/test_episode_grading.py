@@ -435,3 +435,60 @@ def test_on_docker_too_the_fix_passes_and_the_unfixed_fails(docker_sandbox: Sand
         )  # fmt: skip
         assert ran.infra_error is None, ran.run
         assert ran.outcomes[0].all_passed is passed, ran.outcomes[0]
+
+
+#: Run by the code under test while the hidden suite is graded: looks for an expected value (one that no
+#: hidden input contains) in every writable place of the sandbox and in every process it can see.
+SEARCH = """
+import os, sys
+WANTED = str(10**20 + 7).encode()
+MARKER = b"rs-" + b"marker-7f3a"  # written in the workspace: proves the search reads what is there
+seen = found = marked = 0
+def look(path):
+    global seen, found, marked
+    try:  # never blocks on a pipe, a FIFO or a terminal
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        data = os.read(fd, 1 << 22)
+    except OSError:
+        data = b""
+    finally:
+        os.close(fd)
+    seen += 1
+    marked += MARKER in data
+    if WANTED in data:
+        found += 1
+        sys.stderr.write("FOUND " + path + "\\n")
+for top in ("/work", "/tmp", "/dev/shm", "/run", "/var/tmp", "/home", "/root"):
+    for root, dirs, files in os.walk(top):
+        for name in files:
+            look(os.path.join(root, name))
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for name in ("cmdline", "environ"):
+            look(f"/proc/{pid}/{name}")
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            look(f"/proc/{pid}/fd/{fd}")
+sys.stderr.write(f"SEARCHED {seen} MARKED {marked} FOUND {found}\\n")
+"""
+
+
+def test_the_expected_values_are_nowhere_in_the_verification_run(process_sandbox: Sandbox) -> None:
+    task_ = task("call")
+    ran = Grader(process_sandbox).run_suites(
+        "", task_.entry_point, [("hidden", task_.hidden_tests)], task_.limits,
+        workspace=_raw(snapshot({"calc/ops.py": OPS_FIXED + SEARCH, "calc/marker.txt": "rs-marker-7f3a"})).job(),
+    )  # fmt: skip
+    assert ran.infra_error is None, ran.run
+    report = ran.output.stderr.decode()
+    assert "SEARCHED" in report, report
+    assert int(report.split("SEARCHED ")[1].split()[0]) > 10, report  # files and fds were read
+    assert " MARKED 1 " in report, report  # the workspace was among them
+    assert report.strip().endswith("FOUND 0"), report
+    assert ran.outcomes[0].all_passed  # the search changed nothing: the answers are the candidate's own
