@@ -17,6 +17,7 @@ import importlib.util
 import io
 import json
 import marshal
+import os
 import shutil
 import tarfile
 import tempfile
@@ -33,6 +34,7 @@ from schemas.tasks import Task
 from streams.reward.policy import Scored, Signals, evaluate, load_policy
 from tests.sandbox.swe_task import (
     CAPS,
+    FILES,
     HIDDEN_IDS,
     HIDDEN_VALUES,
     OPS_BUGGY,
@@ -42,7 +44,8 @@ from tests.sandbox.swe_task import (
     with_member,
 )
 from workers.artifacts import ArtifactError, ArtifactStore
-from workers.episodes.originals import original_snapshot
+from workers.episodes.originals import caps_of, original_snapshot
+from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import pack, unpack
 from workers.episodes.step import StepAction, StepLimits, run_step
 from workers.grading import Grader
@@ -492,3 +495,33 @@ def test_the_expected_values_are_nowhere_in_the_verification_run(process_sandbox
     assert " MARKED 1 " in report, report  # the workspace was among them
     assert report.strip().endswith("FOUND 0"), report
     assert ran.outcomes[0].all_passed  # the search changed nothing: the answers are the candidate's own
+
+
+def test_a_workspace_at_its_caps_is_graded_never_the_infrastructures_fault(
+    process_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """An agent that fills its workspace to the default caps (64 MiB, 5000 entries) is still graded (a
+    sandbox_error would withhold its 0): the run's work dir holds the tar and the restored files."""
+    base = task("call").model_dump(by_alias=True, mode="json")
+    big_task = Task.model_validate({**base, "episode": {}, "limits": {"timeout_s": 5, "memory_mb": 512}})
+    caps = caps_of(big_task)
+    root = tmp_path / "w"
+    for name, text in {**FILES, "calc/ops.py": OPS_FIXED}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    blob = os.urandom(12_500)
+    for i in range(caps.max_entries - len(FILES) - 60):
+        (root / "fill" / f"d{i % 50}").mkdir(parents=True, exist_ok=True)
+        (root / "fill" / f"d{i % 50}" / f"f{i}").write_bytes(blob)
+    final = pack(root, caps)
+    assert final.bytes > 55 << 20, final.bytes
+    workspace = big_task.workspace
+    assert workspace is not None
+    original = original_snapshot(workspace, caps, lambda _url: b"")
+    graded = graded_workspace(final.data, original, big_task.protected, caps)
+    ran = Grader(process_sandbox).run_suites(
+        "", big_task.entry_point, [("hidden", big_task.hidden_tests)], big_task.limits,
+        workspace=Graded(graded, original).job(),
+    )  # fmt: skip
+    assert ran.infra_error is None, ran.run
+    assert ran.outcomes[0].all_passed, ran.outcomes[0]
