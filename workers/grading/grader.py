@@ -12,6 +12,9 @@ exponential backoff and end as ``sandbox_error``, never as ``fail``.
 
 The candidate's own stdout/stderr (``CandidateOutput``) comes back in the harness's ``output`` records: the
 sandbox's stdout is the harness's protocol channel and is never shown as the candidate's output.
+
+A workspace task is never graded here as a program (``refuse_workspace``); the roles run an episode's graded
+workspace through ``run_suites(..., workspace=...)``, the same harness run with the workspace as the candidate.
 """
 
 from __future__ import annotations
