@@ -1,8 +1,10 @@
-"""A workspace task's original workspace as a snapshot: what every ``open`` of the task starts from.
+"""A workspace task's original workspace as a snapshot: what every ``open`` of the task starts from, what
+protected paths are reset to before grading and what the judge diffs the final workspace against.
 
 Why through ``snapshot.pack`` even for inline files: the original is then canonical bytes like every later
-snapshot (the same task gives the same sha256 on every worker), and an archive from S3 is restored by
-``snapshot.unpack`` with its checks (no links out, no devices, inflated at most to the caps) before packing.
+snapshot (the same task gives the same sha256 on every worker, and compares with the agent's snapshots entry
+by entry), and an archive from S3 is restored by ``snapshot.unpack`` with its checks (no links out, no
+devices, inflated at most to the caps) before packing: a task's archive is no more trusted than a snapshot.
 """
 
 from __future__ import annotations
@@ -12,23 +14,28 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from schemas.tasks import Workspace
+from schemas.tasks import EpisodeLimits, Workspace
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
 
 
+def caps_of(limits: EpisodeLimits) -> Caps:
+    """The workspace caps an episode's limits set."""
+    return Caps(max_bytes=limits.workspace_max_mb << 20, max_entries=limits.workspace_max_files)
+
+
 def original_snapshot(workspace: Workspace, caps: Caps, fetch: Callable[[str], bytes]) -> Packed:
-    """The canonical snapshot of ``workspace``; ``fetch(url)`` reads an archive. SnapshotError if the archive
-    does not match its sha256, is no snapshot, or the workspace is over ``caps``."""
+    """The canonical snapshot of ``workspace``; ``fetch(url)`` reads an archive (its outages raise through).
+    SnapshotError if the archive does not match its sha256, is no snapshot, or the workspace is over ``caps``."""
     with tempfile.TemporaryDirectory(prefix="rs-original-") as scratch:
         root = Path(scratch, "work")
-        root.mkdir()
+        root.mkdir(mode=0o700)
         if workspace.archive is not None:
             data = fetch(workspace.archive.url)
             if hashlib.sha256(data).hexdigest() != workspace.archive.sha256:
-                raise SnapshotError(f"archive {workspace.archive.url} does not match its sha256")
+                raise SnapshotError(f"the task's archive {workspace.archive.url} does not match its sha256")
             unpack(data, root, caps)
-        for name, text in (workspace.files or {}).items():
+        for name, text in (workspace.files or {}).items():  # paths checked by the task's schema
             path = root.joinpath(*name.split("/"))
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
         return pack(root, caps)

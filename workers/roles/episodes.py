@@ -24,7 +24,7 @@ from schemas.events import GenerationEvent, LogRecord, LogValue
 from schemas.tasks import EpisodeLimits, PublicTask
 from workers.episodes import turns
 from workers.episodes.observe import end_observation, step_observation, submitted
-from workers.episodes.originals import original_snapshot
+from workers.episodes.originals import caps_of, original_snapshot
 from workers.episodes.snapshot import Caps, Packed, SnapshotError
 from workers.episodes.sources import CommittedEpisodes
 from workers.episodes.step import StepLimits, StepStatus, run_step
@@ -55,10 +55,6 @@ class EpisodeTopics:
     observations: str
     generations: str
     changelog: str
-
-
-def caps_of(limits: EpisodeLimits) -> Caps:
-    return Caps(max_bytes=limits.workspace_max_mb << 20, max_entries=limits.workspace_max_files)
 
 
 def step_limits(task: PublicTask, limits: EpisodeLimits) -> StepLimits:
