@@ -159,5 +159,6 @@ def test_caps_follow_the_task(tmp_path: Path) -> None:
         "hidden_tests": {"kind": "call", "cases": [{"args": [], "expected": 1}]},
     })  # fmt: skip
     assert caps_of(task.episode_limits) == Caps(3 << 20, 77)
-    with tarfile.open(fileobj=io.BytesIO(original_snapshot(task.workspace, caps_of(task.episode_limits), bytes).data)) as tar:  # type: ignore[arg-type]
+    made = original_snapshot(task.workspace, caps_of(task.episode_limits), bytes)  # type: ignore[arg-type]
+    with tarfile.open(fileobj=io.BytesIO(made.data)) as tar:
         assert tar.getnames() == ["m.py"]

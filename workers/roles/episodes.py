@@ -25,7 +25,7 @@ from schemas.tasks import EpisodeLimits, PublicTask
 from workers.episodes import turns
 from workers.episodes.observe import end_observation, step_observation, submitted
 from workers.episodes.originals import caps_of, original_snapshot
-from workers.episodes.snapshot import Caps, Packed, SnapshotError
+from workers.episodes.snapshot import Packed, SnapshotError
 from workers.episodes.sources import CommittedEpisodes
 from workers.episodes.step import StepLimits, StepStatus, run_step
 from workers.episodes.table import EpisodeTable, dumps
