@@ -9,6 +9,14 @@
 
 ``rewards()`` iterates rewards not claimed by a future (e.g. after a restart); ``wait(ids, timeout_s)``
 raises ``RewardTimeoutError`` naming what is missing. Adapters for TRL and verl: ``streams.sdk.adapters``.
+
+Agent episodes (``streams.sdk.episodes``): each call is one turn, one observation back; submit gets the reward::
+
+    with TrainerClient(config) as trainer, EpisodeClient(EpisodeConfig.from_settings(s, "grpo-7"), trainer) as c:
+        episode = c.open("swe/calc-1")
+        episode.exec("python -m pytest -q tests")
+        episode.write("calc/ops.py", fixed)
+        reward = episode.submit()  # a restarted trainer: c.resume(episode_id) goes on from the last turn
 """
 
 from __future__ import annotations
@@ -16,5 +24,17 @@ from __future__ import annotations
 from streams.sdk.aio import AsyncTrainerClient
 from streams.sdk.client import RewardFuture, TrainerClient
 from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig
+from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig, EpisodeError
 
-__all__ = ["AsyncTrainerClient", "RewardFuture", "RewardTimeoutError", "SdkError", "TrainerClient", "TrainerConfig"]
+__all__ = [
+    "AsyncTrainerClient",
+    "Episode",
+    "EpisodeClient",
+    "EpisodeConfig",
+    "EpisodeError",
+    "RewardFuture",
+    "RewardTimeoutError",
+    "SdkError",
+    "TrainerClient",
+    "TrainerConfig",
+]

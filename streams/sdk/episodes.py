@@ -1,0 +1,309 @@
+"""Agent episodes from a trainer: open, act, fork, submit, and go on after a restart.
+
+Why this shape: one trainer process drives thousands of episodes, so actions go out through one idempotent
+producer and observations come back through one consumer that reads every partition of the observations
+topic from where it stood when the client started, resolving one future per (episode, turn). The trainer
+numbers the turns and the worker's exactly-once rests on them: a resent action is a duplicate, never a second
+step. ``resume`` reads an episode's observations back to learn its last answered turn, so a restarted trainer
+goes on from the committed episode. The reward of a submit comes through the trainer client: one reward per
+episode, ``generation_id`` = ``episode_id``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+
+from bus.clients import make_producer, make_reader
+from bus.partition_reader import read_to_end
+from bus.scan import watermarks
+from schemas.codec import DecodeError, decode, encode, one_line, problems_of
+from schemas.episodes import ActionEvent, AnyAction, ObservationEvent
+from schemas.errors import RewardstreamError, ValidationError
+from schemas.events import RewardEvent
+from schemas.settings import Settings
+from schemas.topics import catalog_for, topic_for
+from streams.sdk.client import TrainerClient
+from streams.sdk.config import SdkError
+
+log = logging.getLogger("rewardstream.sdk.episodes")
+
+#: An observation that will arrive: ``result(timeout)`` raises ``TimeoutError`` if it does not in time.
+ObservationFuture = Future[ObservationEvent]
+
+_POLL_S = 0.1
+_UNCLAIMED_MAX = 100_000  # observations nobody waits for yet (a resume in progress), kept by (episode, turn)
+
+
+class EpisodeError(SdkError):
+    """An episode action could not be sent or answered, or the episode cannot go on."""
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    """Where actions go and observations come back from; ``run_id``/``policy_version`` label the episodes."""
+
+    kafka: Mapping[str, str]
+    actions_topic: str
+    observations_topic: str
+    run_id: str
+    policy_version: str = "0"
+    #: How long an action waits for its observation unless told (a step runs at most its step_timeout_s).
+    answer_timeout_s: float = 300.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings, run_id: str, **overrides: Any) -> EpisodeConfig:
+        """Topic names and Kafka connection from the one settings object."""
+        specs = catalog_for(settings)
+        return cls(
+            kafka=settings.kafka_client_config(),
+            actions_topic=topic_for("actions", specs).name,
+            observations_topic=topic_for("observations", specs).name,
+            run_id=run_id,
+            **overrides,
+        )
+
+
+class EpisodeClient:
+    """Episodes of one trainer; use as a context manager. ``trainer`` (optional) brings the submits' rewards."""
+
+    def __init__(
+        self, config: EpisodeConfig, trainer: TrainerClient | None = None, *, start_timeout_s: float = 30.0
+    ) -> None:
+        self.config = config
+        self.trainer = trainer
+        self._cond = threading.Condition()
+        self._futures: dict[tuple[str, int], ObservationFuture] = {}
+        self._unclaimed: OrderedDict[tuple[str, int], ObservationEvent] = OrderedDict()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._producer: Producer = make_producer(config.kafka, **{"linger.ms": 2})
+        try:
+            self._start = {p: high for p, (_low, high) in watermarks(config.kafka, config.observations_topic).items()}
+            self._consumer: Consumer = make_reader(config.kafka, f"rewardstream-episodes-{uuid.uuid4().hex[:12]}")
+            self._consumer.assign([TopicPartition(config.observations_topic, p, o) for p, o in self._start.items()])
+        except (KafkaException, RewardstreamError) as exc:
+            self._producer.flush(0)
+            raise EpisodeError(f"cannot read {config.observations_topic}: {exc}") from exc
+        self._thread = threading.Thread(target=self._consume, name="rs-episode-observations", daemon=True)
+        self._thread.start()
+        del start_timeout_s  # the watermarks above are the start; nothing else to wait for
+
+    # ---- episodes ---------------------------------------------------------------------------------------
+
+    def open(self, task_id: str, *, episode_id: str | None = None, timeout_s: float | None = None) -> Episode:
+        """A new episode of ``task_id`` (a fresh id unless given), once the worker answered its open."""
+        episode = Episode(self, episode_id or f"ep-{uuid.uuid4().hex}", 0)
+        body = {
+            "action": "open",
+            "task_id": task_id,
+            "run_id": self.config.run_id,
+            "policy_version": self.config.policy_version,
+        }
+        opened = episode.act(body, timeout_s=timeout_s)
+        episode.opened = opened
+        return episode
+
+    def resume(self, episode_id: str, *, timeout_s: float = 60.0) -> Episode:
+        """The episode as its observations say (its last answered turn): a restarted trainer goes on from there.
+
+        An action sent before the restart and answered after it is found too; one not answered yet is the
+        trainer's to send again with the same turn (a duplicate of a committed turn is answered by nothing)."""
+        last: ObservationEvent | None = None
+        for partition, end in self._start.items():
+            records, _ = read_to_end(
+                self.config.kafka, self.config.observations_topic, partition, 0,
+                group=f"rewardstream-episodes-resume-{uuid.uuid4().hex[:8]}", timeout_s=timeout_s,
+            )  # fmt: skip
+            for offset, key, value in records:
+                if offset >= end or key != episode_id.encode() or value is None:
+                    continue
+                obs = _decoded(value)
+                if obs is not None and (last is None or obs.turn >= last.turn):
+                    last = obs
+        with self._cond:
+            for (eid, _turn), obs in self._unclaimed.items():
+                if eid == episode_id and (last is None or obs.turn >= last.turn):
+                    last = obs
+        if last is None:
+            raise EpisodeError(f"episode {episode_id!r} has no observation on {self.config.observations_topic}")
+        episode = Episode(self, episode_id, last.turn)
+        episode.ended = last.ended
+        return episode
+
+    # ---- the machinery ----------------------------------------------------------------------------------
+
+    def send(self, event: ActionEvent) -> ObservationFuture:
+        """Publish ``event`` and return the future of its observation (registered before it can arrive)."""
+        self._raise_if_failed()
+        key = (event.episode_id, event.turn)
+        with self._cond:
+            future = self._futures.get(key)
+            if future is None:
+                future = self._futures[key] = ObservationFuture()
+                future.set_running_or_notify_cancel()
+                early = self._unclaimed.pop(key, None)
+                if early is not None:
+                    future.set_result(early)
+        value = encode(event)
+
+        def delivered(err: object, _msg: Message) -> None:
+            if err is not None and not future.done():
+                future.set_exception(EpisodeError(f"action {key} was not published: {err}"))
+
+        while True:
+            try:
+                self._producer.produce(self.config.actions_topic, value=value, key=event.key(), on_delivery=delivered)
+                break
+            except BufferError:
+                self._producer.poll(_POLL_S)
+        self._producer.poll(0)
+        return future
+
+    def answer(self, future: ObservationFuture, key: tuple[str, int], timeout_s: float | None) -> ObservationEvent:
+        """The observation ``future`` stands for; EpisodeError naming the episode and turn if it does not come."""
+        wait_s = self.config.answer_timeout_s if timeout_s is None else timeout_s
+        try:
+            return future.result(timeout=wait_s)
+        except FutureTimeout:
+            raise EpisodeError(f"no observation for episode {key[0]!r} turn {key[1]} within {wait_s:g}s") from None
+        finally:
+            with self._cond:
+                if future.done() and self._futures.get(key) is future:
+                    del self._futures[key]
+
+    def _consume(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._producer.poll(0)
+                for msg in self._consumer.consume(500, timeout=_POLL_S):
+                    if msg.error() is not None:
+                        log.warning("observations: %s", msg.error())
+                        continue
+                    value = msg.value()
+                    obs = _decoded(value) if value is not None else None
+                    if obs is not None:
+                        self._deliver(obs)
+        except BaseException as exc:  # the consumer died: every waiter learns why
+            self._fail(exc)
+
+    def _deliver(self, obs: ObservationEvent) -> None:
+        key = (obs.episode_id, obs.turn)
+        with self._cond:
+            future = self._futures.get(key)
+            if future is None:
+                self._unclaimed[key] = obs
+                if len(self._unclaimed) > _UNCLAIMED_MAX:
+                    self._unclaimed.popitem(last=False)
+                return
+        if not future.done():
+            future.set_result(obs)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cond:
+            self._error = exc
+            waiting = list(self._futures.values())
+        for future in waiting:
+            if not future.done():
+                future.set_exception(EpisodeError(f"the observations consumer stopped: {exc}"))
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise EpisodeError(f"the observations consumer stopped: {self._error}")
+
+    def close(self, flush_timeout_s: float = 30.0) -> None:
+        """Send what is queued and stop reading (observations still on their way are left on the topic)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        left = self._producer.flush(flush_timeout_s)
+        self._consumer.close()
+        if left:
+            raise EpisodeError(f"{left} action(s) not published within {flush_timeout_s:g}s")
+
+    def __enter__(self) -> EpisodeClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+class Episode:
+    """One episode: each call is one turn (exactly one observation back), in order; ``turn`` is the last one."""
+
+    def __init__(self, client: EpisodeClient, episode_id: str, turn: int) -> None:
+        self.client = client
+        self.episode_id = episode_id
+        self.turn = turn
+        self.opened: ObservationEvent | None = None
+        self.ended: str | None = None
+
+    def act(self, action: Mapping[str, Any] | AnyAction, *, timeout_s: float | None = None) -> ObservationEvent:
+        """Send ``action`` (the contract's JSON object, or a model) as the next turn; its observation."""
+        if self.ended is not None:
+            raise EpisodeError(f"episode {self.episode_id!r} has ended ({self.ended})")
+        body = action.model_dump(mode="json") if isinstance(action, pydantic.BaseModel) else dict(action)
+        starts = body.get("action") in ("open", "fork")
+        turn = 0 if starts else self.turn + 1
+        try:
+            event = ActionEvent.model_validate({"episode_id": self.episode_id, "turn": turn, "action": body})
+        except pydantic.ValidationError as exc:
+            problems = one_line(problems_of(exc), "action")
+            raise ValidationError(f"bad action for episode {self.episode_id!r}: {problems}") from None
+        key = (self.episode_id, turn)
+        obs = self.client.answer(self.client.send(event), key, timeout_s)
+        self.turn = obs.turn
+        self.ended = obs.ended
+        return obs
+
+    def exec(self, command: str | list[str], timeout_s: float | None = None) -> ObservationEvent:
+        """Run ``command`` in the workspace (a string under /bin/sh -c, a list as argv)."""
+        body: dict[str, Any] = {"action": "exec", "command": command}
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        return self.act(body)
+
+    def write(self, path: str, text: str | None = None, *, base64: str | None = None) -> ObservationEvent:
+        """Write one file (text, or base64 for bytes)."""
+        return self.act({"action": "write", "path": path, **({"text": text} if base64 is None else {"base64": base64})})
+
+    def read(self, path: str) -> ObservationEvent:
+        """Read one file; its text is the observation's ``content``."""
+        return self.act({"action": "read", "path": path})
+
+    def fork(self, turn: int, *, episode_id: str | None = None) -> Episode:
+        """A new episode from this one's workspace after ``turn`` (a committed turn of it)."""
+        child = Episode(self.client, episode_id or f"ep-{uuid.uuid4().hex}", 0)
+        child.opened = child.act({"action": "fork", "from_episode": self.episode_id, "turn": turn})
+        return child
+
+    def submit(self, timeout_s: float = 600.0) -> RewardEvent:
+        """End the episode and wait for its one reward (needs the client's ``trainer``)."""
+        trainer = self.client.trainer
+        if trainer is None:
+            raise EpisodeError("submit waits for the reward: give the EpisodeClient a TrainerClient")
+        reward = trainer.future_for(self.episode_id)  # registered before the reward can arrive
+        obs = self.act({"action": "submit"})
+        if obs.status == "rejected":
+            raise EpisodeError(f"submit of episode {self.episode_id!r} was rejected: {obs.reason}")
+        try:
+            return reward.result(timeout=timeout_s)
+        except FutureTimeout:
+            raise EpisodeError(f"no reward for episode {self.episode_id!r} within {timeout_s:g}s") from None
+
+
+def _decoded(value: bytes) -> ObservationEvent | None:
+    try:
+        return decode(value, ObservationEvent)
+    except DecodeError as exc:
+        log.warning("observations: skipping an undecodable record: %s", exc)
+        return None
