@@ -24,6 +24,7 @@ def _register() -> None:
     """Import each command module; each adds its commands to ``app``."""
     from rewardstream.cli import (
         demo,  # noqa: F401
+        episode,  # noqa: F401
         explain,  # noqa: F401
         grade,  # noqa: F401
         logs,  # noqa: F401
