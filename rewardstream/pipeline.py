@@ -40,7 +40,8 @@ class PipelineProcess:
 
 
 def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
-    """Executor, verifier, judge, indexer and the reward processor, with /metrics on consecutive ports.
+    """Executor, verifier, judge, indexer, the reward processor and the episode worker, with /metrics on
+    consecutive ports (the episode worker last, so the older roles keep their ports).
 
     Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
     """
@@ -57,6 +58,11 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
     port = first_port + len(roles)
     argv = [*_supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]
     procs.append(PipelineProcess("reward", tuple(argv), port))
+    port += 1
+    argv = [*_supervised("episode"), "worker", "episode", "--metrics-port", str(port)]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    procs.append(PipelineProcess("episode", tuple(argv), port))
     return procs
 
 

@@ -18,7 +18,7 @@ from tests.integration.platform_env import shared_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PIPELINE = ("executor", "verifier", "judge", "indexer", "reward")
+PIPELINE = ("executor", "verifier", "judge", "indexer", "reward", "episode")
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -76,7 +76,7 @@ def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int
 
 @pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
 @pytest.mark.timeout(400)
-def test_up_pipeline_starts_five_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
+def test_up_pipeline_starts_six_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
     import orjson
 
     env, metrics = _pipeline_env(tmp_path, unique_name)
