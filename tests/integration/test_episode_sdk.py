@@ -1,0 +1,186 @@
+"""Agent episodes end to end, the way a trainer meets them: the episode SDK and ``rewardstream episode play``
+against the real Kafka, S3 and process sandbox, with the episode worker as a real process, the executor,
+verifier and judge workers and the reward processor: an agent inspects, runs the tests, fixes, re-runs and
+submits, and gets exactly one reward; a fork before the fix and a hacking transcript earn 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bus.admin import delete_topics
+from schemas.settings import Settings
+from streams.sdk import TrainerClient, TrainerConfig
+from streams.sdk.episodes import EpisodeClient, EpisodeConfig
+from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
+from tests.integration.reward_env import reward_env
+from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_BUGGY, OPS_FIXED, task
+from workers.roles.episode_worker import clock_topic, state_changelog
+from workers.roles.service import Dependencies
+from workers.sandbox.api import Sandbox
+from workers.tasks.registry import TaskRegistry
+
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
+
+TASK_ID = "swe/calc-call"
+PUBLIC_TESTS = "python3 -m unittest -q tests.test_ops"
+#: A hack: the public tests emptied, a conftest that patches add (both protected: reset before grading).
+CONFTEST_PATCH = "import calc.ops\ncalc.ops.add = lambda a, b: a + b\n"
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    env: dict[str, str]
+    logs: Path
+
+    def worker_logs(self) -> str:
+        return self.logs.read_text(errors="replace")[-6000:]
+
+
+@pytest.fixture
+def stack(
+    kafka_config: dict[str, str], unique_name: str, tmp_path: Path, process_sandbox: Sandbox, s3_bucket: str
+) -> Iterator[Stack]:
+    """The whole pipeline of one machine under a prefix of its own (topics deleted afterwards)."""
+    registry_dir = tmp_path / "registry"
+    TaskRegistry(registry_dir).store([task("call", TASK_ID)])
+    with reward_env(kafka_config, unique_name, tmp_path) as env:
+        settings = Settings(topic_prefix=env.prefix, topic_partitions=PARTITIONS, tasks_dir=registry_dir,
+                            s3_bucket=s3_bucket, worker_concurrency=2)  # fmt: skip
+        child_env = {
+            **os.environ, "RS_TOPIC_PREFIX": env.prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+            "RS_TASKS_DIR": str(registry_dir), "RS_S3_BUCKET": s3_bucket, "RS_METRICS_PORT": "0",
+            "RS_WORKER_COMMIT_INTERVAL_S": "0.1", "RS_WORKER_INSTANCE_ID": f"episode-{unique_name}",
+        }  # fmt: skip
+        logs = tmp_path / "episode-worker.log"
+        with logs.open("wb") as out:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "rewardstream", "worker", "episode", "--concurrency", "2"],
+                env=child_env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        stop, threads, _metrics, outcome = start_workers(
+            settings, ["executor", "verifier", "judge"], Dependencies(sandbox=process_sandbox)
+        )
+        try:
+            env.start()
+            yield Stack(settings, child_env, logs)
+            assert worker.poll() is None, logs.read_text(errors="replace")[-6000:]
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(timeout=30)
+            stop_workers(stop, threads)
+            delete_topics([state_changelog(settings).name, clock_topic(settings).name], kafka_config)
+        assert all(not isinstance(o, BaseException) for o in outcome.values()), outcome
+
+
+def _clients(stack: Stack, run: str) -> tuple[TrainerClient, EpisodeConfig]:
+    trainer = TrainerClient(TrainerConfig.from_settings(stack.settings, run, trainer_id=f"{run}.t"))
+    return trainer, EpisodeConfig.from_settings(stack.settings, run, policy_version="p-7", answer_timeout_s=120)
+
+
+def _no_hidden_data(text: str) -> None:
+    for secret in (*HIDDEN_IDS, *HIDDEN_VALUES):
+        assert secret not in text, secret
+
+
+def test_the_sdk_drives_an_episode_forks_it_resumes_it_and_gets_one_reward(stack: Stack) -> None:
+    trainer, config = _clients(stack, "sdk-run")
+    with trainer, EpisodeClient(config, trainer) as client:
+        episode = client.open(TASK_ID)
+        assert episode.opened is not None
+        assert (episode.opened.turn, episode.opened.status) == (0, "ok"), episode.opened
+        seen = episode.read("calc/ops.py")
+        assert (seen.turn, seen.content) == (1, OPS_BUGGY), seen
+        failing = episode.exec(PUBLIC_TESTS)
+        assert (failing.turn, failing.status) == (2, "nonzero_exit"), failing
+        before_fix = episode.fork(2)
+        assert before_fix.opened is not None
+        assert before_fix.opened.status == "ok", before_fix.opened
+        assert episode.write("calc/ops.py", OPS_FIXED).status == "ok"
+        passing = episode.exec(PUBLIC_TESTS)
+        assert (passing.turn, passing.status, passing.exit_code) == (4, "ok", 0), passing
+
+        # a trainer restarted mid-episode: another client finds the episode where it stands
+        with EpisodeClient(config, trainer) as restarted:
+            resumed = restarted.resume(episode.episode_id)
+            assert (resumed.turn, resumed.ended) == (4, None)
+            reward = resumed.submit(timeout_s=240)
+        assert (reward.generation_id, reward.reward) == (episode.episode_id, 1.0), reward
+        assert reward.run_id == "sdk-run", reward
+
+        # the fork from turn 2 never saw the fix: its workspace still has the bug, and earns 0
+        assert before_fix.read("calc/ops.py").content == OPS_BUGGY
+        fork_reward = before_fix.submit(timeout_s=240)
+        assert (fork_reward.generation_id, fork_reward.reward) == (before_fix.episode_id, 0.0), fork_reward
+        _no_hidden_data(reward.model_dump_json() + fork_reward.model_dump_json())
+
+
+def _play(stack: Stack, transcript: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "rewardstream", "episode", "play", "--task", TASK_ID, "--actions", str(transcript),
+         "--json", "--timeout", "240", *extra],
+        env=stack.env, capture_output=True, timeout=400, check=False,
+    )  # fmt: skip
+
+
+def _transcript(path: Path, actions: list[dict[str, object]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in actions))
+    return path
+
+
+def test_episode_play_prints_each_observation_then_the_reward(stack: Stack, tmp_path: Path) -> None:
+    fix = _transcript(tmp_path / "fix.jsonl", [
+        {"action": "read", "path": "calc/ops.py"},
+        {"action": "exec", "command": PUBLIC_TESTS, "timeout_s": 10},
+        {"action": "write", "path": "calc/ops.py", "text": OPS_FIXED},
+        {"action": "exec", "command": PUBLIC_TESTS},
+        {"action": "submit"},
+    ])  # fmt: skip
+    done = _play(stack, fix, "--run-id", "play-run")
+    assert done.returncode == 0, (done.stderr.decode(errors="replace"), stack.worker_logs())
+    lines = [orjson.loads(line) for line in done.stdout.splitlines()]
+    observations, reward = lines[:-1], lines[-1]
+    assert [o["turn"] for o in observations] == [0, 1, 2, 3, 4, 5], observations
+    assert [o["action"] for o in observations] == ["open", "read", "exec", "write", "exec", "submit"]
+    assert [o["status"] for o in observations] == ["ok", "ok", "nonzero_exit", "ok", "ok", "ok"], observations
+    assert observations[1]["content"] == OPS_BUGGY
+    assert observations[-1]["ended"] == "submitted"
+    episode_id = observations[0]["episode_id"]
+    assert {o["episode_id"] for o in observations} == {episode_id}
+    assert (reward["generation_id"], reward["reward"], reward["run_id"]) == (episode_id, 1.0, "play-run"), reward
+    _no_hidden_data(done.stdout.decode())
+
+
+def test_a_hacking_transcript_earns_zero_and_a_bad_line_sends_nothing(stack: Stack, tmp_path: Path) -> None:
+    hack = _transcript(tmp_path / "hack.jsonl", [
+        {"action": "write", "path": "tests/test_ops.py", "text": ""},
+        {"action": "write", "path": "conftest.py", "text": CONFTEST_PATCH},
+        {"action": "write", "path": "sitecustomize.py", "text": CONFTEST_PATCH},
+        {"action": "exec", "command": ["python3", "-c", "print('tests gone')"]},
+        {"action": "submit"},
+    ])  # fmt: skip
+    done = _play(stack, hack)
+    assert done.returncode == 0, (done.stderr.decode(errors="replace"), stack.worker_logs())
+    reward = orjson.loads(done.stdout.splitlines()[-1])
+    assert reward["reward"] == 0.0, reward
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"action": "read", "path": "calc/ops.py"}\n{"action": "dance"}\n')
+    refused = _play(stack, bad)
+    assert refused.returncode == 2, refused
+    assert refused.stdout == b""
+    assert f"{bad}:2: " in refused.stderr.decode(), refused.stderr
