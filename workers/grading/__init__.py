@@ -3,7 +3,8 @@ pipeline policy's, applied by the CLI layer: ``rewardstream.cli.graded``).
 
 Public API: ``Grader``/``grade`` (results), ``run_call_cases`` (plain-JSON return values of a reference
 solution, for task converters), ``analyze`` (static analysis), ``compare_values``/``compare_stdout``, and
-``refuse_workspace``/``public_suite`` (``WorkspaceTaskError``): the grader runs one-shot tasks only.
+``refuse_workspace``/``public_suite`` (``WorkspaceTaskError``): ``grade`` runs one-shot tasks only; an
+episode's graded workspace runs through ``Grader.run_suites(..., workspace=suites.WorkspaceJob)``.
 """
 
 from __future__ import annotations

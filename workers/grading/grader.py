@@ -12,6 +12,9 @@ exponential backoff and end as ``sandbox_error``, never as ``fail``.
 
 The candidate's own stdout/stderr (``CandidateOutput``) comes back in the harness's ``output`` records: the
 sandbox's stdout is the harness's protocol channel and is never shown as the candidate's output.
+
+A workspace task is never graded here as a program (``refuse_workspace``); the roles run an episode's graded
+workspace through ``run_suites(..., workspace=...)``, the same harness run with the workspace as the candidate.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schemas.errors import SandboxError, ValidationError
-from schemas.tasks import CommandSuite, Limits, PublicTask, Task
+from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
 from workers.grading.static_analysis import Flag, analyze
@@ -39,6 +42,7 @@ from workers.grading.suites import (
     JobSuite,
     Records,
     SuiteOutcome,
+    WorkspaceJob,
     build_spec,
     call_job_suite,
     failed_suite,
@@ -252,7 +256,12 @@ class Grader:
 
     # ---- running ---------------------------------------------------------------------------------------
     def _execute(
-        self, code: str, entry_point: str | None, suites: Sequence[JobSuite], limits: Limits
+        self,
+        code: str,
+        entry_point: str | None,
+        suites: Sequence[JobSuite],
+        limits: Limits,
+        workspace: WorkspaceJob | None = None,
     ) -> tuple[SandboxResult, Records, int, str | None, CandidateOutput]:
         """Run once, retrying infrastructure failures with backoff.
 
@@ -277,6 +286,7 @@ class Grader:
                 nonce=nonce,
                 python_argv=cfg.python_argv,
                 pids_limit=cfg.pids_limit,
+                workspace=workspace,
             )
             try:
                 result = self.sandbox.run(spec)
@@ -307,16 +317,22 @@ class Grader:
         limits: Limits,
         *,
         prompt: str = "",
+        workspace: WorkspaceJob | None = None,
     ) -> SuitesRun:
         """Run labelled suites in ONE sandbox run and score every case outside the sandbox.
 
         ``prompt`` is the task's: assert suites run with the helpers it defines (never the candidate's).
+        With ``workspace`` the candidate is an episode's graded workspace (``code`` is empty): call suites
+        import ``entry_point``'s ``module:function`` from it, io and command suites run their command in it.
         """
+        if workspace is None and any(_in_workspace(s) for _, s in suites):
+            raise WorkspaceTaskError("command suites and io suites with a command run in a workspace")
         helpers = prompt_helpers(prompt, entry_point) if any(s.kind == "assert" for _, s in suites) else ""
         max_stdout = self.config.max_stdout_bytes
         jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=max_stdout, helpers=helpers) for _, s in suites]
         order = order_for_harness(jobs)
-        result, records, attempts, problem, output = self._execute(code, entry_point, [jobs[i] for i in order], limits)
+        ordered = [jobs[i] for i in order]
+        result, records, attempts, problem, output = self._execute(code, entry_point, ordered, limits, workspace)
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
             status=result.status.value,
@@ -402,6 +418,11 @@ class Grader:
             infra_error=ran.infra_error,
             notes=tuple(notes),
         )
+
+
+def _in_workspace(suite: AnySuite) -> bool:
+    """Whether ``suite`` runs a command (only a workspace has one to run)."""
+    return isinstance(suite, CommandSuite) or (isinstance(suite, IoSuite) and suite.command is not None)
 
 
 def grade(

@@ -26,6 +26,13 @@ Why it is shaped like this (the grader's trust argument):
   bytes of each stream and reports them, base64, in ``output`` records before ``done``: the grader shows
   the policy the candidate's output, never the protocol or check code's output.
 * Deadlines are enforced by the parent with SIGKILL; the outer sandbox enforces the whole run.
+* Workspace jobs (an agent episode's final workspace, header ``"workspace"``): the parent restores the tar the
+  host sent into ``ws/`` before any candidate process exists (``Workspace.prepare``). A call server imports
+  ``module`` of ``module:function`` with ``ws/`` as its working directory and on ``sys.path`` after the
+  standard library, bytecode looked up in an empty directory outside the workspace; an io case (or the public
+  command, an io suite of one case) becomes the task's command in ``ws/`` under ``PYTHONSAFEPATH`` (``-P``),
+  whose ``sitecustomize`` (in a site dir outside the workspace) appends ``ws/`` to ``sys.path`` in the same
+  way. Expected values still never enter the sandbox: what the workspace plants can only change its answers.
 
 Usage: ``python3 -I harness.py NBYTES N_ASSERT`` with NBYTES of stdin: a 32-byte nonce, then newline-separated
 JSON segments (a header ``{"code", "entry_point"}``, then one per suite); N_ASSERT = number of assert suites.
@@ -54,7 +61,10 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 
 if TYPE_CHECKING:  # the harness imports nothing it does not need at run time (start-up cost)
     from collections.abc import Callable
-    from typing import Any, NoReturn
+    from typing import Any, NoReturn, TypeAlias
+
+    #: What an io case runs: a program's text, or a workspace task's command (argv) in its workspace.
+    Program: TypeAlias = "str | tuple[list[str], Workspace]"
 
 MAGIC = b"@@RS1"
 NONCE_LEN = 32
@@ -519,6 +529,65 @@ def _describe_exc(exc: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------
+# Workspace jobs (agent episodes): the candidate is a directory, not a program text
+
+#: What a workspace's ``sitecustomize`` (in a site dir outside it, first on ``PYTHONPATH``) does for commands
+#: run under ``PYTHONSAFEPATH``: the workspace goes on ``sys.path`` after the stdlib and site-packages.
+SITECUSTOMIZE = "import sys\nif {ws!r} not in sys.path:\n    sys.path.append({ws!r})\n"
+
+
+class Workspace:
+    """A workspace job's layout in the work dir, made by the parent before any candidate process exists.
+
+    ``dir`` is the restored workspace (absolute); ``pycache`` an empty directory outside it where bytecode is
+    looked up instead of the workspace's ``__pycache__``; ``env`` the whole environment of its commands.
+    """
+
+    def __init__(self, directory: str, pycache: str, env: dict[str, str]) -> None:
+        self.dir = directory
+        self.pycache = pycache
+        self.env = env
+
+    @classmethod
+    def prepare(cls, spec: object) -> Workspace:
+        """Restore the workspace tar the host sent (``spec["tar"]``, a canonical snapshot) into
+        ``spec["dir"]`` with the step runner's own ``restore`` (its source is ``spec["restore"]``), and lay
+        out the bytecode and site dirs. HarnessError (the job's fault: infrastructure) when anything fails."""
+        names = ("tar", "restore", "dir", "pycache", "site")
+        if type(spec) is not dict or any(
+            type(spec.get(k)) is not str or "/" in spec[k] or spec[k] in ("", ".", "..") for k in names
+        ):
+            raise HarnessError("workspace job without its file names")
+        extra = spec.get("env")
+        if type(extra) is not dict or not all(type(k) is str and type(v) is str for k, v in extra.items()):
+            raise HarnessError("workspace job without its environment")
+        root = os.getcwd()
+        ws, pycache, site = (os.path.join(root, spec[k]) for k in ("dir", "pycache", "site"))
+        try:
+            with open(spec["restore"], "rb") as f:
+                source = f.read()
+            with open(spec["tar"], "rb") as f:
+                data = f.read()
+            os.unlink(spec["tar"])
+            os.unlink(spec["restore"])
+            namespace: dict[str, Any] = {"__name__": "rs_restore", "__builtins__": builtins}
+            exec(compile(source, spec["restore"], "exec", dont_inherit=True), namespace)  # noqa: S102 - ours
+            for path in (ws, pycache, site):
+                os.mkdir(path, 0o755)
+            os.chdir(ws)
+            try:
+                namespace["restore"](data)
+            finally:
+                os.chdir(root)
+            with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+                f.write(SITECUSTOMIZE.format(ws=ws))
+        except Exception as exc:
+            raise HarnessError(f"cannot restore the workspace: {_type_name(exc)}: {exc}") from None
+        env = {**os.environ, **extra, "PYTHONPATH": site, "PYTHONPYCACHEPREFIX": pycache}
+        return cls(ws, pycache, env)
+
+
+# --------------------------------------------------------------------------------------------------------
 # Children (candidate side)
 
 
@@ -567,6 +636,23 @@ def _load_module(code: str, name: str) -> types.ModuleType:
     return module
 
 
+def _import_entry(req: dict[str, Any]) -> types.ModuleType:
+    """A workspace task's entry module, imported with the workspace as the working directory.
+
+    The workspace goes on ``sys.path`` AFTER the standard library (a planted ``json.py`` or ``os.py`` never
+    stands in for the real one), and bytecode is looked up in an empty directory outside it (a planted
+    ``__pycache__`` pyc is never loaded for a source) and never written.
+    """
+    ws = req["workspace"]
+    os.chdir(str(ws["dir"]))
+    sys.pycache_prefix = str(ws["pycache"])
+    sys.dont_write_bytecode = True
+    sys.path.append(str(ws["dir"]))
+    name = str(req["module"])
+    __import__(name)
+    return sys.modules[name]
+
+
 def _serve(req_fd: int, rep_fd: int) -> None:
     """Server child: load the candidate module, then answer call requests until EOF."""
     module: types.ModuleType | None = None
@@ -580,7 +666,7 @@ def _serve(req_fd: int, rep_fd: int) -> None:
         op = req.get("op")
         if op == "load":
             try:
-                module = _load_module(str(req["code"]), "solution")
+                module = _import_entry(req) if "module" in req else _load_module(str(req["code"]), "solution")
                 reply: dict[str, object] = {"ok": True}
             except BaseException as exc:
                 reply = {"ok": False, "error": "module failed to load: " + _describe_exc(exc)}
@@ -760,12 +846,15 @@ class CallServer:
         self.load_error: str | None = "not loaded"
         self.capture = capture
 
-    def get(self, code: str, secrets: tuple[bytearray, ...], deadline: float) -> tuple[Server, str | None]:
-        """A live server with the candidate loaded, or the one that failed to load and why."""
+    def get(
+        self, load: dict[str, object], secrets: tuple[bytearray, ...], deadline: float
+    ) -> tuple[Server, str | None]:
+        """A live server with the candidate loaded (``load`` is the request), or the one that failed to load
+        and why."""
         if self.server is None or not self.server.alive or self.load_error is not None:
             self.kill()
             self.server = Server.spawn(secrets, self.capture)
-            self.load_error = _load(self.server, code, deadline)
+            self.load_error = _load(self.server, load, deadline)
         return self.server, self.load_error
 
     def kill(self) -> None:
@@ -774,22 +863,26 @@ class CallServer:
             self.server = None
 
 
-def _run_call(
-    job: dict[str, Any],
-    suite: dict[str, Any],
-    secrets: tuple[bytearray, ...],
-    out: SuiteRecords,
-    shared: CallServer,
-) -> None:
+class Job:
+    """What every suite of a job runs against: the header (the candidate's code and entry point), the
+    restored workspace of a workspace job, and the secrets each child wipes."""
+
+    def __init__(self, header: dict[str, Any], ws: Workspace | None, secrets: tuple[bytearray, ...]) -> None:
+        self.header = header
+        self.ws = ws
+        self.secrets = secrets
+
+
+def _run_call(job: Job, suite: dict[str, Any], out: SuiteRecords, shared: CallServer) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
-    code = str(job["code"])
-    entry = str(job["entry_point"])
-    server, load_error = shared.get(code, secrets, deadline)
+    secrets = job.secrets
+    load, entry = _load_request(job.header, job.ws)
+    server, load_error = shared.get(load, secrets, deadline)
     for case in suite["cases"]:
         cid = str(case["id"])
         if not server.alive and load_error is None:
             # the candidate killed itself (or timed out); later cases still get a run
-            server, load_error = shared.get(code, secrets, deadline)
+            server, load_error = shared.get(load, secrets, deadline)
         if load_error is not None:
             out.case({"id": cid, "ok": False, "error": load_error})
             continue
@@ -802,10 +895,20 @@ def _run_call(
         out.case(_call_record(cid, server, msg, deadline))
 
 
-def _load(server: Server, code: str, deadline: float) -> str | None:
+def _load_request(job: dict[str, Any], ws: Workspace | None) -> tuple[dict[str, object], str]:
+    """(the request that loads the candidate, the function to call): the program's text, or on a workspace
+    task the ``module`` of ``module:function`` from the workspace."""
+    entry = str(job["entry_point"])
+    if ws is None:
+        return {"op": "load", "code": str(job["code"])}, entry
+    module, _, function = entry.rpartition(":")
+    return {"op": "load", "module": module, "workspace": {"dir": ws.dir, "pycache": ws.pycache}}, function
+
+
+def _load(server: Server, load: dict[str, object], deadline: float) -> str | None:
     """Load the candidate module in ``server``: None, or why it did not load (the candidate's failure)."""
     try:
-        reply = server.request({"op": "load", "code": code}, deadline)
+        reply = server.request(load, deadline)
     except HarnessError as exc:
         return f"module load: {exc}"
     return None if reply["ok"] else _error_text(reply)
@@ -905,7 +1008,7 @@ def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out:
     entry = str(job["entry_point"])
     candidate = EntryPoint(server, entry, deadline)
     try:
-        load_error = _load(server, str(job["code"]), deadline)
+        load_error = _load(server, {"op": "load", "code": str(job["code"])}, deadline)
         if load_error is not None:
             out.case({"id": "check", "ok": False, "error": load_error})
             return
@@ -929,11 +1032,10 @@ def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out:
         server.kill()
 
 
-def _run_io(
-    job: dict[str, Any], suite: dict[str, Any], secrets: tuple[bytearray, ...], out: SuiteRecords, capture: Capture
-) -> None:
+def _run_io(job: Job, suite: dict[str, Any], out: SuiteRecords, capture: Capture) -> None:
     deadline = time.monotonic() + float(suite["timeout_s"])
-    code = str(job["code"])
+    secrets, ws = job.secrets, job.ws
+    code: Program = str(job.header["code"]) if ws is None else (list(suite["command"]), ws)
     cap = int(suite.get("max_stdout_bytes", 1 << 20))
     for case in suite["cases"]:
         cid = str(case["id"])
@@ -945,7 +1047,7 @@ def _run_io(
 
 
 def _io_case(  # noqa: PLR0917
-    cid: str, code: str, stdin: bytes, secrets: tuple[bytearray, ...], deadline: float, cap: int, capture: Capture
+    cid: str, code: Program, stdin: bytes, secrets: tuple[bytearray, ...], deadline: float, cap: int, capture: Capture
 ) -> dict[str, object]:
     started = time.monotonic()
     mem = os.memfd_create("stdin")
@@ -962,7 +1064,7 @@ def _io_case(  # noqa: PLR0917
             _child_common(secrets, mem, out_w, err_w)
             for fd in (mem, out_w, err_w):
                 os.close(fd)
-            status = _exec_main(code)
+            status = _exec_main(code) if isinstance(code, str) else _exec_command(*code)
         except BaseException:
             status = 1
         finally:
@@ -1016,6 +1118,18 @@ def _exec_main(code: str) -> int:
     except BaseException:
         status = status or 1
     return status
+
+
+def _exec_command(argv: list[str], ws: Workspace) -> int:
+    """Become a workspace task's command (an io case, or its public command suite) in the workspace, with the
+    environment ``Workspace`` made; 127 when it cannot be run."""
+    try:
+        os.chdir(ws.dir)
+        os.execvpe(argv[0], argv, ws.env)  # noqa: S606 - the task's command, in the sandbox
+    except OSError as exc:
+        why = f"cannot run {argv[0][:200]}: {exc.strerror}\n".encode()
+        _quietly(lambda: os.write(2, why))
+    return 127
 
 
 def _site_exit_builtins() -> None:
@@ -1089,7 +1203,7 @@ def _parse_segment(buf: bytearray, span: tuple[int, int]) -> dict[str, Any]:
     return obj
 
 
-def _case_ids(suite: dict[str, Any], seen_assert: bool) -> list[str]:
+def _case_ids(suite: dict[str, Any], seen_assert: bool, workspace: bool = False) -> list[str]:
     """The case ids of a suite segment, once its shape is checked.
 
     A malformed segment is the job's fault (a ``harness_error``: infrastructure), so it is found here,
@@ -1098,6 +1212,8 @@ def _case_ids(suite: dict[str, Any], seen_assert: bool) -> list[str]:
     kind = suite.get("kind")
     if type(suite.get("timeout_s")) not in (int, float):
         raise HarnessError("suite without a timeout")
+    if workspace and (kind == "assert" or (kind == "io") != ("command" in suite)):
+        raise HarnessError("a workspace job runs call suites and io suites with a command only")
     if kind == "assert":
         if type(suite.get("check")) is not str or type(suite.get("helpers", "")) is not str:
             raise HarnessError("assert suite without check code")
@@ -1116,6 +1232,13 @@ def _case_ids(suite: dict[str, Any], seen_assert: bool) -> list[str]:
         if kind == "io" and type(case.get("stdin", "")) is not str:
             raise HarnessError("io case without stdin")
         ids.append(case["id"])
+    command = suite.get("command")
+    if (
+        kind == "io"
+        and command is not None
+        and not (type(command) is list and command and all(type(a) is str and a and "\0" not in a for a in command))
+    ):
+        raise HarnessError("io suite with a malformed command")
     return ids
 
 
@@ -1162,10 +1285,11 @@ def main(argv: list[str]) -> int:
         job = _parse_segment(buf, spans[0])
         if type(job.get("code")) is not str or type(job.get("entry_point")) is not str:
             raise HarnessError("header without code or entry point")
+        ws = Workspace.prepare(job["workspace"]) if "workspace" in job else None
         seen_assert = False
         for sid, span in enumerate(spans[1:]):
             suite = _parse_segment(buf, span)
-            records = SuiteRecords(out, sid, _case_ids(suite, seen_assert))
+            records = SuiteRecords(out, sid, _case_ids(suite, seen_assert, ws is not None))
             if suite["kind"] == "assert" and not servers:
                 raise HarnessError("more assert suites than announced")
             try:
@@ -1174,9 +1298,9 @@ def main(argv: list[str]) -> int:
                     shared.kill()
                     _run_assert(job, suite, servers.pop(0), records)
                 elif suite["kind"] == "call":
-                    _run_call(job, suite, secrets, records, shared)
+                    _run_call(Job(job, ws, secrets), suite, records, shared)
                 else:
-                    _run_io(job, suite, secrets, records, capture)
+                    _run_io(Job(job, ws, secrets), suite, records, capture)
             except Exception as exc:  # the job was valid: what broke the suite came from the candidate
                 shared.kill()  # its server may hold a reply nobody read
                 records.fail_rest(f"the candidate broke the run: {_type_name(exc)}")

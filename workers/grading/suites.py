@@ -16,11 +16,11 @@ import json
 import marshal
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal, NoReturn, Protocol
 
-from schemas.tasks import AssertSuite, CallSuite, IoSuite
+from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
@@ -44,7 +44,23 @@ BOOT = (
 )
 HARNESS_OUTPUT_BYTES = 8 * 1024 * 1024
 CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
-AnySuite = CallSuite | IoSuite | AssertSuite
+AnySuite = CallSuite | IoSuite | AssertSuite | CommandSuite
+#: The one case a command suite (a workspace task's public command) reports: the command's run.
+COMMAND_CASE_ID = "command"
+#: Names in the work dir of a workspace job (the workspace itself is restored under ``ws/``).
+WORKSPACE_FILES = {"tar": "ws.tar", "restore": "ws_restore.py", "dir": "ws", "pycache": ".rs-pycache",
+                   "site": ".rs-site"}  # fmt: skip
+#: The environment of a workspace task's commands (besides PYTHONPATH and PYTHONPYCACHEPREFIX, which the
+#: harness points at its own dirs outside the workspace): ``-P`` for every python, no user site, no home in
+#: the workspace, no bytecode written, no pytest plugin the workspace could register, no pytest cache.
+WORKSPACE_ENV = {
+    "HOME": "/tmp",  # noqa: S108 - the sandbox's private /tmp
+    "PYTHONSAFEPATH": "1",
+    "PYTHONNOUSERSITE": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTEST_ADDOPTS": "-p no:cacheprovider",
+}
 
 
 class CallInput(Protocol):
@@ -117,6 +133,27 @@ class SuiteOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkspaceJob:
+    """A graded workspace as a grading run takes it: the canonical tar, the program that restores it inside
+    the sandbox (the step runner's source: one restore for steps and grading), and what it holds."""
+
+    tar: bytes
+    restorer: bytes
+    bytes: int
+    entries: int
+
+    def workdir(self) -> tuple[int, int]:
+        """(``workdir_size_mb``, ``workdir_inodes``) for the tar, the restored files and the harness."""
+        need = 2 * len(self.tar) + self.entries * 4096 + (8 << 20)
+        return -(-need // (1 << 20)), self.entries + 64
+
+
+def argv_of(command: Command) -> list[str]:
+    """A task's command as argv: a string runs under ``/bin/sh -c``."""
+    return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSuite:
     """One suite as sent into the sandbox: inputs only."""
 
@@ -165,6 +202,13 @@ def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 <<
     if isinstance(suite, IoSuite):
         cases = [{"id": cid, "stdin": c.stdin} for cid, c in zip(suite.case_ids(), suite.cases, strict=True)]
         payload = {"kind": "io", "timeout_s": timeout_s, "max_stdout_bytes": max_stdout_bytes, "cases": cases}
+        if suite.command is not None:
+            payload["command"] = argv_of(suite.command)
+        return JobSuite("io", payload)
+    if isinstance(suite, CommandSuite):  # one io case without stdin: its exit status and output are the feedback
+        cases = [{"id": COMMAND_CASE_ID, "stdin": ""}]
+        payload = {"kind": "io", "timeout_s": timeout_s, "max_stdout_bytes": max_stdout_bytes, "cases": cases,
+                   "command": argv_of(suite.command)}  # fmt: skip
         return JobSuite("io", payload)
     return JobSuite("assert", {"kind": "assert", "timeout_s": timeout_s, "check": suite.code, "helpers": helpers})
 
@@ -196,21 +240,39 @@ def build_spec(
     harness_pyc: bytes = b"",
     python_argv: Sequence[str] = DEFAULT_PYTHON_ARGV,
     pids_limit: int = 64,
+    workspace: WorkspaceJob | None = None,
 ) -> SandboxSpec:
-    """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of stdin."""
-    header = {"code": code, "entry_point": entry_point or ""}
+    """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of stdin.
+
+    With ``workspace`` the candidate is that workspace (``code`` is empty): its tar and restorer go into the
+    work dir as files and the header tells the harness where (``WORKSPACE_FILES``), with the environment of
+    its commands; the work dir is sized for it, and the timeout has the start-up grace once more for the
+    restore.
+    """
+    header: dict[str, object] = {"code": code, "entry_point": entry_point or ""}
+    files = {HARNESS_FILE: harness, HARNESS_PYC: harness_pyc}
+    timeout = sum(float(s.payload["timeout_s"]) for s in suites) + startup_grace_s
+    if workspace is not None:
+        header["workspace"] = {**WORKSPACE_FILES, "env": WORKSPACE_ENV}
+        files |= {WORKSPACE_FILES["tar"]: workspace.tar, WORKSPACE_FILES["restore"]: workspace.restorer}
+        timeout += startup_grace_s
     segments = [json.dumps(header, allow_nan=False)] + [json.dumps(s.payload, allow_nan=False) for s in suites]
     stdin = nonce + b"\n" + "\n".join(segments).encode()
     n_assert = sum(1 for s in suites if s.kind == "assert")
-    timeout = sum(float(s.payload["timeout_s"]) for s in suites) + startup_grace_s
-    return SandboxSpec(
+    spec = SandboxSpec(
         argv=(*python_argv, "-c", BOOT, str(len(stdin)), str(n_assert)),
-        files={HARNESS_FILE: harness, HARNESS_PYC: harness_pyc},
+        files=files,
         stdin=stdin,
         timeout_s=timeout,
         memory_mb=memory_mb,
         pids_limit=pids_limit,
         output_limit_bytes=HARNESS_OUTPUT_BYTES + (256 << 10),
+    )
+    if workspace is None:
+        return spec
+    size_mb, inodes = workspace.workdir()
+    return replace(
+        spec, workdir_size_mb=max(size_mb, spec.workdir_size_mb), workdir_inodes=max(inodes, spec.workdir_inodes)
     )
 
 
@@ -303,10 +365,10 @@ def _single(records: Mapping[str, list[dict[str, Any]]], cid: str) -> dict[str, 
 def score_suite(suite: AnySuite, label: str, records: Mapping[str, list[dict[str, Any]]]) -> SuiteOutcome:
     """Compare each case's record with its expected value, here, outside the sandbox."""
     outcomes: list[CaseOutcome] = []
-    known = set(suite.case_ids())
-    if set(records) - known:
+    known = graded_ids(suite)
+    if set(records) - set(known):
         reason = "results for unknown case ids (protocol violation)"
-        return SuiteOutcome(label, suite.kind, tuple(CaseOutcome(cid, "error", reason) for cid in suite.case_ids()))
+        return SuiteOutcome(label, suite.kind, tuple(CaseOutcome(cid, "error", reason) for cid in known))
     if isinstance(suite, CallSuite):
         for cid, case in zip(suite.case_ids(), suite.cases, strict=True):
             rec = _single(records, cid)
@@ -330,6 +392,9 @@ def score_suite(suite: AnySuite, label: str, records: Mapping[str, list[dict[str
                 continue
             why = compare_stdout(stdout, io_case.expected_stdout)
             outcomes.append(CaseOutcome(cid, "passed") if why is None else CaseOutcome(cid, "failed", why))
+    elif isinstance(suite, CommandSuite):  # passed = the command exited 0 (feedback: it proves nothing)
+        rec = _single(records, COMMAND_CASE_ID)
+        outcomes.append(rec if isinstance(rec, CaseOutcome) else CaseOutcome(COMMAND_CASE_ID, "passed"))
     else:
         rec = _single(records, AssertSuite.CASE_ID)
         outcomes.append(rec if isinstance(rec, CaseOutcome) else CaseOutcome(AssertSuite.CASE_ID, "passed"))
@@ -338,7 +403,12 @@ def score_suite(suite: AnySuite, label: str, records: Mapping[str, list[dict[str
 
 def failed_suite(suite: AnySuite, label: str, status: CaseStatus, message: str) -> SuiteOutcome:
     """Every case of ``suite`` with the same failing status (the run gave no usable evidence)."""
-    return SuiteOutcome(label, suite.kind, tuple(CaseOutcome(cid, status, message) for cid in suite.case_ids()))
+    return SuiteOutcome(label, suite.kind, tuple(CaseOutcome(cid, status, message) for cid in graded_ids(suite)))
+
+
+def graded_ids(suite: AnySuite) -> list[str]:
+    """The case ids a run of ``suite`` reports: a command suite (no cases of its own) reports its one run."""
+    return [COMMAND_CASE_ID] if isinstance(suite, CommandSuite) else suite.case_ids()
 
 
 def infra_problem(result: SandboxResult, records: Records) -> str | None:

@@ -8,11 +8,20 @@ grader; what is left is published as ``run.status == "sandbox_error"``, never as
 Artifacts (``event.artifacts``): both roles store the code and their per-case results; the executor also
 stores the candidate's full stdout/stderr when it is longer than the inline tail. Only the public run's
 output is ever shown: the verifier's run (hidden inputs) keeps its output to itself.
+
+An episode's submit (``workspace_ref``, a workspace task) runs the same way on the graded workspace
+(``roles.workspace``: protected paths reset to the original), each role in its own fresh sandbox run: the
+verifier's hidden suite, the executor's public suite. A public ``command`` suite (the agent's own tests) is
+feedback only, never a gate: its result has no cases (``suite_kind`` None), so the policy's public gates
+pass it whatever it printed, and its exit status and output are the feedback. An unusable snapshot is the
+agent's failure (``run.status == "crashed"`` with the reason in ``run.error``; every hidden case ``error``).
+Static analysis is not run on workspaces: their hidden suites are call/io only, compared outside the sandbox.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 from schemas.events import (
     OUTPUT_TAIL_MAX_CHARS,
@@ -27,12 +36,14 @@ from schemas.events import (
     SandboxRun,
     StaticFlag,
 )
+from schemas.tasks import CommandSuite, PublicTask
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo, public_suite
-from workers.grading.static_analysis import analyze, rule_counts, shown_flags
-from workers.grading.suites import SuiteOutcome
+from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
+from workers.grading.suites import AnySuite, SuiteOutcome, failed_suite
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext, one_shot
+from workers.roles.workspace import EpisodeWorkspaces, Graded, Unusable
 
 
 def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
@@ -97,40 +108,92 @@ def feedback(outcome: SuiteOutcome | None) -> str:
     return "\n".join(lines)[:4096]
 
 
+def unusable_run(unusable: Unusable, backend: str) -> SandboxRun:
+    """The run of a workspace that could not be graded: none happened; the agent's snapshot is the cause."""
+    return SandboxRun(status="crashed", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
+                      error=unusable.reason[:4096])  # fmt: skip
+
+
+def command_feedback(outcome: SuiteOutcome) -> str:
+    """What the policy may read of a public command suite's run: how it ended (it gates nothing)."""
+    case = outcome.cases[0] if outcome.cases else None
+    if case is not None and case.status == "passed":
+        return "the public command exited 0 (feedback only: the hidden tests decide)"
+    ended = case.message if case is not None and case.message else "no result"
+    return f"the public command failed: {ended} (feedback only: the hidden tests decide)"[:4096]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ran:
+    """One role's run, whichever way it was made: what both result events are built from."""
+
+    outcome: SuiteOutcome | None
+    run: SandboxRun
+    attempts: int
+    output: CandidateOutput = field(default_factory=CandidateOutput)
+    feedback: str | None = None
+
+
 class ExecutorHandler:
     """Public tests -> ExecutionResult (feedback)."""
 
     def __init__(self, context: RoleContext, grader: Grader) -> None:
         self.context = context
         self.grader = grader
+        self.workspaces = EpisodeWorkspaces(context)
 
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Run the public suite of the event's task on its code."""
+        """Run the public suite of the event's task on its code (or on its episode's graded workspace)."""
         ctx = self.context
-        task = one_shot(ctx.tasks.public(event.task_id))
-        public_tests = public_suite(task)
-        code = ctx.code_of(event)
-        fields: dict[str, LogValue] = {}
-        output = CandidateOutput()
-        if public_tests is None:
-            run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
-            outcome: SuiteOutcome | None = None
-            attempts = 1
+        artifacts: dict[ArtifactName, str] = {}
+        if event.workspace_ref is not None:
+            ran = self._episode(event)
+            artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
+            code_upload = None
         else:
-            ran = self.grader.run_suites(
-                code, task.entry_point, [("public", public_tests)], task.limits, prompt=task.prompt
-            )
-            outcome = ran.outcomes[0]
-            run = sandbox_run(ran.run, ran.infra_error)
-            attempts = ran.run.attempts
-            output = ran.output  # the public run's only: this is what the policy may see
+            task = one_shot(ctx.tasks.public(event.task_id))
+            code = ctx.code_of(event)
+            ran = self._run(code, task, public_suite(task), None)
+            code_upload = ctx.store_code(artifacts, event, code)
+        return self._publish(event, source, ran, artifacts, code_upload)
+
+    def _episode(self, event: GenerationEvent) -> _Ran:
+        task = self.context.tasks.public(event.task_id)
+        graded = self.workspaces.graded(event, task)
+        if isinstance(graded, Unusable):
+            return _Ran(None, unusable_run(graded, self.grader.sandbox.name), 1, feedback=graded.reason[:4096])
+        return self._run("", task, task.public_tests, graded)
+
+    def _run(self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None) -> _Ran:
+        if suite is None:
+            run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
+            return _Ran(None, run, 1)
+        ran = self.grader.run_suites(
+            code, task.entry_point, [("public", suite)], task.limits, prompt=task.prompt,
+            workspace=None if graded is None else graded.job(),
+        )  # fmt: skip
+        outcome = ran.outcomes[0]
+        # the public run's output only: this is what the policy may see
+        feedback_text = command_feedback(outcome) if isinstance(suite, CommandSuite) else None
+        return _Ran(outcome, sandbox_run(ran.run, ran.infra_error), ran.run.attempts, ran.output, feedback_text)
+
+    def _publish(
+        self,
+        event: GenerationEvent,
+        source: Source,
+        ran: _Ran,
+        artifacts: dict[ArtifactName, str],
+        code_upload: Future[object] | None,
+    ) -> Outcome:
+        ctx = self.context
+        outcome, run, output = ran.outcome, ran.run, ran.output
+        gated = outcome is not None and outcome.kind != "command"  # a command suite is feedback, never cases
         cases = [CaseResult(case_id=c.id, status=c.status, message=(c.message or None) and c.message[:1024])
-                 for c in (outcome.cases if outcome else ())]  # fmt: skip
+                 for c in (outcome.cases if outcome is not None and gated else ())]  # fmt: skip
         stdout, stdout_cut = output_tail(output.stdout, output.stdout_truncated)
         stderr, stderr_cut = output_tail(output.stderr, output.stderr_truncated)
-        artifacts: dict[ArtifactName, str] = {}
         uploads = _uploads(
-            ctx.store_code(artifacts, event, code),
+            code_upload,
             ctx.store_json(artifacts, "cases", [c.model_dump(mode="json") for c in cases]),
             # Output fully inline is not stored again; what was cut is, as written (bytes, not the tail text).
             ctx.store(artifacts, "stdout", output.stdout) if stdout_cut and output.stdout else None,
@@ -142,9 +205,9 @@ class ExecutorHandler:
             run_id=event.run_id,
             task_id=event.task_id,
             turn=event.turn,
-            attempt=min(max(attempts, 1), 100),
+            attempt=min(max(ran.attempts, 1), 100),
             worker=ctx.worker,
-            suite_kind=outcome.kind if outcome else None,  # type: ignore[arg-type]
+            suite_kind=outcome.kind if outcome is not None and gated else None,  # type: ignore[arg-type]
             run=run,
             cases=cases,
             passed=sum(1 for c in cases if c.status == "passed"),
@@ -153,10 +216,10 @@ class ExecutorHandler:
             stderr=stderr,
             stdout_truncated=stdout_cut,
             stderr_truncated=stderr_cut,
-            feedback=feedback(outcome),
+            feedback=ran.feedback or feedback(outcome),
             artifacts=artifacts,
         )
-        fields.update(_run_fields(run, attempts, result.passed, result.total))
+        fields: dict[str, LogValue] = _run_fields(run, ran.attempts, result.passed, result.total)
         fields.update(stdout_bytes=output.stdout_bytes, stderr_bytes=output.stderr_bytes)
         _artifact_fields(fields, artifacts)
         message = f"executor: {result.passed}/{result.total} public cases passed ({run.status})"
@@ -170,22 +233,56 @@ class VerifierHandler:
     def __init__(self, context: RoleContext, grader: Grader) -> None:
         self.context = context
         self.grader = grader
+        self.workspaces = EpisodeWorkspaces(context)
 
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Run the hidden suite (in its own sandbox run) and analyse the code."""
+        """Run the hidden suite (in its own sandbox run) and analyse the code (or, for an episode's submit,
+        the hidden suite on its graded workspace)."""
         ctx = self.context
-        task = one_shot(ctx.tasks.task(event.task_id))
-        code = ctx.code_of(event)
-        flags = analyze(code)
-        ran = self.grader.run_suites(
-            code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
-        )
-        outcome = ran.outcomes[0]
-        run = sandbox_run(ran.run, ran.infra_error)
-        cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
         artifacts: dict[ArtifactName, str] = {}
+        if event.workspace_ref is not None:
+            ran, flags = self._episode(event), []
+            artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
+            code_upload = None
+        else:
+            task = one_shot(ctx.tasks.task(event.task_id))
+            code = ctx.code_of(event)
+            flags = analyze(code)
+            got = self.grader.run_suites(
+                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
+            )
+            ran = _Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
+            code_upload = ctx.store_code(artifacts, event, code)
+        return self._publish(event, source, ran, flags, artifacts, code_upload)
+
+    def _episode(self, event: GenerationEvent) -> _Ran:
+        """The hidden suite in a fresh sandbox from the graded workspace: its cases exist only in that run."""
+        task = self.context.tasks.task(event.task_id)
+        graded = self.workspaces.graded(event, task)
+        if isinstance(graded, Unusable):
+            outcome = failed_suite(task.hidden_tests, "hidden", "error", graded.reason)
+            return _Ran(outcome, unusable_run(graded, self.grader.sandbox.name), 1)
+        got = self.grader.run_suites(
+            "", task.entry_point, [("hidden", task.hidden_tests)], task.limits, workspace=graded.job()
+        )
+        return _Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
+
+    def _publish(  # noqa: PLR0917
+        self,
+        event: GenerationEvent,
+        source: Source,
+        ran: _Ran,
+        flags: list[Flag],
+        artifacts: dict[ArtifactName, str],
+        code_upload: Future[object] | None,
+    ) -> Outcome:
+        ctx = self.context
+        outcome, run = ran.outcome, ran.run
+        if outcome is None:  # a verifier always runs its hidden suite
+            raise ValueError("verifier: no hidden outcome")
+        cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
         uploads = _uploads(
-            ctx.store_code(artifacts, event, code),
+            code_upload,
             # statuses only: nothing about hidden inputs or expected values, and no output of this run
             ctx.store_json(artifacts, "cases", [c.model_dump(mode="json") for c in cases]),
         )
@@ -195,7 +292,7 @@ class VerifierHandler:
             run_id=event.run_id,
             task_id=event.task_id,
             turn=event.turn,
-            attempt=min(max(ran.run.attempts, 1), 100),
+            attempt=min(max(ran.attempts, 1), 100),
             worker=ctx.worker,
             grader_version=GRADER_VERSION,
             suite_kind=outcome.kind,  # type: ignore[arg-type]
@@ -207,7 +304,7 @@ class VerifierHandler:
             static_flag_counts=rule_counts(flags),
             artifacts=artifacts,
         )
-        fields = _run_fields(run, ran.run.attempts, verdict.passed, verdict.total)
+        fields = _run_fields(run, ran.attempts, verdict.passed, verdict.total)
         fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
         _artifact_fields(fields, artifacts)
         message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"

@@ -1,12 +1,20 @@
-"""The judge role: code -> JudgeScore through a ``Judge`` (built-in rubric by default, or a chat server)."""
+"""The judge role: code -> JudgeScore through a ``Judge`` (built-in rubric by default, or a chat server).
+
+An episode's submit is judged on what the agent changed: the Python files of its graded workspace that differ
+from the task's original (``episodes.diff``), the entry point's module first. A snapshot that cannot be
+graded is a ``status="error"`` score with the reason, like any judge failure.
+"""
 
 from __future__ import annotations
 
 from schemas.events import GenerationEvent, JudgeScore, LogValue
+from schemas.tasks import PublicTask
+from workers.episodes.diff import changes, entries, judged_code
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.judge.base import JudgeRequest
+from workers.judge.base import JudgeOutcome, JudgeRequest
 from workers.judge.cache import CachedJudge
 from workers.roles.common import RoleContext, one_shot
+from workers.roles.workspace import EpisodeWorkspaces, Graded, Unusable
 
 
 class JudgeHandler:
@@ -15,13 +23,17 @@ class JudgeHandler:
     def __init__(self, context: RoleContext, judge: CachedJudge) -> None:
         self.context = context
         self.judge = judge
+        self.workspaces = EpisodeWorkspaces(context)
 
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        """Judge the code against the task's public prompt."""
+        """Judge the code (or an episode's changes) against the task's public prompt."""
         ctx = self.context
-        task = one_shot(ctx.tasks.public(event.task_id))  # workspace tasks: the episode path judges their diff
-        code = ctx.code_of(event)
-        got = self.judge.score(JudgeRequest(event.task_id, task.prompt, task.entry_point, code))
+        if event.workspace_ref is not None:
+            got = self._episode(event)
+        else:
+            task = one_shot(ctx.tasks.public(event.task_id))
+            code = ctx.code_of(event)
+            got = self.judge.score(JudgeRequest(event.task_id, task.prompt, task.entry_point, code))
         score = JudgeScore(
             generation_id=event.generation_id,
             episode_id=event.episode_id,
@@ -43,3 +55,24 @@ class JudgeHandler:
         message = f"judge: score {score.score} ({score.status})"
         record = ctx.log_record(event, source, "info" if got.ok else "warning", message, fields)
         return Done((encode_output(ctx.output_topic, event, score),), record, score.status)
+
+    def _episode(self, event: GenerationEvent) -> JudgeOutcome:
+        task = self.context.tasks.public(event.task_id)
+        graded = self.workspaces.graded(event, task)
+        if isinstance(graded, Unusable):
+            return JudgeOutcome(None, None, graded.reason, self.judge.model, self.judge.prompt_version, 0.0)
+        code, function = episode_code(task, graded)
+        return self.judge.score(JudgeRequest(event.task_id, task.prompt, function, code))
+
+
+def episode_code(task: PublicTask, graded: Graded) -> tuple[str, str | None]:
+    """(what the judge reads of an episode: its changed Python files, the entry module first; the entry
+    function's name)."""
+    module, _, function = (task.entry_point or "").rpartition(":")
+    final = entries(graded.workspace.data)
+    first = next((p for p in (f"{module.replace('.', '/')}.py", f"{module.replace('.', '/')}/__init__.py")
+                  if module and isinstance(final.get(p), bytes)), None)  # fmt: skip
+    first_data = final.get(first) if first is not None else None
+    code = judged_code(changes(graded.original, graded.workspace.data), first,
+                       first_data if isinstance(first_data, bytes) else None)  # fmt: skip
+    return code, function or None

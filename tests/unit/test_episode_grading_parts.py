@@ -1,0 +1,163 @@
+"""The pure parts of grading an episode's submit: the original snapshot, the diff the judge reads, the
+workspace job the harness gets, and the roles' refusals (no sandbox, no services)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.events import GenerationEvent
+from schemas.tasks import Archive, CommandSuite, IoSuite, Limits, Task, Workspace
+from tests.unit.test_workspace_task_refusals import NoSandbox
+from workers.episodes.diff import MAX_FILE_CHARS, changes, judged_code
+from workers.episodes.originals import caps_of, original_snapshot
+from workers.episodes.snapshot import Caps, SnapshotError, pack
+from workers.grading import Grader
+from workers.grading import harness as harness_module
+from workers.grading.grader import WorkspaceTaskError
+from workers.grading.suites import WORKSPACE_FILES, WorkspaceJob, build_spec, job_suite, new_nonce
+from workers.handler import InvalidEventError
+from workers.roles.common import RoleContext, TaskSource
+from workers.roles.workspace import EpisodeWorkspaces, WorkspaceEventError
+from workers.tasks.registry import TaskRegistry
+
+CAPS = Caps(max_bytes=1 << 20, max_entries=100)
+FILES = {"pkg/__init__.py": "", "pkg/mod.py": "def f():\n    return 1\n", "README": "hi\n"}
+
+
+def snap(tmp_path: Path, files: dict[str, str | bytes], links: dict[str, str] | None = None) -> bytes:
+    root = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+    root.mkdir()
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    for name, target in (links or {}).items():
+        (root / name).symlink_to(target)
+    return pack(root, CAPS).data
+
+
+def test_an_inline_original_is_the_canonical_snapshot_of_its_files(tmp_path: Path) -> None:
+    made = original_snapshot(Workspace(files=FILES), CAPS, lambda url: pytest.fail(f"fetched {url}"))
+    assert made == snap(tmp_path, dict(FILES))
+
+
+def test_an_archive_original_must_match_its_sha256(tmp_path: Path) -> None:
+    data = gzip.compress(snap(tmp_path, dict(FILES)))
+    archive = Archive(url="s3://tasks/a.tar.gz", sha256=hashlib.sha256(data).hexdigest())
+    assert original_snapshot(Workspace(archive=archive), CAPS, lambda _url: data) == snap(tmp_path, dict(FILES))
+    with pytest.raises(SnapshotError, match="does not match its sha256"):
+        original_snapshot(Workspace(archive=archive), CAPS, lambda _url: data + b"x")
+
+
+def test_changes_name_what_was_added_modified_and_deleted(tmp_path: Path) -> None:
+    before = snap(tmp_path, dict(FILES), links={"l": "a"})
+    after = snap(tmp_path, {**FILES, "pkg/mod.py": "def f():\n    return 2\n", "new.py": "x = 1\n"}, links={"l": "b"})
+    found = {c.path: c.kind for c in changes(before, after)}
+    assert found == {"pkg/mod.py": "modified", "new.py": "added", "l": "modified"}
+    gone = {c.path: c.kind for c in changes(after, before)}
+    assert gone["new.py"] == "deleted"
+
+
+def test_the_judge_reads_the_entry_module_first_and_only_text_within_its_caps(tmp_path: Path) -> None:
+    before = snap(tmp_path, dict(FILES))
+    huge = "x = 1\n" * (MAX_FILE_CHARS // 6 + 1)
+    after = snap(tmp_path, {**FILES, "a.py": "y = 2\n", "bin.py": b"\xff\x00", "big.py": huge, "data.bin": b"\x00"})
+    code = judged_code(changes(before, after), "pkg/mod.py", b"def f():\n    return 1\n")
+    assert code.startswith("# --- pkg/mod.py\ndef f():")
+    assert "# --- a.py\ny = 2" in code
+    assert "# bin.py: not UTF-8 text, not shown" in code
+    assert "# big.py:" in code
+    assert "too large" in code
+    assert "# data.bin: added" in code
+    assert len(code) < 2 * MAX_FILE_CHARS
+
+
+def test_a_command_suite_is_one_io_case_and_an_io_command_travels_as_argv() -> None:
+    job = job_suite(CommandSuite(kind="command", command="python3 -m pytest -q"), 5.0)
+    assert job.kind == "io"
+    assert job.payload["command"] == ["/bin/sh", "-c", "python3 -m pytest -q"]
+    assert job.payload["cases"] == [{"id": "command", "stdin": ""}]
+    io_suite = IoSuite.model_validate(
+        {"kind": "io", "command": ["python3", "-m", "calc"], "cases": [{"stdin": "1", "expected_stdout": "2"}]}
+    )
+    payload = job_suite(io_suite, 5.0).payload
+    assert payload["command"] == ["python3", "-m", "calc"]
+    assert "expected_stdout" not in json.dumps(payload)
+
+
+def test_a_workspace_job_ships_the_tar_and_its_restore_and_room_for_both() -> None:
+    tar = b"t" * (40 << 20)
+    ws = WorkspaceJob(tar, b"def restore(data): pass\n", bytes=40 << 20, entries=3000)
+    spec = build_spec(code="", entry_point="calc.ops:add", suites=[], memory_mb=512, startup_grace_s=5.0,
+                      harness=b"", nonce=new_nonce(), workspace=ws)  # fmt: skip
+    assert spec.files[WORKSPACE_FILES["tar"]] is tar
+    header = json.loads(spec.stdin.split(b"\n")[1])
+    assert header["workspace"]["dir"] == "ws"
+    assert header["workspace"]["env"]["PYTHONSAFEPATH"] == "1"
+    assert spec.workdir_size_mb * (1 << 20) >= 2 * len(tar)
+    assert spec.workdir_inodes > 3000
+
+
+def test_the_one_shot_grader_never_runs_a_command() -> None:
+    suite = CommandSuite(kind="command", command="true")
+    with pytest.raises(WorkspaceTaskError):
+        Grader(NoSandbox()).run_suites("print(1)", None, [("public", suite)], Limits())
+
+
+def test_the_harness_restores_a_workspace_in_its_own_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.episodes.step import runner_code
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    (work / "ws.tar").write_bytes(snap(tmp_path, dict(FILES), links={"pkg/up": "/etc"}))
+    (work / "ws_restore.py").write_bytes(runner_code()[1])
+    ws = harness_module.Workspace.prepare({**WORKSPACE_FILES, "env": {"HOME": "/tmp"}})
+    assert os.getcwd() == str(work)
+    assert sorted(os.listdir(work)) == [".rs-pycache", ".rs-site", "ws"]  # the tar and the restore are gone
+    assert (work / "ws/pkg/mod.py").read_text() == FILES["pkg/mod.py"]
+    assert os.readlink(work / "ws/pkg/up") == "/etc"
+    assert ws.env["PYTHONPATH"] == str(work / ".rs-site")
+    assert "sys.path.append" in (work / ".rs-site/sitecustomize.py").read_text()
+    for bad in ("../x", "..", ""):
+        with pytest.raises(harness_module.HarnessError):
+            harness_module.Workspace.prepare({**WORKSPACE_FILES, "dir": bad, "env": {}})
+
+
+def _context(tmp_path: Path, tasks: list[Task], artifacts: Any = None) -> RoleContext:
+    registry = TaskRegistry(tmp_path / "tasks")
+    registry.store(tasks)
+    return RoleContext(role="verifier", worker="h:1", tasks=TaskSource(registry), artifacts=artifacts, output_topic="o")
+
+
+def _event(task_id: str) -> GenerationEvent:
+    return GenerationEvent(generation_id="e", episode_id="e", run_id="r", task_id=task_id, policy_version="p",
+                           workspace_ref="s3://bkt/sha256/ab/x", workspace_sha256="a" * 64)  # fmt: skip
+
+
+def test_a_workspace_generation_of_a_one_shot_task_is_an_invalid_event(tmp_path: Path) -> None:
+    hidden = {"kind": "call", "cases": [{"args": [], "expected": 1}]}
+    one_shot = Task.model_validate({"task_id": "T/1", "prompt": "", "entry_point": "f", "hidden_tests": hidden})
+    workspaces = EpisodeWorkspaces(_context(tmp_path, [one_shot]))
+    with pytest.raises(WorkspaceEventError, match="not a workspace task"):
+        workspaces.graded(_event("T/1"), one_shot)
+    assert issubclass(WorkspaceEventError, InvalidEventError)
+
+
+def test_caps_follow_the_task(tmp_path: Path) -> None:
+    task = Task.model_validate({
+        "task_id": "W/1", "prompt": "", "entry_point": "m:f", "workspace": {"files": {"m.py": ""}},
+        "episode": {"workspace_max_mb": 3, "workspace_max_files": 77},
+        "hidden_tests": {"kind": "call", "cases": [{"args": [], "expected": 1}]},
+    })  # fmt: skip
+    assert caps_of(task) == Caps(3 << 20, 77)
+    with tarfile.open(fileobj=io.BytesIO(original_snapshot(task.workspace, caps_of(task), bytes))) as tar:  # type: ignore[arg-type]
+        assert tar.getnames() == ["m.py"]

@@ -1,0 +1,119 @@
+"""An episode's submit as the three roles see it: the final workspace fetched, checked and made gradable.
+
+Why one place for all three roles: each must grade the same workspace (the snapshot ``workspace_ref`` names,
+its bytes matching ``workspace_sha256``, every protected path reset to the task's original by
+``protect.graded_workspace``) and treat the same things as whose fault:
+
+* an S3 outage is the infrastructure's: ``ArtifactError(outage=True)`` raises through and the runtime
+  retries the event (never a 0);
+* a snapshot that cannot be read, is not stored under its sha256's content address in our bucket (the
+  store then checks the bytes against it: a ``workspace_ref`` can never make a role read any other object),
+  or is not a snapshot (``SnapshotError``) is the agent's: ``Unusable`` with the reason, which each role
+  publishes as its failing result;
+* a generation that names a workspace for a one-shot task, or a task whose own workspace is broken, is an
+  invalid event (DLQ, with why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from schemas.events import GenerationEvent
+from schemas.tasks import PublicTask, Task
+from workers.artifacts import ArtifactError
+from workers.episodes.originals import caps_of, original_snapshot
+from workers.episodes.protect import graded_workspace
+from workers.episodes.snapshot import Packed, SnapshotError
+from workers.episodes.step import host_failure, runner_code
+from workers.grading.suites import WorkspaceJob
+from workers.handler import InvalidEventError
+from workers.roles.common import CodeUnavailableError, RoleContext, _Lru
+
+
+class WorkspaceEventError(InvalidEventError):
+    """A workspace generation the roles cannot grade: its task has no workspace, or the task's is broken."""
+
+
+class HostScratchError(OSError):
+    """Our own scratch space failed while making the graded workspace (no space, memory, fds): retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class Graded:
+    """The workspace every role grades (protected paths reset) and the task's original it was made from."""
+
+    workspace: Packed
+    original: bytes
+
+    def job(self) -> WorkspaceJob:
+        """The grading run's form of it: the tar and the step runner's restore, which unpacks it in the sandbox."""
+        return WorkspaceJob(self.workspace.data, runner_code()[1], self.workspace.bytes, self.workspace.files)
+
+
+@dataclass(frozen=True, slots=True)
+class Unusable:
+    """The agent's snapshot cannot be graded; ``reason`` says why (it names no hidden case)."""
+
+    reason: str
+
+
+class EpisodeWorkspaces:
+    """Graded workspaces of episode generations for one role; thread-safe (originals cached by task id)."""
+
+    def __init__(self, context: RoleContext) -> None:
+        self.context = context
+        self._originals = _Lru(self._original, size=64)
+
+    def graded(self, event: GenerationEvent, task: PublicTask | Task) -> Graded | Unusable:
+        """``event``'s final workspace with ``task``'s protected paths reset, or why it cannot be graded."""
+        if task.workspace is None:
+            raise WorkspaceEventError(f"task {task.task_id} is not a workspace task, but the generation names one")
+        final = self._final(event)
+        if isinstance(final, Unusable):
+            return final
+        original = self._originals.get(task.task_id)
+        try:
+            packed = graded_workspace(final, original, task.protected, caps_of(task))
+        except SnapshotError as exc:
+            if host_failure(exc):
+                raise HostScratchError(f"making the graded workspace failed on this host: {exc}") from exc
+            return Unusable(f"the workspace snapshot is unusable: {exc}"[:2000])
+        return Graded(packed, original)
+
+    def _final(self, event: GenerationEvent) -> bytes | Unusable:
+        store, url, sha = self.context.artifacts, event.workspace_ref, event.workspace_sha256
+        if store is None or url is None or sha is None:
+            raise CodeUnavailableError("workspace_ref is set but this worker has no artifact store")
+        if url != store.url_for(sha):  # only our content-addressed snapshots: never any object a URL names
+            return Unusable(f"the workspace snapshot {url} does not match workspace_sha256 (not its content address)")
+        try:
+            data = store.get(url)
+        except ArtifactError as exc:
+            if exc.outage:
+                raise  # an outage: retried by the runtime, never a verdict
+            return Unusable(f"the workspace snapshot cannot be read: {exc}"[:2000])
+        if hashlib.sha256(data).hexdigest() != event.workspace_sha256:
+            return Unusable(f"the workspace snapshot {url} does not match workspace_sha256")
+        return data
+
+    def _original(self, task_id: str) -> bytes:
+        task = self.context.tasks.public(task_id)
+        if task.workspace is None:
+            raise WorkspaceEventError(f"task {task_id} is not a workspace task, but the generation names one")
+        store = self.context.artifacts
+
+        def fetch(url: str) -> bytes:
+            if store is None:
+                raise WorkspaceEventError(f"task {task_id}'s workspace is an archive, but this worker has no store")
+            try:
+                return store.get(url)
+            except ArtifactError as exc:
+                if exc.outage:
+                    raise
+                raise WorkspaceEventError(f"task {task_id}'s workspace archive cannot be read: {exc}") from exc
+
+        try:
+            return original_snapshot(task.workspace, caps_of(task), fetch)
+        except SnapshotError as exc:
+            raise WorkspaceEventError(f"task {task_id}'s workspace is not usable: {exc}") from exc
