@@ -24,6 +24,9 @@ from schemas.errors import PlatformError
 from schemas.settings import Settings
 
 _SANDBOX_USER = "sandbox"
+#: What an agent's commands may count on (the episode contract): ``python`` and ``python3``, pytest and git.
+#: Recommends are not installed (mmdebstrap's default), so git brings perl-base's needs, not perl's docs.
+PACKAGES = ("python3", "python-is-python3", "python3-pytest", "git")
 _BUILD_TIMEOUT_S = 900.0
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
@@ -39,7 +42,7 @@ def _stamp(settings: Settings) -> dict[str, Any]:
         "uid": settings.sandbox_uid,
         "mirror": settings.debian_mirror,
         "suite": "bookworm",
-        "packages": ["python3"],
+        "packages": list(PACKAGES),
         "layout": 2,
     }
 
@@ -69,7 +72,7 @@ def rootfs_path(settings: Settings) -> Path:
 
 
 def ensure_sandbox_rootfs(settings: Settings) -> Path:
-    """Build the rootfs once (mmdebstrap minbase + python3 + a non-root ``sandbox`` user); return it."""
+    """Build the rootfs once (mmdebstrap minbase + ``PACKAGES`` + a non-root ``sandbox`` user); return it."""
     dest = rootfs_path(settings)
     stamp_file = dest.with_name(dest.name + ".json")
     wanted = _stamp(settings)
@@ -100,7 +103,7 @@ def ensure_sandbox_rootfs(settings: Settings) -> Path:
             mmdebstrap,
             "--mode=root",
             "--variant=minbase",
-            "--include=python3",
+            f"--include={','.join(PACKAGES)}",
             *(f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES),
             *(f"--customize-hook={h}" for h in hooks),
             "bookworm",

@@ -101,6 +101,23 @@ def test_write_read_exec_share_one_workspace(sandbox: Sandbox) -> None:
     assert members(overwrite.snapshot)["out.txt"] == ("f", b"second", 0o644)
 
 
+def test_the_contracts_tools_are_on_the_path(sandbox: Sandbox) -> None:
+    """An agent's commands may count on python and python3, pytest and git (the episode contract)."""
+    tests = b"def test_one():\n    assert 1 + 1 == 2\n"
+    out = sh(
+        sandbox,
+        snapshot({"tests/test_one.py": tests}),
+        "python -c 'import sys; print(sys.version_info[0])' && python3 -c 'print(3)'"
+        " && python -m pytest -q -p no:cacheprovider tests && git --version",
+        timeout_s=30,
+    )
+    assert out.status == StepStatus.OK, (out.stdout, out.stderr)
+    lines = out.stdout.decode().splitlines()
+    assert lines[:2] == ["3", "3"], lines
+    assert any("1 passed" in line for line in lines), lines
+    assert lines[-1].startswith("git version "), lines
+
+
 def test_snapshot_round_trips_byte_for_byte(sandbox: Sandbox) -> None:
     """Long and non-ASCII names, long link targets, an executable, an empty dir: ``true`` changes nothing."""
     long_dir = "d" * 90 + "/" + "e" * 90
