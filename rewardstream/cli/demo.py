@@ -1,10 +1,11 @@
 """``rewardstream demo``: the whole pipeline on real tasks, on the local embedded platform.
 
 It brings the platform and the pipeline up (services, topics, executor, verifier, judge, indexer, reward
-processor), loads the HumanEval tasks (expected values computed in the sandbox), then plays a trainer: it
-publishes canonical, wrong and adversarial solutions through the SDK and waits for exactly one reward per
-generation, with a progress bar. The summary says what a trainer and an SRE want to know; the exit code is
-non-zero if any generation ended without a reward, or with a reward it did not deserve.
+processor, episode worker), loads the HumanEval tasks (expected values computed in the sandbox) and the repo's
+SWE tasks, then plays a trainer: it publishes canonical, wrong and adversarial solutions through the SDK and
+waits for exactly one reward per generation, then scripted agents play the SWE tasks as episodes
+(``demo_episodes``), with progress bars. The summary says what a trainer and an SRE want to know; the exit code
+is non-zero if any generation or episode ended without a reward, or with a reward it did not deserve.
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ def demo(
     limit: int = typer.Option(164, min=1, max=164, help="HumanEval problems to use"),
     concurrency: int | None = typer.Option(None, min=1, max=64, help="sandbox runs per worker"),
     timeout: float = typer.Option(900.0, min=1, help="seconds to wait for every reward"),
+    episodes: bool = typer.Option(True, "--episodes/--no-episodes", help="agents play the SWE tasks too"),
 ) -> None:
-    """Bring the pipeline up, publish HumanEval solutions as a trainer would, and summarize the rewards."""
+    """Bring the pipeline up, publish HumanEval solutions and play SWE episodes as a trainer would; summarize."""
     from infra.local.platform import Platform
+    from rewardstream.cli.demo_episodes import demo_episodes, play_episodes, summarize
     from rewardstream.pipeline import Pipeline
 
     console = Console()
@@ -68,11 +71,15 @@ def demo(
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     rewards, latencies, elapsed = _play_trainer(console, settings, run_id, solutions, timeout)
     missing = _summary(console, solutions, rewards, latencies, elapsed)
+    if episodes:
+        agents = demo_episodes()
+        played, agents_s = play_episodes(console, settings, run_id, agents, timeout)
+        missing += summarize(console, agents, played, agents_s)
     console.print(
         f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch_url}, indices "
         f"{settings.opensearch_index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
         f"pipeline metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
-        f"{settings.metrics_port + 4}/metrics; `rewardstream down` stops everything."
+        f"{settings.metrics_port + 5}/metrics; `rewardstream down` stops everything."
     )
     if missing:
         raise typer.Exit(1)
@@ -88,7 +95,9 @@ def _load_tasks(settings: Settings, limit: int) -> list[DemoSolution]:
         tasks, _ = convert_all(problems, SandboxReference(sandbox), workers=2, verify=False)
     finally:
         sandbox.close()
-    TaskRegistry.from_settings(settings).store(tasks)
+    from workers.tasks.swe import swe_tasks
+
+    TaskRegistry.from_settings(settings).store([*tasks, *swe_tasks()])
     out: list[DemoSolution] = []
     hacks = list(ADVERSARIAL_BODIES.items())
     tag = uuid.uuid4().hex[:6]
