@@ -37,7 +37,7 @@ CASES = [(spec, kind) for spec in SPECS for kind in ("call", "io") if kind == "c
 def _workspace(task: Task, changes: dict[str, str]) -> bytes:
     assert task.workspace is not None
     files = {**(task.workspace.files or {}), **changes}
-    return original_snapshot(Workspace(files=files), caps_of(task.episode_limits), bytes).data
+    return original_snapshot(Workspace(files=files), caps_of(task.episode_limits), lambda _url: b"").data
 
 
 @pytest.fixture(scope="module")
