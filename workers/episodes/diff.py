@@ -47,7 +47,11 @@ def entries(snapshot: bytes) -> dict[str, bytes | str]:
 
 def changes(original: bytes, final: bytes) -> list[Change]:
     """Every path added, modified or deleted from ``original`` to ``final`` (two snapshots), sorted."""
-    before, after = entries(original), entries(final)
+    return changes_between(entries(original), entries(final))
+
+
+def changes_between(before: dict[str, bytes | str], after: dict[str, bytes | str]) -> list[Change]:
+    """``changes`` of two snapshots already read by ``entries``."""
     out: list[Change] = []
     for path in sorted(before.keys() | after.keys()):
         old, new = before.get(path), after.get(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from schemas.events import GenerationEvent, JudgeScore, LogValue
 from schemas.tasks import PublicTask
-from workers.episodes.diff import changes, entries, judged_code
+from workers.episodes.diff import changes_between, entries, judged_code
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.judge.base import JudgeOutcome, JudgeRequest
 from workers.judge.cache import CachedJudge
@@ -69,10 +69,14 @@ def episode_code(task: PublicTask, graded: Graded) -> tuple[str, str | None]:
     """(what the judge reads of an episode: its changed Python files, the entry module first; the entry
     function's name)."""
     module, _, function = (task.entry_point or "").rpartition(":")
-    final = entries(graded.workspace.data)
-    first = next((p for p in (f"{module.replace('.', '/')}.py", f"{module.replace('.', '/')}/__init__.py")
-                  if module and isinstance(final.get(p), bytes)), None)  # fmt: skip
-    first_data = final.get(first) if first is not None else None
-    code = judged_code(changes(graded.original, graded.workspace.data), first,
-                       first_data if isinstance(first_data, bytes) else None)  # fmt: skip
+    final = entries(graded.workspace.data)  # each snapshot is read once
+    first: str | None = None
+    first_data: bytes | None = None
+    base = module.replace(".", "/")
+    for path in (f"{base}.py", f"{base}/__init__.py") if module else ():
+        data = final.get(path)
+        if isinstance(data, bytes):
+            first, first_data = path, data
+            break
+    code = judged_code(changes_between(entries(graded.original), final), first, first_data)
     return code, function or None

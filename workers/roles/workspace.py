@@ -16,7 +16,6 @@ its bytes matching ``workspace_sha256``, every protected path reset to the task'
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from schemas.events import GenerationEvent
@@ -88,14 +87,11 @@ class EpisodeWorkspaces:
         if url != store.url_for(sha):  # only our content-addressed snapshots: never any object a URL names
             return Unusable(f"the workspace snapshot {url} does not match workspace_sha256 (not its content address)")
         try:
-            data = store.get(url)
+            return store.get(url)  # a content address: the store checks the bytes against sha
         except ArtifactError as exc:
             if exc.outage:
                 raise  # an outage: retried by the runtime, never a verdict
             return Unusable(f"the workspace snapshot cannot be read: {exc}"[:2000])
-        if hashlib.sha256(data).hexdigest() != event.workspace_sha256:
-            return Unusable(f"the workspace snapshot {url} does not match workspace_sha256")
-        return data
 
     def _original(self, task_id: str) -> bytes:
         task = self.context.tasks.public(task_id)
