@@ -17,8 +17,9 @@ import pytest
 from schemas.events import GenerationEvent
 from schemas.tasks import Archive, CommandSuite, IoSuite, Limits, Task, Workspace
 from tests.unit.test_workspace_task_refusals import NoSandbox
+from workers.artifacts import ArtifactError
 from workers.episodes.diff import MAX_FILE_CHARS, changes, judged_code
-from workers.episodes.originals import caps_of, original_snapshot
+from workers.episodes.originals import BrokenOriginalError, caps_of, original_snapshot, task_original
 from workers.episodes.snapshot import Caps, SnapshotError, pack
 from workers.grading import Grader
 from workers.grading import harness as harness_module
@@ -55,6 +56,42 @@ def test_an_archive_original_must_match_its_sha256(tmp_path: Path) -> None:
     assert original_snapshot(Workspace(archive=archive), CAPS, lambda _url: data).data == snap(tmp_path, dict(FILES))
     with pytest.raises(SnapshotError, match="does not match its sha256"):
         original_snapshot(Workspace(archive=archive), CAPS, lambda _url: data + b"x")
+
+
+class Archives:
+    """Task archives by URL; a URL not there fails as S3 would: ``outage`` or a refusal."""
+
+    def __init__(self, data: dict[str, bytes], *, outage: bool = False) -> None:
+        self.data, self.outage = data, outage
+
+    def get(self, url: str) -> bytes:
+        if url not in self.data:
+            raise ArtifactError(f"no object {url}", outage=self.outage)
+        return self.data[url]
+
+
+def test_a_tasks_broken_archive_is_the_tasks_fault_and_an_outage_is_retried(tmp_path: Path) -> None:
+    """The episode worker and the grading roles make a task's original through ``task_original``: what is
+    wrong with the task is BrokenOriginalError (no episode starts, the event is invalid); an outage raises."""
+    data = gzip.compress(snap(tmp_path, dict(FILES)))
+    archive = Archive(url="s3://tasks/a.tar.gz", sha256=hashlib.sha256(data).hexdigest())
+    task = Task.model_validate({
+        "task_id": "W/2", "prompt": "", "entry_point": "m:f", "workspace": {"archive": archive.model_dump()},
+        "hidden_tests": {"kind": "call", "cases": [{"args": [], "expected": 1}]},
+    })  # fmt: skip
+    assert task_original(task, Archives({archive.url: data})).data == snap(tmp_path, dict(FILES))
+    with pytest.raises(BrokenOriginalError, match="archive cannot be read: no object"):
+        task_original(task, Archives({}))
+    with pytest.raises(BrokenOriginalError, match="has no store"):
+        task_original(task, None)
+    with pytest.raises(BrokenOriginalError, match="does not match its sha256"):
+        task_original(task, Archives({archive.url: data + b"x"}))
+    with pytest.raises(BrokenOriginalError, match="not usable"):
+        task_original(task, Archives({archive.url: gzip.compress(b"no tar at all" * 100)}))
+    with pytest.raises(ArtifactError) as outage:
+        task_original(task, Archives({}, outage=True))
+    assert outage.value.outage
+    assert not isinstance(outage.value, BrokenOriginalError)
 
 
 def test_changes_name_what_was_added_modified_and_deleted(tmp_path: Path) -> None:

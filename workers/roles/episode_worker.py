@@ -84,7 +84,7 @@ def build_episode_worker(
         stack.callback(broker.close)
         producer, consumer, shipper = loop_clients(settings, config, worker_name())
         handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
-                                 committed=committed, fetch=store.get, clock=broker.now_ms,
+                                 committed=committed, store=store, clock=broker.now_ms,
                                  shipper=shipper)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
                                   shipper=shipper, model=ActionEvent, listener=table, timers=handler)  # fmt: skip

@@ -22,10 +22,11 @@ from schemas.episodes import ActionEvent, ForkAction, ObservationEvent, OpenActi
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent, LogRecord, LogValue
 from schemas.tasks import EpisodeLimits, PublicTask
+from workers.artifacts import ArtifactStore
 from workers.episodes import turns
 from workers.episodes.observe import end_observation, step_observation, submitted
-from workers.episodes.originals import caps_of, original_snapshot
-from workers.episodes.snapshot import Packed, SnapshotError
+from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
+from workers.episodes.snapshot import Packed
 from workers.episodes.sources import CommittedEpisodes
 from workers.episodes.step import StepLimits, StepStatus, run_step
 from workers.episodes.table import EpisodeTable, dumps
@@ -65,8 +66,8 @@ def step_limits(task: PublicTask, limits: EpisodeLimits) -> StepLimits:
 
 @dataclass(eq=False)
 class EpisodeHandler:
-    """Thread-safe: the loop runs one action per episode at a time, different episodes at once. ``fetch`` reads
-    a task's workspace archive (S3); ``committed`` finds a fork's source on any partition. Its ``Timers`` end
+    """Thread-safe: the loop runs one action per episode at a time, different episodes at once. ``store`` holds
+    tasks' workspace archives (S3); ``committed`` finds a fork's source on any partition. Its ``Timers`` end
     episodes no action came to in time (``turns.overdue``)."""
 
     topics: EpisodeTopics
@@ -75,7 +76,7 @@ class EpisodeHandler:
     workspaces: Workspaces
     table: EpisodeTable
     committed: CommittedEpisodes
-    fetch: Callable[[str], bytes]
+    store: ArtifactStore
     #: The broker's clock now, ms (``bus.broker_clock``): what idle and overdue episodes are timed by.
     clock: Callable[[], int]
     #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
@@ -131,8 +132,8 @@ class EpisodeHandler:
             return f"task {task.task_id} has no workspace"
         try:
             sha = self._original(task)
-        except SnapshotError as exc:  # the task's archive is no usable workspace: no episode can start
-            return f"task {task.task_id}: {exc}"
+        except BrokenOriginalError as exc:  # the task's own workspace is unusable: no episode can start
+            return str(exc)
         return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
                             policy_version=action.policy_version, history=((0, sha),))  # fmt: skip
 
@@ -231,9 +232,7 @@ class EpisodeHandler:
             known = self._originals.get(task.task_id)
         if known is not None:
             return known
-        if task.workspace is None:
-            raise StepInfraError(f"task {task.task_id} has no workspace")
-        packed = original_snapshot(task.workspace, caps_of(task.episode_limits), self.fetch)
+        packed = task_original(task, self.store)
         self.workspaces.put(packed)
         with self._lock:
             self._originals[task.task_id] = packed.sha256

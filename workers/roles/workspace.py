@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from schemas.events import GenerationEvent
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError
-from workers.episodes.originals import caps_of, original_snapshot
+from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import Packed, SnapshotError
 from workers.episodes.step import host_failure, runner_code
@@ -94,22 +94,7 @@ class EpisodeWorkspaces:
             return Unusable(f"the workspace snapshot cannot be read: {exc}"[:2000])
 
     def _original(self, task_id: str) -> bytes:
-        task = self.context.tasks.public(task_id)
-        if task.workspace is None:
-            raise WorkspaceEventError(f"task {task_id} is not a workspace task, but the generation names one")
-        store = self.context.artifacts
-
-        def fetch(url: str) -> bytes:
-            if store is None:
-                raise WorkspaceEventError(f"task {task_id}'s workspace is an archive, but this worker has no store")
-            try:
-                return store.get(url)
-            except ArtifactError as exc:
-                if exc.outage:
-                    raise
-                raise WorkspaceEventError(f"task {task_id}'s workspace archive cannot be read: {exc}") from exc
-
         try:
-            return original_snapshot(task.workspace, caps_of(task.episode_limits), fetch).data
-        except SnapshotError as exc:
-            raise WorkspaceEventError(f"task {task_id}'s workspace is not usable: {exc}") from exc
+            return task_original(self.context.tasks.public(task_id), self.context.artifacts).data
+        except BrokenOriginalError as exc:
+            raise WorkspaceEventError(str(exc)) from exc
