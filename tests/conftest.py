@@ -114,8 +114,11 @@ def s3_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
     try:
         yield unique_name
     finally:
-        for obj in minio_client.list_objects(unique_name, recursive=True):
-            minio_client.remove_object(unique_name, obj.object_name)
+        # Listed in full first: a listing continues from its last key, which a delete mid-listing removes
+        # (the server then refuses the continuation token once the bucket holds more than a page).
+        names = [obj.object_name for obj in minio_client.list_objects(unique_name, recursive=True)]
+        for name in names:
+            minio_client.remove_object(unique_name, name)
         minio_client.remove_bucket(unique_name)
 
 

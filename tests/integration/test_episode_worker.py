@@ -227,6 +227,90 @@ def test_concurrent_episodes_every_observation_once_in_order_with_its_content(ep
     print(f"\n{EPISODES} episodes x 6 actions: {EPISODES * 6} observations in {took:.1f}s")
 
 
+# ---- (a') the issue's scale: 200 episodes x 10 mixed steps, 8 forks of one from turn 3 ----------------------
+
+SCALE_EPISODES = 200
+SCALE_FORKS = 8
+
+
+def scale_steps(episode: str) -> list[ActionEvent]:
+    """Turns 1-10: writes, execs (shell and argv, one failing), reads; each output depends on every earlier
+    step of this episode only, so a step lost, doubled, reordered or run on another's workspace shows."""
+    return [
+        action(episode, 1, {"action": "write", "path": "notes/a.txt", "text": f"{episode}\n"}),
+        action(episode, 2, {"action": "exec", "command": "echo 2 >> log.txt && cat notes/a.txt log.txt"}),
+        action(episode, 3, {"action": "read", "path": "notes/a.txt"}),
+        action(episode, 4, {"action": "exec", "command": "echo 4 >> log.txt; cat log.txt; exit 3"}),
+        action(episode, 5, {"action": "write", "path": "notes/b.txt", "text": f"{episode}-5\n"}),
+        action(episode, 6, {"action": "exec", "command": ["python3", "-c", "import os; print(sorted(os.listdir()))"]}),
+        action(episode, 7, {"action": "read", "path": "log.txt"}),
+        action(episode, 8, {"action": "exec", "command": "echo 8 >> log.txt && cat notes/b.txt log.txt"}),
+        action(episode, 9, {"action": "write", "path": "notes/a.txt", "text": f"{episode} again\n"}),
+        action(episode, 10, {"action": "read", "path": "notes/a.txt"}),
+    ]
+
+
+def check_scale(episode: str, seen: dict[int, ObservationEvent]) -> None:
+    expected: dict[int, tuple[str, int | None, str | None, str | None]] = {
+        1: ("ok", None, None, None),
+        2: ("ok", 0, f"{episode}\n2\n", None),
+        3: ("ok", None, None, f"{episode}\n"),
+        4: ("nonzero_exit", 3, "2\n4\n", None),
+        5: ("ok", None, None, None),
+        6: ("ok", 0, "['calc', 'log.txt', 'notes', 'tests']\n", None),
+        7: ("ok", None, None, "2\n4\n"),
+        8: ("ok", 0, f"{episode}-5\n2\n4\n8\n", None),
+        9: ("ok", None, None, None),
+        10: ("ok", None, None, f"{episode} again\n"),
+    }
+    for turn, (status, code, stdout, content) in expected.items():
+        got = seen[turn]
+        assert got.status == status, (episode, got)
+        if code is not None:
+            assert (got.exit_code, got.stdout) == (code, stdout), (episode, got)
+        if content is not None:
+            assert got.content == content, (episode, got)
+
+
+@pytest.mark.timeout(900)
+def test_200_episodes_of_10_mixed_steps_and_8_forks_each_once_in_order(episodes: EpisodeEnv) -> None:
+    names = [f"s{i}" for i in range(SCALE_EPISODES)]
+    forks = [f"sf{i}" for i in range(SCALE_FORKS)]
+    source = names[0]
+    episodes.spawn("worker")
+    started = time.monotonic()
+    episodes.send([open_action(e) for e in names])
+    scripts = {e: scale_steps(e) for e in names}
+    episodes.send([scripts[e][t] for t in range(3) for e in names])  # turns 1-3 of every episode, interleaved
+    episodes.wait_turns({source: 3}, 300)
+    # The forks start from the source's turn 3 while the other 199 episodes (and the source) go on.
+    episodes.send([action(f, 0, {"action": "fork", "from_episode": source, "turn": 3}) for f in forks])
+    episodes.send([scripts[e][t] for t in range(3, 10) for e in names])
+    episodes.send([action(f, 1, {"action": "exec", "command": f"echo {f} >> log.txt && cat notes/a.txt log.txt"})
+                   for f in forks])  # fmt: skip
+    episodes.send([action(f, 2, {"action": "read", "path": "log.txt"}) for f in forks])
+    episodes.wait_turns({**dict.fromkeys(names, 10), **dict.fromkeys(forks, 2)}, 780)
+    took = time.monotonic() - started
+    episodes.stop(episodes.procs[0])
+    episodes.wait(episodes.reader.at_end, 60, lambda: "the end of the topics")
+    found = episodes.observations()
+    assert set(found) == {*names, *forks}
+    for e in names:
+        check_scale(e, in_order_once(found[e], 10))
+    for f in forks:
+        seen = in_order_once(found[f], 2)
+        assert (seen[0].action, seen[0].status) == ("fork", "ok"), seen[0]
+        assert seen[1].stdout == f"{source}\n2\n{f}\n", seen[1]  # the source's turn 3, then its own step only
+        assert seen[2].content == f"2\n{f}\n", seen[2]
+    assert not episodes.generations()
+    assert not episodes.dead_letters()
+    actions = len(names) * 11 + len(forks) * 3
+    print(
+        f"\n{SCALE_EPISODES} episodes x 11 actions + {SCALE_FORKS} forks x 3: {actions} observations in "
+        f"{took:.1f}s ({actions / took:.1f}/s)"
+    )
+
+
 # ---- (b) kill -9 mid-run --------------------------------------------------------------------------------------
 
 KILL_EPISODES = 8
