@@ -41,3 +41,16 @@ def next_offsets(messages: list[Message]) -> list[TopicPartition]:
         key = (topic, partition)
         highest[key] = max(highest.get(key, -1), offset)
     return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(highest.items())]
+
+
+def consume_available(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_messages``: waits at most ``timeout_s`` for the first, then takes only what is already here.
+
+    Why not ``consume(max_messages, timeout)``: it waits until ``max_messages`` arrived or the whole timeout
+    passed, so a lone message (an agent's step, its observation) waited out the timeout every time."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *consumer.consume(num_messages=max_messages - 1, timeout=0)]

@@ -103,13 +103,18 @@ class WorkerMetrics:
         self._lag.labels(self.role, topic, str(partition)).set(max(lag, 0))
 
     def update_lag(self, consumer: Consumer, timeout_s: float = 1.0) -> None:
-        """Lag of every assigned partition = high watermark - position (best effort, never raises)."""
+        """Lag of every assigned partition = high watermark - position (best effort, never raises).
+
+        The watermarks are the ones the consumer's last fetch brought (``cached``): asking the broker instead
+        queues behind the consumer's own long-poll fetch (up to ``fetch.wait.max.ms`` per partition), which
+        blocked the worker's loop for seconds whenever the lag was updated."""
+        del timeout_s  # nothing here waits on the broker
         try:
             positions = consumer.position(consumer.assignment())
             for tp in positions:
                 topic, partition, offset = tp.topic, tp.partition, tp.offset
-                watermarks = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
-                if watermarks is None:
+                watermarks = consumer.get_watermark_offsets(tp, cached=True)
+                if watermarks is None or watermarks[1] < 0:  # no fetch of it answered yet
                     continue
                 low, high = watermarks
                 position = offset if offset >= 0 else low

@@ -12,6 +12,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from confluent_kafka import TopicPartition
+
 from schemas.codec import Contract, encode
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
@@ -106,6 +108,14 @@ class PartitionListener(Protocol):
 def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
     """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
     return Output(topic, event.key(), encode(result))
+
+
+class Ends(Protocol):
+    """Where partitions end now (``bus.ends.EndOffsets``): how ``Timers``' clocks know a partition is read to
+    its end. One request for all of them, never on the consumer's own connection (it would wait behind the
+    consumer's fetches)."""
+
+    def ends(self, partitions: Sequence[TopicPartition], timeout_s: float) -> dict[tuple[str, int], int]: ...
 
 
 class Timers(Protocol):

@@ -68,6 +68,8 @@ class PartitionState:
     epoch: int = field(default_factory=lambda: next(_EPOCHS))
     #: Event time this partition is read up to (``Timers``), ms.
     clock_ms: int = 0
+    #: The group's committed offset when it was assigned (``Timers``: where "read to the end" starts from).
+    start_offset: int = -1
 
     def ready_count(self) -> int:
         """Length of the finished prefix."""

@@ -51,6 +51,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as LibKafkaError
 
+from bus.clients import consume_available
 from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
 from bus.dead_letters import publish_dead_letter
 from bus.delivery import DeliveryTracker
@@ -63,6 +64,7 @@ from schemas.events import GenerationEvent, LogRecord
 from workers.handler import (
     Done,
     EmptyValueError,
+    Ends,
     Handler,
     InvalidEventError,
     Outcome,
@@ -150,12 +152,16 @@ class TransactionalWorker(Generic[E]):
         model: type[E] | None = None,
         listener: PartitionListener | None = None,
         timers: Timers | None = None,
+        ends: Ends | None = None,
     ) -> None:
+        if timers is not None and ends is None:
+            raise ValueError("a worker with timers needs ends (bus.ends.EndOffsets): where each partition ends")
         self.config = config
         self.handler = handler
         self.model: type[E] = model if model is not None else cast("type[E]", GenerationEvent)
         self.listener = listener
         self.timers = timers
+        self.ends = ends
         self.consumer = consumer
         self.producer = producer
         self.metrics = metrics
@@ -235,7 +241,7 @@ class TransactionalWorker(Generic[E]):
             self.metrics.update_lag(self.consumer, timeout_s=0.5)
         try:
             room = max(1, min(500, self.config.buffer_limit - self._buffered()))
-            messages = self.consumer.consume(num_messages=room, timeout=self.config.poll_timeout_s)
+            messages = consume_available(self.consumer, room, self.config.poll_timeout_s)
         except KafkaException as exc:
             raise from_exception("consume", exc) from exc
         if accept:
@@ -460,12 +466,14 @@ class TransactionalWorker(Generic[E]):
         try:
             broker_now = timers.now_ms()
             expired: list[Output] = []
-            for part in list(self._parts.values()):
-                tp = TopicPartition(part.topic, part.partition)
-                position = part.next_offset
-                if position is None:  # nothing read since the assignment: it starts at the committed offset
-                    position = self.consumer.committed([tp], timeout=self.config.kafka_timeout_s)[0].offset
-                _low, high = self.consumer.get_watermark_offsets(tp, timeout=self.config.kafka_timeout_s, cached=False)
+            parts = list(self._parts.values())
+            if self.ends is None:  # the constructor refuses timers without ends
+                return
+            ends = self.ends.ends([TopicPartition(p.topic, p.partition) for p in parts], self.config.kafka_timeout_s)
+            for part in parts:
+                # nothing read since the assignment: the partition starts at the offset committed then
+                position = part.start_offset if part.next_offset is None else part.next_offset
+                high = ends.get((part.topic, part.partition), 0)
                 if high <= max(position, 0):  # read to the end: nothing appended by broker_now is unread
                     part.clock_ms = max(part.clock_ms, broker_now)
                 busy = {*part.episodes, *(i.key for i in self._alone if i.part is part)}
@@ -619,6 +627,9 @@ class TransactionalWorker(Generic[E]):
             consumer.pause(partitions)
         else:
             consumer.resume(partitions)
+        if self.timers is not None:
+            for tp in consumer.committed(partitions, timeout=self.config.kafka_timeout_s):
+                self._parts[(tp.topic, tp.partition)].start_offset = tp.offset
         marks = start_marks(consumer, self.guard, partitions, self.config.kafka_timeout_s)
         commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
         self._tell_assigned(partitions)

@@ -24,7 +24,7 @@ from typing import Any
 import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from bus.clients import make_producer, make_reader
+from bus.clients import consume_available, make_producer, make_reader
 from bus.partition_reader import read_to_end
 from bus.scan import watermarks
 from schemas.codec import DecodeError, decode, encode, one_line, problems_of
@@ -186,7 +186,7 @@ class EpisodeClient:
         try:
             while not self._stop.is_set():
                 self._producer.poll(0)
-                for msg in self._consumer.consume(500, timeout=_POLL_S):
+                for msg in consume_available(self._consumer, 500, _POLL_S):
                     if msg.error() is not None:
                         log.warning("observations: %s", msg.error())
                         continue

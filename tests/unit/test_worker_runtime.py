@@ -93,6 +93,10 @@ class FakeConsumer:
             time.sleep(min(timeout, 0.005))
         return out
 
+    def poll(self, timeout: float = 0) -> FakeMessage | None:
+        got = self.consume(1, timeout)
+        return got[0] if got else None
+
     def assign(self, _partitions: list[TopicPartition]) -> None:
         pass
 
@@ -226,6 +230,16 @@ class Recorder:
         return Done((Output("out", ev.key(), ev.generation_id.encode()),))
 
 
+class FakeEnds:
+    """The fake log's ends, as ``bus.ends.EndOffsets`` gives a real topic's."""
+
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self.consumer = consumer
+
+    def ends(self, partitions: Sequence[TopicPartition], timeout_s: float) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): len(self.consumer.log[tp.partition]) for tp in partitions}
+
+
 def make_worker(
     log: dict[int, list[FakeMessage]], handler: Any, *, listener: Any = None, timers: Any = None, **config: Any
 ) -> tuple[TransactionalWorker[GenerationEvent], FakeConsumer, FakeProducer, threading.Event]:
@@ -237,7 +251,7 @@ def make_worker(
     worker = TransactionalWorker(
         cfg, handler, consumer=consumer, producer=producer, metrics=WorkerMetrics("executor"), stop=stop,  # type: ignore[arg-type]
         shipper=LogShipper(producer, "logs", "executor", worker="test:1"),  # type: ignore[arg-type]
-        listener=listener, timers=timers,
+        listener=listener, timers=timers, ends=FakeEnds(consumer) if timers is not None else None,
     )  # fmt: skip
     return worker, consumer, producer, stop
 

@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from bus.admin import ensure_topics
 from bus.broker_clock import BrokerClock, clock_spec
 from bus.changelog import catch_up, changelog_spec, restore_partition
+from bus.ends import EndOffsets
 from bus.metrics import WorkerMetrics
 from schemas.episodes import ActionEvent
 from schemas.settings import Settings
@@ -87,4 +88,5 @@ def build_episode_worker(
                                  committed=committed, store=store, clock=broker.now_ms,
                                  shipper=shipper)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
-                                  shipper=shipper, model=ActionEvent, listener=table, timers=handler)  # fmt: skip
+                                  shipper=shipper, model=ActionEvent, listener=table, timers=handler,
+                                  ends=EndOffsets(kafka))  # fmt: skip
