@@ -223,11 +223,13 @@ class TransactionalWorker(Generic[E]):
         now = self._clock()
         # Commit early when finished results fill half the buffer: they count against ``buffer_limit`` until
         # committed, and waiting for the interval paused consumption with every slot idle (a throughput cap of
-        # buffer_limit per commit interval).
+        # buffer_limit per commit interval). And at once when nothing else is running or waiting to run: no
+        # result could join the batch, and whoever waits for this one (an agent's next step) would wait for
+        # nothing.
         batch = min(self.config.commit_batch, max(1, self.config.buffer_limit // 2))
-        if self._ready_count() and (
-            now - self._last_commit >= self.config.commit_interval_s or self._ready_count() >= batch
-        ):
+        ready = self._ready_count()
+        idle = self._running == 0 and not self._runnable and self._running_alone is None
+        if ready and (idle or now - self._last_commit >= self.config.commit_interval_s or ready >= batch):
             self._commit()
         self._backpressure()
         if self.timers is not None and not self._draining and now - self._last_timers >= self.config.timer_interval_s:
