@@ -41,6 +41,9 @@ log = logging.getLogger("rewardstream.sdk.episodes")
 #: An observation that will arrive: ``result(timeout)`` raises ``TimeoutError`` if it does not in time.
 ObservationFuture = Future[ObservationEvent]
 
+#: Ends after which the worker grades the workspace, so the episode gets its reward (an abandoned one gets none).
+GRADED_ENDS = ("submitted", "max_turns", "episode_timeout")
+
 _POLL_S = 0.1
 _UNCLAIMED_MAX = 100_000  # observations nobody waits for yet (a resume in progress), kept by (episode, turn)
 

@@ -15,10 +15,7 @@ from typing import Any
 from schemas.episodes import ObservationEvent, SubmitAction
 from schemas.events import RewardEvent
 from streams.sdk.agent_text import ACTION_HELP, BadAction, parse_action, render_observation
-from streams.sdk.episodes import Episode, EpisodeClient, EpisodeError
-
-#: Ends after which the worker submits the workspace itself, so a reward comes (an abandoned episode gets none).
-_GRADED_ENDS = ("submitted", "max_turns", "episode_timeout")
+from streams.sdk.episodes import GRADED_ENDS, Episode, EpisodeClient, EpisodeError
 
 
 class EpisodeEnv:
@@ -68,7 +65,7 @@ class EpisodeEnv:
             self.reward = episode.submit(timeout_s=self.reward_timeout_s)
             return self._ended(f"submitted: reward {self.reward.reward:g}", self.reward)
         obs = episode.act(parsed, timeout_s=self.answer_timeout_s)
-        if obs.ended in _GRADED_ENDS:
+        if obs.ended in GRADED_ENDS:
             self.reward = self._reward_of(episode)
             return self._ended(render_observation(obs), self.reward, obs)
         return render_observation(obs), 0.0, obs.ended is not None, self._info(obs)

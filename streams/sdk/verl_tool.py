@@ -26,10 +26,8 @@ from schemas.settings import Settings
 from streams.sdk.agent_text import ACTION_HELP, BadAction, parse_action, render_observation
 from streams.sdk.client import TrainerClient
 from streams.sdk.config import TrainerConfig
-from streams.sdk.episodes import EpisodeConfig, EpisodeError
+from streams.sdk.episodes import GRADED_ENDS, EpisodeConfig, EpisodeError
 from streams.sdk.episodes_aio import AsyncEpisode, AsyncEpisodeClient
-
-_GRADED_ENDS = ("submitted", "max_turns", "episode_timeout")
 
 #: The tool's OpenAI function schema: its arguments are the episode action object.
 TOOL_SCHEMA: dict[str, Any] = {
@@ -112,7 +110,7 @@ class VerlEpisodeTool:
             reward = await episode.submit(timeout_s=float(self.config.get("reward_timeout_s", 600.0)))
             return self._rewarded(instance_id, f"submitted: reward {reward.reward:g}", reward.reward)
         obs = await episode.act(parsed)
-        if obs.ended in _GRADED_ENDS:
+        if obs.ended in GRADED_ENDS:
             return self._rewarded(instance_id, render_observation(obs), await self._reward_after(episode))
         return tool_response(render_observation(obs)), 0.0, _metrics(obs)
 
