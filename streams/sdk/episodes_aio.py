@@ -2,7 +2,8 @@
 
 Why a wrapper and not a second Kafka client: actions must go out through the same idempotent producer and
 observations come back through the same single consumer as in the sync client (same turn numbering, same
-de-duplication). An action is published without blocking (``Episode.begin``) and awaited with
+de-duplication). An action is published without blocking (``Episode.begin``: an enqueue, which waits only
+while the producer's queue is full) and awaited with
 ``asyncio.wrap_future`` on the future the sync client's consumer resolves; only the blocking setup, a resume
 (it reads the topic back) and close run in ``asyncio.to_thread``.
 
