@@ -17,6 +17,9 @@ Agent episodes (``streams.sdk.episodes``): each call is one turn, one observatio
         episode.exec("python -m pytest -q tests")
         episode.write("calc/ops.py", fixed)
         reward = episode.submit()  # a restarted trainer: c.resume(episode_id) goes on from the last turn
+
+``AsyncEpisodeClient`` (``streams.sdk.episodes_aio``) is the same, awaited, for many episodes on one event loop.
+Agent-framework faces: ``streams.sdk.gym_env`` (gym-style reset/step/close) and ``streams.sdk.verl_tool``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from streams.sdk.aio import AsyncTrainerClient
 from streams.sdk.client import RewardFuture, TrainerClient
 from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig
 from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig, EpisodeError
+from streams.sdk.episodes_aio import AsyncEpisode, AsyncEpisodeClient
 
 __all__ = [
+    "AsyncEpisode",
+    "AsyncEpisodeClient",
     "AsyncTrainerClient",
     "Episode",
     "EpisodeClient",

@@ -41,6 +41,9 @@ log = logging.getLogger("rewardstream.sdk.episodes")
 #: An observation that will arrive: ``result(timeout)`` raises ``TimeoutError`` if it does not in time.
 ObservationFuture = Future[ObservationEvent]
 
+#: Ends after which the worker grades the workspace, so the episode gets its reward (an abandoned one gets none).
+GRADED_ENDS = ("submitted", "max_turns", "episode_timeout")
+
 _POLL_S = 0.1
 _UNCLAIMED_MAX = 100_000  # observations nobody waits for yet (a resume in progress), kept by (episode, turn)
 
@@ -103,7 +106,7 @@ class EpisodeClient:
 
     def open(self, task_id: str, *, episode_id: str | None = None, timeout_s: float | None = None) -> Episode:
         """A new episode of ``task_id`` (a fresh id unless given), once the worker answered its open."""
-        episode = Episode(self, episode_id or f"ep-{uuid.uuid4().hex}", 0)
+        episode = Episode(self, episode_id or new_episode_id(), 0)
         body = {
             "action": "open",
             "task_id": task_id,
@@ -172,15 +175,28 @@ class EpisodeClient:
 
     def answer(self, future: ObservationFuture, key: tuple[str, int], timeout_s: float | None) -> ObservationEvent:
         """The observation ``future`` stands for; EpisodeError naming the episode and turn if it does not come."""
-        wait_s = self.config.answer_timeout_s if timeout_s is None else timeout_s
+        wait_s = self.wait_s(timeout_s)
         try:
             return future.result(timeout=wait_s)
         except FutureTimeout:
-            raise EpisodeError(f"no observation for episode {key[0]!r} turn {key[1]} within {wait_s:g}s") from None
+            raise self.no_answer(key, wait_s) from None
         finally:
-            with self._cond:
-                if future.done() and self._futures.get(key) is future:
-                    del self._futures[key]
+            self.forget(key, future)
+
+    def wait_s(self, timeout_s: float | None) -> float:
+        """How long an answer is waited for: ``timeout_s``, else the config's ``answer_timeout_s``."""
+        return self.config.answer_timeout_s if timeout_s is None else timeout_s
+
+    @staticmethod
+    def no_answer(key: tuple[str, int], wait_s: float) -> EpisodeError:
+        """The error of an observation that did not come in time (the same words sync and async)."""
+        return EpisodeError(f"no observation for episode {key[0]!r} turn {key[1]} within {wait_s:g}s")
+
+    def forget(self, key: tuple[str, int], future: ObservationFuture) -> None:
+        """Drop the future of ``key`` once answered (a waiter that gave up leaves it for a later resend)."""
+        with self._cond:
+            if future.done() and self._futures.get(key) is future:
+                del self._futures[key]
 
     def _consume(self) -> None:
         try:
@@ -249,6 +265,14 @@ class Episode:
 
     def act(self, action: Mapping[str, Any] | AnyAction, *, timeout_s: float | None = None) -> ObservationEvent:
         """Send ``action`` (the contract's JSON object, or a model) as the next turn; its observation."""
+        key, future = self.begin(action)
+        return self.settle(self.client.answer(future, key, timeout_s))
+
+    def begin(self, action: Mapping[str, Any] | AnyAction) -> tuple[tuple[str, int], ObservationFuture]:
+        """Publish ``action`` as the next turn without waiting: its (episode, turn) key and observation future.
+
+        The non-blocking half of ``act`` (the asyncio face awaits the future); hand the observation to
+        ``settle`` so the episode knows its turn. One action at a time: the next turn follows the answer."""
         if self.ended is not None:
             raise EpisodeError(f"episode {self.episode_id!r} has ended ({self.ended})")
         body = action.model_dump(mode="json") if isinstance(action, pydantic.BaseModel) else dict(action)
@@ -259,22 +283,21 @@ class Episode:
         except pydantic.ValidationError as exc:
             problems = one_line(problems_of(exc), "action")
             raise ValidationError(f"bad action for episode {self.episode_id!r}: {problems}") from None
-        key = (self.episode_id, turn)
-        obs = self.client.answer(self.client.send(event), key, timeout_s)
+        return (self.episode_id, turn), self.client.send(event)
+
+    def settle(self, obs: ObservationEvent) -> ObservationEvent:
+        """Take ``obs`` (the answer to the last ``begin``) as where the episode stands; return it."""
         self.turn = obs.turn
         self.ended = obs.ended
         return obs
 
     def exec(self, command: str | list[str], timeout_s: float | None = None) -> ObservationEvent:
         """Run ``command`` in the workspace (a string under /bin/sh -c, a list as argv)."""
-        body: dict[str, Any] = {"action": "exec", "command": command}
-        if timeout_s is not None:
-            body["timeout_s"] = timeout_s
-        return self.act(body)
+        return self.act(exec_action(command, timeout_s))
 
     def write(self, path: str, text: str | None = None, *, base64: str | None = None) -> ObservationEvent:
         """Write one file (text, or base64 for bytes)."""
-        return self.act({"action": "write", "path": path, **({"text": text} if base64 is None else {"base64": base64})})
+        return self.act(write_action(path, text, base64))
 
     def read(self, path: str) -> ObservationEvent:
         """Read one file; its text is the observation's ``content``."""
@@ -282,23 +305,54 @@ class Episode:
 
     def fork(self, turn: int, *, episode_id: str | None = None) -> Episode:
         """A new episode from this one's workspace after ``turn`` (a committed turn of it)."""
-        child = Episode(self.client, episode_id or f"ep-{uuid.uuid4().hex}", 0)
-        child.opened = child.act({"action": "fork", "from_episode": self.episode_id, "turn": turn})
+        child = Episode(self.client, episode_id or new_episode_id(), 0)
+        child.opened = child.act(fork_action(self.episode_id, turn))
         return child
 
     def submit(self, timeout_s: float = 600.0) -> RewardEvent:
         """End the episode and wait for its one reward (needs the client's ``trainer``)."""
-        trainer = self.client.trainer
-        if trainer is None:
-            raise EpisodeError("submit waits for the reward: give the EpisodeClient a TrainerClient")
-        reward = trainer.future_for(self.episode_id)  # registered before the reward can arrive
-        obs = self.act({"action": "submit"})
-        if obs.status == "rejected":
-            raise EpisodeError(f"submit of episode {self.episode_id!r} was rejected: {obs.reason}")
+        reward = self.reward_future()
+        self.check_submitted(self.act({"action": "submit"}))
         try:
             return reward.result(timeout=timeout_s)
         except FutureTimeout:
-            raise EpisodeError(f"no reward for episode {self.episode_id!r} within {timeout_s:g}s") from None
+            raise self.no_reward(timeout_s) from None
+
+    def reward_future(self) -> Future[RewardEvent]:
+        """The future of this episode's one reward (register it before the submit, so it cannot be missed)."""
+        trainer = self.client.trainer
+        if trainer is None:
+            raise EpisodeError("submit waits for the reward: give the EpisodeClient a TrainerClient")
+        return trainer.future_for(self.episode_id)
+
+    def check_submitted(self, obs: ObservationEvent) -> None:
+        """EpisodeError when the worker rejected the submit (no reward will come)."""
+        if obs.status == "rejected":
+            raise EpisodeError(f"submit of episode {self.episode_id!r} was rejected: {obs.reason}")
+
+    def no_reward(self, timeout_s: float) -> EpisodeError:
+        """The error of a reward that did not come in time."""
+        return EpisodeError(f"no reward for episode {self.episode_id!r} within {timeout_s:g}s")
+
+
+def new_episode_id() -> str:
+    """A fresh episode id (the trainer makes it: the open's key)."""
+    return f"ep-{uuid.uuid4().hex}"
+
+
+def exec_action(command: str | list[str], timeout_s: float | None = None) -> dict[str, Any]:
+    """The contract's exec object (``timeout_s`` left out when not given: the task's step timeout)."""
+    return {"action": "exec", "command": command, **({} if timeout_s is None else {"timeout_s": timeout_s})}
+
+
+def write_action(path: str, text: str | None = None, base64: str | None = None) -> dict[str, Any]:
+    """The contract's write object: text, or base64 for bytes."""
+    return {"action": "write", "path": path, **({"text": text} if base64 is None else {"base64": base64})}
+
+
+def fork_action(from_episode: str, turn: int) -> dict[str, Any]:
+    """The contract's fork object: a new episode from ``from_episode``'s workspace after ``turn``."""
+    return {"action": "fork", "from_episode": from_episode, "turn": turn}
 
 
 def _decoded(value: bytes) -> ObservationEvent | None:

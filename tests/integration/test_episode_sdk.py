@@ -6,28 +6,19 @@ submits, and gets exactly one reward; a fork before the fix and a hacking transc
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
 
-from bus.admin import delete_topics
-from schemas.settings import Settings
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeClient, EpisodeConfig
-from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
-from tests.integration.reward_env import reward_env
+from tests.integration.episode_env import Stack, episode_stack
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_BUGGY, OPS_FIXED, task
-from workers.roles.episode_worker import clock_topic, state_changelog
-from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox
-from workers.tasks.registry import TaskRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
@@ -37,54 +28,14 @@ PUBLIC_TESTS = "python3 -m unittest -q tests.test_ops"
 CONFTEST_PATCH = "import calc.ops\ncalc.ops.add = lambda a, b: a + b\n"
 
 
-@dataclass
-class Stack:
-    settings: Settings
-    env: dict[str, str]
-    logs: Path
-
-    def worker_logs(self) -> str:
-        return self.logs.read_text(errors="replace")[-6000:]
-
-
 @pytest.fixture
 def stack(
     kafka_config: dict[str, str], unique_name: str, tmp_path: Path, process_sandbox: Sandbox, s3_bucket: str
 ) -> Iterator[Stack]:
     """The whole pipeline of one machine under a prefix of its own (topics deleted afterwards)."""
-    registry_dir = tmp_path / "registry"
-    TaskRegistry(registry_dir).store([task("call", TASK_ID)])
-    with reward_env(kafka_config, unique_name, tmp_path) as env:
-        settings = Settings(topic_prefix=env.prefix, topic_partitions=PARTITIONS, tasks_dir=registry_dir,
-                            s3_bucket=s3_bucket, worker_concurrency=2)  # fmt: skip
-        child_env = {
-            **os.environ, "RS_TOPIC_PREFIX": env.prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
-            "RS_TASKS_DIR": str(registry_dir), "RS_S3_BUCKET": s3_bucket, "RS_METRICS_PORT": "0",
-            "RS_WORKER_COMMIT_INTERVAL_S": "0.1", "RS_WORKER_INSTANCE_ID": f"episode-{unique_name}",
-        }  # fmt: skip
-        logs = tmp_path / "episode-worker.log"
-        with logs.open("wb") as out:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "rewardstream", "worker", "episode", "--concurrency", "2"],
-                env=child_env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        stop, threads, _metrics, outcome = start_workers(
-            settings, ["executor", "verifier", "judge"], Dependencies(sandbox=process_sandbox)
-        )
-        try:
-            env.start()
-            yield Stack(settings, child_env, logs)
-            assert worker.poll() is None, logs.read_text(errors="replace")[-6000:]
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(timeout=30)
-            stop_workers(stop, threads)
-            delete_topics([state_changelog(settings).name, clock_topic(settings).name], kafka_config)
-        assert all(not isinstance(o, BaseException) for o in outcome.values()), outcome
+    tasks = [task("call", TASK_ID)]
+    with episode_stack(kafka_config, unique_name, tmp_path, process_sandbox, s3_bucket, tasks=tasks) as episodes:
+        yield episodes
 
 
 def _clients(stack: Stack, run: str) -> tuple[TrainerClient, EpisodeConfig]:
