@@ -2,11 +2,16 @@
 (the episode SDK test's stack: the episode worker, executor, verifier, judge and reward processor): a short
 episode is played and submitted, and explain lists its steps in order with their statuses, the snapshot in
 S3 with its size, and then the grading; a bad record on the observations topic is skipped with a note; a
-one-shot generation's story has no episode in it, as before."""
+one-shot generation's story has no episode in it, as before. A log indexer runs too, so the episode worker's
+log lines (one per action) are found with the generation's."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +44,56 @@ def _explain_json(gid: str, env: dict[str, str]) -> dict[str, Any]:
     return story
 
 
-def _episode_story(gid: str, env: dict[str, str], timeout_s: float = 120) -> dict[str, Any]:
-    """explain --json until its grading is complete (every result event committed), within a deadline."""
-    deadline = time.monotonic() + timeout_s
+def _graded_and_logged(story: dict[str, Any]) -> bool:
+    """Every result event committed, and the log lines of each role and of every turn indexed."""
+    components = {line["component"] for line in story["logs"]}
+    turns = {line["message"].split(":")[0] for line in story["logs"] if line["component"] == "episode"}
+    return all(story[s] is not None for s in ("execution", "verdict", "judgement", "reward")) and (
+        components >= {"episode", "executor", "verifier", "judge"} and len(turns) == 6
+    )
+
+
+def _story_when(gid: str, env: dict[str, str], ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """explain --json until ``ready`` holds of its story, within a deadline."""
+    deadline = time.monotonic() + 120
     while True:
         story = _explain_json(gid, env)
-        if all(story[s] is not None for s in ("execution", "verdict", "judgement", "reward")):
+        if ready(story):
             return story
         assert time.monotonic() < deadline, story
         time.sleep(0.5)  # poll interval of the condition above, not a wait for it
 
 
+@contextmanager
+def indexer(env: dict[str, str], log: Path) -> Iterator[None]:
+    """The log indexer as a process of its own (the stack has none), stopped after."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rewardstream", "worker", "indexer"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def test_explain_lists_an_episodes_steps_in_order_and_a_one_shot_story_is_unchanged(
     stack: Stack,  # noqa: F811 - the imported fixture
     kafka_config: dict[str, str],
+    logs_index_prefix: str,
     tmp_path: Path,
+) -> None:
+    env = {**stack.env, "RS_OPENSEARCH_INDEX_PREFIX": logs_index_prefix, "RS_OPENSEARCH_REPLICAS": "0"}
+    with indexer(env, tmp_path / "indexer.log"):
+        _explain_an_episode_then_a_one_shot(stack, env, kafka_config, tmp_path)
+
+
+def _explain_an_episode_then_a_one_shot(
+    pipeline: Stack, env: dict[str, str], kafka_config: dict[str, str], tmp_path: Path
 ) -> None:
     played = _transcript(tmp_path / "fix.jsonl", [
         {"action": "read", "path": "calc/ops.py"},
@@ -62,13 +102,13 @@ def test_explain_lists_an_episodes_steps_in_order_and_a_one_shot_story_is_unchan
         {"action": "exec", "command": PUBLIC_TESTS},
         {"action": "submit"},
     ])  # fmt: skip
-    done = _play(stack, played, "--run-id", "explain-run")
-    assert done.returncode == 0, (done.stderr.decode(errors="replace"), stack.worker_logs())
+    done = _play(pipeline, played, "--run-id", "explain-run")
+    assert done.returncode == 0, (done.stderr.decode(errors="replace"), pipeline.worker_logs())
     lines = [orjson.loads(line) for line in done.stdout.splitlines()]
     episode_id, reward = lines[0]["episode_id"], lines[-1]
     assert reward["reward"] == 1.0, reward
 
-    story = _episode_story(episode_id, stack.env)
+    story = _story_when(episode_id, env, _graded_and_logged)
     assert set(story) == {*SECTIONS, "episode"}
     episode = story["episode"]
     assert (episode["episode_id"], episode["task_id"], episode["run_id"]) == (episode_id, TASK_ID, "explain-run")
@@ -87,15 +127,19 @@ def test_explain_lists_an_episodes_steps_in_order_and_a_one_shot_story_is_unchan
     assert workspace["size_bytes"] > 0
     assert story["artifacts"]["generation.workspace"] == workspace["url"]
     assert story["reward"]["reward"] == 1.0
-    scanned = {s["topic"].removeprefix(stack.settings.topic_prefix) for s in story["scanned"]}
+    # the episode worker's line of each turn (they name the episode, not the generation), then the grading's
+    episode_lines = [line["message"] for line in story["logs"] if line["component"] == "episode"]
+    assert [m.split(":")[0] for m in episode_lines] == [
+        "open turn 0", "read turn 1", "exec turn 2", "write turn 3", "exec turn 4", "submit turn 5"]  # fmt: skip
+    scanned = {s["topic"].removeprefix(pipeline.settings.topic_prefix) for s in story["scanned"]}
     assert scanned >= {"generations", "rewards", "actions", "observations"}
 
     # A record on the observations topic with the episode's key that does not decode: a note, not a crash.
     producer = make_producer(kafka_config)
-    producer.produce(f"{stack.settings.topic_prefix}observations", key=episode_id.encode(), value=b"{not json",
+    producer.produce(f"{pipeline.settings.topic_prefix}observations", key=episode_id.encode(), value=b"{not json",
                      timestamp=story["generation"]["location"]["timestamp_ms"])  # fmt: skip
     assert producer.flush(30) == 0
-    text = cli(["explain", episode_id], stack.env)
+    text = cli(["explain", episode_id], env)
     assert text.returncode == 0, text.stderr
     out = text.stdout
     order = [
@@ -113,6 +157,8 @@ def test_explain_lists_an_episodes_steps_in_order_and_a_one_shot_story_is_unchan
         "public tests (executor)",
         "hidden verdict (verifier; counts only)",
         "reward math",
+        "log lines",
+        "submit turn 5: ok",
     ]
     where = [out.find(part) for part in order]
     assert -1 not in where, [p for p, w in zip(order, where, strict=True) if w < 0]
@@ -125,15 +171,15 @@ def test_explain_lists_an_episodes_steps_in_order_and_a_one_shot_story_is_unchan
     # A one-shot generation (code, not an episode): its story has no episode section, printed as before.
     one_shot = GenerationEvent(generation_id=f"{episode_id}-code", episode_id=f"{episode_id}-code",
                                run_id="explain-run", task_id=TASK_ID, policy_version="p-7", code="x = 1\n")  # fmt: skip
-    producer.produce(f"{stack.settings.topic_prefix}generations", key=one_shot.key(), value=encode(one_shot))
+    producer.produce(f"{pipeline.settings.topic_prefix}generations", key=one_shot.key(), value=encode(one_shot))
     assert producer.flush(30) == 0
-    plain = _explain_json(one_shot.generation_id, stack.env)
+    plain = _explain_json(one_shot.generation_id, env)
     assert set(plain) == SECTIONS
     assert plain["generation"]["code"] == "x = 1\n"
     assert "generation.workspace" not in plain["artifacts"]
-    shown = cli(["explain", one_shot.generation_id], stack.env)
+    shown = cli(["explain", one_shot.generation_id], env)
     assert shown.returncode == 0, shown.stderr
     assert "6 chars inline" in shown.stdout
     assert "agent episode" not in shown.stdout
-    assert {s["topic"].removeprefix(stack.settings.topic_prefix) for s in plain["scanned"]} == {
+    assert {s["topic"].removeprefix(pipeline.settings.topic_prefix) for s in plain["scanned"]} == {
         "generations", "executions", "verdicts", "judgements", "rewards"}  # fmt: skip
