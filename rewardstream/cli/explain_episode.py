@@ -29,6 +29,7 @@ def _text(value: object, limit: int = LINE_CHARS) -> str:
 
 
 def _get(mapping: object, key: str) -> object:
+    """``mapping[key]``, or None when ``mapping`` is not a mapping (a section may hold anything)."""
     return mapping.get(key) if isinstance(mapping, Mapping) else None
 
 
@@ -43,27 +44,20 @@ def action_summary(step: Mapping[str, Any]) -> str:
     kind, detail = step.get("action"), step.get("detail")
     if kind is None:
         return "(no action: the worker ended the episode)"
-    name = _text(kind, 16)
-    if kind == "exec":
-        summary = f"exec {_command(_get(detail, 'command'))}"
-    elif kind == "write":
-        size = _get(detail, "bytes")
-        summary = (
-            f"write {_text(_get(detail, 'path'))} ({_text(size)} bytes)"
-            if size is not None
-            else (f"write {_text(_get(detail, 'path'))}")
-        )
-    elif kind == "read":
-        summary = f"read {_text(_get(detail, 'path'))}"
-    elif kind == "open":
-        summary = f"open {_text(_get(detail, 'task_id'))}"
-    elif kind == "fork":
-        summary = f"fork {_text(_get(detail, 'from_episode'))} at turn {_text(_get(detail, 'turn'))}"
-    else:
-        summary = name
-    if detail is None and kind not in ("submit",):
-        summary = f"{name} (action not found)"
-    return _text(summary)
+    if kind == "submit":
+        return "submit"
+    if not isinstance(detail, Mapping):
+        return f"{_text(kind, 16)} (action not found)"
+    size = detail.get("bytes")
+    summaries = {
+        "exec": lambda: f"exec {_command(detail.get('command'))}",
+        "write": lambda: f"write {_text(detail.get('path'))}" + ("" if size is None else f" ({_text(size)} bytes)"),
+        "read": lambda: f"read {_text(detail.get('path'))}",
+        "open": lambda: f"open {_text(detail.get('task_id'))}",
+        "fork": lambda: f"fork {_text(detail.get('from_episode'))} at turn {_text(detail.get('turn'))}",
+    }
+    summary = summaries.get(kind) if isinstance(kind, str) else None
+    return _text(summary() if summary is not None else kind)
 
 
 def _outcome(step: Mapping[str, Any]) -> str:

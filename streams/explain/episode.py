@@ -10,29 +10,17 @@ fatal: explain says how many it skipped.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from bus.scan import Record, offsets_for_time, read_ranges, watermarks
-from schemas.codec import Contract, decode
+from schemas.codec import decode
 from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.errors import RewardstreamError
 from schemas.topics import catalog, topic_for
 from streams.explain.locate import Found, Scanned
+from streams.explain.steps import EpisodeRecords
 
 #: Records are read up to this long after the generation's timestamp (producer clock skew).
 LOOKAHEAD_MS = 60 * 1000
-
-
-@dataclass
-class EpisodeRecords:
-    """The episode's actions and observations in offset order, what was skipped, and what was read."""
-
-    episode_id: str
-    actions: list[tuple[Record, ActionEvent]] = field(default_factory=list)
-    observations: list[tuple[Record, ObservationEvent]] = field(default_factory=list)
-    #: topic -> records with the episode's key that did not decode
-    skipped: dict[str, int] = field(default_factory=dict)
-    scanned: list[Scanned] = field(default_factory=list)
 
 
 def locate_episode(config: Mapping[str, str], prefix: str, generation: Found, *, scan_limit: int) -> EpisodeRecords:
@@ -64,11 +52,8 @@ def _keep(found: EpisodeRecords, record: Record, model: type[ActionEvent] | type
     if record.key != found.episode_id.encode():
         return
     try:
-        event: Contract = decode(record.value, model)
+        event = decode(record.value, model)
     except RewardstreamError:
-        found.skipped[record.topic] = found.skipped.get(record.topic, 0) + 1
+        found.skip(record.topic)
         return
-    if isinstance(event, ActionEvent) and event.episode_id == found.episode_id:
-        found.actions.append((record, event))
-    elif isinstance(event, ObservationEvent) and event.episode_id == found.episode_id:
-        found.observations.append((record, event))
+    found.keep(record, event)

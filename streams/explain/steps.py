@@ -18,11 +18,15 @@ these topics. The ``episode`` section's shape (``--json``)::
 ``detail`` is the action as sent, summarised: exec ``{"command", "timeout_s"}``, write ``{"path", "bytes"}``,
 read ``{"path"}``, open ``{"task_id", "run_id", "policy_version"}``, fork ``{"from_episode", "turn"}``, submit
 ``{}``; null when the action was not found (or the worker ended the episode on its own).
+
+Bounded in memory too: each record is cut to its step (``observed``) or its summary (``sent``) as it is read,
+so neither a write's content nor a read's nor the full outputs are held, however long the episode.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from bus.scan import Record
@@ -38,7 +42,7 @@ from schemas.episodes import (
     write_size,
 )
 from schemas.events import GenerationEvent
-from streams.explain.episode import EpisodeRecords
+from streams.explain.locate import Scanned
 
 #: Characters of stdout/stderr kept per step (their start: where a command's output begins).
 OUTPUT_HEAD_CHARS = 500
@@ -52,6 +56,43 @@ class SnapshotSize:
 
     size_bytes: int | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """An action as explain keeps it: its turn, kind, when it was sent and its ``detail``."""
+
+    turn: int
+    kind: str
+    timestamp_ms: int
+    detail: dict[str, Any]
+    #: a fork's origin (the episode it was forked from, and at which turn)
+    fork: tuple[str, int] | None = None
+
+
+@dataclass
+class EpisodeRecords:
+    """What was read of one episode, in offset order: its actions (``sent``), its observations (``observed``:
+    steps without their ``detail``), how many of its records did not decode (by topic) and what was read."""
+
+    episode_id: str
+    actions: list[Sent] = field(default_factory=list)
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    scanned: list[Scanned] = field(default_factory=list)
+
+    def keep(self, record: Record, event: ActionEvent | ObservationEvent) -> None:
+        """Keep ``event`` (read at ``record``) if it is of this episode, cut to what explain shows."""
+        if event.episode_id != self.episode_id:
+            return
+        if isinstance(event, ActionEvent):
+            self.actions.append(sent(record, event))
+        else:
+            self.observations.append(observed(record, event))
+
+    def skip(self, topic: str) -> None:
+        """Count a record of this episode on ``topic`` that did not decode."""
+        self.skipped[topic] = self.skipped.get(topic, 0) + 1
 
 
 def is_episode(event: object) -> bool:
@@ -74,25 +115,19 @@ def detail(action: AnyAction) -> dict[str, Any]:
     return {}
 
 
-def _answered(
-    observation: tuple[Record, ObservationEvent], actions: list[tuple[Record, ActionEvent]]
-) -> AnyAction | None:
-    """The action an observation answers: same turn and kind, the last one sent before it (a duplicate or an
-    out-of-order action of the same turn is sent again; the one before the answer is the one answered)."""
-    record, obs = observation
-    same = [(r, a) for r, a in actions if a.turn == obs.turn and a.action.action == obs.action]
-    before = [a for r, a in same if r.timestamp_ms <= record.timestamp_ms]
-    chosen = before[-1] if before else (same[0][1] if same else None)
-    return None if chosen is None else chosen.action
+def sent(record: Record, event: ActionEvent) -> Sent:
+    """An action record, cut to its summary."""
+    action = event.action
+    fork = (action.from_episode, action.turn) if isinstance(action, ForkAction) else None
+    return Sent(event.turn, action.action, record.timestamp_ms, detail(action), fork)
 
 
-def _step(observation: tuple[Record, ObservationEvent], actions: list[tuple[Record, ActionEvent]]) -> dict[str, Any]:
-    record, obs = observation
-    action = _answered(observation, actions) if obs.action is not None else None
+def observed(record: Record, obs: ObservationEvent) -> dict[str, Any]:
+    """An observation record as a step (``detail`` is filled in once the actions are read)."""
     return {
         "turn": obs.turn,
         "action": obs.action,
-        "detail": None if action is None else detail(action),
+        "detail": None,
         "status": obs.status,
         "exit_code": obs.exit_code,
         "wall_ms": obs.wall_ms,
@@ -111,12 +146,27 @@ def _step(observation: tuple[Record, ObservationEvent], actions: list[tuple[Reco
     }  # fmt: skip
 
 
-def _until_end(observations: list[tuple[Record, ObservationEvent]]) -> list[tuple[Record, ObservationEvent]]:
-    """The episode's observations up to the one that ended it (later actions were only rejected)."""
-    for index, (_record, obs) in enumerate(observations):
-        if obs.ended is not None:
-            return observations[: index + 1]
-    return observations
+def _with_detail(steps: list[dict[str, Any]], actions: list[Sent]) -> list[dict[str, Any]]:
+    """Each step with the detail of the action it answers: same turn and kind, the last one sent before the
+    answer (a resent duplicate, or an out-of-order action of the same turn, is sent again)."""
+    by_turn: defaultdict[tuple[int, str], list[Sent]] = defaultdict(list)
+    for action in actions:
+        by_turn[(action.turn, action.kind)].append(action)
+    done = []
+    for step in steps:
+        same = by_turn.get((step["turn"], step["action"]), []) if step["action"] is not None else []
+        before = [a for a in same if a.timestamp_ms <= step["location"]["timestamp_ms"]]
+        chosen = before[-1] if before else (same[0] if same else None)
+        done.append({**step, "detail": None if chosen is None else chosen.detail})
+    return done
+
+
+def _until_end(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episode's steps up to the one that ended it (later actions were only rejected)."""
+    for index, step in enumerate(steps):
+        if step["ended"] is not None:
+            return steps[: index + 1]
+    return steps
 
 
 def _notes(records: EpisodeRecords, steps: list[dict[str, Any]], turns: int) -> list[str]:
@@ -139,17 +189,16 @@ def _notes(records: EpisodeRecords, steps: list[dict[str, Any]], turns: int) -> 
 
 def episode_section(generation: GenerationEvent, records: EpisodeRecords, size: SnapshotSize) -> dict[str, Any]:
     """The ``episode`` section of the story of a generation that ``is_episode``."""
-    steps = [_step(o, records.actions) for o in _until_end(records.observations)]
-    fork = next((a.action for _r, a in records.actions if isinstance(a.action, ForkAction)), None)
-    last = steps[-1] if steps else None
+    steps = _with_detail(_until_end(records.observations), records.actions)
+    fork = next((a.fork for a in records.actions if a.fork is not None), None)
     return {
         "episode_id": generation.episode_id,
         "task_id": generation.task_id,
         "run_id": generation.run_id,
         "policy_version": generation.policy_version,
         "turns": generation.turn,
-        "ended": None if last is None else last["ended"],
-        "forked_from": None if fork is None else {"episode_id": fork.from_episode, "turn": fork.turn},
+        "ended": steps[-1]["ended"] if steps else None,
+        "forked_from": None if fork is None else {"episode_id": fork[0], "turn": fork[1]},
         "workspace": {
             "url": generation.workspace_ref,
             "sha256": generation.workspace_sha256,

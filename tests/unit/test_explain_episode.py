@@ -14,8 +14,7 @@ from rich.console import Console
 from rewardstream.cli.explain import _render
 from rewardstream.cli.explain_episode import OUTPUT_LINES, STEPS_SHOWN, episode_lines
 from schemas.episodes import ActionEvent, ObservationEvent
-from streams.explain.episode import EpisodeRecords
-from streams.explain.steps import OUTPUT_HEAD_CHARS, SnapshotSize, episode_section
+from streams.explain.steps import OUTPUT_HEAD_CHARS, EpisodeRecords, SnapshotSize, episode_section
 from streams.explain.story import build_story
 from streams.reward.policy import default_policy_path
 from tests.unit.explain_stories import episode_generation, located, obs_record, one_shot_story
@@ -55,12 +54,14 @@ def played() -> EpisodeRecords:
         ObservationEvent.build(episode_id="ep", turn=5, action="submit", status="ok", ended="submitted"),
         ObservationEvent.build(episode_id="ep", turn=6, action="exec", status="rejected", reason="the episode ended"),
     ]  # fmt: skip
-    return EpisodeRecords(
-        "ep",
-        actions=[(obs_record(2 * i, "rs.actions"), a) for i, a in enumerate(actions)],
-        observations=[(obs_record(2 * i + 1), o) for i, o in enumerate(observations)],
-        skipped={"rs.observations": 1},
-    )
+    records = EpisodeRecords("ep", skipped={"rs.observations": 1})
+    for i, (sent_event, answer) in enumerate(zip(actions, [*observations[:3], None, *observations[3:]], strict=False)):
+        records.keep(obs_record(2 * i, "rs.actions"), sent_event)
+        if answer is not None:  # the resent exec (its duplicate) has no answer
+            records.keep(obs_record(2 * i + 1), answer)
+    records.keep(obs_record(99), observations[-1])
+    records.keep(obs_record(100), ObservationEvent.build(episode_id="other", turn=1, action="read", status="ok"))
+    return records
 
 
 def test_a_one_shot_generation_prints_exactly_as_before() -> None:
@@ -126,7 +127,10 @@ def test_a_thousand_turns_print_a_bounded_number_of_lines_and_say_how_many_were_
                                                stdout="out\n" * 100, stderr="err\n" * 100))
         for t in range(1, 1001)
     ]  # fmt: skip
-    section = episode_section(episode_generation(1000), EpisodeRecords("ep", observations=observations), SIZE)
+    records = EpisodeRecords("ep")
+    for record, observation in observations:
+        records.keep(record, observation)
+    section = episode_section(episode_generation(1000), records, SIZE)
     lines = episode_lines(section)
     assert len(section["steps"]) == 1000
     assert f"  ... {1000 - STEPS_SHOWN} steps left out (explain --json has them all)" in lines
@@ -174,7 +178,9 @@ def _observation(fields: tuple[Any, ...]) -> ObservationEvent | None:
 @given(st.lists(OBSERVATIONS, max_size=60))
 def test_arbitrary_observations_never_crash_the_formatter(fields: list[tuple[Any, ...]]) -> None:
     observations = [o for o in map(_observation, fields) if o is not None]
-    records = EpisodeRecords("ep", observations=[(obs_record(i), o) for i, o in enumerate(observations)])
+    records = EpisodeRecords("ep")
+    for i, observation in enumerate(observations):
+        records.keep(obs_record(i), observation)
     section = episode_section(episode_generation(), records, SIZE)
     lines = episode_lines(section)
     assert len(lines) < 10 + STEPS_SHOWN * (3 + 2 * (OUTPUT_LINES + 1))
@@ -202,6 +208,6 @@ def test_arbitrary_section_values_never_crash_the_formatter(episode: Any, steps:
 
 def test_the_story_of_an_episode_has_a_record_location_per_step() -> None:
     section = episode_section(episode_generation(), played(), SIZE)
-    assert [s["location"]["offset"] for s in section["steps"]] == [1, 3, 5, 7, 9, 11]
+    assert [s["location"]["offset"] for s in section["steps"]] == [1, 3, 5, 9, 11, 13]
     assert section["steps"][0]["location"] == {"topic": "rs.observations", "partition": 1, "offset": 1,
                                                "timestamp_ms": 1_700_000_000_010}  # fmt: skip
