@@ -202,7 +202,8 @@ def explain(
     ] = DEFAULT_SCAN_LIMIT,
     log_limit: Annotated[int, typer.Option("--log-limit", min=1, max=10_000, help="most log lines")] = 200,
 ) -> None:
-    """Show everything about one generation: events, verdicts, judge, reward math, logs, artifacts."""
+    """Show everything about one generation: events, verdicts, judge, reward math, logs, artifacts (and an
+    agent episode's steps)."""
     from streams.explain.story import build_story
 
     settings = load_settings()
