@@ -4,6 +4,11 @@ The event, its public results, its hidden verdict (counts and per-case statuses,
 judge score, the reward math re-evaluated under the policy the reward names, its log lines and artifact
 links. Log lines come from OpenSearch (and say where the generation's message is); events from a bounded
 scan of the topics (``--scan-limit`` messages per partition; the output says what was scanned).
+
+A generation an agent episode submitted also gets the episode: how it ended, its final workspace snapshot
+(URL and size) and its steps, from the ``actions`` and ``observations`` topics (``streams.explain.episode``),
+printed bounded (``explain_episode``), and the episode worker's log lines (they name the episode, not the
+generation). A one-shot generation prints exactly as it did.
 """
 
 from __future__ import annotations
@@ -17,11 +22,15 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.explain_episode import episode_lines
 from rewardstream.cli.logs import LogSearchError, search
 from rewardstream.cli.main import app
 from schemas.errors import RewardstreamError
+from schemas.events import GenerationEvent
 from schemas.settings import Settings
-from streams.explain.locate import DEFAULT_SCAN_LIMIT, Hint, locate
+from streams.explain.episode import locate_episode
+from streams.explain.locate import DEFAULT_SCAN_LIMIT, Hint, Located, locate
+from streams.explain.steps import SnapshotSize, episode_section, is_episode
 
 #: Lines of the generation's code shown in the human-readable story (``--json`` has all of it).
 CODE_LINES = 40
@@ -31,18 +40,58 @@ class GenerationNotFoundError(RewardstreamError):
     """No event of the generation was found where explain looked."""
 
 
-def _logs(settings: Settings, generation_id: str, limit: int) -> tuple[list[dict[str, Any]], str | None]:
-    """The generation's log lines, oldest first; an unreachable OpenSearch is reported, not fatal."""
+def _logs(
+    settings: Settings, query: dict[str, Any], limit: int, *, newest: bool = False
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Log lines matching ``query``, oldest first (the oldest ``limit``, or with ``newest`` the newest); an
+    unreachable OpenSearch is reported, not fatal."""
     from workers.logs.service import opensearch_client
 
-    body = {"query": {"term": {"generation_id": generation_id}}, "sort": [{"created_at": {"order": "asc"}}]}
+    body = {"query": query, "sort": [{"created_at": {"order": "desc" if newest else "asc"}}]}
     client = opensearch_client(settings, timeout_s=30.0)
     try:
-        return search(client, settings.opensearch_index_prefix, {**body, "size": limit}), None
+        found = search(client, settings.opensearch_index_prefix, {**body, "size": limit})
+        return (found[::-1] if newest else found), None
     except LogSearchError as exc:
         return [], str(exc)
     finally:
         client.close()
+
+
+def _with_episode_logs(
+    settings: Settings, episode_id: str, logs: list[dict[str, Any]], limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``logs`` and the episode worker's lines (they name the episode, not a generation), the newest
+    ``limit`` of them all: the grading comes after the episode."""
+    query = {
+        "bool": {"must": [{"term": {"episode_id": episode_id}}], "must_not": [{"exists": {"field": "generation_id"}}]}
+    }
+    steps, error = _logs(settings, query, limit, newest=True)
+    merged = sorted([*logs, *steps], key=lambda line: str(line.get("created_at")))
+    return merged[-limit:], error
+
+
+def _snapshot_size(settings: Settings, url: str) -> SnapshotSize:
+    """The snapshot's size from S3 (its metadata only); an unreachable S3 is reported, not fatal."""
+    from workers.artifacts import minio_client, parse_url
+
+    try:
+        bucket, key = parse_url(url)
+        return SnapshotSize(size_bytes=int(minio_client(settings, timeout_s=5.0).stat_object(bucket, key).size))
+    except Exception as exc:  # whatever S3 says, explain goes on and says it
+        return SnapshotSize(error=f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def _episode(settings: Settings, located: Located, scan_limit: int) -> dict[str, Any] | None:
+    """The episode section of a generation that came from an episode (its scans added to ``located``)."""
+    generation = located.generation()
+    if generation is None or not is_episode(generation.event):
+        return None
+    event = generation.event
+    assert isinstance(event, GenerationEvent)  # noqa: S101 - is_episode says so
+    records = locate_episode(settings.kafka_client_config(), settings.topic_prefix, generation, scan_limit=scan_limit)
+    located.scanned.extend(records.scanned)
+    return episode_section(event, records, _snapshot_size(settings, event.workspace_ref or ""))
 
 
 def _hints(logs: list[dict[str, Any]]) -> list[Hint]:
@@ -82,18 +131,23 @@ def _where(section: dict[str, Any]) -> str:
 
 def _render(story: dict[str, Any], console: Console) -> None:
     gen, ex, ver, judge, reward = (story[k] for k in ("generation", "execution", "verdict", "judgement", "reward"))
+    episode = story.get("episode")
     console.print(f"[bold]generation {story['generation_id']}[/bold]")
     _section(console, "event", gen and {
         "run / task": f"{gen['run_id']} / {gen['task_id']}", "policy version": gen["policy_version"],
         "created": gen["created_at"], "code": f"{gen['code_chars']} chars inline" if gen["code_ref"] is None
         else gen["code_ref"], "at": _where(gen),
-    })  # fmt: skip
+    } | ({"code": "none: an agent episode's final workspace (below)"} if episode is not None else {}))  # fmt: skip
     if gen and gen["code"]:
         lines = gen["code"].splitlines()
         shown = "\n".join(lines[:CODE_LINES]) + (
             f"\n... ({len(lines) - CODE_LINES} more lines)" if len(lines) > CODE_LINES else ""
         )
         console.print(Syntax(shown, "python", line_numbers=True))
+    if episode is not None:
+        console.print("[bold]agent episode[/bold]")
+        for line in episode_lines(episode):
+            console.print(line, markup=False, highlight=False)
     _section(console, "public tests (executor)", ex and {
         "sandbox": ex["sandbox"]["status"], "passed": f"{ex['passed']}/{ex['total']}",
         "cases": ", ".join(f"{c['case_id']}={c['status']}" for c in ex["cases"]), "feedback": ex["feedback"],
@@ -148,18 +202,22 @@ def explain(
     ] = DEFAULT_SCAN_LIMIT,
     log_limit: Annotated[int, typer.Option("--log-limit", min=1, max=10_000, help="most log lines")] = 200,
 ) -> None:
-    """Show everything about one generation: events, verdicts, judge, reward math, logs, artifacts."""
+    """Show everything about one generation: events, verdicts, judge, reward math, logs, artifacts (and an
+    agent episode's steps)."""
     from streams.explain.story import build_story
 
     settings = load_settings()
-    logs, log_error = _logs(settings, generation_id, log_limit)
+    logs, log_error = _logs(settings, {"term": {"generation_id": generation_id}}, log_limit)
     located = locate(
         settings.kafka_client_config(), settings.topic_prefix, generation_id, hints=_hints(logs), scan_limit=scan_limit
     )
     if located.generation() is None and not logs:
         where = "; ".join(f"{s.topic} ({s.messages} messages)" for s in located.scanned)
         raise GenerationNotFoundError(f"generation {generation_id} not found: no log lines, and not in {where}")
-    story = build_story(located, logs, _policies(list(policy or [])), log_error)
+    episode = _episode(settings, located, scan_limit)
+    if episode is not None and log_error is None:
+        logs, log_error = _with_episode_logs(settings, episode["episode_id"], logs, log_limit)
+    story = build_story(located, logs, _policies(list(policy or [])), log_error, episode)
     if as_json:
         print_json(story)
     else:

@@ -2,6 +2,8 @@
 
 Hidden tests never appear: a hidden verdict is shown as counts, per-case statuses and static flags only.
 Artifacts are links (``s3://``), never their content. Every section is present; ``null`` when not found.
+A generation that came from an agent episode has one more section, ``episode`` (``streams.explain.steps``);
+a one-shot generation's story is exactly as it was without it.
 """
 
 from __future__ import annotations
@@ -132,9 +134,14 @@ def _math(reward: RewardEvent | None, signals: Signals, policies: list[Path]) ->
 
 
 def build_story(
-    located: Located, logs: list[dict[str, Any]], policies: list[Path], log_error: str | None = None
+    located: Located,
+    logs: list[dict[str, Any]],
+    policies: list[Path],
+    log_error: str | None = None,
+    episode: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every section of the story; ``policies`` are the files a reward's policy is looked up in."""
+    """Every section of the story; ``policies`` are the files a reward's policy is looked up in; ``episode``
+    is the episode section (``steps.episode_section``) of a generation that came from one."""
     generation = located.generation()
     rewards = located.of("rewards")
     reward_found = rewards[0] if rewards else None
@@ -152,10 +159,12 @@ def build_story(
     artifacts: dict[str, str] = {}
     if generation is not None and isinstance(generation.event, GenerationEvent) and generation.event.code_ref:
         artifacts["generation.code"] = generation.event.code_ref
+    if generation is not None and isinstance(generation.event, GenerationEvent) and generation.event.workspace_ref:
+        artifacts["generation.workspace"] = generation.event.workspace_ref
     for role, item in (("execution", execution), ("verdict", verdict)):
         if item is not None:
             artifacts.update({f"{role}.{name}": url for name, url in _artifacts(item.event).items()})
-    return {
+    story = {
         "generation_id": located.generation_id,
         "found": generation is not None,
         "generation": _generation(generation) if generation is not None else None,
@@ -169,3 +178,4 @@ def build_story(
         "log_search_error": log_error,
         "scanned": [s.as_json() for s in located.scanned],
     }
+    return story if episode is None else {**story, "episode": episode}
