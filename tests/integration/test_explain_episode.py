@@ -21,11 +21,11 @@ import pytest
 from bus.clients import make_producer
 from schemas.codec import encode
 from schemas.events import GenerationEvent
+from tests.integration.episode_env import Stack
 from tests.integration.helpers import cli, cli_json
 from tests.integration.test_episode_sdk import (  # the episode SDK test's stack fixture and its helpers
     PUBLIC_TESTS,
     TASK_ID,
-    Stack,
     _no_hidden_data,
     _play,
     _transcript,
