@@ -72,6 +72,13 @@ class Settings(BaseSettings):
     worker_instance_id: str | None = Field(None, description="transactional.id suffix; default host-pid-random")
     worker_store_artifacts: bool = Field(True, description="store code and per-case results in S3")
 
+    # Episode workers
+    episode_retention_s: float = Field(
+        86_400.0, gt=0, le=90 * 86_400,
+        description="an ended episode's state is kept this long after its last action (forks from it, late "
+        "duplicates answered), then deleted from the worker's table and its changelog",
+    )  # fmt: skip
+
     # Judge
     judge_backend: Literal["rubric", "openai"] = Field("rubric", description="built-in rubric or a chat server")
     judge_base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible API base URL")

@@ -33,7 +33,8 @@ class Output:
 
     topic: str
     key: bytes | None
-    value: bytes
+    #: None: a tombstone (a table's row deleted from its compacted changelog).
+    value: bytes | None
     #: -1: the producer's partitioner; a table's changelog row names its input's partition (co-partitioned).
     partition: int = -1
 

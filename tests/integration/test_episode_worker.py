@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from bus.admin import delete_topics
+from bus.partition_reader import read_to_end
 from schemas.codec import decode, encode
 from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.events import DeadLetter, GenerationEvent, LogRecord
@@ -482,6 +483,44 @@ def test_submit_publishes_one_generation_naming_a_stored_snapshot(episodes: Epis
     assert obs_m1[3].stdout == "1\n2\n3\n"
     assert obs_m1[4].status == "rejected"
     assert snapshot_files(minio_client, m1.workspace_ref or "")[1]["log.txt"] == b"1\n2\n3\n"
+
+
+# ---- (e') retention: an ended episode is deleted from the table and its changelog ----------------------------
+
+
+def changelog_rows(episodes: EpisodeEnv) -> list[tuple[str, bytes | None]]:
+    """Every record of the worker's state changelog, tombstones included, in offset order per partition."""
+    settings = Settings(topic_prefix=episodes.prefix, topic_partitions=PARTITIONS)
+    rows: list[tuple[str, bytes | None]] = []
+    for partition in range(PARTITIONS):
+        records, _end = read_to_end(episodes.kafka_config, state_changelog(settings).name, partition, 0,
+                                    group=f"{episodes.prefix}check", timeout_s=60)  # fmt: skip
+        rows += [((key or b"").decode(), value) for _offset, key, value in records]
+    return rows
+
+
+@pytest.mark.timeout(240)
+def test_an_ended_episode_is_deleted_after_its_retention_and_a_running_one_is_not(episodes: EpisodeEnv) -> None:
+    episodes.env["RS_EPISODE_RETENTION_S"] = "2"
+    episodes.spawn("worker")
+    episodes.send([open_action("r1"), appending_step("r1", 1), action("r1", 2, {"action": "submit"}),
+                   open_action("r2"), appending_step("r2", 1)])  # fmt: skip
+    episodes.wait_turns({"r1": 2, "r2": 1}, 120)
+
+    def tombstoned() -> bool:
+        return ("r1", None) in changelog_rows(episodes)
+
+    episodes.wait(tombstoned, 60, lambda: f"no tombstone of r1 on the changelog: {changelog_rows(episodes)}")
+    # r1 is gone: a fork from it and a late action to it find no episode; r2, idle 2 s but running, goes on.
+    episodes.send([action("r1-fork", 0, {"action": "fork", "from_episode": "r1", "turn": 1}),
+                   action("r1", 3, {"action": "read", "path": "log.txt"}), appending_step("r2", 2)])  # fmt: skip
+    episodes.wait_turns({"r1-fork": 0, "r1": 3, "r2": 2}, 60)
+    found = episodes.observations()
+    assert found["r1-fork"][0].status == "rejected"
+    assert "unknown episode" in (found["r1-fork"][0].reason or ""), found["r1-fork"]
+    assert (found["r1"][-1].turn, found["r1"][-1].status) == (3, "rejected"), found["r1"]
+    assert (found["r2"][-1].status, found["r2"][-1].stdout) == ("ok", "1\n2\n"), found["r2"]
+    assert ("r2", None) not in changelog_rows(episodes)
 
 
 # ---- (f) the timers: idle and overdue episodes, on the broker's clock ------------------------------------------

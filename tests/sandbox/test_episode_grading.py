@@ -117,7 +117,7 @@ def _done(outcome: object) -> bytes:
     assert len(outcome.outputs) == 1
     for upload in outcome.uploads:
         upload.result(timeout=60)
-    return outcome.outputs[0].value
+    return outcome.outputs[0].value or b""
 
 
 @pytest.fixture

@@ -435,16 +435,16 @@ def test_harmless_findings_never_hide_a_hack_pipeline_path(sandbox: Sandbox, tmp
     verified = VerifierHandler(context("verifier"), grader).handle(event, source)
     assert isinstance(executed, Done)
     assert isinstance(verified, Done)
-    verdict = decode(verified.outputs[0].value, HiddenVerdict)
+    verdict = decode((verified.outputs[0].value or b""), HiddenVerdict)
     assert verdict.passed == verdict.total == 2
     assert verdict.static_flag_counts == {"file_access": 70, "native_code": 1}
-    reward = evaluate(load_policy(), Signals(decode(executed.outputs[0].value, ExecutionResult), verdict))
+    reward = evaluate(load_policy(), Signals(decode((executed.outputs[0].value or b""), ExecutionResult), verdict))
     assert isinstance(reward, Scored)
     assert reward.reward == 0.0
     assert "native_code" in reward.flags
     # an older verdict that only lists what it shows still gates: the first finding of every rule is shown
     shown_only = verdict.model_copy(update={"static_flag_counts": {}})
-    again = evaluate(load_policy(), Signals(decode(executed.outputs[0].value, ExecutionResult), shown_only))
+    again = evaluate(load_policy(), Signals(decode((executed.outputs[0].value or b""), ExecutionResult), shown_only))
     assert isinstance(again, Scored)
     assert again.reward == 0.0
 

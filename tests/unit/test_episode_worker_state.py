@@ -50,6 +50,20 @@ def test_the_table_is_what_was_restored_plus_what_steps_made_and_bad_rows_are_le
     assert table.get(source, "ep-2") == later
 
 
+def test_ended_episodes_are_listed_apart_and_forgotten_only_in_the_current_assignment() -> None:
+    done = EpisodeState("ep-2", "t", 4, "s", 1.0, 2.0, ended="submitted")
+    table = EpisodeTable(lambda _partition: {"ep-1": dumps(STATE), "ep-2": dumps(done)})
+    table.assigned("rs.actions", 0, epoch=3)
+    assert table.ended(0, 3) == [done]
+    assert table.running(0, 3) == [STATE]
+    with pytest.raises(StaleRunError):
+        table.forget_at(0, 2, "ep-2")
+    table.forget_at(0, 3, "ep-2")
+    assert table.ended(0, 3) == []
+    assert table.get(Source("rs.actions", 0, 9, epoch=3), "ep-2") is None
+    assert table.get(Source("rs.actions", 0, 9, epoch=3), "ep-1") == STATE
+
+
 def test_a_run_from_an_earlier_assignment_can_neither_read_nor_write() -> None:
     """After a rewind (an aborted transaction) the partition is restored under a new epoch: a run that was
     still going must not leave its uncommitted state in the table the re-run reads."""

@@ -244,7 +244,7 @@ def test_executor_stores_code_cases_and_cut_output(tmp_path: Path) -> None:
         event(code), SOURCE
     )
     assert isinstance(done, Done)
-    result = decode(done.outputs[0].value, ExecutionResult)
+    result = decode((done.outputs[0].value or b""), ExecutionResult)
     assert set(result.artifacts) == {"code", "cases", "stdout"}
     full = ("x" * 10000 + "\ntail\n") * 2
     assert result.stdout_truncated
@@ -263,7 +263,7 @@ def test_executor_stores_code_cases_and_cut_output(tmp_path: Path) -> None:
         event(code), SOURCE
     )
     assert isinstance(again, Done)
-    assert decode(again.outputs[0].value, ExecutionResult).artifacts == result.artifacts
+    assert decode((again.outputs[0].value or b""), ExecutionResult).artifacts == result.artifacts
     assert len(s3.requests) == before
 
 
@@ -276,14 +276,14 @@ def test_small_output_stays_inline_only_and_no_store_means_no_artifacts(tmp_path
         event(code), SOURCE
     )
     assert isinstance(done, Done)
-    result = decode(done.outputs[0].value, ExecutionResult)
+    result = decode((done.outputs[0].value or b""), ExecutionResult)
     assert (result.stdout, result.stdout_truncated, result.stderr) == ("hi\nhi\n", False, "")
     assert set(result.artifacts) == {"code", "cases"}
     bare = ExecutorHandler(context(tmp_path / "2", "executor", t, None), local_grader(LocalRunner())).handle(
         event(code), SOURCE
     )
     assert isinstance(bare, Done)
-    assert decode(bare.outputs[0].value, ExecutionResult).artifacts == {}
+    assert decode((bare.outputs[0].value or b""), ExecutionResult).artifacts == {}
 
 
 def test_code_ref_already_under_our_content_key_is_not_uploaded_again(tmp_path: Path) -> None:
@@ -295,7 +295,7 @@ def test_code_ref_already_under_our_content_key_is_not_uploaded_again(tmp_path: 
     ev = event(None, code_ref=ref.url, code_sha256=ref.sha256)
     done = ExecutorHandler(context(tmp_path, "executor", t, store), local_grader(LocalRunner())).handle(ev, SOURCE)
     assert isinstance(done, Done)
-    assert decode(done.outputs[0].value, ExecutionResult).artifacts["code"] == ref.url
+    assert decode((done.outputs[0].value or b""), ExecutionResult).artifacts["code"] == ref.url
     assert s3.requests.count("put") == 1  # the cases; the code is the object the trainer stored
 
 
@@ -308,7 +308,7 @@ def test_verifier_cases_hold_statuses_only_and_its_output_is_not_kept(tmp_path: 
         event(code), SOURCE
     )
     assert isinstance(done, Done)
-    verdict = decode(done.outputs[0].value, HiddenVerdict)
+    verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
     assert set(verdict.artifacts) == {"code", "cases"}
     assert orjson.loads(s3.get(verdict.artifacts["cases"])) == [{"case_id": "h1", "status": "failed"}]
     stored = b"".join(s3.objects.values())

@@ -76,7 +76,7 @@ def test_executor_publishes_sandbox_error_after_retries(tmp_path: Path) -> None:
     assert isinstance(done, Done)
     assert done.status == "sandbox_error"
     assert sandbox.runs == 3
-    result = decode(done.outputs[0].value, ExecutionResult)
+    result = decode((done.outputs[0].value or b""), ExecutionResult)
     assert done.outputs[0].key == b"ep"
     assert result.run.status == "sandbox_error"
     assert result.attempt == 3
@@ -99,7 +99,7 @@ def test_verifier_publishes_sandbox_error_with_static_flags(tmp_path: Path) -> N
     code = "import sys\ndef inc(x):\n    sys.exit(0)\n"
     done = VerifierHandler(context(tmp_path, "verifier"), grader(BrokenSandbox())).handle(event(code=code), SOURCE)
     assert isinstance(done, Done)
-    verdict = decode(done.outputs[0].value, HiddenVerdict)
+    verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
     assert verdict.run.status == "sandbox_error"
     assert verdict.passed == 0
     assert "exit_call" in {f.rule for f in verdict.static_flags}
@@ -110,7 +110,7 @@ def test_executor_without_public_tests_runs_nothing(tmp_path: Path) -> None:
     sandbox = BrokenSandbox()
     done = ExecutorHandler(context(tmp_path, "executor", public=False), grader(sandbox)).handle(event(), SOURCE)
     assert isinstance(done, Done)
-    result = decode(done.outputs[0].value, ExecutionResult)
+    result = decode((done.outputs[0].value or b""), ExecutionResult)
     assert sandbox.runs == 0
     assert result.suite_kind is None
     assert result.total == 0
@@ -133,7 +133,7 @@ def test_judge_handler_scores(tmp_path: Path) -> None:
     judge = CachedJudge(RubricJudge())
     done = JudgeHandler(context(tmp_path, "judge"), judge).handle(event(), SOURCE)
     assert isinstance(done, Done)
-    score = decode(done.outputs[0].value, JudgeScore)
+    score = decode((done.outputs[0].value or b""), JudgeScore)
     assert score.status == "ok"
     assert score.score is not None
     assert score.judge_model == "rubric-builtin/1"

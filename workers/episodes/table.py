@@ -89,6 +89,16 @@ class EpisodeTable:
         with self._lock:
             self._live(partition, epoch).states[state.episode_id] = state
 
+    def ended(self, partition: int, epoch: int) -> list[EpisodeState]:
+        """The states of the partition's episodes that have ended."""
+        with self._lock:
+            return [state for state in self._live(partition, epoch).states.values() if state.ended is not None]
+
+    def forget_at(self, partition: int, epoch: int, episode_id: str) -> None:
+        """Drop an ended episode's row (its changelog tombstone is in the same transaction)."""
+        with self._lock:
+            self._live(partition, epoch).states.pop(episode_id, None)
+
     def running(self, partition: int, epoch: int) -> list[EpisodeState]:
         """The states of the partition's episodes that have not ended."""
         with self._lock:

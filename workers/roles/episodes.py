@@ -81,6 +81,8 @@ class EpisodeHandler:
     clock: Callable[[], int]
     #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
     shipper: LogShipper | None = None
+    #: An ended episode's state is deleted this long after its last action (``Settings.episode_retention_s``).
+    retention_s: float = 86_400.0
     #: task_id -> sha256 of its original snapshot (the bytes are in ``workspaces``)
     _originals: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -198,8 +200,10 @@ class EpisodeHandler:
         self, _topic: str, partition: int, epoch: int, clock_ms: int, busy: Collection[bytes | None]
     ) -> list[Output]:
         """End the partition's episodes overdue at ``clock_ms`` that no waiting action decides: ``abandoned``
-        (idle: no generation, no reward) or ``episode_timeout`` (submitted as it is). All or nothing: the
-        table changes only once every output is made."""
+        (idle: no generation, no reward) or ``episode_timeout`` (submitted as it is); and delete the ended ones
+        past ``retention_s`` (a changelog tombstone each: the table and its topic stay the size of the
+        episodes in use, not of every episode ever played). All or nothing: the table changes only once every
+        output is made."""
         ends: list[tuple[EpisodeState, ObservationEvent, GenerationEvent | None]] = []
         for state in self.table.running(partition, epoch):
             if state.episode_id.encode() in busy:
@@ -221,8 +225,17 @@ class EpisodeHandler:
             )  # fmt: skip
             ends.append((after, observation, None if why == "abandoned" else submitted(after, url)))
         outputs = [out for after, obs, gen in ends for out in self._outputs(partition, obs, after, gen)]
+        now_s = clock_ms / 1000
+        gone = [
+            state.episode_id
+            for state in self.table.ended(partition, epoch)
+            if state.episode_id.encode() not in busy and now_s - state.last_action_at_s >= self.retention_s
+        ]
+        outputs += [Output(self.topics.changelog, e.encode(), None, partition=partition) for e in gone]
         for after, _obs, _gen in ends:
             self.table.put_at(partition, epoch, after)
+        for episode_id in gone:
+            self.table.forget_at(partition, epoch, episode_id)
         return outputs
 
     # ---- helpers ---------------------------------------------------------------------------------------
