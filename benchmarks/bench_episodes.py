@@ -42,7 +42,7 @@ from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog
 from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig
-from workers.artifacts import minio_client
+from workers.artifacts import minio_client, remove_bucket
 from workers.episodes.snapshot import Caps, pack, unpack
 from workers.episodes.step import StepAction, StepStatus, run_step
 from workers.roles.episode_worker import clock_topic, state_changelog
@@ -102,10 +102,7 @@ def pipeline(settings: Settings, slots: int, max_turns: int, logs: Path) -> Iter
         except subprocess.TimeoutExpired:
             worker.kill()
         delete_topics([s.name for s in specs] + [state_changelog(settings).name, clock_topic(settings).name], kafka)
-        names = [o.object_name for o in s3.list_objects(settings.s3_bucket, recursive=True)]
-        for name in names:
-            s3.remove_object(settings.s3_bucket, name)
-        s3.remove_bucket(settings.s3_bucket)
+        remove_bucket(s3, settings.s3_bucket)
 
 
 def step_overhead(client: EpisodeClient, settings: Settings, steps: int) -> dict[str, Any]:

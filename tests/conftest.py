@@ -18,6 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from infra.local.platform import Platform
 from infra.local.service import Health
 from schemas.settings import Settings
+from workers.artifacts import remove_bucket
 
 # Property tests: bounded in CI (``ci``, the default); ``HYPOTHESIS_PROFILE=fuzz`` for a long local run.
 hypothesis_settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
@@ -114,12 +115,7 @@ def s3_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
     try:
         yield unique_name
     finally:
-        # Listed in full first: a listing continues from its last key, which a delete mid-listing removes
-        # (the server then refuses the continuation token once the bucket holds more than a page).
-        names = [obj.object_name for obj in minio_client.list_objects(unique_name, recursive=True)]
-        for name in names:
-            minio_client.remove_object(unique_name, name)
-        minio_client.remove_bucket(unique_name)
+        remove_bucket(minio_client, unique_name)
 
 
 @pytest.fixture(scope="session")

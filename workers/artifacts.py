@@ -108,6 +108,20 @@ def is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError))
 
 
+def remove_bucket(client: Any, bucket: str) -> None:
+    """Delete every object of ``bucket`` and then the bucket (tests, benchmarks, a user's cleanup).
+
+    Listed with the v1 API: s3proxy's filesystem backend (the local S3) refuses a v2 listing's continuation
+    token once nested keys (``sha256/ab/...``) fill more than a page. Deleted in batches of up to 1,000."""
+    from minio.deleteobjects import DeleteObject
+
+    names = [obj.object_name for obj in client.list_objects(bucket, recursive=True, use_api_v1=True)]
+    failed = list(client.remove_objects(bucket, (DeleteObject(name) for name in names)))
+    if failed:
+        raise ArtifactError(f"emptying bucket {bucket} failed for {len(failed)} objects: {failed[0]}")
+    client.remove_bucket(bucket)
+
+
 def minio_client(settings: Settings, timeout_s: float = 10.0) -> Any:
     """A Minio client that fails fast; ``ArtifactStore`` does the retrying with backoff."""
     import urllib3

@@ -53,9 +53,9 @@ def fresh_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
         yield unique_name
     finally:
         if minio_client.bucket_exists(unique_name):
-            for obj in minio_client.list_objects(unique_name, recursive=True):
-                minio_client.remove_object(unique_name, obj.object_name)
-            minio_client.remove_bucket(unique_name)
+            from workers.artifacts import remove_bucket
+
+            remove_bucket(minio_client, unique_name)
 
 
 @pytest.fixture

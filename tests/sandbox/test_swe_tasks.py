@@ -14,7 +14,7 @@ from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, Judg
 from schemas.tasks import Task, Workspace
 from streams.reward.policy import Scored, Signals, evaluate, load_policy
 from tests.sandbox.test_episode_grading import SOURCE, _done
-from workers.artifacts import ArtifactStore
+from workers.artifacts import ArtifactStore, remove_bucket
 from workers.episodes.originals import caps_of, original_snapshot
 from workers.episodes.step import StepAction, StepLimits, StepStatus, run_step
 from workers.grading import Grader
@@ -57,9 +57,7 @@ def graders(process_sandbox: Sandbox, minio_client: Any, tmp_path_factory: pytes
     try:
         yield store, handlers
     finally:
-        for obj in minio_client.list_objects(bucket, recursive=True):
-            minio_client.remove_object(bucket, obj.object_name)
-        minio_client.remove_bucket(bucket)
+        remove_bucket(minio_client, bucket)
 
 
 def _reward(graders: Any, task_id: str, data: bytes) -> tuple[float, HiddenVerdict]:
