@@ -48,7 +48,8 @@ _PORTS_TRIED = 50
 
 
 class _ReplayPipeline(Pipeline):
-    """The pipeline minus the indexer (replay logs stay on the replay's logs topic), with the replay policy."""
+    """The pipeline minus the indexer (replay logs stay on the replay's logs topic) and the episode worker (a
+    replay re-grades generations, an episode's included, and replays no actions), with the replay policy."""
 
     def __init__(
         self, settings: Settings, policy: Path | None, concurrency: int | None, child_env: dict[str, str]
@@ -57,7 +58,7 @@ class _ReplayPipeline(Pipeline):
         self._child_env = child_env
         procs = []
         for proc in self._procs:
-            if proc.name == "indexer":
+            if proc.name in ("indexer", "episode"):
                 continue
             if proc.name != "reward":
                 procs.append(proc)
