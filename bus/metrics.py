@@ -102,13 +102,12 @@ class WorkerMetrics:
         """Set the lag of one partition."""
         self._lag.labels(self.role, topic, str(partition)).set(max(lag, 0))
 
-    def update_lag(self, consumer: Consumer, timeout_s: float = 1.0) -> None:
+    def update_lag(self, consumer: Consumer) -> None:
         """Lag of every assigned partition = high watermark - position (best effort, never raises).
 
         The watermarks are the ones the consumer's last fetch brought (``cached``): asking the broker instead
         queues behind the consumer's own long-poll fetch (up to ``fetch.wait.max.ms`` per partition), which
         blocked the worker's loop for seconds whenever the lag was updated."""
-        del timeout_s  # nothing here waits on the broker
         try:
             positions = consumer.position(consumer.assignment())
             for tp in positions:

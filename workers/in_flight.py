@@ -68,7 +68,8 @@ class PartitionState:
     epoch: int = field(default_factory=lambda: next(_EPOCHS))
     #: Event time this partition is read up to (``Timers``), ms.
     clock_ms: int = 0
-    #: The group's committed offset when it was assigned (``Timers``: where "read to the end" starts from).
+    #: Where the partition started when assigned (its start mark: the committed offset, or the log start if
+    #: none; -1 if the crash guard could not say): where ``Timers``' "read to the end" counts from.
     start_offset: int = -1
 
     def ready_count(self) -> int:

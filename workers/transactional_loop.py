@@ -232,15 +232,21 @@ class TransactionalWorker(Generic[E]):
         if ready and (idle or now - self._last_commit >= self.config.commit_interval_s or ready >= batch):
             self._commit()
         self._backpressure()
-        if self.timers is not None and not self._draining and now - self._last_timers >= self.config.timer_interval_s:
+        timers, ends = self.timers, self.ends
+        if (
+            timers is not None
+            and ends is not None
+            and not self._draining
+            and now - self._last_timers >= self.config.timer_interval_s
+        ):
             self._last_timers = now
-            self._expire(self.timers)
+            self._expire(timers, ends)
         if now - self._last_lag >= self.config.lag_every_s:
             self._last_lag = now
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s: buffered %d running %d paused %s", self.config.role, self._buffered(), self._running,
                           self._paused)  # fmt: skip
-            self.metrics.update_lag(self.consumer, timeout_s=0.5)
+            self.metrics.update_lag(self.consumer)
         try:
             room = max(1, min(500, self.config.buffer_limit - self._buffered()))
             messages = consume_available(self.consumer, room, self.config.poll_timeout_s)
@@ -462,20 +468,18 @@ class TransactionalWorker(Generic[E]):
                 offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
         return ready, offsets
 
-    def _expire(self, timers: Timers) -> None:
+    def _expire(self, timers: Timers, ends: Ends) -> None:
         """Commit what expired on each partition by its clock; a partition read to its end (after the broker's
         clock was read) is at the broker's now. A failure is logged and the next tick tries again."""
         try:
             broker_now = timers.now_ms()
             expired: list[Output] = []
             parts = list(self._parts.values())
-            if self.ends is None:  # the constructor refuses timers without ends
-                return
-            ends = self.ends.ends([TopicPartition(p.topic, p.partition) for p in parts], self.config.kafka_timeout_s)
+            ended = ends.ends([TopicPartition(p.topic, p.partition) for p in parts], self.config.kafka_timeout_s)
             for part in parts:
                 # nothing read since the assignment: the partition starts at the offset committed then
                 position = part.start_offset if part.next_offset is None else part.next_offset
-                high = ends.get((part.topic, part.partition), 0)
+                high = ended.get((part.topic, part.partition), 0)
                 if high <= max(position, 0):  # read to the end: nothing appended by broker_now is unread
                     part.clock_ms = max(part.clock_ms, broker_now)
                 busy = {*part.episodes, *(i.key for i in self._alone if i.part is part)}
@@ -629,10 +633,9 @@ class TransactionalWorker(Generic[E]):
             consumer.pause(partitions)
         else:
             consumer.resume(partitions)
-        if self.timers is not None:
-            for tp in consumer.committed(partitions, timeout=self.config.kafka_timeout_s):
-                self._parts[(tp.topic, tp.partition)].start_offset = tp.offset
         marks = start_marks(consumer, self.guard, partitions, self.config.kafka_timeout_s)
+        for mark in marks:  # where each partition starts: its committed offset (or log start), read once
+            self._parts[(mark.topic, mark.partition)].start_offset = mark.offset
         commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
         self._tell_assigned(partitions)
 
