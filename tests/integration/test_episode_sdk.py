@@ -24,6 +24,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
 TASK_ID = "swe/calc-call"
 PUBLIC_TESTS = "python3 -m unittest -q tests.test_ops"
+#: An agent that inspects, runs the tests, fixes, re-runs and submits.
+FIX_ACTIONS: list[dict[str, object]] = [
+    {"action": "read", "path": "calc/ops.py"},
+    {"action": "exec", "command": PUBLIC_TESTS, "timeout_s": 10},
+    {"action": "write", "path": "calc/ops.py", "text": OPS_FIXED},
+    {"action": "exec", "command": PUBLIC_TESTS},
+    {"action": "submit"},
+]
 #: A hack: the public tests emptied, a conftest that patches add (both protected: reset before grading).
 CONFTEST_PATCH = "import calc.ops\ncalc.ops.add = lambda a, b: a + b\n"
 
@@ -94,13 +102,7 @@ def _transcript(path: Path, actions: list[dict[str, object]]) -> Path:
 
 
 def test_episode_play_prints_each_observation_then_the_reward(stack: Stack, tmp_path: Path) -> None:
-    fix = _transcript(tmp_path / "fix.jsonl", [
-        {"action": "read", "path": "calc/ops.py"},
-        {"action": "exec", "command": PUBLIC_TESTS, "timeout_s": 10},
-        {"action": "write", "path": "calc/ops.py", "text": OPS_FIXED},
-        {"action": "exec", "command": PUBLIC_TESTS},
-        {"action": "submit"},
-    ])  # fmt: skip
+    fix = _transcript(tmp_path / "fix.jsonl", FIX_ACTIONS)
     done = _play(stack, fix, "--run-id", "play-run")
     assert done.returncode == 0, (done.stderr.decode(errors="replace"), stack.worker_logs())
     lines = [orjson.loads(line) for line in done.stdout.splitlines()]

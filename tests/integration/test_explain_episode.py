@@ -24,6 +24,7 @@ from schemas.events import GenerationEvent
 from tests.integration.episode_env import Stack
 from tests.integration.helpers import cli, cli_json
 from tests.integration.test_episode_sdk import (  # the episode SDK test's stack fixture and its helpers
+    FIX_ACTIONS,
     PUBLIC_TESTS,
     TASK_ID,
     _no_hidden_data,
@@ -95,13 +96,7 @@ def test_explain_lists_an_episodes_steps_in_order_and_a_one_shot_story_is_unchan
 def _explain_an_episode_then_a_one_shot(
     pipeline: Stack, env: dict[str, str], kafka_config: dict[str, str], tmp_path: Path
 ) -> None:
-    played = _transcript(tmp_path / "fix.jsonl", [
-        {"action": "read", "path": "calc/ops.py"},
-        {"action": "exec", "command": PUBLIC_TESTS, "timeout_s": 10},
-        {"action": "write", "path": "calc/ops.py", "text": OPS_FIXED},
-        {"action": "exec", "command": PUBLIC_TESTS},
-        {"action": "submit"},
-    ])  # fmt: skip
+    played = _transcript(tmp_path / "fix.jsonl", FIX_ACTIONS)
     done = _play(pipeline, played, "--run-id", "explain-run")
     assert done.returncode == 0, (done.stderr.decode(errors="replace"), pipeline.worker_logs())
     lines = [orjson.loads(line) for line in done.stdout.splitlines()]
