@@ -1,11 +1,24 @@
-"""The TCP queue watch's arithmetic on /proc/net/tcp tables (the real enforcement is in tests/sandbox)."""
+"""The TCP socket watch's arithmetic on sockstat and /proc/net/tcp tables (the real enforcement is in
+tests/sandbox)."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
+
+from workers.sandbox import socket_watch
 from workers.sandbox.api import SandboxStatus
-from workers.sandbox.socket_watch import TcpQueueWatch, queue_limit, queued_bytes, tcp_sockets
+from workers.sandbox.socket_watch import (
+    SOCKET_FLOOR,
+    SOCKET_WORST,
+    SOCKETS_MAX,
+    TcpQueueWatch,
+    queue_limit,
+    queued_bytes,
+    sockets_max,
+    tcp_sockets,
+)
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 
@@ -44,3 +57,49 @@ def test_tcp_sockets_counts_both_families_of_a_namespace() -> None:
     sockstat = "sockets: used 9\nTCP: inuse 3 orphan 1 tw 7 alloc 16 mem 161\nUDP: inuse 2 mem 0\n"
     assert tcp_sockets(sockstat + "TCP6: inuse 4\nUDP6: inuse 1\n") == 7
     assert tcp_sockets("TCP: inuse 0 orphan 0 tw 0 alloc 0 mem 0\nTCP6: inuse 0\n") == 0
+
+
+def test_the_socket_budget_follows_the_share_and_is_capped() -> None:
+    assert sockets_max(16 << 20) == SOCKETS_MAX == 1024  # a 128 MiB run
+    assert sockets_max(1 << 20) == (1 << 20) // SOCKET_FLOOR == 256  # an 8 MiB run
+    assert sockets_max(64 << 20) == SOCKETS_MAX  # the cap keeps every table read small
+
+
+def _fake_namespace(monkeypatch: pytest.MonkeyPatch, sockets: int, queued: int) -> list[int]:
+    reads: list[int] = []
+    monkeypatch.setattr(socket_watch, "netns_sockets", lambda pid: sockets)
+
+    def tables(pid: int) -> int:
+        reads.append(pid)
+        return queued
+
+    monkeypatch.setattr(socket_watch, "netns_queued_bytes", tables)
+    return reads
+
+
+def test_few_sockets_are_bounded_by_their_count_and_the_tables_stay_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    limit = 16 << 20
+    reads = _fake_namespace(monkeypatch, limit // SOCKET_WORST, queued=1 << 40)
+    watch = TcpQueueWatch(lambda: [os.getpid()], limit=limit, foreign=[None])
+    assert watch() is None
+    assert (reads, watch.tables_read) == ([], 0)
+
+
+def test_more_sockets_are_counted_with_what_they_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    limit, sockets = 16 << 20, 1000
+    reads = _fake_namespace(monkeypatch, sockets, queued=limit - sockets * SOCKET_FLOOR)
+    watch = TcpQueueWatch(lambda: [os.getpid()], limit=limit, foreign=[None])
+    assert watch() is None
+    assert watch.tables_read == 1
+    reads = _fake_namespace(monkeypatch, sockets, queued=limit - sockets * SOCKET_FLOOR + 1)
+    assert watch() is SandboxStatus.MEMORY_LIMIT
+    assert reads == [os.getpid()]
+
+
+def test_too_many_sockets_end_the_run_without_reading_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cost of a poll never grows with what a run holds: past ``sockets_max`` nothing more is read."""
+    limit = 16 << 20
+    reads = _fake_namespace(monkeypatch, sockets_max(limit) + 1, queued=0)
+    watch = TcpQueueWatch(lambda: [os.getpid()], limit=limit, foreign=[None])
+    assert watch() is SandboxStatus.MEMORY_LIMIT
+    assert (reads, watch.tables_read) == ([], 0)

@@ -432,6 +432,20 @@ TCP_UNCHARGED = {14: "TCP_MD5SIG", 31: "TCP_ULP", 32: "TCP_MD5SIG_EXT", 38: "TCP
                  40: "TCP_AO_INFO", 41: "TCP_AO_GET_KEYS", 42: "TCP_AO_REPAIR"}  # fmt: skip
 
 
+SOL_SOCKET, SO_RCVBUF, SO_RCVBUFFORCE = 1, 8, 33
+NOOP = ret_errno(0)  # SECCOMP_RET_ERRNO with errno 0: the call returns 0 and does nothing
+
+
+def _expected_setsockopt(level: int, option: int) -> int:
+    level &= 0xFFFFFFFF  # the kernel's int level and optname
+    option &= 0xFFFFFFFF
+    if level == SOL_SOCKET and option in (SO_RCVBUF, SO_RCVBUFFORCE):
+        return NOOP
+    if level == IPPROTO_TCP and option in TCP_UNCHARGED:
+        return EPERM
+    return ALLOW
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_tcp_options_holding_uncharged_kernel_memory_are_denied(arch: str) -> None:
     """MD5/AO keys and ULPs live in sock_kmalloc memory no cgroup pays for; every other option is allowed."""
@@ -440,8 +454,19 @@ def test_tcp_options_holding_uncharged_kernel_memory_are_denied(arch: str) -> No
         want = EPERM if option in TCP_UNCHARGED else ALLOW
         assert decide(arch, setsockopt, 3, IPPROTO_TCP, option) == want, option
         for level in (0, 1, 41, 17, IPPROTO_TCP + (1 << 32)):  # IP, SOL_SOCKET, IPV6, UDP; the kernel's int level
-            expected = want if level == IPPROTO_TCP + (1 << 32) else ALLOW
-            assert decide(arch, setsockopt, 3, level, option) == expected, (level, option)
+            assert decide(arch, setsockopt, 3, level, option) == _expected_setsockopt(level, option), (level, option)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_receive_buffer_sizes_are_a_successful_no_op(arch: str) -> None:
+    """A listener's receive buffer is what each of its not-yet-accepted connections (charged to no cgroup) may
+    queue: SO_RCVBUF/SO_RCVBUFFORCE return 0 and change nothing; SO_SNDBUF and other levels are untouched."""
+    setsockopt = NUMBERS[arch]["setsockopt"]
+    for option in (SO_RCVBUF, SO_RCVBUFFORCE, SO_RCVBUF + (1 << 32)):
+        assert decide(arch, setsockopt, 3, SOL_SOCKET, option, 0, 4) == NOOP, option
+        assert decide(arch, setsockopt, 3, SOL_SOCKET + (7 << 32), option) == NOOP, option
+    for level, option in ((SOL_SOCKET, 7), (SOL_SOCKET, 32), (0, SO_RCVBUF), (IPPROTO_TCP, SO_RCVBUF), (41, 33)):
+        assert decide(arch, setsockopt, 3, level, option) == ALLOW, (level, option)
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -455,10 +480,10 @@ def test_ioctl_tiocsti_denied(arch: str) -> None:
 
 
 def test_x86_64_filter_is_unchanged_by_the_aarch64_support() -> None:
-    # 175 instructions: arch check (3), load nr, x32 check (2), 68 denied * 2, clone3 (2), clone (5),
-    # socket (7), setsockopt (6 + 8 options), ioctl (5)
+    # 180 instructions: arch check (3), load nr, x32 check (2), 68 denied * 2, clone3 (2), clone (5),
+    # socket (7), setsockopt (11 + 8 options), ioctl (5)
     prog = build_filter("x86_64")
-    assert len(instructions(prog)) == 4 + 2 + 2 * len(denied_syscalls("x86_64")) + 2 + 5 + 7 + 14 + 5 == 175
+    assert len(instructions(prog)) == 4 + 2 + 2 * len(denied_syscalls("x86_64")) + 2 + 5 + 7 + 19 + 5 == 180
     assert build_filter("amd64") == prog
     assert build_filter("arm64") == build_filter("aarch64") != prog
 

@@ -129,13 +129,13 @@ def with_private_proc(report_fd: int, body: Callable[[], None]) -> None:
         raise OSError("a private helper failed")
 
 
-def open_in_private_proc(path: str) -> int:
-    """An fd opened for writing on ``path`` of a private procfs (see ``with_private_proc``), for the caller to
-    keep: a sysctl whose handler acts on the writer's namespace at write time."""
+def open_in_private_proc(path: str, flags: int = os.O_WRONLY) -> int:
+    """An fd opened with ``flags`` on ``path`` of a private procfs (see ``with_private_proc``), for the caller
+    to keep: a sysctl whose handler acts on the writer's namespace at write time, or ``/proc/sys`` itself."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
     def send() -> None:
-        fd = os.open(path, os.O_WRONLY)
+        fd = os.open(path, flags)
         theirs.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
 
     try:
@@ -164,6 +164,45 @@ def child_netns_own_tcp_hash() -> None:
         os.write(fd, CHILD_TCP_HASH.encode())
     finally:
         os.close(fd)
+
+
+#: What every run's own network namespace is set to, written per run by its supervisor (``limit_run_netns``).
+#: A fresh namespace copies the host's ``tcp_rmem`` (here up to 32 MiB) and has the kernel's defaults for the
+#: rest. Why: a TCP connection nobody has accepted yet is charged to no cgroup (the memory cgroup is attached at
+#: accept()) and queues up to its receive buffer; with SO_RCVBUF a no-op (``seccomp``) that buffer is
+#: ``tcp_rmem``'s default, so each pending connection holds a few KiB, and a listener at most ``somaxconn`` + 1
+#: of them (``socket_watch`` bounds the number of sockets). Honest programs keep working: autotuning grows a
+#: socket that is read up to ``tcp_rmem``'s max (1 MiB: loopback runs at the same speed as with the host's 32
+#: MiB, measured), and an accept queue of 64 absorbs a burst of 64 simultaneous connects. ``optmem_max`` (socket
+#: option memory, ``sock_kmalloc``, uncharged) back to the pre-6.9 default.
+RUN_NETNS_SYSCTLS = (
+    ("net/ipv4/tcp_rmem", "4096 16384 1048576"),
+    ("net/core/somaxconn", "64"),
+    ("net/ipv4/tcp_max_syn_backlog", "64"),
+    ("net/core/optmem_max", "20480"),
+)
+
+
+def open_private_proc_sys() -> int:
+    """A directory fd of ``/proc/sys`` in a private, writable procfs, for a server to keep: through it each
+    supervisor writes its run's namespace sysctls (``limit_run_netns``) in microseconds, with no helper
+    process per run. Only a directory fd of ``/proc/sys`` itself (or ``/proc/sys/net``) resolves ``net/...``
+    in the network namespace of the process that looks it up; one of a deeper directory (``net/ipv4``) stays
+    bound to the namespace it was opened in. It never reaches a run: each supervisor closes it."""
+    return open_in_private_proc("/proc/sys", os.O_RDONLY | os.O_DIRECTORY)
+
+
+def limit_run_netns(proc_sys: int, server_netns: str) -> None:
+    """A supervisor, right after unsharing its run's network namespace: ``RUN_NETNS_SYSCTLS`` through
+    ``proc_sys`` (``open_private_proc_sys``). Refuses while still in ``server_netns`` (the server's own)."""
+    if os.readlink("/proc/self/ns/net") == server_netns:
+        raise OSError("refusing to set the sysctls of the server's own network namespace")
+    for name, value in RUN_NETNS_SYSCTLS:
+        fd = os.open(name, os.O_WRONLY, dir_fd=proc_sys)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
 
 
 def stdin_from_devnull() -> None:

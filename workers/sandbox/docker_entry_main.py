@@ -63,10 +63,12 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         drop_caps_and_ids,
         exit_with,
         libc,
+        limit_run_netns,
         load_seccomp,
         loopback_up,
         ok,
         open_in_private_proc,
+        open_private_proc_sys,
         parse_spec,
         prctl,
         read_all,
@@ -221,13 +223,15 @@ def _hide_container_cgroups() -> None:
         ok(libc.mount(b"tmpfs", b"/sys/fs/cgroup", b"tmpfs", flags, b"size=4k,mode=0555"), "hide cgroups")
 
 
-def _own_network_and_ipc() -> None:
-    """C, per run: a network namespace (only ``lo``, up, like the process backend's) and an IPC
+def _own_network_and_ipc(config: dict[str, Any]) -> None:
+    """C, per run: a network namespace (only ``lo``, up, limited like the process backend's) and an IPC
     namespace of the run's own. Nothing a run leaves there (TIME_WAIT and orphaned sockets, ports, abstract
     unix sockets, TCP metrics, SysV objects, POSIX queues) outlives it, and nothing an earlier run left is
     there. Everything else stays the container's."""
     ok(libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare net/ipc")
     loopback_up()
+    limit_run_netns(int(config["proc_sys"]), str(config["server_netns"]))
+    os.close(int(config["proc_sys"]))
 
 
 def _drop_privileges(config: dict[str, Any]) -> None:
@@ -305,7 +309,7 @@ def _supervise(fds: list[int], procs: list[int], config: dict[str, Any], seccomp
     spec_fd, status_fd = fds[0], fds[4]
     spec = parse_spec(read_all(spec_fd))
     os.close(spec_fd)
-    _own_network_and_ipc()
+    _own_network_and_ipc(config)
     pid = os.fork()
     if pid == 0:
         os.close(status_fd)
@@ -348,6 +352,8 @@ def serve(ctl_fd: int, procs: list[int], config: dict[str, Any], seccomp_filter:
     with_private_proc(2, child_netns_own_tcp_hash)
     ns_last_pid = open_in_private_proc("/proc/sys/kernel/ns_last_pid")
     config["ns_last_pid"] = ns_last_pid
+    config["proc_sys"] = open_private_proc_sys()
+    config["server_netns"] = os.readlink("/proc/1/ns/net")  # the container's (E has no /proc/self here)
     pid = os.fork()  # a child in the container's pid namespace rewinds it before the first run
     if pid == 0:
         exit_with(2, functools.partial(_rewound, ns_last_pid))

@@ -52,6 +52,14 @@ _CLONE_NS_MASK |= 0x40000000
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 _TIOCSTI = 0x5412  # same value on x86_64 and aarch64 (asm-generic/ioctls.h)
 _IPPROTO_TCP = 6
+_SOL_SOCKET = 1
+#: setsockopt(SOL_SOCKET, SO_RCVBUF / SO_RCVBUFFORCE) succeeds and does nothing (same numbers on both arches,
+#: asm-generic/socket.h). Why: a TCP connection nobody accepted yet is charged to no cgroup, and it queues up to
+#: its receive buffer, which it inherits from its listener: a listener with an 8 MiB buffer made every pending
+#: connection hold 8 MiB outside the run's limit. Every socket keeps its network namespace's default instead
+#: (``boot_common.RUN_NETNS_SYSCTLS``; autotuning still grows a socket that is read). A no-op, not an error:
+#: programs that ask for a buffer size and carry on must not fail.
+_SO_RCVBUF_OPTIONS = {"SO_RCVBUF": 8, "SO_RCVBUFFORCE": 33}
 #: TCP options whose state the kernel keeps per socket in memory no cgroup is charged for (``sock_kmalloc``, up
 #: to ``net.core.optmem_max`` = 128 KiB per socket: thousands of sockets hold gigabytes): MD5 signature keys,
 #: TCP-AO keys, upper-layer protocols (kTLS). Candidate code never needs them on a loopback.
@@ -155,17 +163,24 @@ def _ret_errno(err: int) -> bytes:
 
 
 def _setsockopt_block(number: int) -> list[bytes]:
-    """setsockopt(fd, IPPROTO_TCP, one of ``_TCP_UNCHARGED_OPTIONS``) -> EPERM; any other option is allowed."""
+    """setsockopt(fd, SOL_SOCKET, SO_RCVBUF or SO_RCVBUFFORCE) -> 0 without doing anything; setsockopt(fd,
+    IPPROTO_TCP, one of ``_TCP_UNCHARGED_OPTIONS``) -> EPERM; any other option is allowed."""
     options = sorted(_TCP_UNCHARGED_OPTIONS.values())
     n = len(options)
+    allow_at, eperm_at, noop_at = 8 + n, 9 + n, 10 + n
+    rcvbuf, rcvbuf_force = _SO_RCVBUF_OPTIONS["SO_RCVBUF"], _SO_RCVBUF_OPTIONS["SO_RCVBUFFORCE"]
     block = [
-        _insn(_JEQ_K, number, jt=0, jf=n + 5),
+        _insn(_JEQ_K, number, jt=0, jf=noop_at),  # not setsockopt: past this block
         _insn(_LD_W_ABS, _OFF_ARG1_LO),
-        _insn(_JEQ_K, _IPPROTO_TCP, jt=0, jf=n + 1),
+        _insn(_JEQ_K, _SOL_SOCKET, jt=0, jf=3),  # 2 -> 6
+        _insn(_LD_W_ABS, _OFF_ARG2_LO),
+        _insn(_JEQ_K, rcvbuf, jt=noop_at - 5, jf=0),
+        _insn(_JEQ_K, rcvbuf_force, jt=noop_at - 6, jf=allow_at - 6),
+        _insn(_JEQ_K, _IPPROTO_TCP, jt=0, jf=allow_at - 7),
         _insn(_LD_W_ABS, _OFF_ARG2_LO),
     ]
-    block += [_insn(_JEQ_K, option, jt=n - i, jf=0) for i, option in enumerate(options)]
-    return [*block, _insn(_RET_K, _RET_ALLOW), _ret_errno(errno.EPERM)]
+    block += [_insn(_JEQ_K, option, jt=eperm_at - (8 + i) - 1, jf=0) for i, option in enumerate(options)]
+    return [*block, _insn(_RET_K, _RET_ALLOW), _ret_errno(errno.EPERM), _ret_errno(0)]
 
 
 def build_filter(machine: str | None = None) -> bytes:
@@ -276,6 +291,18 @@ def docker_profile(machine: str | None = None) -> str:
                 # level and optname are ints: the kernel ignores the upper 32 bits, so must the rule
                 "args": [
                     {"index": 1, "value": 0xFFFFFFFF, "valueTwo": _IPPROTO_TCP, "op": "SCMP_CMP_MASKED_EQ"},
+                    {"index": 2, "value": 0xFFFFFFFF, "valueTwo": option, "op": "SCMP_CMP_MASKED_EQ"},
+                ],
+            }
+        )
+    for option in sorted(_SO_RCVBUF_OPTIONS.values()):
+        rules.append(
+            {
+                "names": ["setsockopt"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": 0,  # success without the call: see _SO_RCVBUF_OPTIONS
+                "args": [
+                    {"index": 1, "value": 0xFFFFFFFF, "valueTwo": _SOL_SOCKET, "op": "SCMP_CMP_MASKED_EQ"},
                     {"index": 2, "value": 0xFFFFFFFF, "valueTwo": option, "op": "SCMP_CMP_MASKED_EQ"},
                 ],
             }

@@ -47,9 +47,11 @@ if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_
         drop_caps_and_ids,
         exit_with,
         libc,
+        limit_run_netns,
         load_seccomp,
         loopback_up,
         ok,
+        open_private_proc_sys,
         parse_spec,
         prctl,
         read_all,
@@ -203,8 +205,9 @@ def _init(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: bytes,
             return status_code(status)
 
 
-def _supervise(fds: list[int], uid: int, seccomp_filter: bytes) -> int:
-    """C: joins the run cgroup, builds the namespaces and mounts, reports the program's status."""
+def _supervise(fds: list[int], uid: int, seccomp_filter: bytes, netns: tuple[int, str]) -> int:
+    """C: joins the run cgroup, builds the namespaces and mounts, reports the program's status. ``netns``: Z's
+    ``/proc/sys`` dirfd and Z's own network namespace (``limit_run_netns``)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     spec_fd, status_fd, procs = fds[0], fds[4], fds[N_FIXED_FDS:]
@@ -220,6 +223,8 @@ def _supervise(fds: list[int], uid: int, seccomp_filter: bytes) -> int:
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     ok(libc.sethostname(b"sandbox", 7), "sethostname")
     loopback_up()
+    limit_run_netns(*netns)
+    os.close(netns[0])
     _populate(STAGE, spec, uid)
     ok(libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")
     pid = os.fork()
@@ -235,7 +240,10 @@ def _supervise(fds: list[int], uid: int, seccomp_filter: bytes) -> int:
 
 def serve(ctl_fd: int, uid: int, seccomp_filter: bytes) -> int:
     """Z: fork one supervisor per request; requests are fds only, never run data."""
-    return serve_requests(ctl_fd, 32, lambda n: n > N_FIXED_FDS, lambda fds: _supervise(fds, uid, seccomp_filter))
+    netns = (open_private_proc_sys(), os.readlink("/proc/self/ns/net"))
+    return serve_requests(
+        ctl_fd, 32, lambda n: n > N_FIXED_FDS, lambda fds: _supervise(fds, uid, seccomp_filter, netns)
+    )
 
 
 def _main() -> int:
