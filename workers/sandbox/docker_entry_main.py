@@ -90,6 +90,7 @@ MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
 N_FDS = 5  # spec, stdin, stdout, stderr, status
+OOM_SCORE_RUN = 1000
 NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup", "user")
 SAME_AS_INIT = (
     "Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp",
@@ -284,7 +285,9 @@ def _program(spec: dict[str, Any], fds: list[int], config: dict[str, Any], secco
     os.closerange(3, 1 << 16)
     os.umask(0o022)
     os.chdir("/work")
-    set_oom_score_adj(int(config["oom_score_adj"]))
+    # The OOM killer's first choice in the container, whatever the init's score: the init's death would end
+    # the container's pid namespace, and with it the supervisor (a run forcing a ``sandbox_error``).
+    set_oom_score_adj(max(int(config["oom_score_adj"]), OOM_SCORE_RUN))
     _drop_privileges(config)
     if os.listdir("/work"):
         raise OSError("/work is not empty")
