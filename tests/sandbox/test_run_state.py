@@ -168,11 +168,11 @@ print(json.dumps(out))
 
 def test_receive_buffer_sizes_are_the_namespace_default(sandbox: Sandbox) -> None:
     """SO_RCVBUF (inherited by a listener's pending connections, which no cgroup pays for) is a successful
-    no-op: a listener asking for 8 MiB keeps the run's 16 KiB default, and data still flows."""
+    no-op: a listener asking for 8 MiB keeps the run's 4 KiB default, and data still flows."""
     r = run_py(sandbox, RECEIVE_BUFFERS)
     assert r.status is S.OK, r
     got = json.loads(r.stdout)
-    assert got["default"] == got["listener"] == 16384, got
+    assert got["default"] == got["listener"] == 4096, got
     assert got["force"] == "ok", got
     assert got["sndbuf_set"] is True, got
     assert got["accepted"] <= 1 << 20, got  # autotuned at most to the namespace's tcp_rmem max
@@ -199,7 +199,7 @@ def test_each_run_network_namespace_is_limited(sandbox: Sandbox) -> None:
         r = run_py(sandbox, NETNS_LIMITS)
         assert r.status is S.OK, r
         assert json.loads(r.stdout) == {
-            "net/ipv4/tcp_rmem": "4096 16384 1048576",
+            "net/ipv4/tcp_rmem": "4096 4096 1048576",
             "net/core/somaxconn": "64",
             "net/ipv4/tcp_max_syn_backlog": "64",
             "net/core/optmem_max": "20480",

@@ -176,7 +176,7 @@ def child_netns_own_tcp_hash() -> None:
 #: MiB, measured), and an accept queue of 64 absorbs a burst of 64 simultaneous connects. ``optmem_max`` (socket
 #: option memory, ``sock_kmalloc``, uncharged) back to the pre-6.9 default.
 RUN_NETNS_SYSCTLS = (
-    ("net/ipv4/tcp_rmem", "4096 16384 1048576"),
+    ("net/ipv4/tcp_rmem", "4096 4096 1048576"),
     ("net/core/somaxconn", "64"),
     ("net/ipv4/tcp_max_syn_backlog", "64"),
     ("net/core/optmem_max", "20480"),
