@@ -83,10 +83,11 @@ def _settled(sb: Any, deadline_s: float = 30.0) -> None:
 #: Every family that holds TCP or UDP memory (see ``bench_socket_hoard``): the charged ones, and the ones the
 #: kernel charges to no cgroup (never accepted, SYN floods, orphaned sockets and processes).
 SOCKET_FAMILIES = ("tcp", "tcp-backlog", "tcp6-backlog", "tcp-many", "tcp-syn", "tcp-orphan", "tcp-fork", "udp")
-#: What the host's TCP/UDP memory may rise by for a 128 MiB run: half its limit. The design's worst case is the
-#: watch's share (16 MiB) plus one poll interval of new sockets plus v1's charged socket share (8 MiB); the
-#: largest rise measured was ~20-30 MiB (docs/ARCHITECTURE.md), also with the host's cores busy.
-RISE_BOUND_MB = MEMORY_MB // 2
+#: What the host's TCP/UDP memory may rise by for a 128 MiB run: three quarters of its limit. The design's worst
+#: case is the watch's share (16 MiB) plus one poll interval of new sockets (a few KiB each) plus v1's charged
+#: socket share (8 MiB); the largest rise measured in 800 hoarding runs (4 processes each, both backends, idle
+#: and with two CPU hogs) was 54 MiB, 7-11 MiB typical (docs/ARCHITECTURE.md). Before: 267 MiB.
+RISE_BOUND_MB = MEMORY_MB * 3 // 4
 
 
 @pytest.mark.parametrize("family", SOCKET_FAMILIES)
@@ -181,13 +182,13 @@ def test_receive_buffer_sizes_are_the_namespace_default(sandbox: Sandbox) -> Non
 
 NETNS_LIMITS = r"""
 import json
-names = ('net/ipv4/tcp_rmem', 'net/core/somaxconn', 'net/ipv4/tcp_max_syn_backlog', 'net/core/optmem_max')
+names = ('net/ipv4/tcp_rmem', 'net/core/somaxconn', 'net/core/optmem_max')
 print(json.dumps({n: ' '.join(open('/proc/sys/' + n).read().split()) for n in names}))
 """
 
 
 def _host_sysctls() -> dict[str, str]:
-    names = ("net/ipv4/tcp_rmem", "net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog", "net/core/optmem_max")
+    names = ("net/ipv4/tcp_rmem", "net/core/somaxconn", "net/core/optmem_max")
     return {n: " ".join(Path("/proc/sys", n).read_text().split()) for n in names}
 
 
@@ -201,7 +202,6 @@ def test_each_run_network_namespace_is_limited(sandbox: Sandbox) -> None:
         assert json.loads(r.stdout) == {
             "net/ipv4/tcp_rmem": "4096 4096 1048576",
             "net/core/somaxconn": "64",
-            "net/ipv4/tcp_max_syn_backlog": "64",
             "net/core/optmem_max": "20480",
         }
     assert _host_sysctls() == host
@@ -210,7 +210,7 @@ def test_each_run_network_namespace_is_limited(sandbox: Sandbox) -> None:
 THROUGHPUT = r"""
 import json, os, socket, time
 lst = socket.socket(); lst.bind(('127.0.0.1', 0)); lst.listen(64)
-total = 256 << 20
+total = 64 << 20
 pid = os.fork()
 if pid == 0:
     c = socket.create_connection(lst.getsockname()); buf = b'x' * (1 << 16); sent = 0
@@ -227,19 +227,19 @@ dt = time.monotonic() - t0
 os.waitpid(pid, 0)
 clients = []
 for _ in range(64):  # a burst of 64 connects lands in one accept queue at once
-    clients.append(socket.create_connection(lst.getsockname(), timeout=0.5))
+    clients.append(socket.create_connection(lst.getsockname(), timeout=5))
 print(json.dumps({'got': got, 'mb_per_s': got / dt / 1e6, 'burst': len(clients)}))
 """
 
 
 def test_honest_loopback_traffic_keeps_its_speed(sandbox: Sandbox) -> None:
-    """Sanity: 256 MiB over the run's loopback at hundreds of MB/s (~600 MB/s here, as fast as with the host's
-    own buffer sizes), and a burst of 64 connections fits the accept queue."""
-    r = run_py(sandbox, THROUGHPUT, timeout_s=60)
+    """Sanity: 64 MiB over the run's loopback at hundreds of MB/s (~1 GB/s here with 4 KiB default buffers,
+    the same as with the host's own sizes), and a burst of 64 connections fits the accept queue."""
+    r = run_py(sandbox, THROUGHPUT, timeout_s=120)
     assert r.status is S.OK, r
     got = json.loads(r.stdout)
-    assert (got["got"], got["burst"]) == (256 << 20, 64), got
-    assert got["mb_per_s"] > 50, got  # a floor far below what it does even on a loaded host
+    assert (got["got"], got["burst"]) == (64 << 20, 64), got
+    assert got["mb_per_s"] > 20, got  # far below what it does on a loaded host, or in the emulated v2 guest
 
 
 # ---- item 8: nothing of one run is visible to the next --------------------------------------------------

@@ -136,18 +136,16 @@ def _init_non_dumpable() -> bool:
     return os.stat("/proc/1/mem").st_uid == 0
 
 
-def _init_mappings() -> list[tuple[str, int]]:
-    """Every mapping of the init with its amount of anonymous (written) memory. Its contents are out of reach
-    of the sandbox uid (not dumpable, checked too), so they are not read (~5 ms for a python3 init); this is
-    a tripwire: a write into a clean page would make it anonymous, a new mapping would show."""
-    out: list[tuple[str, int]] = []
-    header = ""
-    for line in read_text("/proc/1/smaps").splitlines():
-        if not line.split(" ", 1)[0].endswith(":"):
-            header = line
-        elif line.startswith("Anonymous:"):
-            out.append((header, int(line.split()[1])))
-    return out
+def _init_mappings() -> tuple[str, int]:
+    """Every mapping of the init (``maps``) and how much of it is anonymous (written) memory in all
+    (``smaps_rollup``). Its contents are out of reach of the sandbox uid (not dumpable, checked too), so they
+    are not read (~5 ms for a python3 init); this is a tripwire: a write into a clean page would make it
+    anonymous, a new mapping would show. ~0.1 ms per run (the per-mapping ``smaps``, parsed in Python: ~0.9)."""
+    anonymous = 0
+    for line in read_text("/proc/1/smaps_rollup").splitlines():
+        if line.startswith("Anonymous:"):
+            anonymous = int(line.split()[1])
+    return read_text("/proc/1/maps"), anonymous
 
 
 def _init_state() -> tuple[object, ...]:
