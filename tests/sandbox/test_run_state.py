@@ -21,6 +21,7 @@ import pytest
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox
 from workers.sandbox.api import SandboxStatus as S
+from workers.sandbox.cgroups import v1_memory_mounted
 from workers.sandbox.factory import make_sandbox
 
 from .conftest import BACKENDS, audit, run_py
@@ -83,11 +84,14 @@ def _settled(sb: Any, deadline_s: float = 30.0) -> None:
 #: Every family that holds TCP or UDP memory (see ``bench_socket_hoard``): the charged ones, and the ones the
 #: kernel charges to no cgroup (never accepted, SYN floods, orphaned sockets and processes).
 SOCKET_FAMILIES = ("tcp", "tcp-backlog", "tcp6-backlog", "tcp-many", "tcp-syn", "tcp-orphan", "tcp-fork", "udp")
-#: What the host's TCP/UDP memory may rise by for a 128 MiB run: three quarters of its limit. The design's worst
-#: case is the watch's share (16 MiB) plus one poll interval of new sockets (a few KiB each) plus v1's charged
-#: socket share (8 MiB); the largest rise measured in 800 hoarding runs (4 processes each, both backends, idle
-#: and with two CPU hogs) was 54 MiB, 7-11 MiB typical (docs/ARCHITECTURE.md). Before: 267 MiB.
-RISE_BOUND_MB = MEMORY_MB * 3 // 4
+#: What the host's TCP/UDP memory may rise by for a 128 MiB run. cgroup v1 charges socket buffers to a sixteenth
+#: of the limit (``cgroups.split_for_sockets``), so the rise is that share plus what no cgroup pays for: three
+#: quarters of the limit is the bound. The design's worst case is the watch's share (16 MiB) plus one poll
+#: interval of new sockets (a few KiB each) plus the 8 MiB charged share; the largest rise measured in 800
+#: hoarding runs (4 processes each, both backends, idle and with two CPU hogs) was 54 MiB, 7-11 MiB typical
+#: (docs/ARCHITECTURE.md); 267 MiB before. cgroup v2 charges them to ``memory.max`` itself, so a run may fill
+#: its whole limit with them: there the bound is the limit plus the uncharged share and a margin.
+RISE_BOUND_MB = MEMORY_MB * 3 // 4 if v1_memory_mounted() else MEMORY_MB + 32
 
 
 @pytest.mark.parametrize("family", SOCKET_FAMILIES)
@@ -154,8 +158,9 @@ except OSError as exc:
     out['force'] = exc.strerror
 lst.bind(('127.0.0.1', 0)); lst.listen(8)
 c = socket.create_connection(lst.getsockname())
-c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-out['sndbuf_set'] = c.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) > 1 << 19  # send buffers are charged
+before = c.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, before * 4)  # send buffers are charged: allowed
+out['sndbuf_set'] = c.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) > before
 c.sendall(b'x' * 100000)  # more than the pending connection's buffer: the rest waits in c's (charged) queue
 a, _ = lst.accept()
 out['accepted'] = a.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
@@ -212,38 +217,47 @@ def test_each_run_network_namespace_is_limited(sandbox: Sandbox) -> None:
 
 THROUGHPUT = r"""
 import json, os, socket, time
-lst = socket.socket(); lst.bind(('127.0.0.1', 0)); lst.listen(64)
 total = 64 << 20
-pid = os.fork()
-if pid == 0:
-    c = socket.create_connection(lst.getsockname()); buf = b'x' * (1 << 16); sent = 0
-    while sent < total:
-        sent += c.send(buf)
-    c.close(); os._exit(0)
-a, _ = lst.accept(); t0 = time.monotonic(); got = 0; buf = bytearray(1 << 20)
-while True:
-    n = a.recv_into(buf)
-    if not n:
-        break
-    got += n
-dt = time.monotonic() - t0
-os.waitpid(pid, 0)
+
+def rate(server, client):
+    # MB/s of ``total`` bytes from a forked writer on ``client`` to this process reading ``server``
+    pid = os.fork()
+    if pid == 0:
+        server.close(); buf = b'x' * (1 << 16); sent = 0
+        while sent < total:
+            sent += client.send(buf)
+        client.close(); os._exit(0)
+    client.close(); t0 = time.monotonic(); got = 0; buf = bytearray(1 << 20)
+    while True:
+        n = server.recv_into(buf)
+        if not n:
+            break
+        got += n
+    dt = time.monotonic() - t0
+    os.waitpid(pid, 0)
+    assert got == total, got
+    return got / dt / 1e6
+
+lst = socket.socket(); lst.bind(('127.0.0.1', 0)); lst.listen(64)
+c = socket.create_connection(lst.getsockname()); a, _ = lst.accept()
+tcp = rate(a, c)
 clients = []
 for _ in range(64):  # a burst of 64 connects lands in one accept queue at once
     clients.append(socket.create_connection(lst.getsockname(), timeout=5))
-print(json.dumps({'got': got, 'mb_per_s': got / dt / 1e6, 'burst': len(clients)}))
+print(json.dumps({'tcp_mb_per_s': tcp, 'burst': len(clients)}))
 """
 
 
 def test_honest_loopback_traffic_keeps_its_speed(sandbox: Sandbox) -> None:
-    """Sanity: 64 MiB over the run's loopback at hundreds of MB/s (~1 GB/s here with 4 KiB default buffers,
-    ~1.2 GB/s against ~1.3 with the host's sizes in a side-by-side test), and a burst of 64 connections fits
-    the accept queue."""
+    """Sanity: 64 MiB over the run's TCP loopback (4 KiB default buffers, autotuned up to 1 MiB) at hundreds of
+    MB/s here (side by side in a throwaway namespace, 300-1,300 MB/s with these sizes and with the host's alike:
+    this machine's noise is larger than the difference), and a burst of 64 connections fits the accept queue.
+    The floor is one that only a broken setup misses: the emulated cgroup v2 guest does ~12 MB/s."""
     r = run_py(sandbox, THROUGHPUT, timeout_s=120)
     assert r.status is S.OK, r
     got = json.loads(r.stdout)
-    assert (got["got"], got["burst"]) == (64 << 20, 64), got
-    assert got["mb_per_s"] > 20, got  # far below what it does on a loaded host, or in the emulated v2 guest
+    assert got["burst"] == 64, got
+    assert got["tcp_mb_per_s"] > 4, got
 
 
 # ---- item 8: nothing of one run is visible to the next --------------------------------------------------

@@ -172,8 +172,8 @@ def child_netns_own_tcp_hash() -> None:
 #: accept()) and queues up to its receive buffer; with SO_RCVBUF a no-op (``seccomp``) that buffer is
 #: ``tcp_rmem``'s default, so each pending connection holds a few KiB, and a listener at most ``somaxconn`` + 1
 #: of them (``socket_watch`` bounds the number of sockets). Honest programs keep working: autotuning grows a
-#: socket that is read up to ``tcp_rmem``'s max (1 MiB: a bulk loopback transfer moved ~1.2 GB/s against ~1.3
-#: with the host's 128 KiB / 32 MiB, side by side), and an accept queue of 64 absorbs a burst of 64
+#: socket that is read up to ``tcp_rmem``'s max (1 MiB: bulk loopback transfers moved 0.3-1.3 GB/s with these
+#: sizes and with the host's 128 KiB / 32 MiB alike, side by side), and an accept queue of 64 absorbs a burst of 64
 #: simultaneous connects (a listener's SYN queue is bounded by the same backlog: with syncookies on, as in every
 #: new namespace, ``tcp_max_syn_backlog`` plays no part). ``optmem_max`` (socket option memory,
 #: ``sock_kmalloc``, uncharged) back to the pre-6.9 default. Cost: ~0.1 ms per run, most of it the first
