@@ -72,6 +72,21 @@ class Stage:
         """Fewer bytes kept than written."""
         return self.stderr_bytes > len(self.stderr)
 
+    def to_json(self) -> dict[str, object]:
+        """The CLI/JSON shape (``SandboxResult.to_json``'s fields): bytes decoded as UTF-8, invalid replaced."""
+        return {
+            "status": self.status.value,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "stdout": self.stdout.decode("utf-8", errors="replace"),
+            "stderr": self.stderr.decode("utf-8", errors="replace"),
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "wall_ms": self.wall_ms,
+            "cpu_ms": self.cpu_ms,
+            "max_rss_kb": self.max_rss_kb,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class StepLimits:
