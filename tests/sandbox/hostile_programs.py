@@ -12,6 +12,8 @@ OS threads until its runtime dies). Templates take ``{PORT}``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 _C = r"""
 #include <errno.h>
 #include <fcntl.h>
@@ -300,7 +302,7 @@ HOSTILE: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def hostile_source(language: str, *, port: int, secret: str, numbers: dict[str, int]) -> str:
+def hostile_source(language: str, *, port: int, secret: str, numbers: Mapping[str, int]) -> str:
     """The hostile program of ``language`` with this machine's port, secret path and syscall numbers."""
     source = HOSTILE[language][0].replace("{PORT}", str(port)).replace("{SECRET}", secret)
     for name, nr in numbers.items():

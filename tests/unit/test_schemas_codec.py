@@ -336,8 +336,7 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "several problems",
         Task,
         with_(with_and(TASK, "task_id", 7), "language", "cobol"),
-        "invalid Task: task_id: input should be a valid string; language: "
-        f"{LANGUAGE_CHOICES}",
+        f"invalid Task: task_id: input should be a valid string; language: {LANGUAGE_CHOICES}",
     ),
     (
         "bad base64",
