@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import base64
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError, SandboxError
+from schemas.settings import Settings
 from workers.sandbox.api import SandboxSpec, SandboxStatus
 
 sandbox_app = typer.Typer(help="Run untrusted programs in a sandbox backend.", no_args_is_help=True)
@@ -117,6 +119,20 @@ def _run_language(  # noqa: PLR0917
     )
 
 
+def _build_family(settings: Settings, client: Any, family: str) -> dict[str, float]:
+    """Build ``family``'s rootfs (and image, with a docker client); seconds each took."""
+    from infra.local.sandbox_image import ensure_toolchain_image, ensure_toolchain_rootfs
+
+    started = time.monotonic()
+    ensure_toolchain_rootfs(settings, family)
+    took = {"rootfs_s": round(time.monotonic() - started, 1)}
+    if client is not None:
+        started = time.monotonic()
+        ensure_toolchain_image(settings, client, family)
+        took["image_s"] = round(time.monotonic() - started, 1)
+    return took
+
+
 @sandbox_app.command("toolchains")
 def toolchains(
     *,
@@ -126,7 +142,7 @@ def toolchains(
     docker: Annotated[bool, typer.Option(help="with --build: also import each as a docker image")] = False,
 ) -> None:
     """List the toolchain families (languages, rootfs, image), building those --build names."""
-    from infra.local.sandbox_image import TOOLCHAINS, ensure_toolchain_image, ensure_toolchain_rootfs
+    from infra.local.sandbox_image import TOOLCHAINS
     from workers.languages import REGISTRY
 
     settings = load_settings()
@@ -135,25 +151,24 @@ def toolchains(
     unknown = [f for f in wanted if f not in families]
     if unknown:
         raise ConfigError(f"--build: unknown toolchain family {unknown[0]!r} (known: {', '.join(families)})")
-    rows = []
     client = None
     if docker and wanted:
         from workers.sandbox.docker_backend import docker_client
 
         client = docker_client(settings)
+    # Families build in parallel: each has its own tree, lock and image; a build mostly waits on downloads.
+    with ThreadPoolExecutor(max_workers=max(1, len(wanted))) as pool:
+        timings = {f: pool.submit(_build_family, settings, client, f) for f in wanted}
+        built = {f: future.result() for f, future in timings.items()}
+    rows = []
     for family in families:
         row: dict[str, object] = {
             "family": family,
             "languages": sorted(spec.id for spec in REGISTRY.values() if spec.toolchain == family),
             "rootfs": str(settings.toolchain_rootfs_path(family)),
             "image": settings.toolchain_image(family),
+            **built.get(family, {}),
         }
-        if family in wanted:
-            started = time.monotonic()
-            ensure_toolchain_rootfs(settings, family)
-            if client is not None:
-                ensure_toolchain_image(settings, client, family)
-            row["built_in_s"] = round(time.monotonic() - started, 1)
         row["rootfs_built"] = (settings.toolchain_rootfs_path(family) / "usr" / "bin").is_dir()
         rows.append(row)
     print_json({"toolchains": rows})
