@@ -127,6 +127,18 @@ def test_submit_names_bad_lines(tmp_path: Path) -> None:
         read_solutions(path)
 
 
+def test_submit_reads_a_language(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"task_id": "t", "generation_id": "g1", "code": "x"}\n'
+        '{"task_id": "t", "generation_id": "g2", "code": "int main;", "language": "c"}\n'
+    )
+    assert [row["language"] for row in read_solutions(path)] == ["python", "c"]
+    path.write_text('{"task_id": "t", "generation_id": "g1", "code": "x", "language": 3}\n')
+    with pytest.raises(ValidationError, match="s.jsonl:1: language must be a string"):
+        read_solutions(path)
+
+
 def test_submit_rejects_an_empty_file(tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
     path.write_text("\n")
