@@ -2,7 +2,7 @@
 
 Single: ``--task TASK.json --code FILE`` prints one result JSON. Batch: ``--tasks TASKS.jsonl --solutions
 SOLUTIONS.jsonl --out RESULTS.jsonl`` (solution lines ``{"task_id", "generation_id", "language", "code"}``,
-``language`` python unless given: any language the task's suites accept) writes one
+``language`` python unless given; a language a suite does not take fails it, ``unsupported_language``) writes one
 result line per solution as it finishes, with a progress bar on stderr. The result JSON is a contract:
 ``{"generation_id", "task_id", "status": "pass"|"fail"|"sandbox_error", "public": {"passed", "total"},
 "hidden": {"passed", "total"}, "flags", "reward", ...}``. The reward is the pipeline's: the reward policy
@@ -30,10 +30,11 @@ from rewardstream.cli.graded import Graded, PolicyGrader
 from rewardstream.cli.main import app
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
-from schemas.tasks import Language, Task, language_problem
+from schemas.tasks import Language, Task
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
 from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
+from workers.languages import resolve
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -107,9 +108,6 @@ def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task]
             raise ValidationError(f"{solutions_path}:{n}: {_first_error(exc)}") from None
         if sol.task_id not in tasks:
             raise ValidationError(f"{solutions_path}:{n}: task_id {sol.task_id!r} is not in {tasks_path}")
-        problem = language_problem(tasks[sol.task_id], sol.language)
-        if problem is not None:
-            raise ValidationError(f"{solutions_path}:{n}: language: {problem}")
         solutions.append(sol)
     return tasks, solutions
 
@@ -193,9 +191,7 @@ def _grade_one(  # noqa: PLR0917
     language: str,
 ) -> None:
     the_task = _load_task(task_path)
-    problem = language_problem(the_task, language)
-    if problem is not None:
-        raise ValidationError(f"--language: {problem}")
+    resolve(language)  # an unknown language is an error before any sandbox starts
     try:
         source = code_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

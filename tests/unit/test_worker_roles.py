@@ -17,13 +17,7 @@ from workers.grading.grader import RunInfo
 from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
-from workers.roles.common import (
-    CodeUnavailableError,
-    LanguageEventError,
-    RoleContext,
-    TaskSource,
-    UnknownTaskError,
-)
+from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
 from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sandbox_run
 from workers.roles.judging import JudgeHandler
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
@@ -129,13 +123,20 @@ def test_unknown_task_is_an_invalid_event(tmp_path: Path) -> None:
         handler.handle(event("No/such"), SOURCE)
 
 
-@pytest.mark.parametrize("role", ["executor", "verifier"])
-def test_a_language_the_task_does_not_accept_is_an_invalid_event(tmp_path: Path, role: str) -> None:
+def test_a_language_the_suites_do_not_take_fails_them_without_a_run(tmp_path: Path) -> None:
     sandbox = BrokenSandbox()
-    handler_type = ExecutorHandler if role == "executor" else VerifierHandler
-    handler = handler_type(context(tmp_path, role), grader(sandbox))
-    with pytest.raises(LanguageEventError, match="does not accept rust"):  # its call suites are python only
-        handler.handle(event(language="rust", code="fn main() {}"), SOURCE)
+    rust = event(language="rust", code="fn main() {}")  # the task's call suites are python only
+    done = ExecutorHandler(context(tmp_path, "executor"), grader(sandbox)).handle(rust, SOURCE)
+    assert isinstance(done, Done)
+    result = decode((done.outputs[0].value or b""), ExecutionResult)
+    assert result.run.status == "unsupported_language"
+    assert result.feedback is not None
+    assert "not rust" in result.feedback
+    assert {c.status for c in result.cases} == {"error"}
+    done = VerifierHandler(context(tmp_path, "verifier"), grader(sandbox)).handle(rust, SOURCE)
+    assert isinstance(done, Done)
+    verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
+    assert (verdict.run.status, verdict.passed, verdict.total) == ("unsupported_language", 0, 2)
     assert sandbox.runs == 0
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schemas.errors import SandboxError, ValidationError
-from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task, language_problem
+from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task, suite_languages
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
 from workers.grading.static_analysis import Flag, analyze
@@ -71,15 +71,18 @@ class WorkspaceTaskError(ValidationError):
     The episode worker grades those."""
 
 
-class LanguageError(ValidationError):
-    """A solution in a language the task's suites do not accept (call and assert suites are Python only)."""
+#: The run status of suites that do not accept the solution's language: nothing ran, the candidate's failure.
+UNSUPPORTED_LANGUAGE = "unsupported_language"
 
 
-def refuse_language(task: PublicTask | Task, language: str) -> None:
-    """Raise LanguageError if ``task`` cannot grade a solution in ``language``."""
-    problem = language_problem(task, language)
-    if problem is not None:
-        raise LanguageError(problem)
+def language_refusal(suites: Sequence[tuple[str, AnySuite]], language: str) -> str | None:
+    """Why these suites cannot run a solution in ``language`` (call and assert suites call a Python function;
+    an io suite may list the languages it takes), or None."""
+    for label, suite in suites:
+        accepted = suite_languages(suite)
+        if accepted is not None and language not in accepted:
+            return f"{UNSUPPORTED_LANGUAGE}: the {label} suite takes {', '.join(sorted(accepted))}, not {language}"
+    return None
 
 
 def refuse_workspace(task: PublicTask | Task) -> None:
@@ -382,11 +385,16 @@ class Grader:
         import ``entry_point``'s ``module:function`` from it, io and command suites run their command in it.
         A ``language`` other than python is built first (one compile step, ``config.compile_limits``) and its
         io suites run the built program; a failed build fails every case with its reason (``compile_error``,
-        ``compile_timeout``: the candidate's failure) and the compiler's output as the run's output.
+        ``compile_timeout``: the candidate's failure) and the compiler's output as the run's output. Suites
+        that do not take ``language`` (call and assert suites are python only) fail every case with
+        ``unsupported_language``, and nothing runs.
         """
         if workspace is None and any(_in_workspace(s) for _, s in suites):
             raise WorkspaceTaskError("command suites and io suites with a command run in a workspace")
         spec = resolve(language)
+        refused = None if workspace is not None else language_refusal(suites, spec.id)
+        if refused is not None:
+            return self._refused(refused, suites)
         if spec.id != "python":
             return self._run_program(spec, code, suites, limits)
         helpers = prompt_helpers(prompt, entry_point) if any(s.kind == "assert" for _, s in suites) else ""
@@ -438,9 +446,6 @@ class Grader:
         self, spec: LanguageSpec, code: str, suites: Sequence[tuple[str, AnySuite]], limits: Limits
     ) -> SuitesRun:
         """Build ``code`` once, then run every io suite against the built program in one harness run."""
-        wrong = [label for label, suite in suites if not isinstance(suite, IoSuite)]
-        if wrong:
-            raise LanguageError(f"{spec.id}: only io suites run programs in other languages, not {wrong[0]}")
         build = compile_program(self.sandbox, spec, code, limits=self.config.compile_limits)
         info = CompileInfo.of(build)
         if not build.ok:
@@ -457,6 +462,13 @@ class Grader:
         ]  # fmt: skip
         ran = self._run_jobs("", None, suites, jobs, limits, program=program)
         return replace(ran, compile=info)
+
+    def _refused(self, reason: str, suites: Sequence[tuple[str, AnySuite]]) -> SuitesRun:
+        """Suites that do not take the solution's language: every case fails with why; nothing ran."""
+        backend = getattr(self.sandbox, "name", "?")
+        run = RunInfo(UNSUPPORTED_LANGUAGE, None, None, 0.0, 0.0, 0, backend, 1, reason)
+        outcomes = tuple(failed_suite(s, label, "error", reason) for label, s in suites)
+        return SuitesRun(outcomes, run, None, None)
 
     def _unbuilt(self, build: Build, info: CompileInfo | None, suites: Sequence[tuple[str, AnySuite]]) -> SuitesRun:
         """The suites of a program that did not build: every case fails with why (no run happened)."""
@@ -510,12 +522,11 @@ class Grader:
     def grade(self, task: Task, code: str, *, generation_id: str = "", language: str = "python") -> GradeResult:
         """Static analysis + public and hidden suites in one run: the signals a reward policy needs.
 
-        A workspace task raises WorkspaceTaskError: the episode worker grades those; a ``language`` the
-        task's suites do not accept raises LanguageError. Static analysis reads Python only: a solution in
-        another language has no static flags (its io suites are compared outside the sandbox all the same).
+        A workspace task raises WorkspaceTaskError: the episode worker grades those. A ``language`` a suite
+        does not take fails it (``unsupported_language``, nothing runs). Static analysis reads Python only: a
+        solution in another language has no static flags (its io suites are compared outside all the same).
         """
         public_tests = public_suite(task)
-        refuse_language(task, language)
         spec = resolve(language)
         flags = tuple(analyze(code)) if spec.id == "python" else ()
         labelled: list[tuple[str, AnySuite]] = []
@@ -539,6 +550,8 @@ class Grader:
             notes.append("warning: the harness could not make itself non-dumpable")
         if ran.compile is not None and ran.compile.status != "ok":
             notes.append(ran.compile.reason or ran.compile.status)
+        if ran.run.status == UNSUPPORTED_LANGUAGE and ran.run.error:
+            notes.append(ran.run.error)
         return GradeResult(
             generation_id=generation_id,
             task_id=task.task_id,

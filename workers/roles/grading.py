@@ -39,11 +39,18 @@ from schemas.events import (
 from schemas.tasks import CommandSuite, PublicTask
 from schemas.text import sanitize_text
 from workers.grading import Grader
-from workers.grading.grader import GRADER_VERSION, CandidateOutput, CompileInfo, RunInfo, public_suite
+from workers.grading.grader import (
+    GRADER_VERSION,
+    UNSUPPORTED_LANGUAGE,
+    CandidateOutput,
+    CompileInfo,
+    RunInfo,
+    public_suite,
+)
 from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
 from workers.grading.suites import AnySuite, SuiteOutcome, failed_suite
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.roles.common import RoleContext, accepted, one_shot
+from workers.roles.common import RoleContext, one_shot
 from workers.roles.workspace import EpisodeWorkspaces, Graded, Unusable
 
 
@@ -162,7 +169,7 @@ class ExecutorHandler:
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = accepted(one_shot(ctx.tasks.public(event.task_id)), event.language)
+            task = one_shot(ctx.tasks.public(event.task_id))
             code = ctx.code_of(event)
             ran = self._run(code, task, public_suite(task), None, event.language)
             code_upload = ctx.store_code(artifacts, event, code)
@@ -190,6 +197,8 @@ class ExecutorHandler:
         feedback_text = command_feedback(outcome) if isinstance(suite, CommandSuite) else None
         if ran.compile is not None and ran.compile.status != "ok":
             feedback_text = compile_feedback(ran.compile)
+        elif ran.run.status == UNSUPPORTED_LANGUAGE:
+            feedback_text = ran.run.error
         return _Ran(outcome, sandbox_run(ran.run, ran.infra_error), ran.run.attempts, ran.output, feedback_text)
 
     def _publish(
@@ -260,7 +269,7 @@ class VerifierHandler:
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = accepted(one_shot(ctx.tasks.task(event.task_id)), event.language)
+            task = one_shot(ctx.tasks.task(event.task_id))
             code = ctx.code_of(event)
             flags = analyze(code) if event.language == "python" else []  # the analysis reads Python only
             got = self.grader.run_suites(
