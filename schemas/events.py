@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
 from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
+from schemas.status import SandboxStatusField
 from schemas.tasks import CaseId, Language, TaskId
 from schemas.text import sanitize_text
 
@@ -46,9 +47,6 @@ Base64 = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=4 * DLQ_PAYLOAD_MAX_BYTES // 3 + 4)
 ]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-SandboxStatus = Literal[
-    "ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error"
-]
 SuiteKind = Literal["call", "io", "assert"]
 CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
 #: What a result event may link to in S3: the submitted code, the full captured stdout/stderr (when longer
@@ -148,7 +146,7 @@ class GenerationEvent(Event):
 class SandboxRun(Contract):
     """What the sandbox reported about one run, measured from outside it."""
 
-    status: SandboxStatus = Field(description="how the run ended; sandbox_error is infrastructure's fault")
+    status: SandboxStatusField = Field(description="how the run ended; sandbox_error is infrastructure's fault")
     exit_code: int | None = Field(None, description="process exit code, if it exited")
     signal: int | None = Field(None, ge=1, le=128, description="signal that killed it, if any")
     wall_ms: float = Field(ge=0, description="wall-clock time of the run")

@@ -16,14 +16,13 @@ from schemas.events import (
     ExecutionResult,
     HiddenCaseResult,
     HiddenVerdict,
-    SandboxRun,
     StaticFlag,
 )
 from schemas.tasks import Task
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX, Policy, Scored, Signals, evaluate
 from workers.grading.grader import GRADER_VERSION, Grader, GradeResult
 from workers.grading.static_analysis import rule_counts, shown_flags
-from workers.roles.grading import sandbox_run
+from workers.roles.grading import no_run, sandbox_run
 
 
 class _Ids(TypedDict):
@@ -89,7 +88,7 @@ def signals_of(result: GradeResult) -> Signals:
         worker="grade",
         suite_kind=public.kind if public else None,  # type: ignore[arg-type]  # a suite kind
         # a task without public tests: the executor reports an ok run with no cases
-        run=run if public else SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=run.backend),
+        run=run if public else no_run(run.backend),
         cases=[CaseResult(case_id=c.id, status=c.status) for c in (public.cases if public else ())],
         passed=public.passed if public else 0,
         total=public.total if public else 0,

@@ -18,6 +18,7 @@ from schemas.events import (
     JudgeScore,
     SandboxRun,
 )
+from schemas.status import SandboxStatus
 from schemas.tasks import Task
 
 GEN: dict[str, Any] = {
@@ -429,7 +430,7 @@ def test_encode_refuses_oversized() -> None:
         max_bytes = 10
 
     with pytest.raises(EncodeError, match=r"^Tiny is \d+ bytes, over the 10-byte cap"):
-        encode(Tiny(status="ok", wall_ms=1, cpu_ms=1, max_rss_kb=1, backend="process"))
+        encode(Tiny(status=SandboxStatus.OK, wall_ms=1, cpu_ms=1, max_rss_kb=1, backend="process"))
 
 
 def test_dead_letter_truncates_large_payloads() -> None:

@@ -103,7 +103,7 @@ class GraderConfig:
 class RunInfo:
     """What the sandbox said about the (last) run, for SREs and the result file."""
 
-    status: str
+    status: SandboxStatus
     exit_code: int | None
     signal: int | None
     wall_ms: float
@@ -335,7 +335,7 @@ class Grader:
         result, records, attempts, problem, output = self._execute(code, entry_point, ordered, limits, workspace)
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
-            status=result.status.value,
+            status=result.status,
             exit_code=result.exit_code,
             signal=result.signal,
             wall_ms=result.wall_ms,

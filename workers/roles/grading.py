@@ -36,6 +36,7 @@ from schemas.events import (
     SandboxRun,
     StaticFlag,
 )
+from schemas.status import SandboxStatus
 from schemas.tasks import CommandSuite, PublicTask
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo, public_suite
@@ -48,9 +49,8 @@ from workers.roles.workspace import EpisodeWorkspaces, Graded, Unusable
 
 def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
     """The event's view of a run; an infrastructure problem is ``sandbox_error`` whatever the exit said."""
-    status = "sandbox_error" if infra_error is not None else run.status
     return SandboxRun(
-        status=status,  # type: ignore[arg-type]  # RunInfo.status is a SandboxStatus value
+        status=SandboxStatus.SANDBOX_ERROR if infra_error is not None else run.status,
         exit_code=run.exit_code,
         signal=run.signal if run.signal is None or 1 <= run.signal <= 128 else None,
         wall_ms=max(run.wall_ms, 0.0),
@@ -108,10 +108,15 @@ def feedback(outcome: SuiteOutcome | None) -> str:
     return "\n".join(lines)[:4096]
 
 
+def no_run(backend: str, status: SandboxStatus = SandboxStatus.OK, error: str | None = None) -> SandboxRun:
+    """The run of a suite that did not run (a task without public tests, an unusable workspace): nothing
+    measured."""
+    return SandboxRun(status=status, wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend, error=error)
+
+
 def unusable_run(unusable: Unusable, backend: str) -> SandboxRun:
     """The run of a workspace that could not be graded: none happened; the agent's snapshot is the cause."""
-    return SandboxRun(status="crashed", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
-                      error=unusable.reason[:4096])  # fmt: skip
+    return no_run(backend, SandboxStatus.CRASHED, unusable.reason[:4096])
 
 
 def command_feedback(outcome: SuiteOutcome) -> str:
@@ -166,8 +171,7 @@ class ExecutorHandler:
 
     def _run(self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None) -> _Ran:
         if suite is None:
-            run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
-            return _Ran(None, run, 1)
+            return _Ran(None, no_run(self.grader.sandbox.name), 1)
         ran = self.grader.run_suites(
             code, task.entry_point, [("public", suite)], task.limits, prompt=task.prompt,
             workspace=None if graded is None else graded.job(),
