@@ -24,7 +24,15 @@ from typing import Protocol
 
 from schemas.caps import fit
 from schemas.codec import DecodeError, decode, encode
-from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
+from schemas.events import (
+    DeadLetter,
+    ExecutionResult,
+    HiddenVerdict,
+    JudgeScore,
+    LogRecord,
+    RewardEvent,
+    generation_ids,
+)
 from streams.reward.join import (
     PENDING_PREFIX,
     Emit,
@@ -380,10 +388,7 @@ class RewardProcessor:
             worker=self.worker,
             logger=log.name,
             message=fit(LogRecord, "message", message),
-            generation_id=state.generation_id,
-            episode_id=state.episode_id,
-            run_id=state.run_id,
-            task_id=state.task_id,
+            **generation_ids(state),
         )
         log.log(logging.ERROR if level == "error" else logging.WARNING, "%s: %s", state.generation_id, message)
         await self.outputs.send_log(record.key(), encode(record))

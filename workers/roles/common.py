@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
+from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
@@ -196,10 +196,7 @@ class RoleContext:
             worker=self.worker,
             logger=f"rewardstream.worker.{self.role}",
             message=message[:8192],
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
+            **generation_ids(event),
             topic=source.topic,
             partition=source.partition,
             offset=source.offset,

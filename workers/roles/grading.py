@@ -35,6 +35,7 @@ from schemas.events import (
     LogValue,
     SandboxRun,
     StaticFlag,
+    result_ids,
 )
 from schemas.status import SandboxStatus
 from schemas.tasks import CommandSuite, PublicTask
@@ -204,11 +205,7 @@ class ExecutorHandler:
             ctx.store(artifacts, "stderr", output.stderr) if stderr_cut and output.stderr else None,
         )
         result = ExecutionResult(
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
-            turn=event.turn,
+            **result_ids(event),
             attempt=min(max(ran.attempts, 1), 100),
             worker=ctx.worker,
             suite_kind=outcome.kind if outcome is not None and gated else None,  # type: ignore[arg-type]
@@ -291,11 +288,7 @@ class VerifierHandler:
             ctx.store_json(artifacts, "cases", [c.model_dump(mode="json") for c in cases]),
         )
         verdict = HiddenVerdict(
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
-            turn=event.turn,
+            **result_ids(event),
             attempt=min(max(ran.attempts, 1), 100),
             worker=ctx.worker,
             grader_version=GRADER_VERSION,

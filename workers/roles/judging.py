@@ -7,7 +7,7 @@ graded is a ``status="error"`` score with the reason, like any judge failure.
 
 from __future__ import annotations
 
-from schemas.events import GenerationEvent, JudgeScore, LogValue
+from schemas.events import GenerationEvent, JudgeScore, LogValue, result_ids
 from schemas.tasks import PublicTask
 from workers.episodes.diff import changes_between, entries, judged_code
 from workers.handler import Done, Outcome, Source, encode_output
@@ -35,11 +35,7 @@ class JudgeHandler:
             code = ctx.code_of(event)
             got = self.judge.score(JudgeRequest(event.task_id, task.prompt, task.entry_point, code))
         score = JudgeScore(
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
-            turn=event.turn,
+            **result_ids(event),
             status="ok" if got.ok else "error",
             score=got.score,
             judge_model=got.model[:256],
