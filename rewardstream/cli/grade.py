@@ -33,6 +33,7 @@ from schemas.tasks import Task
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
 from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
+from workers.tasks.registry import TaskFileError, load_numbered
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -70,6 +71,18 @@ def _load_task(path: Path) -> Task:
     return _one_shot(task, str(path))
 
 
+def _load_tasks(path: Path) -> dict[str, Task]:
+    """The tasks of a JSONL file, read as the registry reads one (``workers.tasks.registry``); an error names
+    its line."""
+    try:
+        numbered = load_numbered(path)
+    except TaskFileError as exc:
+        first, more = exc.errors[0], len(exc.errors) - 1
+        problem = one_line([(first.path, first.problem)], "(line)") + (f" (and {more} more)" if more else "")
+        raise ValidationError(f"{path}:{first.line}: {problem}") from None
+    return {task.task_id: _one_shot(task, f"{path}:{n}") for n, task in numbered}
+
+
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed object) for every non-blank line; a bad line is an error naming it."""
     out: list[tuple[int, Any]] = []
@@ -90,13 +103,7 @@ def _jsonl(path: Path) -> list[tuple[int, Any]]:
 
 
 def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task], list[Solution]]:
-    tasks: dict[str, Task] = {}
-    for n, obj in _jsonl(tasks_path):
-        try:
-            task = Task.model_validate(obj)
-        except pydantic.ValidationError as exc:
-            raise ValidationError(f"{tasks_path}:{n}: {_first_error(exc)}") from None
-        tasks[task.task_id] = _one_shot(task, f"{tasks_path}:{n}")
+    tasks = _load_tasks(tasks_path)
     solutions: list[Solution] = []
     for n, obj in _jsonl(solutions_path):
         try:
