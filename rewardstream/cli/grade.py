@@ -27,8 +27,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.graded import Graded, PolicyGrader
 from rewardstream.cli.main import app
+from schemas.caps import fit_item
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
+from schemas.events import RewardEvent
 from schemas.tasks import Task
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
@@ -135,7 +137,7 @@ def result_line(solution: Solution, graded: Future[Graded]) -> tuple[str, float,
         "hidden": {"passed": 0, "total": 0},
         "flags": [],
         "reward": 0.0,
-        "reasons": [sanitize_text(why)[:1024]],
+        "reasons": [fit_item(RewardEvent, "reasons", sanitize_text(why))],
     }
     return "sandbox_error", 0.0, orjson.dumps(failed) + b"\n"
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from schemas.caps import fit, fit_item
 from schemas.events import (
     CaseResult,
     ExecutionResult,
     HiddenCaseResult,
     HiddenVerdict,
+    RewardEvent,
     StaticFlag,
 )
 from schemas.tasks import Task
@@ -104,7 +106,8 @@ def signals_of(result: GradeResult) -> Signals:
         passed=hidden.passed,
         total=hidden.total,
         static_flags=[
-            StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in shown_flags(result.static_flags)
+            StaticFlag(rule=f.rule, message=fit(StaticFlag, "message", f.message), line=f.line)
+            for f in shown_flags(result.static_flags)
         ],
         static_flag_counts=rule_counts(result.static_flags),
     )
@@ -120,7 +123,7 @@ def apply_policy(result: GradeResult, policy: Policy) -> Graded:
     """Reward ``result`` with ``policy``; no judge is awaited. A sandbox_error, which the pipeline withholds
     until a retry, is reward 0.0 here: the grader already retried, and the status says it is no verdict."""
     outcome = evaluate(policy, signals_of(result))
-    remarks = ((result.infra_error[:1024],) if result.infra_error else ()) + result.notes
+    remarks = ((fit_item(RewardEvent, "reasons", result.infra_error),) if result.infra_error else ()) + result.notes
     name = (policy.name, policy.version)
     if isinstance(outcome, Scored):
         return Graded(result, outcome.reward, gating(outcome.flags), outcome.reasons + remarks, name)

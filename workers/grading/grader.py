@@ -28,7 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from schemas.caps import fit
 from schemas.errors import SandboxError, ValidationError
+from schemas.events import SandboxRun
 from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
@@ -234,7 +236,7 @@ def _error_result(exc: Exception, backend: str) -> SandboxResult:
         cpu_ms=0.0,
         max_rss_kb=0,
         backend=backend,
-        error=f"{type(exc).__name__}: {exc}"[:4096],
+        error=fit(SandboxRun, "error", f"{type(exc).__name__}: {exc}"),
     )
 
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from schemas.caps import fit
+from schemas.events import StaticFlag
 from schemas.text import sanitize_text
 
 Severity = Literal["hack", "warn"]
@@ -302,7 +304,7 @@ def rule_counts(flags: Iterable[Flag]) -> dict[str, int]:
 def _flag(rule: str, detail: str, line: int | None) -> Flag:
     """A finding; ``detail`` quotes candidate code, so it is made safe to store here, where it is made."""
     severity, meaning = RULES[rule]
-    return Flag(rule, severity, sanitize_text(f"{meaning}: {detail}"[:1024]), line)
+    return Flag(rule, severity, sanitize_text(fit(StaticFlag, "message", f"{meaning}: {detail}")), line)
 
 
 class _Visitor(ast.NodeVisitor):

@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from schemas.caps import fit
 from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
@@ -195,7 +196,7 @@ class RoleContext:
             component=self.role,
             worker=self.worker,
             logger=f"rewardstream.worker.{self.role}",
-            message=message[:8192],
+            message=fit(LogRecord, "message", message),
             **generation_ids(event),
             topic=source.topic,
             partition=source.partition,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from schemas.caps import fit
 from schemas.events import (
     OUTPUT_TAIL_MAX_CHARS,
     ArtifactName,
@@ -58,7 +59,7 @@ def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
         cpu_ms=max(run.cpu_ms, 0.0),
         max_rss_kb=max(run.max_rss_kb, 0),
         backend=run.backend or "?",
-        error=(infra_error or run.error or None) and str(infra_error or run.error)[:4096],
+        error=(infra_error or run.error or None) and fit(SandboxRun, "error", str(infra_error or run.error)),
     )
 
 
@@ -106,18 +107,19 @@ def feedback(outcome: SuiteOutcome | None) -> str:
     lines = [f"{outcome.passed}/{outcome.total} public tests passed"]
     for case in [c for c in outcome.cases if c.status != "passed"][:5]:
         lines.append(f"case {case.id}: {case.status}" + (f": {case.message}" if case.message else ""))
-    return "\n".join(lines)[:4096]
+    return fit(ExecutionResult, "feedback", "\n".join(lines))
 
 
 def no_run(backend: str, status: SandboxStatus = SandboxStatus.OK, error: str | None = None) -> SandboxRun:
     """The run of a suite that did not run (a task without public tests, an unusable workspace): nothing
     measured."""
+    error = None if error is None else fit(SandboxRun, "error", error)
     return SandboxRun(status=status, wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend, error=error)
 
 
 def unusable_run(unusable: Unusable, backend: str) -> SandboxRun:
     """The run of a workspace that could not be graded: none happened; the agent's snapshot is the cause."""
-    return no_run(backend, SandboxStatus.CRASHED, unusable.reason[:4096])
+    return no_run(backend, SandboxStatus.CRASHED, unusable.reason)
 
 
 def command_feedback(outcome: SuiteOutcome) -> str:
@@ -126,7 +128,9 @@ def command_feedback(outcome: SuiteOutcome) -> str:
     if case is not None and case.status == "passed":
         return "the public command exited 0 (feedback only: the hidden tests decide)"
     ended = case.message if case is not None and case.message else "no result"
-    return f"the public command failed: {ended} (feedback only: the hidden tests decide)"[:4096]
+    return fit(
+        ExecutionResult, "feedback", f"the public command failed: {ended} (feedback only: the hidden tests decide)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +171,12 @@ class ExecutorHandler:
         task = self.context.tasks.public(event.task_id)
         graded = self.workspaces.graded(event, task)
         if isinstance(graded, Unusable):
-            return _Ran(None, unusable_run(graded, self.grader.sandbox.name), 1, feedback=graded.reason[:4096])
+            return _Ran(
+                None,
+                unusable_run(graded, self.grader.sandbox.name),
+                1,
+                feedback=fit(ExecutionResult, "feedback", graded.reason),
+            )
         return self._run("", task, task.public_tests, graded)
 
     def _run(self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None) -> _Ran:
@@ -193,7 +202,8 @@ class ExecutorHandler:
         ctx = self.context
         outcome, run, output = ran.outcome, ran.run, ran.output
         gated = outcome is not None and outcome.kind != "command"  # a command suite is feedback, never cases
-        cases = [CaseResult(case_id=c.id, status=c.status, message=(c.message or None) and c.message[:1024])
+        cases = [CaseResult(case_id=c.id, status=c.status,
+                            message=(c.message or None) and fit(CaseResult, "message", c.message))
                  for c in (outcome.cases if outcome is not None and gated else ())]  # fmt: skip
         stdout, stdout_cut = output_tail(output.stdout, output.stdout_truncated)
         stderr, stderr_cut = output_tail(output.stderr, output.stderr_truncated)
@@ -297,7 +307,10 @@ class VerifierHandler:
             cases=cases,
             passed=sum(1 for c in cases if c.status == "passed"),
             total=len(cases),
-            static_flags=[StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in shown_flags(flags)],
+            static_flags=[
+                StaticFlag(rule=f.rule, message=fit(StaticFlag, "message", f.message), line=f.line)
+                for f in shown_flags(flags)
+            ],
             static_flag_counts=rule_counts(flags),
             artifacts=artifacts,
         )
