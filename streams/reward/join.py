@@ -1,7 +1,7 @@
 """The join state machine, pure: what one generation's parts are, and whether to emit, wait or give up.
 
 Why pure: the emit decision (complete, deadline, sandbox_error retry) is where rewards are won or lost, so
-it is unit-tested without Kafka; the Faust glue only stores the state and sends what this module decides.
+it is unit-tested without Kafka; an engine only stores the state and sends what this module decides.
 """
 
 from __future__ import annotations

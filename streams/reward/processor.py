@@ -1,8 +1,8 @@
 """The reward processor's core, shared by both engines: decode, join, decide, emit.
 
 Exactly once is the engine's job, behind ``StateStore`` and ``Outputs``: the Kafka engine (``kafka_engine``)
-commits a reward and its ``emitted`` marker in one Kafka transaction; the Faust engine (``faust_join``) emits,
-then marks, and de-duplicates after a crash (``emit_then_mark``). The core is sequential: an engine that runs
+commits a reward and its ``emitted`` marker in one Kafka transaction; the Faust engine (``faust``) emits,
+then marks, and de-duplicates after a crash (``faust.emit_then_mark``). The core is sequential: an engine that runs
 it from concurrent tasks serialises the calls.
 
 Deadlines run in event time: a partition's clock is the oldest of its inputs' newest processed timestamps,
@@ -63,7 +63,7 @@ class StateStore(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
     async def put(self, partition: int, key: str, value: bytes) -> None:
-        """Store and hand the changelog record to the producer before returning (see ``app._TableStore``)."""
+        """Store and hand the changelog record to the producer before returning."""
         ...
 
     async def delete(self, partition: int, key: str) -> None: ...
@@ -359,7 +359,7 @@ class RewardProcessor:
 
         A state that is emitted at once is never stored complete: its last part's input offset is committed
         only after the ``emitted`` marker, so a crash before that re-reads the part and decides again (the
-        Faust engine's ``emit_then_mark`` catches a reward that did go out).
+        Faust engine's ``faust.emit_then_mark`` catches a reward that did go out).
         """
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
