@@ -56,7 +56,9 @@ def one_shot(task: _T) -> _T:
     return task
 
 
-class _Lru(Generic[T]):
+class Lru(Generic[T]):
+    """``load(key)``, the last ``size`` keys kept (thread-safe): what a role reads again and again."""
+
     def __init__(self, load: Callable[[str], T], size: int = 4096) -> None:
         self._load = load
         self._size = size
@@ -82,8 +84,8 @@ class TaskSource:
 
     def __init__(self, registry: TaskRegistry) -> None:
         self.registry = registry
-        self._public = _Lru(registry.public)
-        self._full = _Lru(registry.task)
+        self._public = Lru(registry.public)
+        self._full = Lru(registry.task)
 
     def public(self, task_id: str) -> PublicTask:
         """The public view (executor, judge)."""
