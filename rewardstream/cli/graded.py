@@ -24,7 +24,7 @@ from schemas.tasks import Task
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX, Policy, Scored, Signals, evaluate
 from workers.grading.grader import GRADER_VERSION, Grader, GradeResult
 from workers.grading.static_analysis import rule_counts, shown_flags
-from workers.roles.grading import no_run, sandbox_run
+from workers.roles.runs import no_run, sandbox_run
 
 
 class _Ids(TypedDict):

@@ -22,8 +22,9 @@ from workers.grading import Grader
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import RoleContext, TaskSource
-from workers.roles.grading import ExecutorHandler, VerifierHandler
+from workers.roles.executor import ExecutorHandler
 from workers.roles.judging import JudgeHandler
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
 from workers.tasks.swe import HACK_FILES, PUBLIC_TESTS, SPECS, SweSpec, swe_tasks

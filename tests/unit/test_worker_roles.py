@@ -18,8 +18,10 @@ from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
-from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sandbox_run
+from workers.roles.executor import ExecutorHandler, feedback
 from workers.roles.judging import JudgeHandler
+from workers.roles.runs import sandbox_run
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.tasks.registry import TaskRegistry
 

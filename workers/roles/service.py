@@ -151,7 +151,8 @@ def _handler(
             stack.callback(judge.close)
         return JudgeHandler(context, judge)
     from workers.grading import Grader
-    from workers.roles.grading import ExecutorHandler, VerifierHandler
+    from workers.roles.executor import ExecutorHandler
+    from workers.roles.verifier import VerifierHandler
 
     sandbox = deps.sandbox
     if sandbox is None:
