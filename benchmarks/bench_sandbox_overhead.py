@@ -12,12 +12,10 @@ import json
 import resource
 import time
 
-from infra.local.sandbox_image import ensure_sandbox_rootfs
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxSpec
 from workers.sandbox.docker_backend import DockerSandbox, docker_client
 from workers.sandbox.factory import Backend, make_sandbox
-from workers.sandbox.process import ProcessSandbox
 
 FLOOD = "import os\nb = b'x' * (1 << 20)\nfor _ in range(1024): os.write(1, b)"
 
@@ -59,11 +57,6 @@ def main() -> None:
             out["process_ms_per_run"] = round(_time_runs(process, args.runs), 1)
         finally:
             process.close()
-        chain = ProcessSandbox(settings, ensure_sandbox_rootfs(settings), fork_server=False)
-        try:
-            out["process_chain_ms_per_run"] = round(_time_runs(chain, args.runs), 1)
-        finally:
-            chain.close()
         warm = make_sandbox(settings, "docker")
         try:
             out["docker_warm_ms_per_run"] = round(_time_runs(warm, args.runs), 1)

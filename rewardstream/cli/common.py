@@ -11,7 +11,7 @@ import pydantic
 
 from schemas.codec import problems_of
 from schemas.errors import ConfigError
-from schemas.settings import Settings
+from schemas.settings import Settings, env_name
 
 if TYPE_CHECKING:
     from workers.sandbox.api import Sandbox
@@ -27,7 +27,7 @@ def load_settings() -> Settings:
         return Settings()
     except pydantic.ValidationError as exc:
         field, problem = problems_of(exc)[0]
-        raise ConfigError(f"bad setting RS_{field.upper()}: {problem}") from None
+        raise ConfigError(f"bad setting {env_name(field)}: {problem}") from None
 
 
 def open_sandbox(settings: Settings, backend: Backend | None = None) -> Sandbox:

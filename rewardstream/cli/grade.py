@@ -28,13 +28,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.graded import Graded, PolicyGrader
 from rewardstream.cli.main import app
+from schemas.caps import fit_item
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
+from schemas.events import RewardEvent
 from schemas.tasks import Language, Task
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
 from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
 from workers.languages import resolve
+from workers.tasks.registry import TaskFileError, load_numbered
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -73,6 +76,18 @@ def _load_task(path: Path) -> Task:
     return _one_shot(task, str(path))
 
 
+def _load_tasks(path: Path) -> dict[str, Task]:
+    """The tasks of a JSONL file, read as the registry reads one (``workers.tasks.registry``); an error names
+    its line."""
+    try:
+        numbered = load_numbered(path)
+    except TaskFileError as exc:
+        first, more = exc.errors[0], len(exc.errors) - 1
+        problem = one_line([(first.path, first.problem)], "(line)") + (f" (and {more} more)" if more else "")
+        raise ValidationError(f"{path}:{first.line}: {problem}") from None
+    return {task.task_id: _one_shot(task, f"{path}:{n}") for n, task in numbered}
+
+
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed object) for every non-blank line; a bad line is an error naming it."""
     out: list[tuple[int, Any]] = []
@@ -93,13 +108,7 @@ def _jsonl(path: Path) -> list[tuple[int, Any]]:
 
 
 def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task], list[Solution]]:
-    tasks: dict[str, Task] = {}
-    for n, obj in _jsonl(tasks_path):
-        try:
-            task = Task.model_validate(obj)
-        except pydantic.ValidationError as exc:
-            raise ValidationError(f"{tasks_path}:{n}: {_first_error(exc)}") from None
-        tasks[task.task_id] = _one_shot(task, f"{tasks_path}:{n}")
+    tasks = _load_tasks(tasks_path)
     solutions: list[Solution] = []
     for n, obj in _jsonl(solutions_path):
         try:
@@ -131,7 +140,7 @@ def result_line(solution: Solution, graded: Future[Graded]) -> tuple[str, float,
         "hidden": {"passed": 0, "total": 0},
         "flags": [],
         "reward": 0.0,
-        "reasons": [sanitize_text(why)[:1024]],
+        "reasons": [fit_item(RewardEvent, "reasons", sanitize_text(why))],
     }
     return "sandbox_error", 0.0, orjson.dumps(failed) + b"\n"
 

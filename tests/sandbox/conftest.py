@@ -19,11 +19,10 @@ from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
 
-#: ``process`` forks runs from the pre-started sandbox interpreter (the default); ``process_inline`` is the
-#: same, with ``python3 main.py`` programs run the way the grader's harness runs (``python3 -I -S -B -c``:
-#: in-process in the forked interpreter, no exec at all); ``process_chain`` execs sh -> setpriv -> bwrap per
-#: run. Every hostile test runs on all of them and on docker.
-BACKENDS = ("process", "process_inline", "process_chain", "docker")
+#: ``process`` forks runs from the pre-started sandbox interpreter; ``process_inline`` is the same, with
+#: ``python3 main.py`` programs run the way the grader's harness runs (``python3 -I -S -B -c``: in-process in
+#: the forked interpreter, no exec at all). Every hostile test runs on both and on docker.
+BACKENDS = ("process", "process_inline", "docker")
 INLINE_BOOT = "import runpy\nrunpy.run_path('main.py', run_name='__main__')\n"
 
 
@@ -79,21 +78,6 @@ def process_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
 @pytest.fixture(scope="session")
 def process_inline_sandbox(process_sandbox: Sandbox) -> Sandbox:
     return InlinePython(process_sandbox)
-
-
-@pytest.fixture(scope="session")
-def process_chain_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
-    from infra.local.sandbox_image import ensure_sandbox_rootfs
-    from workers.sandbox.process import ProcessSandbox
-
-    try:
-        sandbox = ProcessSandbox(sandbox_settings, ensure_sandbox_rootfs(sandbox_settings), fork_server=False)
-    except RewardstreamError as exc:
-        _unavailable("process sandbox (exec chain)", exc)
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
 
 
 @pytest.fixture(scope="session")

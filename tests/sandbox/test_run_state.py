@@ -268,7 +268,7 @@ def test_nothing_a_run_leaves_in_the_kernel_reaches_the_next_run(same_box: Any) 
     assert done["forked"] > 0, done
     assert done["file /tmp"] == "ok", done
     assert (done["hostname"], done["add_key"]) == ("EPERM", "EPERM"), done
-    # The exec chain's run owns its IPC and pid namespaces (bwrap's user namespace): their sysctls die with it.
+    # A run owns its IPC and pid namespaces: their sysctls die with it.
     assert all(p.startswith(RUN_OWNED_SYSCTLS) for p in done["writable_sysctls"]), done
     _settled(same_box)
     after = run_py(same_box, CHECK, timeout_s=60)

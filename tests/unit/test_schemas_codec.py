@@ -18,6 +18,7 @@ from schemas.events import (
     JudgeScore,
     SandboxRun,
 )
+from schemas.status import SandboxStatus
 from schemas.tasks import Task
 
 #: How a task's invalid ``language`` is reported: every supported language id.
@@ -239,7 +240,8 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         ExecutionResult,
         with_(EXEC, "run.status", "fine"),
         "invalid ExecutionResult: run.status: input should be 'ok', 'nonzero_exit', 'timeout', 'memory_limit', "
-        "'output_limit', 'killed', 'crashed' or 'sandbox_error'",
+        "'output_limit', 'killed', 'crashed', 'sandbox_error', 'compile_error', 'compile_timeout' or "
+        "'unsupported_language'",
     ),
     (
         "args not a list",
@@ -435,7 +437,7 @@ def test_encode_refuses_oversized() -> None:
         max_bytes = 10
 
     with pytest.raises(EncodeError, match=r"^Tiny is \d+ bytes, over the 10-byte cap"):
-        encode(Tiny(status="ok", wall_ms=1, cpu_ms=1, max_rss_kb=1, backend="process"))
+        encode(Tiny(status=SandboxStatus.OK, wall_ms=1, cpu_ms=1, max_rss_kb=1, backend="process"))
 
 
 def test_dead_letter_truncates_large_payloads() -> None:

@@ -18,7 +18,6 @@ from schemas.episodes import (
     ExecAction,
     ForkAction,
     ObservationEvent,
-    ObservationStatus,
     OpenAction,
     ReadAction,
     SubmitAction,
@@ -39,6 +38,7 @@ from schemas.events import (
     StaticFlag,
 )
 from schemas.jsonschema import models
+from schemas.status import ObservationStatus, SandboxStatus
 from schemas.tasks import (
     Archive,
     AssertSuite,
@@ -307,7 +307,7 @@ def observation_events(draw: st.DrawFn) -> ObservationEvent:
         episode_id=draw(ids),
         turn=draw(turn),
         action=None if kind == "abandoned" else cast(ActionKind, kind),
-        status="timeout" if kind == "abandoned" else cast(ObservationStatus, status),
+        status=SandboxStatus.TIMEOUT if kind == "abandoned" else cast(ObservationStatus, status),
         exit_code=draw(st.none() | st.integers(-255, 255)) if kind == "exec" else None,
         stdout=draw(st.text(max_size=40)),
         stderr=draw(st.text(max_size=40)),

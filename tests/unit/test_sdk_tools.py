@@ -14,7 +14,7 @@ from rewardstream.cli.logs import LogSearchError, build_query, since_expr
 from rewardstream.cli.logs import search as search_logs
 from rewardstream.cli.submit import read_solutions
 from schemas.errors import ConfigError, ValidationError
-from schemas.settings import Settings
+from schemas.settings import OpenSearchSettings
 
 REPO = Path(__file__).resolve().parents[2]
 NDJSON = REPO / "infra" / "dashboards" / "rewardstream-logs.ndjson"
@@ -71,7 +71,7 @@ def test_saved_objects_parse_and_cover_the_sre_searches() -> None:
         assert {"type", "id", "attributes", "references"} <= set(obj), obj
         by_type.setdefault(obj["type"], []).append(obj)
     [pattern] = by_type["index-pattern"]
-    prefix = Settings.model_fields["opensearch_index_prefix"].default
+    prefix = OpenSearchSettings.model_fields["index_prefix"].default
     template_patterns = json.loads(TEMPLATE.read_text())["index_patterns"]
     assert pattern["attributes"]["title"] in [p.replace("__PREFIX__", prefix) for p in template_patterns]
     assert known(pattern["attributes"]["timeFieldName"])

@@ -18,8 +18,10 @@ from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
-from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sandbox_run
+from workers.roles.executor import ExecutorHandler, feedback
 from workers.roles.judging import JudgeHandler
+from workers.roles.runs import sandbox_run
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.tasks.registry import TaskRegistry
 
@@ -175,7 +177,7 @@ def test_judge_handler_scores(tmp_path: Path) -> None:
 
 
 def test_sandbox_run_mapping_and_feedback() -> None:
-    info = RunInfo("ok", 0, None, 12.0, 10.0, 2048, "process", 1)
+    info = RunInfo(SandboxStatus.OK, 0, None, 12.0, 10.0, 2048, "process", 1)
     assert sandbox_run(info, None).status == "ok"
     broken = sandbox_run(info, "harness never started")
     assert broken.status == "sandbox_error"

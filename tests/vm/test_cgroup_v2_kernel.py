@@ -23,8 +23,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 #: What runs in the guest: every suite that drives the run cgroup (limits, kills, accounting, lifecycle, socket
-#: memory, cross-run state) on the fork-server and exec-chain process backends (the in-process variant shares
-#: the fork server's cgroup code).
+#: memory, cross-run state) on the process backend (the in-process variant shares its cgroup code).
 #: Grading (HumanEval, the reward-hack suites) goes through the same run path and stays on the host: emulated
 #: Python is 10-20x slower, so HumanEval's native time limits fail there (HumanEval/75 timed out) and the
 #: ~400 reward-hack tests cost ~20 CI minutes for no cgroup code of their own. Docker is not started in the
@@ -36,7 +35,7 @@ SUITES = (
     "tests/sandbox/test_run_state.py",
 )
 SELECTION = "not docker and not process_inline"
-MIN_TESTS = 90
+MIN_TESTS = 55
 GUEST_DEADLINE_S = 2700.0
 
 

@@ -26,9 +26,12 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
+from schemas.caps import fit
 from schemas.errors import SandboxError, ValidationError
+from schemas.events import SandboxRun
+from schemas.status import NotRun
 from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task, suite_languages
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
@@ -72,7 +75,7 @@ class WorkspaceTaskError(ValidationError):
 
 
 #: The run status of suites that do not accept the solution's language: nothing ran, the candidate's failure.
-UNSUPPORTED_LANGUAGE = "unsupported_language"
+UNSUPPORTED_LANGUAGE: Final = "unsupported_language"
 
 
 def language_refusal(suites: Sequence[tuple[str, AnySuite]], language: str) -> str | None:
@@ -120,9 +123,10 @@ class GraderConfig:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """What the sandbox said about the (last) run, for SREs and the result file."""
+    """What the sandbox said about the (last) run, for SREs and the result file (or why nothing ran: the
+    program did not build, or the suite does not take its language)."""
 
-    status: str
+    status: SandboxStatus | NotRun
     exit_code: int | None
     signal: int | None
     wall_ms: float
@@ -289,7 +293,7 @@ def _error_result(exc: Exception, backend: str) -> SandboxResult:
         cpu_ms=0.0,
         max_rss_kb=0,
         backend=backend,
-        error=f"{type(exc).__name__}: {exc}"[:4096],
+        error=fit(SandboxRun, "error", f"{type(exc).__name__}: {exc}"),
     )
 
 
@@ -420,7 +424,7 @@ class Grader:
         )
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
-            status=result.status.value,
+            status=result.status,
             exit_code=result.exit_code,
             signal=result.signal,
             wall_ms=result.wall_ms,
@@ -476,12 +480,12 @@ class Grader:
         backend = getattr(self.sandbox, "name", "?")
         if build.error is not None:  # the infrastructure failed, after retries: no verdict
             error = sanitize_text(build.error)
-            run = RunInfo("sandbox_error", None, None, 0.0, 0.0, 0, backend, build.attempts, error)
+            run = RunInfo(SandboxStatus.SANDBOX_ERROR, None, None, 0.0, 0.0, 0, backend, build.attempts, error)
             outcomes = tuple(failed_suite(s, label, "error", "sandbox_error") for label, s in suites)
             return SuitesRun(outcomes, run, error, None, CandidateOutput(reported=False), info)
         reason = build.reason or build.status
         run = RunInfo(
-            status=build.status,
+            status="compile_timeout" if build.status == "compile_timeout" else "compile_error",
             exit_code=stage.exit_code if stage else None,
             signal=stage.signal if stage else None,
             wall_ms=stage.wall_ms if stage else 0.0,

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal, NoReturn, Protocol
 
+from schemas.caps import fit
+from schemas.events import CaseResult, SandboxRun
 from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
@@ -106,7 +108,7 @@ class CaseOutcome:
         """Plain JSON; hidden cases are written without messages (they might echo hidden inputs)."""
         out: dict[str, object] = {"case_id": self.id, "status": self.status}
         if with_message and self.message:
-            out["message"] = self.message[:1024]
+            out["message"] = fit(CaseResult, "message", self.message)
         return out
 
 
@@ -349,7 +351,7 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
         elif rec.get("done") is True:
             done = True
         elif "harness_error" in rec:
-            harness_error = harness_error or str(rec["harness_error"])[:4096]
+            harness_error = harness_error or fit(SandboxRun, "error", str(rec["harness_error"]))
         elif rec.get("suite_done") is True and type(rec.get("suite")) is int:
             suites_done.add(rec["suite"])
         elif type(rec.get("suite")) is int and type(rec.get("id")) is str and type(rec.get("ok")) is bool:

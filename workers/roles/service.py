@@ -28,10 +28,11 @@ from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.handler import Handler
 from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
+from workers.loop_config import WorkerConfig, WorkerStats
 from workers.roles.common import RoleContext, TaskSource
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
-from workers.transactional_loop import TransactionalWorker, WorkerConfig, WorkerStats
+from workers.transactional_loop import TransactionalWorker
 
 RoleName = WriterRole
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {role: topic for topic, role in WRITER_ROLE.items()}
@@ -150,7 +151,8 @@ def _handler(
             stack.callback(judge.close)
         return JudgeHandler(context, judge)
     from workers.grading import Grader
-    from workers.roles.grading import ExecutorHandler, VerifierHandler
+    from workers.roles.executor import ExecutorHandler
+    from workers.roles.verifier import VerifierHandler
 
     sandbox = deps.sandbox
     if sandbox is None:

@@ -8,23 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Protocol
 
 from schemas.settings import PYTHON_TOOLCHAIN
+from schemas.status import SandboxStatus
 
-
-class SandboxStatus(StrEnum):
-    """How a run ended, decided from outside the sandbox."""
-
-    OK = "ok"
-    NONZERO_EXIT = "nonzero_exit"
-    TIMEOUT = "timeout"
-    MEMORY_LIMIT = "memory_limit"
-    OUTPUT_LIMIT = "output_limit"
-    KILLED = "killed"
-    CRASHED = "crashed"
-    SANDBOX_ERROR = "sandbox_error"
+__all__ = ["Sandbox", "SandboxResult", "SandboxSpec", "SandboxStatus"]  # SandboxStatus: the schemas' own
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,5 @@
-"""Host-side mounts for the process backend: the read-only rootfs bind and per-run capped tmpfs work dirs.
-
-Why the parent mounts the tmpfs (not bubblewrap): only a host tmpfs mount can carry both a size cap and an
-inode cap (``nr_inodes``), and the parent can write the run's files into it before the sandbox starts.
-"""
+"""Host-side mounts for the process backend: the read-only bind of the sandbox rootfs the fork server runs on
+(each run's capped tmpfs is mounted by the fork server inside the run's own mount namespace)."""
 
 from __future__ import annotations
 
@@ -67,16 +64,6 @@ class Mounter:
         try:
             self.mount("none", target, None, MS_PRIVATE | MS_REC)
             self.mount("none", target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        except SandboxError:
-            self.umount(target)
-            raise
-
-    def tmpfs(self, target: Path, *, size_mb: int, inodes: int) -> None:
-        """A private tmpfs with a size and an inode cap, root-owned and traversable (mode 0711)."""
-        opts = f"size={size_mb}m,nr_inodes={inodes},mode=0711,uid=0,gid=0"
-        self.mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, opts)
-        try:
-            self.mount("none", target, None, MS_PRIVATE)
         except SandboxError:
             self.umount(target)
             raise

@@ -1,14 +1,10 @@
 """The ``process`` backend: bubblewrap namespaces + cgroups + rlimits + seccomp, no daemon needed.
 
-Two ways to start a run, the same sandbox properties and the same result:
-* fork server (default, ``fork_server=True``): a pre-started python3 on the sandbox rootfs forks a pristine
-  sandbox per run (own cgroup, namespaces, capped tmpfs, uid drop, no-new-privs, same seccomp filter); see
-  ``workers/sandbox/zygote_main.py``. The grader's harness then runs without exec'ing anything (~5x less CPU).
-* exec chain (``fork_server=False``), all exec, no Python in between:
-  ``sh`` (root: joins the run cgroup, sets rlimits) -> ``setpriv`` (drops to the unprivileged sandbox uid,
-  no groups/capabilities, parent-death signal) -> ``bwrap`` (user/pid/net/mount/ipc/uts/cgroup namespaces,
-  read-only rootfs, capped tmpfs work dir, seccomp) -> ``/bin/sh`` start marker -> the program.
-Everything is measured and enforced by the parent: wall clock, cgroup CPU time and memory peak, output caps.
+A fork server (a python3 started once under bubblewrap on the read-only sandbox rootfs) forks a pristine
+sandbox per run: its own cgroup, user/pid/net/mount/ipc/uts/cgroup namespaces, capped tmpfs work dir, uid
+drop, no-new-privs and the seccomp filter (``workers/sandbox/zygote_main.py``). The grader's harness then runs
+without exec'ing anything. Everything is measured and enforced by the parent: wall clock, cgroup CPU time and
+memory peak, output caps.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import os
 import queue
 import secrets
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -29,7 +24,7 @@ import subprocess
 import threading
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -38,7 +33,7 @@ from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
-from workers.sandbox.mounts import Mounter, mounts_under, remove_tree
+from workers.sandbox.mounts import Mounter, remove_tree
 from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.seccomp import build_filter
 from workers.sandbox.socket_watch import TcpQueueWatch, own_netns, queue_limit
@@ -59,7 +54,6 @@ CRASH_SIGNALS = frozenset(
 _DEADLINES = Deadlines(setup_s=5.0, drain_s=1.0, timeout_before_start=True)
 #: How long a killed run's supervisor may take to end before the fork server is restarted to end it.
 _STATUS_WAIT_S = 10.0
-_NOFILE = 1024
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ZYGOTE_START_S = 15.0
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -221,21 +215,13 @@ class ProcessSandbox:
 
     name = "process"
 
-    def __init__(
-        self,
-        settings: Settings,
-        rootfs: Path,
-        *,
-        fork_server: bool = True,
-        toolchains: Callable[[str], Path] | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, rootfs: Path, *, toolchains: Callable[[str], Path] | None = None) -> None:
         """``rootfs`` is the python family's tree; ``toolchains(family)`` gives another family's (by default
         the platform's baked tree from the settings), asked the first time a run names that family."""
-        tools = {t: shutil.which(t, path=_HOST_ENV["PATH"]) for t in ("bwrap", "setpriv", "sh")}
-        missing = [t for t, p in tools.items() if p is None]
-        if missing:
-            raise SandboxError(f"process sandbox needs {missing} (Debian: bubblewrap, util-linux, dash)")
-        self._bwrap, self._setpriv, self._sh = (str(tools[t]) for t in ("bwrap", "setpriv", "sh"))
+        bwrap = shutil.which("bwrap", path=_HOST_ENV["PATH"])
+        if bwrap is None:
+            raise SandboxError("process sandbox needs bwrap (Debian: bubblewrap)")
+        self._bwrap = bwrap
         if not (rootfs / "usr" / "bin" / "python3").exists():
             raise SandboxError(f"sandbox rootfs {rootfs} is incomplete (no /usr/bin/python3)")
         self._uid = settings.sandbox_uid
@@ -252,20 +238,15 @@ class ProcessSandbox:
         self.sweep_stale(base)
         self._dir = base / f"{os.getpid()}-{secrets.token_hex(4)}"
         self._rootfs = self._dir / "rootfs"
-        self._runs = self._dir / "runs"
         try:
-            for d in (self._dir, self._rootfs, self._runs):
+            for d in (self._dir, self._rootfs):
                 d.mkdir(mode=0o711)
                 d.chmod(0o711)
             self._mounter.bind_readonly(rootfs, self._rootfs)
         except (OSError, SandboxError) as exc:
             remove_tree(self._mounter, self._dir)
             raise SandboxError(f"cannot prepare {self._dir}: {exc}") from exc
-        self._zygote = (
-            ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
-            if fork_server
-            else None
-        )
+        self._zygote = ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
         self._toolchains = toolchains or functools.partial(baked_toolchain_rootfs, settings)
         self._family_lock = threading.Lock()
         #: One fork server per other toolchain family, started on the family's first run.
@@ -288,11 +269,11 @@ class ProcessSandbox:
 
     @property
     def run_dir(self) -> Path:
-        """This instance's host directory (rootfs bind and run mounts live below it)."""
+        """This instance's host directory (the rootfs bind lives below it)."""
         return self._dir
 
     def audit(self, wait_s: float = 0.0) -> list[str]:
-        """Leftovers of finished runs: run cgroups, run mounts, sandbox-uid processes outside any sandbox."""
+        """Leftovers of finished runs: run cgroups, sandbox-uid processes outside any sandbox."""
         return poll_until_empty(self._leftovers, wait_s)
 
     def _leftovers(self) -> list[str]:
@@ -302,9 +283,6 @@ class ProcessSandbox:
             for parent in self._cgroups.parents():
                 with contextlib.suppress(FileNotFoundError):
                     found += [f"cgroup {p}" for p in parent.iterdir() if p.is_dir() and p.name.startswith(prefix)]
-            found += [f"mount {m}" for m in mounts_under(self._runs)]
-            with contextlib.suppress(FileNotFoundError):
-                found += [f"run dir {p}" for p in self._runs.iterdir()]
         for proc in processes_of_uid(self._uid):
             if GROUP_NAME not in proc.cgroups and "docker" not in proc.cgroups:
                 found.append(f"escaped process {proc.pid} ({proc.cmdline})")
@@ -321,15 +299,14 @@ class ProcessSandbox:
                 servers = [self._zygote, *self._family_zygotes.values()]
                 self._family_zygotes.clear()
             for server in servers:
-                if server is not None:
-                    server.close()
+                server.close()
         finally:
             remove_tree(self._mounter, self._dir)
 
     @property
-    def fork_server_tag(self) -> str | None:
-        """The argument that marks this instance's fork-server processes (None: exec chain)."""
-        return self._zygote.tag if self._zygote is not None else None
+    def fork_server_tag(self) -> str:
+        """The argument that marks this instance's fork-server processes."""
+        return self._zygote.tag
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec``; every failure of the machinery becomes a ``sandbox_error`` result."""
@@ -349,10 +326,8 @@ class ProcessSandbox:
     def _fork_server_for(self, family: str) -> ForkServer:
         """The fork server of toolchain ``family``: the python one, or one started on the family's own tree
         (bound read-only next to the python one) the first time a run names it."""
-        if family == PYTHON_TOOLCHAIN and self._zygote is not None:
+        if family == PYTHON_TOOLCHAIN:
             return self._zygote
-        if self._zygote is None:
-            raise SandboxError(f"toolchain {family!r} needs the fork server (the exec chain runs python only)")
         with self._family_lock:
             if self._closed:
                 raise SandboxError("sandbox is closed")
@@ -371,27 +346,7 @@ class ProcessSandbox:
             return server
 
     def _run(self, spec: SandboxSpec) -> SandboxResult:
-        if self._zygote is not None:
-            return self._run_forked(spec, self._fork_server_for(spec.toolchain))
-        if spec.toolchain != PYTHON_TOOLCHAIN:
-            raise SandboxError(f"toolchain {spec.toolchain!r} needs the fork server (the exec chain runs python only)")
-        run_id = f"{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
-        mnt = self._runs / run_id
-        group: RunCgroup | None = None
-        result: SandboxResult | None = None
-        try:
-            mnt.mkdir(mode=0o711)
-            self._mounter.tmpfs(mnt, size_mb=spec.workdir_size_mb, inodes=spec.workdir_inodes)
-            self._populate(mnt, spec.files)
-            group = self._cgroups.create(
-                run_id, memory_bytes=spec.memory_mb << 20, pids=spec.pids_limit, cpus=spec.cpus
-            )
-            result = self._execute(spec, mnt, group)
-        finally:
-            cleanup_error = self._cleanup(mnt, group)
-        if cleanup_error is not None:
-            raise SandboxError(f"cleanup failed: {cleanup_error}")
-        return result
+        return self._run_forked(spec, self._fork_server_for(spec.toolchain))
 
     def _run_forked(self, spec: SandboxSpec, zygote: ForkServer) -> SandboxResult:
         """One run through the fork server: no host mounts; the run cgroup is the only host-side state."""
@@ -470,120 +425,6 @@ class ProcessSandbox:
             raise SandboxError("fork server supervisor died without reporting a status")
         return self._result(returncode, obs, cap, stats, spawn_at)
 
-    def _cleanup(self, mnt: Path, group: RunCgroup | None) -> str | None:
-        errors: list[str] = []
-        if group is not None:
-            try:
-                group.destroy()
-            except SandboxError as exc:
-                errors.append(str(exc))
-        try:
-            self._mounter.umount(mnt)
-            if mounts_under(mnt):
-                errors.append(f"{mnt} still mounted")
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    mnt.rmdir()
-        except (SandboxError, OSError) as exc:
-            errors.append(str(exc))
-        return "; ".join(errors) or None
-
-    def _populate(self, mnt: Path, files: Mapping[str, bytes]) -> None:
-        """Create work/tmp/shm in the run tmpfs and write ``spec.files`` owned by the sandbox uid."""
-        uid = self._uid
-        for sub, mode in (("work", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
-            d = mnt / sub
-            d.mkdir()
-            os.chown(d, uid, uid)
-            d.chmod(mode)
-        work = mnt / "work"
-        for name, data in files.items():
-            rel = check_relpath(name)
-            target = work.joinpath(*rel.parts)
-            for parent in reversed(target.relative_to(work).parents):
-                p = work / parent
-                if not p.exists():
-                    p.mkdir()
-                    os.chown(p, uid, uid)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            try:
-                _write_all(fd, data)
-                os.fchown(fd, uid, uid)
-            finally:
-                os.close(fd)
-
-    def _argv(self, spec: SandboxSpec, mnt: Path, group: RunCgroup, seccomp_fd: int, marker: bytes) -> list[str]:
-        attach = "".join(f"echo $$ > {shlex.quote(str(p))} || exit 1\n" for p in group.procs_files())
-        launcher = f'{attach}ulimit -c 0 && ulimit -n {_NOFILE} && exec "$@"'
-        uid = str(self._uid)
-        env = {**base_env(), **spec.env}
-        env_args = [a for k, v in env.items() for a in ("--setenv", k, v)]
-        # The start marker on stdout proves bwrap finished its setup: it is printed before the program
-        # exists, so a program can neither suppress it nor forge one for a sandbox that never started.
-        start = 'printf %s "$0" && exec "$@"'
-        return [
-            self._sh, "-c", launcher, "rs-launch",
-            self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig=KILL", "--",
-            self._bwrap,
-            "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-            "--uid", uid, "--gid", uid, "--hostname", "sandbox",
-            "--ro-bind", str(self._rootfs), "/",
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--bind", str(mnt / "shm"), SANDBOX_SHM,
-            "--remount-ro", "/dev",
-            "--bind", str(mnt / "work"), SANDBOX_WORK,
-            "--bind", str(mnt / "tmp"), SANDBOX_TMP,
-            "--chdir", SANDBOX_WORK,
-            "--clearenv", *env_args,
-            "--seccomp", str(seccomp_fd),
-            "--", "/bin/sh", "-c", start, marker.decode(), *spec.argv,
-        ]  # fmt: skip
-
-    def _execute(self, spec: SandboxSpec, mnt: Path, group: RunCgroup) -> SandboxResult:
-        if not spec.argv:
-            raise SandboxError("spec.argv is empty")
-        stdin_fd = _memfd("stdin", spec.stdin)
-        seccomp_fd = _memfd("seccomp", self._seccomp)
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
-        proc: subprocess.Popen[bytes] | None = None
-        cap = _Capture(spec.output_limit_bytes, marker)
-        try:
-            argv = self._argv(spec, mnt, group, seccomp_fd, marker)
-            spawn_at = time.monotonic()
-            proc = subprocess.Popen(
-                argv,
-                stdin=stdin_fd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(seccomp_fd,),
-                env=_HOST_ENV,
-                cwd="/",
-                close_fds=True,
-            )
-            if proc.stdout is None or proc.stderr is None:
-                raise SandboxError("output pipes missing")
-            pidfd = os.pidfd_open(proc.pid)
-            try:
-                obs = pump(out_fd=proc.stdout.fileno(), err_fd=proc.stderr.fileno(), exit_fd=pidfd,
-                           timeout_s=spec.timeout_s, spawn_at=spawn_at, cap=cap, deadlines=_DEADLINES,
-                           watch=_tcp_watch(spec, group))  # fmt: skip
-            finally:
-                os.close(pidfd)
-        finally:
-            for fd in (stdin_fd, seccomp_fd):
-                os.close(fd)
-            if proc is not None:
-                _kill(proc)
-                group.kill_all()
-                proc.wait()
-                for stream in (proc.stdout, proc.stderr):
-                    if stream is not None:
-                        stream.close()
-        stats = group.stats()
-        return self._result(proc.returncode, obs, cap, stats, spawn_at)
-
     def _result(
         self,
         returncode: int | None,
@@ -595,7 +436,7 @@ class ProcessSandbox:
         started = obs.started_at
         ended = obs.ended_at or time.monotonic()
         if started is None:
-            # No start marker: bwrap never reached the program, so nothing here is the program's doing.
+            # No start marker: the sandbox never reached the program, so nothing here is the program's doing.
             why = obs.stopped_for or f"exit {returncode}"
             detail = cap.error_detail()
             return error_result(self.name, f"sandbox did not start ({why}): {detail}", (ended - spawn_at) * 1e3)

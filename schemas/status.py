@@ -1,0 +1,69 @@
+"""How a sandbox run ended: one vocabulary for the backends, the grader, the events and an agent's steps.
+
+Why here: the backends decide a status (``workers.sandbox``), result events carry it (``SandboxRun.status``)
+and an agent's observation adds ``rejected`` to it (``schemas.episodes``); one definition keeps them equal.
+On the wire a status is its plain string, and the JSON Schema lists the strings inline.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Final, Literal
+
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+
+class SandboxStatus(StrEnum):
+    """How a run ended, decided from outside the sandbox; only ``sandbox_error`` is the infrastructure's fault."""
+
+    OK = "ok"
+    NONZERO_EXIT = "nonzero_exit"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    KILLED = "killed"
+    CRASHED = "crashed"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+#: The status of an action that was not carried out (nothing ran): an agent's step or observation only.
+REJECTED: Final = "rejected"
+Rejected = Literal["rejected"]
+
+
+def _exactly(values: tuple[str, ...]) -> PlainValidator:
+    """Validation of exactly these strings (a ``SandboxStatus`` value comes out as its member), worded as a
+    ``Literal`` of them is: a status is never coerced, in Python as on the wire."""
+    quoted = [repr(v) for v in values]
+    expected = ", ".join(quoted[:-1]) + f" or {quoted[-1]}"
+
+    def parse(value: object) -> SandboxStatus | str:
+        if isinstance(value, str) and value in values:
+            return SandboxStatus(value) if value in _SANDBOX else value
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+    return PlainValidator(parse)
+
+
+def _listed(values: tuple[str, ...]) -> WithJsonSchema:
+    return WithJsonSchema({"enum": list(values), "type": "string"})
+
+
+#: Dumped as its plain string, in Python as in JSON (what a consumer of ``model_dump`` always got).
+_AS_STRING = PlainSerializer(str, return_type=str)
+
+
+_SANDBOX = tuple(s.value for s in SandboxStatus)
+_OBSERVATION = (*_SANDBOX, REJECTED)
+#: A model field holding a ``SandboxStatus``.
+SandboxStatusField = Annotated[SandboxStatus, _exactly(_SANDBOX), _AS_STRING, _listed(_SANDBOX)]
+#: A grading run whose program never ran: it did not build (``compile_error``, ``compile_timeout``) or the suite
+#: does not take its language (``unsupported_language``). The candidate's failure, never ``sandbox_error``.
+NOT_RUN: Final = ("compile_error", "compile_timeout", "unsupported_language")
+NotRun = Literal["compile_error", "compile_timeout", "unsupported_language"]
+_RUN = (*_SANDBOX, *NOT_RUN)
+#: How a grading run ended, as a result event says: the sandbox's status, or why the program never ran.
+RunStatusField = Annotated[SandboxStatus | NotRun, _exactly(_RUN), _AS_STRING, _listed(_RUN)]
+#: How an agent's step ended, as its observation says: the sandbox's status, or ``rejected``.
+ObservationStatus = Annotated[SandboxStatus | Rejected, _exactly(_OBSERVATION), _AS_STRING, _listed(_OBSERVATION)]
