@@ -28,13 +28,16 @@ demo: $(STAMP)
 # 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages, the two
 #    files that stop and start the services under the others, and the cgroup v2 guest.
 # Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
-# few minutes of Debian downloads, later runs: a check).
+# few minutes of Debian downloads, later runs: a check), next to the lint, which needs no service.
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
 	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py)
-test: $(STAMP) lint
+test: $(STAMP)
 	$(BIN)/rewardstream up
-	$(BIN)/rewardstream sandbox toolchains --build all --docker
+	$(BIN)/rewardstream sandbox toolchains --build all --docker > .toolchains.log 2>&1 & build=$$!; \
+	lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	built=0; wait $$build || built=$$?; cat .toolchains.log; rm -f .toolchains.log; \
+	test $$lint -eq 0 && test $$built -eq 0
 	status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile tests/integration $(ALONE:%=--ignore=%) || status=$$?; \
 	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/sandbox $(MEASURING:%=--ignore=%) || status=$$?; \
