@@ -79,6 +79,39 @@ class Settings(BaseSettings):
         "duplicates answered), then deleted from the worker's table and its changelog",
     )  # fmt: skip
 
+    # HTTP gateway (`rewardstream serve`): a stateless door onto the same topics
+    gateway_host: str = Field("127.0.0.1", description="address the gateway binds to (not loopback: tokens needed)")
+    gateway_port: int = Field(8080, ge=0, le=65535, description="port of the gateway; 0 picks a free one")
+    gateway_tokens: SecretStr | None = Field(
+        None, description="bearer tokens the gateway accepts, comma-separated; required on a non-loopback bind"
+    )
+    gateway_token_concurrency: int = Field(
+        64, ge=1, le=100_000, description="requests in flight per token (or per anonymous loopback client): 429 past it"
+    )
+    gateway_max_body_bytes: int = Field(
+        4 << 20, ge=1024, le=256 << 20, description="largest request body the gateway reads: 413 past it"
+    )
+    gateway_max_batch: int = Field(256, ge=1, le=10_000, description="generations in one POST /v1/rewards")
+    gateway_reward_wait_s: float = Field(
+        600.0, gt=0, le=3600, description="longest a rewards request waits for its rewards (wait=true, /get_reward)"
+    )
+    gateway_run_queue_s: float = Field(
+        60.0, gt=0, le=3600,
+        description="how long a /run_code request may wait for an executor on top of its own timeouts (504 past it)",
+    )  # fmt: skip
+    gateway_reward_cache: int = Field(
+        100_000, ge=100, le=10_000_000, description="rewards each gateway keeps for polling (the most recent)"
+    )
+    gateway_reward_lookback: int = Field(
+        10_000, ge=0, le=10_000_000, description="rewards per partition a starting gateway reads below the end"
+    )
+    gateway_kafka_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="a produce not acknowledged within this is a 503 (Kafka unreachable)"
+    )
+    gateway_instance_id: str | None = Field(
+        None, description="this replica's id in run requests; default host-pid-random"
+    )
+
     # Judge
     judge_backend: Literal["rubric", "openai"] = Field("rubric", description="built-in rubric or a chat server")
     judge_base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible API base URL")
