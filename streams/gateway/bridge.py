@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
@@ -286,9 +285,3 @@ class RewardTail(_Tail):
                 self._cache.popitem(last=False)
         if len(self.waiters):
             self.waiters.settle(generation_id, decode(raw, RewardEvent))
-
-
-def wait_ready(tails: tuple[_Tail, ...], timeout_s: float) -> bool:
-    """Whether every tail became ready within ``timeout_s`` (a starting gateway waits a little for Kafka)."""
-    deadline = time.monotonic() + timeout_s
-    return all(tail.ready.wait(max(0.0, deadline - time.monotonic())) for tail in tails)

@@ -1,7 +1,8 @@
 """Run one gateway replica under uvicorn until SIGTERM/SIGINT (uvicorn drains open requests first).
 
 The socket is bound here, before uvicorn starts, so a taken port is one clear error (and port 0 reports the
-port it got). Kafka need not be up: the tails keep trying, and the API answers 503 until they read.
+port it got). Kafka need not be up: the tails keep trying, and ``/health`` and the API answer 503 until they
+read (``up --pipeline`` waits for ``/health`` to answer 200).
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ import uvicorn
 
 from schemas.errors import ConfigError
 from streams.gateway.app import GatewayDeps, create_app
-from streams.gateway.bridge import Publisher, ReplyTail, RewardTail, wait_ready
+from streams.gateway.bridge import Publisher, ReplyTail, RewardTail
 from streams.gateway.config import GatewayConfig
 from streams.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger("rewardstream.gateway")
-#: How long a starting replica waits for Kafka before it serves anyway (answering 503 until it reads).
-STARTUP_WAIT_S = 10.0
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -59,8 +58,6 @@ def serve(config: GatewayConfig, task_exists: Callable[[str], bool], *, log_leve
     try:
         replies.start()
         rewards.start()
-        if not wait_ready((replies, rewards), STARTUP_WAIT_S):
-            log.warning("Kafka is not answering yet (%s): serving, with 503 until it does", replies.problem)
         app = create_app(GatewayDeps(config, publisher, replies, rewards, task_exists, metrics))
         server = uvicorn.Server(
             uvicorn.Config(

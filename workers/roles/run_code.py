@@ -25,7 +25,7 @@ from workers.handler import Done, Handler, InvalidEventError, Outcome, Output, S
 from workers.runs.program import CommandRun, SourceRun, run_source
 from workers.sandbox.api import Sandbox
 
-#: What a reply carries inline at first; halved until the encoded reply fits the message cap.
+#: What a reply carries inline at first; cut (the output first, then the files) until the reply fits one message.
 OUTPUT_INLINE_CHARS = 256 * 1024
 FILES_INLINE_BYTES = 384 * 1024
 _STATUSES = ("ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error")
@@ -86,9 +86,12 @@ def build_reply(request: RunRequest, result: SourceRun, worker: str, started: da
             notes=[n[:1024] for n in notes[:16]],
             started_at=started,
         )
-        if len(encode_unchecked(reply)) <= MAX_MESSAGE_BYTES or cap < 1024:
+        if len(encode_unchecked(reply)) <= MAX_MESSAGE_BYTES or files_cap < 1024:
             return reply
-        cap, files_cap = cap // 2, files_cap // 2
+        if cap > 4096:  # the output goes first: the files asked for are worth more than a flood's tail
+            cap //= 4
+        else:
+            files_cap //= 2
 
 
 def encode_unchecked(reply: RunReply) -> bytes:
