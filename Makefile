@@ -24,9 +24,12 @@ demo: $(STAMP)
 # The integration suite mostly waits (brokers, deadlines, killed processes), so it runs two files at a time;
 # everything else runs after it, one test at a time: the sandbox suites measure time and memory, and the two
 # files below stop and start the services under the others. Both parts always run; either failing fails.
+# The language tests need every toolchain family's rootfs and image: built once before them (first run: a few
+# minutes of Debian downloads; later runs: a check).
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 test: $(STAMP) lint
 	$(BIN)/rewardstream up
+	$(BIN)/rewardstream sandbox toolchains --build all --docker
 	status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile tests/integration $(ALONE:%=--ignore=%) || status=$$?; \
 	$(BIN)/pytest tests --ignore=tests/integration $(ALONE) || status=$$?; \

@@ -49,6 +49,10 @@ ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 SandboxStatus = Literal[
     "ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error"
 ]
+#: How a grading run ended: a sandbox status, or ``compile_error``/``compile_timeout`` when a program in a
+#: compiled language did not build (its compile step failed or ran out of time), so nothing ran: the
+#: candidate's failure, never ``sandbox_error``.
+RunStatus = Literal[SandboxStatus, "compile_error", "compile_timeout"]
 SuiteKind = Literal["call", "io", "assert"]
 CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
 #: What a result event may link to in S3: the submitted code, the full captured stdout/stderr (when longer
@@ -148,7 +152,10 @@ class GenerationEvent(Event):
 class SandboxRun(Contract):
     """What the sandbox reported about one run, measured from outside it."""
 
-    status: SandboxStatus = Field(description="how the run ended; sandbox_error is infrastructure's fault")
+    status: RunStatus = Field(
+        description="how the run ended; sandbox_error is infrastructure's fault; compile_error and compile_timeout: "
+        "the program did not build (the candidate's failure)"
+    )
     exit_code: int | None = Field(None, description="process exit code, if it exited")
     signal: int | None = Field(None, ge=1, le=128, description="signal that killed it, if any")
     wall_ms: float = Field(ge=0, description="wall-clock time of the run")

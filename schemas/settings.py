@@ -12,6 +12,10 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: The toolchain family of the original sandbox image and rootfs (python, pytest, git): what runs when a run
+#: names no other family.
+PYTHON_TOOLCHAIN = "python"
+
 
 def _default_cache_dir() -> Path:
     return Path.home() / ".cache" / "rewardstream"
@@ -137,6 +141,11 @@ class Settings(BaseSettings):
     sandbox_rootfs: Path | None = Field(
         None, description="process backend root filesystem; default <cache>/sandbox/rootfs-<image tag> (`up` builds it)"
     )
+    sandbox_toolchains_dir: Path | None = Field(
+        None,
+        description="where the process backend finds the toolchain families' root filesystems, "
+        "rootfs-<family>-<image tag>; default <cache>/sandbox (built on first use)",
+    )
     sandbox_uid: int = Field(60123, description="unprivileged host uid/gid that runs candidate code")
     sandbox_run_dir: Path = Field(Path("/run/rewardstream-sandbox"), description="process backend mounts")
     sandbox_cgroup_parent: Path | None = Field(None, description="delegated cgroup for runs (default: own)")
@@ -154,6 +163,25 @@ class Settings(BaseSettings):
     def sandbox_rootfs_path(self) -> Path:
         """The process backend's root filesystem: ``sandbox_rootfs``, else where the local platform builds it."""
         return self.sandbox_rootfs or self.cache_dir / "sandbox" / f"rootfs-{self.sandbox_image_version()}"
+
+    def toolchain_rootfs_path(self, family: str) -> Path:
+        """The root filesystem of a toolchain family (``python`` is ``sandbox_rootfs_path``): each family is a
+        tree of its own, so the python one stays as small and as quick to build as it is."""
+        if family == PYTHON_TOOLCHAIN:
+            return self.sandbox_rootfs_path()
+        base = self.sandbox_toolchains_dir or self.cache_dir / "sandbox"
+        return base / f"rootfs-{family}-{self.sandbox_image_version()}"
+
+    def toolchain_image(self, family: str) -> str:
+        """The docker image of a toolchain family (``python`` is ``sandbox_image``): the sandbox image's
+        repository with its ``-python`` suffix (if any) replaced by ``-<family>``, same tag."""
+        if family == PYTHON_TOOLCHAIN:
+            return self.sandbox_image
+        head, _, name = self.sandbox_image.rpartition("/")
+        repo = name.split(":", 1)[0]
+        repo = repo.removesuffix("-python") + f"-{family}"
+        tagged = f"{repo}:{self.sandbox_image_version()}"
+        return f"{head}/{tagged}" if head else tagged
 
     def kafka_client_config(self) -> dict[str, str]:
         """confluent-kafka/librdkafka config for the common connection settings."""

@@ -16,7 +16,7 @@ of grading it as a one-shot program).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -58,7 +58,12 @@ CaseId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 Identifier = Annotated[str, StringConstraints(pattern=rf"^{_IDENT}$")]
 _ENTRY_POINT = rf"^(?:{_IDENT}(?:\.{_IDENT}){{0,31}}:)?{_IDENT}$"
 _ENTRY_POINT_RE = re.compile(_ENTRY_POINT)
-Language = Literal["python"]
+#: The languages a solution may be written in (``workers.languages`` knows how each is built and run;
+#: SandboxFusion's names are aliases there, e.g. nodejs for javascript). python is the default everywhere.
+Language = Literal[
+    "python", "c", "cpp", "java", "javascript", "typescript", "go", "rust", "bash", "php", "ruby", "lua", "perl"
+]
+LANGUAGES: tuple[str, ...] = get_args(Language)
 #: What runs in a workspace: a string runs under ``/bin/sh -c``, a list is argv.
 Command = str | list[str]
 
@@ -200,6 +205,13 @@ class IoSuite(Contract):
         description="workspace tasks only (and required there): what runs in the workspace for each case, a "
         "string under /bin/sh -c or an argv list, e.g. python -m calc; one-shot tasks run the program itself",
     )
+    languages: list[Language] | None = Field(
+        None,
+        min_length=1,
+        max_length=len(LANGUAGES),
+        description='one-shot tasks only: the languages whose programs this suite accepts, e.g. ["cpp", '
+        '"java"]; absent: every language',
+    )
 
     @field_validator("cases")
     @classmethod
@@ -208,7 +220,7 @@ class IoSuite(Contract):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_unset(handler(self), "command")
+        return _without_unset(handler(self), "command", "languages")
 
     def case_ids(self) -> list[str]:
         """Ids of every case, in order (each result must be keyed by one of them)."""
@@ -359,7 +371,9 @@ class _TaskBase(Contract):
 
     schema_: str = Field(TASK_SCHEMA, alias="schema", description="format id, rewardstream.task/v<major>")
     task_id: TaskId = Field(description="unique task id, e.g. HumanEval/0")
-    language: Language = Field("python", description="language of the solution")
+    language: Language = Field(
+        "python", description="language of the reference solution; a generation may use any its suites accept"
+    )
     prompt: str = Field(max_length=MAX_PROMPT_CHARS, description="what the policy is asked to write")
     entry_point: EntryPoint | None = Field(
         None,
@@ -465,6 +479,8 @@ def _workspace_task_rules(
             )
         if isinstance(suite, IoSuite) and suite.command is None:
             raise _refuse(f"{name}.command", "required on workspace tasks: what reads stdin, e.g. python -m calc")
+        if isinstance(suite, IoSuite) and suite.languages is not None:
+            raise _refuse(f"{name}.languages", "is only for one-shot tasks (a workspace task's command decides)")
     if workspace.files is not None:
         entries = len(workspace.files) + len({p for path in workspace.files for p in parents(path)})
         if entries > limits.workspace_max_files:
@@ -477,6 +493,31 @@ def _workspace_task_rules(
             raise _refuse(
                 "workspace.files", f"{size} bytes, over episode.workspace_max_mb ({limits.workspace_max_mb} MiB)"
             )
+
+
+def suite_languages(suite: AnyTaskSuite) -> frozenset[str] | None:
+    """The languages ``suite`` accepts (None: every one). Call and assert suites call a Python function in
+    the candidate's process, so they accept python only; an io suite runs any program."""
+    if isinstance(suite, IoSuite):
+        return None if suite.languages is None else frozenset(suite.languages)
+    return frozenset({"python"})
+
+
+def language_problem(task: _TaskBase, language: str) -> str | None:
+    """Why ``task`` cannot grade a solution in ``language`` (every suite must accept it), or None."""
+    if language not in LANGUAGES:
+        return f"unknown language {language!r} (known: {', '.join(LANGUAGES)})"
+    if task.workspace is not None and language != "python":
+        return f"task {task.task_id} is a workspace task: its suites run the task's own commands, in python"
+    for name, suite in task._suites():
+        accepted = suite_languages(suite)
+        if accepted is not None and language not in accepted:
+            kinds = "a call or assert suite calls a Python function" if suite.kind != "io" else "its io suite"
+            return (
+                f"task {task.task_id} does not accept {language}: {name} accepts {', '.join(sorted(accepted))} "
+                f"({kinds})"
+            )
+    return None
 
 
 _HIDDEN_COMMAND = (

@@ -37,12 +37,13 @@ from schemas.events import (
     StaticFlag,
 )
 from schemas.tasks import CommandSuite, PublicTask
+from schemas.text import sanitize_text
 from workers.grading import Grader
-from workers.grading.grader import GRADER_VERSION, CandidateOutput, RunInfo, public_suite
+from workers.grading.grader import GRADER_VERSION, CandidateOutput, CompileInfo, RunInfo, public_suite
 from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
 from workers.grading.suites import AnySuite, SuiteOutcome, failed_suite
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.roles.common import RoleContext, one_shot
+from workers.roles.common import RoleContext, accepted, one_shot
 from workers.roles.workspace import EpisodeWorkspaces, Graded, Unusable
 
 
@@ -108,6 +109,16 @@ def feedback(outcome: SuiteOutcome | None) -> str:
     return "\n".join(lines)[:4096]
 
 
+def compile_feedback(info: CompileInfo) -> str:
+    """What the policy may read of a public run whose program did not build: why, and the compiler's output."""
+    lines = [info.reason or info.status]
+    for stream in (info.output.stderr, info.output.stdout):
+        text = stream.decode("utf-8", "replace").strip()
+        if text:
+            lines.append(text)
+    return sanitize_text("\n".join(lines))[:4096]
+
+
 def unusable_run(unusable: Unusable, backend: str) -> SandboxRun:
     """The run of a workspace that could not be graded: none happened; the agent's snapshot is the cause."""
     return SandboxRun(status="crashed", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
@@ -151,9 +162,9 @@ class ExecutorHandler:
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = one_shot(ctx.tasks.public(event.task_id))
+            task = accepted(one_shot(ctx.tasks.public(event.task_id)), event.language)
             code = ctx.code_of(event)
-            ran = self._run(code, task, public_suite(task), None)
+            ran = self._run(code, task, public_suite(task), None, event.language)
             code_upload = ctx.store_code(artifacts, event, code)
         return self._publish(event, source, ran, artifacts, code_upload)
 
@@ -164,17 +175,21 @@ class ExecutorHandler:
             return _Ran(None, unusable_run(graded, self.grader.sandbox.name), 1, feedback=graded.reason[:4096])
         return self._run("", task, task.public_tests, graded)
 
-    def _run(self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None) -> _Ran:
+    def _run(
+        self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None, language: str = "python"
+    ) -> _Ran:
         if suite is None:
             run = SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=self.grader.sandbox.name)
             return _Ran(None, run, 1)
         ran = self.grader.run_suites(
             code, task.entry_point, [("public", suite)], task.limits, prompt=task.prompt,
-            workspace=None if graded is None else graded.job(),
+            workspace=None if graded is None else graded.job(), language=language,
         )  # fmt: skip
         outcome = ran.outcomes[0]
         # the public run's output only: this is what the policy may see
         feedback_text = command_feedback(outcome) if isinstance(suite, CommandSuite) else None
+        if ran.compile is not None and ran.compile.status != "ok":
+            feedback_text = compile_feedback(ran.compile)
         return _Ran(outcome, sandbox_run(ran.run, ran.infra_error), ran.run.attempts, ran.output, feedback_text)
 
     def _publish(
@@ -245,12 +260,13 @@ class VerifierHandler:
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = one_shot(ctx.tasks.task(event.task_id))
+            task = accepted(one_shot(ctx.tasks.task(event.task_id)), event.language)
             code = ctx.code_of(event)
-            flags = analyze(code)
+            flags = analyze(code) if event.language == "python" else []  # the analysis reads Python only
             got = self.grader.run_suites(
-                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
-            )
+                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt,
+                language=event.language,
+            )  # fmt: skip
             ran = _Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
             code_upload = ctx.store_code(artifacts, event, code)
         return self._publish(event, source, ran, flags, artifacts, code_upload)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from schemas.settings import PYTHON_TOOLCHAIN
+
 
 class SandboxStatus(StrEnum):
     """How a run ended, decided from outside the sandbox."""
@@ -30,6 +32,9 @@ class SandboxSpec:
     """What to run and within which limits.
 
     ``files`` are written into the private work dir (relative paths) before ``argv`` starts there.
+    ``toolchain`` names the root filesystem (process) or image (docker) the run gets: ``python`` (python,
+    pytest, git) or another family of ``infra.local.sandbox_image.TOOLCHAINS`` (``workers.languages`` picks
+    it per language); every family has python3 and bash.
     """
 
     argv: tuple[str, ...]
@@ -43,6 +48,7 @@ class SandboxSpec:
     workdir_size_mb: int = 64
     workdir_inodes: int = 4096
     env: Mapping[str, str] = field(default_factory=dict)
+    toolchain: str = PYTHON_TOOLCHAIN
 
 
 @dataclass(frozen=True, slots=True)
