@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from bus.clients import make_reader
+from bus.clients import consume_available, make_reader
 from bus.config import producer_config
 from schemas.codec import decode
 from schemas.errors import KafkaError, RewardstreamError
@@ -159,7 +159,7 @@ class _Tail:
                     log.warning("%s: %s (retrying)", self.name, self.problem)
                     self._stop.wait(_RETRY_S)
             while not self._stop.is_set():
-                for msg in consumer.consume(500, timeout=_POLL_S):
+                for msg in consume_available(consumer, 500, _POLL_S):  # never waits for a full batch
                     if msg.error() is not None:
                         log.warning("%s: %s", self.name, msg.error())
                         continue

@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from schemas.runs import RUN_CODE_MAX_CHARS, RUN_MAX_FETCH, RUN_MAX_FILES, RUN_TIMEOUT_MAX_S, RunReply, RunStep
 from schemas.runs import check_run_path as _check_path
 
-#: Every language name the ``sandbox-fusion`` client (0.3.x) can send.
+#: Every language name the ``sandbox-fusion`` client (0.3.x) can send, and ``c`` (SandboxFusion has none; the
+#: languages runner has it).
 SandboxFusionLanguage = Literal[
     "python", "python2", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript", "sql",
     "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit", "kotlin_script",
-    "jest", "verilog", "python_gpu", "lean", "swift", "racket", "gtest", "react",
+    "jest", "verilog", "python_gpu", "lean", "swift", "racket", "gtest", "react", "c",
 ]  # fmt: skip
 
 

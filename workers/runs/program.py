@@ -1,40 +1,26 @@
-"""``run_source``: run a program once in the sandbox, with stdin and files in, and the files asked for out.
+"""``run_source``: run a program once for ``/run_code``, in the executor's sandbox, as the run handler needs it.
 
-One narrow function the executor's run handler calls, shaped like the languages runner it will use once that
-lands (``workers/languages``): swapping it is one import. Until then this one runs ``python`` and ``bash``
-through the existing sandbox as one agent step (``workers.episodes.step.run_step``): the request's files, the
-program and its stdin are a workspace snapshot, the command is ``python3 main.py < .stdin`` (``bash`` for
-bash) under the run timeout, and the fetched files are read from the workspace the step leaves, as a tar in
-memory (a link is never followed; only regular files are returned). So files in and out get the episode
-runner's hardening for free: the same isolation, caps and re-validation of what comes back.
-
-Limits: paths are relative to the work dir (absolute ones need the languages runner's per-run overlay: the
-answer says so); the workspace holds ``WORKSPACE_CAPS``; stdout and stderr are kept up to 1 MiB each.
-Outcomes are values: only ``sandbox_error`` is the infrastructure's.
+The work is the languages runner's (``workers.languages.run_source``: compile as its own sandbox step when the
+language needs it, then one run with stdin and files in and the files asked for fetched back). This module is
+the narrow seam between it and the run handler: the result in the handler's terms (``SourceRun`` below), the
+request's own faults as values rather than exceptions (a language no runner knows is ``unsupported_language``,
+a path outside the work dir ``invalid``), the infrastructure's failure as ``sandbox_error``, and the fetched
+files keyed by the path the caller gave (``/work/x`` comes back as ``/work/x``, not ``x``).
 """
 
 from __future__ import annotations
 
-import io
-import posixpath
-import tarfile
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from workers.episodes.snapshot import Caps, SnapshotError, pack
-from workers.episodes.step import StepAction, StepLimits, StepStatus, run_step
+from schemas.errors import SandboxError, ValidationError
+from workers.languages import Stage, resolve
+from workers.languages import run_source as run_program
+from workers.languages.steps import relative_path
 from workers.sandbox.api import Sandbox
 
-#: Languages this runner knows: the interpreter argv and the program's file name.
-INTERPRETERS: dict[str, tuple[str, str]] = {"python": ("python3", "main.py"), "bash": ("bash", "main.sh")}
-WORKSPACE_CAPS = Caps(max_bytes=16 << 20, max_entries=1024)
-OUTPUT_CAP_BYTES = 1 << 20
+#: The run's memory when the request gives none (SandboxFusion's -1; verl sends 1024).
 DEFAULT_MEMORY_MB = 1024
-STDIN_FILE = ".stdin"
-_INSIDE = "only paths inside the work dir are supported (absolute ones need the languages runner)"
-_SCRATCH = "/dev/shm"  # noqa: S108 - a fresh private directory is made in it (tempfile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +50,12 @@ class SourceRun:
     error: str | None = None
 
 
-def supported_languages() -> tuple[str, ...]:
-    """The language names ``run_source`` runs."""
-    return tuple(INTERPRETERS)
-
-
-def _relative(path: str) -> str | None:
-    """The normalised relative form of ``path``, or None when it is absolute (or leaves the work dir)."""
-    if path.startswith("/"):
-        return None
-    norm = posixpath.normpath(path)
-    return None if norm.startswith("..") or norm in (".", "") else norm
+def _command(stage: Stage) -> CommandRun:
+    return CommandRun(
+        status=stage.status.value, exit_code=stage.exit_code, signal=stage.signal, wall_ms=stage.wall_ms,
+        stdout=stage.stdout, stderr=stage.stderr, stdout_truncated=stage.stdout_truncated,
+        stderr_truncated=stage.stderr_truncated,
+    )  # fmt: skip
 
 
 def run_source(
@@ -89,78 +70,25 @@ def run_source(
     run_timeout_s: float,
     memory_mb: int | None,
 ) -> SourceRun:
-    """Run ``code`` once (see the module docstring); never raises for what the program or the request holds."""
-    del compile_timeout_s  # interpreted languages only, so far
-    if language not in INTERPRETERS:
-        known = ", ".join(INTERPRETERS)
-        return SourceRun(error_kind="unsupported_language", error=f"language {language!r} is not run here ({known})")
-    placed: dict[str, bytes] = {}
-    for path, data in files.items():
-        rel = _relative(path)
-        if rel is None:
-            return SourceRun(error_kind="invalid", error=f"file {path!r}: {_INSIDE}")
-        placed[rel] = data
-    wanted: list[tuple[str, str]] = []
-    for path in fetch_files:
-        rel = _relative(path)
-        if rel is None:
-            return SourceRun(
-                error_kind="invalid", error=f"fetch {path!r}: only paths inside the work dir are supported"
-            )
-        wanted.append((path, rel))
-    interpreter, name = INTERPRETERS[language]
-    while name in placed or any(p.startswith(name + "/") for p in placed):
-        name = "_" + name
-    placed[name] = code.encode("utf-8", "surrogatepass")
-    placed[STDIN_FILE] = (stdin or "").encode("utf-8", "surrogatepass")
+    """Compile if needed and run ``code`` once; never raises for what the program or the request holds."""
     try:
-        snapshot = _snapshot(placed)
-    except (SnapshotError, OSError, ValueError) as exc:
-        return SourceRun(error_kind="invalid", error=f"the files do not make a workspace: {exc}")
-    limits = StepLimits(
-        memory_mb=(memory_mb or DEFAULT_MEMORY_MB) + 3 * (WORKSPACE_CAPS.max_bytes >> 20),
-        output_cap_bytes=OUTPUT_CAP_BYTES,
-        read_cap_bytes=1,
-    )
-    action = StepAction.exec(f"exec {interpreter} {name} < {STDIN_FILE}", timeout_s=run_timeout_s)
-    outcome = run_step(sandbox, snapshot, action, WORKSPACE_CAPS, limits)
-    if outcome.status == StepStatus.SANDBOX_ERROR:
-        return SourceRun(error_kind="sandbox_error", error=outcome.reason or "the sandbox failed")
-    run = CommandRun(
-        status=outcome.status.value if outcome.status != StepStatus.REJECTED else "crashed",
-        exit_code=outcome.exit_code,
-        signal=outcome.signal,
-        wall_ms=outcome.wall_ms,
-        stdout=outcome.stdout,
-        stderr=outcome.stderr,
-        stdout_truncated=outcome.stdout_truncated,
-        stderr_truncated=outcome.stderr_truncated,
-    )
-    fetched = _fetch(outcome.snapshot, wanted) if wanted and outcome.workspace_kept else {}
-    return SourceRun(run=run, files=fetched)
-
-
-def _snapshot(files: Mapping[str, bytes]) -> bytes:
-    """The workspace holding ``files`` (relative paths), as a canonical snapshot."""
-    with tempfile.TemporaryDirectory(dir=_SCRATCH, prefix="rs-run-") as tmp:
-        root = Path(tmp)
-        for rel, data in files.items():
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        return pack(root, WORKSPACE_CAPS).data
-
-
-def _fetch(snapshot: bytes, wanted: Sequence[tuple[str, str]]) -> dict[str, bytes]:
-    """The regular files of ``wanted`` found in the snapshot, by the path the caller gave."""
-    by_name = {rel: asked for asked, rel in wanted}
-    found: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(snapshot), mode="r:") as tar:
-        for member in tar:
-            asked = by_name.get(posixpath.normpath(member.name))
-            if asked is None or not member.isreg():
-                continue
-            data = tar.extractfile(member)
-            if data is not None:
-                found[asked] = data.read()
-    return found
+        resolve(language)
+    except ValidationError as exc:
+        return SourceRun(error_kind="unsupported_language", error=f"not run here: {exc}")
+    try:
+        asked = {relative_path(path): path for path in fetch_files}
+    except SandboxError as exc:
+        return SourceRun(error_kind="invalid", error=f"fetch_files: {exc}")
+    try:
+        ran = run_program(
+            sandbox, language, code, stdin=(stdin or "").encode("utf-8", "surrogatepass"), files=files,
+            fetch_files=list(fetch_files), compile_timeout_s=compile_timeout_s, run_timeout_s=run_timeout_s,
+            memory_mb=memory_mb or DEFAULT_MEMORY_MB,
+        )  # fmt: skip
+    except ValidationError as exc:  # a path outside the work dir, a bad file name
+        return SourceRun(error_kind="invalid", error=str(exc))
+    compiled = _command(ran.compile) if ran.compile is not None else None
+    if ran.error is not None:
+        return SourceRun(compile=compiled, error_kind="sandbox_error", error=ran.error)
+    fetched = {asked.get(path, path): data for path, data in ran.files.items()}
+    return SourceRun(compile=compiled, run=_command(ran.run) if ran.run is not None else None, files=fetched)
