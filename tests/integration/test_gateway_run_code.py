@@ -8,12 +8,14 @@ One executor and one gateway per module (the expensive part), shared by every te
 from __future__ import annotations
 
 import base64
+import importlib.util
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -30,6 +32,7 @@ from schemas.codec import decode
 from schemas.events import DeadLetter, LogRecord
 from tests.integration.gateway_env import Stack, free_port, stack
 from tests.integration.reward_env import REPO, Reader
+from tests.sandbox.language_programs import SOLUTIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
@@ -76,6 +79,52 @@ def test_python_answers_reads_stdin_and_fails_as_sandbox_fusion_says(url: str) -
     failed = run(url, language="python", code="assert 1 == 2", run_timeout=10)
     assert failed.status == sandbox_fusion.RunStatus.Failed
     assert "AssertionError" in (failed.run_result.stderr or "")
+
+
+#: SandboxFusion's name of each language the languages runner has (``c`` is ours: SandboxFusion has none).
+SF_NAMES = {"python": "python", "bash": "bash", "cpp": "cpp", "c": "c", "nodejs": "javascript",
+            "typescript": "typescript", "go": "go", "java": "java", "rust": "rust", "php": "php", "ruby": "ruby",
+            "lua": "lua", "perl": "perl"}  # fmt: skip
+COMPILED = {"cpp", "c", "go", "java", "rust", "typescript"}
+
+
+def test_every_language_runs_right_and_reports_its_compile_errors(url: str) -> None:
+    """A right program (64-bit sum of stdin) and a broken one per language, all at once on the two slots;
+    a compiled language's broken program stops at its compile step (``run_result`` None), as SandboxFusion's."""
+    jobs = [(name, kind) for name in SF_NAMES for kind in ("right", "broken")]
+
+    def call(job: tuple[str, str]) -> tuple[str, str, dict[str, Any]]:
+        name, kind = job
+        program = getattr(SOLUTIONS[SF_NAMES[name]], kind)
+        body = {"language": name, "code": program, "stdin": "4000000000 5000000000\n", "compile_timeout": 60,
+                "run_timeout": 20}  # fmt: skip
+        answer = requests.post(f"{url}/run_code", json=body, timeout=400)
+        assert answer.status_code == 200, answer.text
+        return name, kind, answer.json()
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(call, jobs))
+    problems = []
+    for name, kind, got in results:
+        ran, built = got["run_result"], got["compile_result"]
+        if kind == "right":
+            if got["status"] != "Success" or ran["stdout"] != "9000000000\n":
+                problems.append(f"{name} right: {got}")
+            if (built is not None) != (name in COMPILED):
+                problems.append(f"{name}: compile_result {built}")
+        elif name in COMPILED:
+            if (
+                got["status"] != "Failed"
+                or ran is not None
+                or built["status"] != "Finished"
+                or built["return_code"] == 0
+            ):
+                problems.append(f"{name} broken: {got}")
+        elif got["status"] != "Failed" or ran["return_code"] == 0:
+            problems.append(f"{name} broken: {got}")
+    assert not problems, "\n".join(problems)
+    print(f"{len(jobs)} programs in {len(SF_NAMES)} languages: {time.monotonic() - started:.1f}s")
 
 
 def test_a_run_over_its_time_is_time_limit_exceeded(url: str) -> None:
@@ -294,3 +343,17 @@ def test_valid_traffic_is_unaffected_after_the_fuzz(url: str, runs: Stack) -> No
     assert done.run_result.stdout == "45\n"
     assert all(p.poll() is None for p in runs.procs[:2]), runs.logs()  # the executor and the gateway still run
     assert orjson.loads(requests.get(f"{url}/health", timeout=10).content)["status"] == "ok"
+
+
+def test_the_gateway_benchmark_measures_both_ways(url: str, process_sandbox: Any) -> None:
+    """A short run of ``benchmarks/bench_gateway.py``'s latency part (its figures come from the full run)."""
+    path = REPO / "benchmarks" / "bench_gateway.py"
+    spec = importlib.util.spec_from_file_location("bench_gateway", path)
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_gateway", bench)
+    spec.loader.exec_module(bench)
+    result = bench.latency(url, process_sandbox, 5)
+    assert result["gateway_ms"]["n"] == result["direct_ms"]["n"] == 5
+    assert set(result["added_ms"]) == {"p50", "p99"}
