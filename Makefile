@@ -27,11 +27,14 @@ demo: $(STAMP)
 #    agent steps), two files at a time: each file has its own sandboxes, and its verdicts do not hang on timing;
 # 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages, the two
 #    files that stop and start the services under the others, and the cgroup v2 guest.
+# The language tests need every toolchain family's rootfs and image: built once before the tests (first run:
+# a few minutes of Debian downloads; later runs: a check).
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
 	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py)
 test: $(STAMP) lint
 	$(BIN)/rewardstream up
+	$(BIN)/rewardstream sandbox toolchains --build all --docker
 	status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile tests/integration $(ALONE:%=--ignore=%) || status=$$?; \
 	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/sandbox $(MEASURING:%=--ignore=%) || status=$$?; \

@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
 from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
-from schemas.status import SandboxStatusField
+from schemas.status import RunStatusField
 from schemas.tasks import CaseId, Language, TaskId
 from schemas.text import sanitize_text
 
@@ -192,7 +192,10 @@ class GenerationEvent(Event):
 class SandboxRun(Contract):
     """What the sandbox reported about one run, measured from outside it."""
 
-    status: SandboxStatusField = Field(description="how the run ended; sandbox_error is infrastructure's fault")
+    status: RunStatusField = Field(
+        description="how the run ended; sandbox_error is infrastructure's fault; compile_error and compile_timeout: "
+        "the program did not build (the candidate's failure)"
+    )
     exit_code: int | None = Field(None, description="process exit code, if it exited")
     signal: int | None = Field(None, ge=1, le=128, description="signal that killed it, if any")
     wall_ms: float = Field(ge=0, description="wall-clock time of the run")

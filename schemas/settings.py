@@ -4,10 +4,10 @@ Defaults point at the local embedded services started by ``rewardstream up``; pr
 fields at real clusters (see README, "Pointing at production").
 
 The settings are grouped by what they configure (``settings.kafka``, ``.s3``, ``.opensearch``, ``.sandbox``,
-``.worker``, ``.judge``, ``.local``), so a part can be handed only its own. Every setting keeps its one flat
-``RS_*`` environment name, declared once below with ``Flat`` (``RS_KAFKA_BOOTSTRAP`` is ``kafka.bootstrap``):
-that name is also an attribute (``settings.kafka_bootstrap``), a keyword of ``Settings(...)`` and of
-``model_copy(update=...)``, and what a bad value's error names.
+``.worker``, ``.judge``, ``.gateway``, ``.local``), so a part can be handed only its own. Every setting keeps
+its one flat ``RS_*`` environment name, declared once below with ``Flat`` (``RS_KAFKA_BOOTSTRAP`` is
+``kafka.bootstrap``): that name is also an attribute (``settings.kafka_bootstrap``), a keyword of
+``Settings(...)`` and of ``model_copy(update=...)``, and what a bad value's error names.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 ENV_PREFIX = "RS_"
 T = TypeVar("T")
+
+#: The toolchain family of the original sandbox image and rootfs (python, pytest, git): what runs when a run
+#: names no other family.
+PYTHON_TOOLCHAIN = "python"
 
 
 def _default_cache_dir() -> Path:
@@ -102,6 +106,11 @@ class SandboxSettings(_Group):
     rootfs: Path | None = Field(
         None, description="process backend root filesystem; default <cache>/sandbox/rootfs-<image tag> (`up` builds it)"
     )
+    toolchains_dir: Path | None = Field(
+        None,
+        description="where the process backend finds the toolchain families' root filesystems, "
+        "rootfs-<family>-<image tag>; default <cache>/sandbox (built on first use)",
+    )
     uid: int = Field(60123, description="unprivileged host uid/gid that runs candidate code")
     run_dir: Path = Field(Path("/run/rewardstream-sandbox"), description="process backend mounts")
     cgroup_parent: Path | None = Field(None, description="delegated cgroup for runs (default: own)")
@@ -133,6 +142,40 @@ class WorkerSettings(_Group):
         description="an ended episode's state is kept this long after its last action (forks from it, late "
         "duplicates answered), then deleted from the worker's table and its changelog",
     )  # fmt: skip
+
+
+class GatewaySettings(_Group):
+    """The HTTP gateway (``rewardstream serve``): a stateless door onto the same topics."""
+
+    host: str = Field("127.0.0.1", description="address the gateway binds to (not loopback: tokens needed)")
+    port: int = Field(8080, ge=0, le=65535, description="port of the gateway; 0 picks a free one")
+    tokens: SecretStr | None = Field(
+        None, description="bearer tokens the gateway accepts, comma-separated; required on a non-loopback bind"
+    )
+    token_concurrency: int = Field(
+        64, ge=1, le=100_000, description="requests in flight per token (or per anonymous loopback client): 429 past it"
+    )
+    max_body_bytes: int = Field(
+        4 << 20, ge=1024, le=256 << 20, description="largest request body the gateway reads: 413 past it"
+    )
+    max_batch: int = Field(256, ge=1, le=10_000, description="generations in one POST /v1/rewards")
+    reward_wait_s: float = Field(
+        600.0, gt=0, le=3600, description="longest a rewards request waits for its rewards (wait=true, /get_reward)"
+    )
+    run_queue_s: float = Field(
+        60.0, gt=0, le=3600,
+        description="how long a /run_code request may wait for an executor on top of its own timeouts (504 past it)",
+    )  # fmt: skip
+    reward_cache: int = Field(
+        100_000, ge=100, le=10_000_000, description="rewards each gateway keeps for polling (the most recent)"
+    )
+    reward_lookback: int = Field(
+        10_000, ge=0, le=10_000_000, description="rewards per partition a starting gateway reads below the end"
+    )
+    kafka_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="a produce not acknowledged within this is a 503 (Kafka unreachable)"
+    )
+    instance_id: str | None = Field(None, description="this replica's id in run requests; default host-pid-random")
 
 
 class JudgeSettings(_Group):
@@ -178,6 +221,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     # Task registry
     tasks_dir: Path = Field(
         default_factory=lambda data: Path(data["local"].cache_dir) / "tasks",
@@ -217,6 +261,7 @@ class Settings(BaseSettings):
     sandbox_backend: ClassVar[Flat[Literal["process", "docker"]]] = Flat("sandbox", "backend")
     sandbox_image: ClassVar[Flat[str]] = Flat("sandbox", "image")
     sandbox_rootfs: ClassVar[Flat[Path | None]] = Flat("sandbox", "rootfs")
+    sandbox_toolchains_dir: ClassVar[Flat[Path | None]] = Flat("sandbox", "toolchains_dir")
     sandbox_uid: ClassVar[Flat[int]] = Flat("sandbox", "uid")
     sandbox_run_dir: ClassVar[Flat[Path]] = Flat("sandbox", "run_dir")
     sandbox_cgroup_parent: ClassVar[Flat[Path | None]] = Flat("sandbox", "cgroup_parent")
@@ -240,6 +285,18 @@ class Settings(BaseSettings):
     judge_retries: ClassVar[Flat[int]] = Flat("judge", "retries")
     judge_concurrency: ClassVar[Flat[int]] = Flat("judge", "concurrency")
     judge_cache_size: ClassVar[Flat[int]] = Flat("judge", "cache_size")
+    gateway_host: ClassVar[Flat[str]] = Flat("gateway", "host")
+    gateway_port: ClassVar[Flat[int]] = Flat("gateway", "port")
+    gateway_tokens: ClassVar[Flat[SecretStr | None]] = Flat("gateway", "tokens")
+    gateway_token_concurrency: ClassVar[Flat[int]] = Flat("gateway", "token_concurrency")
+    gateway_max_body_bytes: ClassVar[Flat[int]] = Flat("gateway", "max_body_bytes")
+    gateway_max_batch: ClassVar[Flat[int]] = Flat("gateway", "max_batch")
+    gateway_reward_wait_s: ClassVar[Flat[float]] = Flat("gateway", "reward_wait_s")
+    gateway_run_queue_s: ClassVar[Flat[float]] = Flat("gateway", "run_queue_s")
+    gateway_reward_cache: ClassVar[Flat[int]] = Flat("gateway", "reward_cache")
+    gateway_reward_lookback: ClassVar[Flat[int]] = Flat("gateway", "reward_lookback")
+    gateway_kafka_timeout_s: ClassVar[Flat[float]] = Flat("gateway", "kafka_timeout_s")
+    gateway_instance_id: ClassVar[Flat[str | None]] = Flat("gateway", "instance_id")
 
     @classmethod
     def settings_customise_sources(
@@ -270,6 +327,25 @@ class Settings(BaseSettings):
     def sandbox_rootfs_path(self) -> Path:
         """The process backend's root filesystem: ``sandbox_rootfs``, else where the local platform builds it."""
         return self.sandbox.rootfs or self.local.cache_dir / "sandbox" / f"rootfs-{self.sandbox.image_version()}"
+
+    def toolchain_rootfs_path(self, family: str) -> Path:
+        """The root filesystem of a toolchain family (``python`` is ``sandbox_rootfs_path``): each family is a
+        tree of its own, so the python one stays as small and as quick to build as it is."""
+        if family == PYTHON_TOOLCHAIN:
+            return self.sandbox_rootfs_path()
+        base = self.sandbox.toolchains_dir or self.local.cache_dir / "sandbox"
+        return base / f"rootfs-{family}-{self.sandbox.image_version()}"
+
+    def toolchain_image(self, family: str) -> str:
+        """The docker image of a toolchain family (``python`` is ``sandbox_image``): the sandbox image's
+        repository with its ``-python`` suffix (if any) replaced by ``-<family>``, same tag."""
+        if family == PYTHON_TOOLCHAIN:
+            return self.sandbox.image
+        head, _, name = self.sandbox.image.rpartition("/")
+        repo = name.split(":", 1)[0]
+        repo = repo.removesuffix("-python") + f"-{family}"
+        tagged = f"{repo}:{self.sandbox.image_version()}"
+        return f"{head}/{tagged}" if head else tagged
 
     def kafka_client_config(self) -> dict[str, str]:
         """confluent-kafka/librdkafka config for the common connection settings."""

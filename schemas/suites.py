@@ -7,7 +7,7 @@ without a result is a failure.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -31,6 +31,12 @@ MAX_COMMAND_CHARS = 32 * 1024
 MAX_ARGV = 1024
 
 CaseId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+#: The languages a solution may be written in (``workers.languages`` knows how each is built and run;
+#: SandboxFusion's names are aliases there, e.g. nodejs for javascript). python is the default everywhere.
+Language = Literal[
+    "python", "c", "cpp", "java", "javascript", "typescript", "go", "rust", "bash", "php", "ruby", "lua", "perl"
+]
+LANGUAGES: tuple[str, ...] = get_args(Language)
 #: What runs in a workspace: a string runs under ``/bin/sh -c``, a list is argv.
 Command = str | list[str]
 
@@ -141,6 +147,13 @@ class IoSuite(Contract):
         description="workspace tasks only (and required there): what runs in the workspace for each case, a "
         "string under /bin/sh -c or an argv list, e.g. python -m calc; one-shot tasks run the program itself",
     )
+    languages: list[Language] | None = Field(
+        None,
+        min_length=1,
+        max_length=len(LANGUAGES),
+        description='one-shot tasks only: the languages whose programs this suite accepts, e.g. ["cpp", '
+        '"java"]; absent: every language',
+    )
 
     @field_validator("cases")
     @classmethod
@@ -149,7 +162,7 @@ class IoSuite(Contract):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_unset(handler(self), "command")
+        return without_unset(handler(self), "command", "languages")
 
     def case_ids(self) -> list[str]:
         """Ids of every case, in order (each result must be keyed by one of them)."""
@@ -193,3 +206,11 @@ TestSuite = Annotated[CallSuite | IoSuite | AssertSuite, Field(discriminator="ki
 #: A public suite: on workspace tasks also a ``command``.
 PublicSuite = Annotated[CallSuite | IoSuite | AssertSuite | CommandSuite, Field(discriminator="kind")]
 AnyTaskSuite = CallSuite | IoSuite | AssertSuite | CommandSuite
+
+
+def suite_languages(suite: AnyTaskSuite) -> frozenset[str] | None:
+    """The languages ``suite`` accepts (None: every one). Call and assert suites call a Python function in
+    the candidate's process, so they accept python only; an io suite runs any program."""
+    if isinstance(suite, IoSuite):
+        return None if suite.languages is None else frozenset(suite.languages)
+    return frozenset({"python"})

@@ -16,7 +16,7 @@ of grading it as a one-shot program).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -33,6 +33,7 @@ from pydantic_core import PydanticCustomError
 from schemas.codec import Contract
 from schemas.globs import MAX_GLOBS
 from schemas.suites import (
+    LANGUAGES,
     MAX_ARGV,
     MAX_CASES,
     MAX_CODE_CHARS,
@@ -47,9 +48,11 @@ from schemas.suites import (
     CommandSuite,
     IoCase,
     IoSuite,
+    Language,
     PublicSuite,
     TestSuite,
     command_problem,
+    suite_languages,
     without_unset,
 )
 from schemas.workspaces import (
@@ -66,6 +69,7 @@ from schemas.workspaces import (
 
 #: The task format's parts, defined in ``schemas.suites`` and ``schemas.workspaces``, are this module's too.
 __all__ = [
+    "LANGUAGES",
     "MAX_ARGV",
     "MAX_CASES",
     "MAX_CODE_CHARS",
@@ -99,6 +103,8 @@ __all__ = [
     "TestSuite",
     "Workspace",
     "command_problem",
+    "language_problem",
+    "suite_languages",
 ]
 
 TASK_SCHEMA = "rewardstream.task/v1"
@@ -112,7 +118,6 @@ TaskId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]
 Identifier = Annotated[str, StringConstraints(pattern=rf"^{_IDENT}$")]
 _ENTRY_POINT = rf"^(?:{_IDENT}(?:\.{_IDENT}){{0,31}}:)?{_IDENT}$"
 _ENTRY_POINT_RE = re.compile(_ENTRY_POINT)
-Language = Literal["python"]
 
 
 def _checked_entry_point(value: str) -> str:
@@ -147,7 +152,9 @@ class _TaskBase(Contract):
 
     schema_: str = Field(TASK_SCHEMA, alias="schema", description="format id, rewardstream.task/v<major>")
     task_id: TaskId = Field(description="unique task id, e.g. HumanEval/0")
-    language: Language = Field("python", description="language of the solution")
+    language: Language = Field(
+        "python", description="language of the reference solution; a generation may use any its suites accept"
+    )
     prompt: str = Field(max_length=MAX_PROMPT_CHARS, description="what the policy is asked to write")
     entry_point: EntryPoint | None = Field(
         None,
@@ -214,6 +221,23 @@ class _TaskBase(Contract):
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return without_unset(handler(self), "workspace", "episode", "protected")
+
+
+def language_problem(task: _TaskBase, language: str) -> str | None:
+    """Why ``task`` cannot grade a solution in ``language`` (every suite must accept it), or None."""
+    if language not in LANGUAGES:
+        return f"unknown language {language!r} (known: {', '.join(LANGUAGES)})"
+    if task.workspace is not None and language != "python":
+        return f"task {task.task_id} is a workspace task: its suites run the task's own commands, in python"
+    for name, suite in task._suites():
+        accepted = suite_languages(suite)
+        if accepted is not None and language not in accepted:
+            kinds = "a call or assert suite calls a Python function" if suite.kind != "io" else "its io suite"
+            return (
+                f"task {task.task_id} does not accept {language}: {name} accepts {', '.join(sorted(accepted))} "
+                f"({kinds})"
+            )
+    return None
 
 
 _HIDDEN_COMMAND = (

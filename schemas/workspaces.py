@@ -176,6 +176,8 @@ def workspace_task_rules(
             )
         if isinstance(suite, IoSuite) and suite.command is None:
             raise _refuse(f"{name}.command", "required on workspace tasks: what reads stdin, e.g. python -m calc")
+        if isinstance(suite, IoSuite) and suite.languages is not None:
+            raise _refuse(f"{name}.languages", "is only for one-shot tasks (a workspace task's command decides)")
     if workspace.files is not None:
         entries = len(workspace.files) + len({p for path in workspace.files for p in parents(path)})
         if entries > limits.workspace_max_files:

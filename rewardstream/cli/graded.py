@@ -77,6 +77,9 @@ class Graded:
             "run": r.run.to_json(),
             "policy": {"name": self.policy[0], "version": self.policy[1]},
             "grader_version": GRADER_VERSION,
+            # a solution in another language says which, and how its build went (python results as before)
+            **({"language": r.language} if r.language != "python" else {}),
+            **({"compile": r.compile.to_json()} if r.compile is not None else {}),
             **r.extra,
         }
 
@@ -137,6 +140,7 @@ class PolicyGrader:
     grader: Grader
     policy: Policy
 
-    def grade(self, task: Task, code: str, *, generation_id: str = "") -> Graded:
-        """Grade ``code`` for ``task`` and reward it."""
-        return apply_policy(self.grader.grade(task, code, generation_id=generation_id), self.policy)
+    def grade(self, task: Task, code: str, *, generation_id: str = "", language: str = "python") -> Graded:
+        """Grade ``code`` (in ``language``) for ``task`` and reward it."""
+        graded = self.grader.grade(task, code, generation_id=generation_id, language=language)
+        return apply_policy(graded, self.policy)

@@ -21,6 +21,12 @@ from schemas.events import (
 from schemas.status import SandboxStatus
 from schemas.tasks import Task
 
+#: How a task's invalid ``language`` is reported: every supported language id.
+LANGUAGE_CHOICES = (
+    "input should be 'python', 'c', 'cpp', 'java', 'javascript', 'typescript', 'go', 'rust', 'bash', 'php', "
+    "'ruby', 'lua' or 'perl'"
+)
+
 GEN: dict[str, Any] = {
     "schema_version": "1.0",
     "event_id": "e1",
@@ -331,7 +337,7 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "several problems",
         Task,
         with_(with_and(TASK, "task_id", 7), "language", "cobol"),
-        "invalid Task: task_id: input should be a valid string; language: input should be 'python'",
+        f"invalid Task: task_id: input should be a valid string; language: {LANGUAGE_CHOICES}",
     ),
     (
         "bad base64",

@@ -17,7 +17,13 @@ from workers.grading.grader import RunInfo
 from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
-from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
+from workers.roles.common import (
+    CodeUnavailableError,
+    LanguageEventError,
+    RoleContext,
+    TaskSource,
+    UnknownTaskError,
+)
 from workers.roles.executor import ExecutorHandler, feedback
 from workers.roles.judging import JudgeHandler
 from workers.roles.runs import sandbox_run
@@ -123,6 +129,30 @@ def test_unknown_task_is_an_invalid_event(tmp_path: Path) -> None:
     handler = ExecutorHandler(context(tmp_path, "executor"), grader(BrokenSandbox()))
     with pytest.raises(UnknownTaskError, match="No/such"):
         handler.handle(event("No/such"), SOURCE)
+
+
+@pytest.mark.parametrize("role", ["executor", "verifier"])
+def test_a_language_the_task_does_not_accept_is_an_invalid_event(tmp_path: Path, role: str) -> None:
+    sandbox = BrokenSandbox()
+    handler_type = ExecutorHandler if role == "executor" else VerifierHandler
+    handler = handler_type(context(tmp_path, role), grader(sandbox))
+    with pytest.raises(LanguageEventError, match="does not accept rust"):  # its call suites are python only
+        handler.handle(event(language="rust", code="fn main() {}"), SOURCE)
+    assert sandbox.runs == 0
+
+
+def test_a_build_that_fails_for_the_infrastructure_is_a_sandbox_error(tmp_path: Path) -> None:
+    registry = TaskRegistry(tmp_path / "io-tasks")
+    io = {"kind": "io", "cases": [{"stdin": "1", "expected_stdout": "1"}]}
+    registry.store([Task.model_validate({"task_id": "IO/1", "prompt": "p", "public_tests": io, "hidden_tests": io})])
+    ctx = RoleContext(role="verifier", worker="host:1", tasks=TaskSource(registry), artifacts=None, output_topic="o")
+    sandbox = BrokenSandbox()
+    done = VerifierHandler(ctx, grader(sandbox)).handle(event("IO/1", language="c", code="int main;"), SOURCE)
+    assert isinstance(done, Done)
+    verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
+    assert verdict.run.status == "sandbox_error"
+    assert verdict.static_flags == []  # the analysis reads python only
+    assert sandbox.runs == 3  # the compile step, retried
 
 
 def test_code_ref_without_store_is_an_invalid_event(tmp_path: Path) -> None:

@@ -150,6 +150,24 @@ class WorkspaceJob:
         return -(-need // (1 << 20)), self.entries + 64
 
 
+@dataclass(frozen=True, slots=True)
+class ProgramJob:
+    """A program in another language as a grading run takes it, built once (``workers.languages``) for every
+    run of it: the work dir's files (its source, its compile's artifacts), the files to make executable, the
+    argv each io case runs, its toolchain family and the language's environment."""
+
+    files: Mapping[str, bytes]
+    executables: tuple[str, ...]
+    argv: tuple[str, ...]
+    toolchain: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def workdir_mb(self) -> int:
+        """A work dir with room for the files twice over (a program may copy its binary) and 16 MiB more."""
+        need = 2 * sum(len(data) for data in self.files.values()) + (16 << 20)
+        return -(-need // (1 << 20))
+
+
 def argv_of(command: Command) -> list[str]:
     """A task's command as argv: a string runs under ``/bin/sh -c``."""
     return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
@@ -243,6 +261,7 @@ def build_spec(
     python_argv: Sequence[str] = DEFAULT_PYTHON_ARGV,
     pids_limit: int = 64,
     workspace: WorkspaceJob | None = None,
+    program: ProgramJob | None = None,
 ) -> SandboxSpec:
     """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of stdin.
 
@@ -250,9 +269,16 @@ def build_spec(
     work dir as files and the header tells the harness where (``WORKSPACE_FILES``), with the environment of
     its commands; the work dir is sized for it, and the timeout has the start-up grace once more for the
     restore.
+
+    With ``program`` the candidate is a built program in another language (``code`` is empty): its files go
+    into the work dir, the header tells the harness which to make executable, and the run gets the program's
+    toolchain family and environment (the io suites carry its argv as their ``command``).
     """
     header: dict[str, object] = {"code": code, "entry_point": entry_point or ""}
     files = {HARNESS_FILE: harness, HARNESS_PYC: harness_pyc}
+    if program is not None:
+        header["program"] = {"executables": list(program.executables)}
+        files = {**program.files, **files}
     timeout = sum(float(s.payload["timeout_s"]) for s in suites) + startup_grace_s
     if workspace is not None:
         header["workspace"] = {**WORKSPACE_FILES, "env": WORKSPACE_ENV}
@@ -270,6 +296,9 @@ def build_spec(
         pids_limit=pids_limit,
         output_limit_bytes=HARNESS_OUTPUT_BYTES + (256 << 10),
     )
+    if program is not None:
+        workdir = max(spec.workdir_size_mb, program.workdir_mb())
+        return replace(spec, toolchain=program.toolchain, env=dict(program.env), workdir_size_mb=workdir)
     if workspace is None:
         return spec
     size_mb, inodes = workspace.workdir()

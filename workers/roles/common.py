@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 
 from schemas.caps import fit
 from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
-from schemas.tasks import PublicTask, Task
+from schemas.tasks import PublicTask, Task, language_problem
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
 from workers.handler import InvalidEventError, Source
@@ -44,6 +44,10 @@ class WorkspaceTaskEventError(InvalidEventError):
     """The generation names a workspace task, which the one-shot roles would grade wrong (DLQ, with why)."""
 
 
+class LanguageEventError(InvalidEventError):
+    """The generation's language is one its task's suites do not accept (DLQ, with why)."""
+
+
 _T = TypeVar("_T", PublicTask, Task)
 
 
@@ -53,6 +57,14 @@ def one_shot(task: _T) -> _T:
         refuse_workspace(task)
     except WorkspaceTaskError as exc:
         raise WorkspaceTaskEventError(str(exc)) from exc
+    return task
+
+
+def accepted(task: _T, language: str) -> _T:
+    """``task``, if its suites accept a solution in ``language``; otherwise the event is invalid."""
+    problem = language_problem(task, language)
+    if problem is not None:
+        raise LanguageEventError(problem)
     return task
 
 

@@ -9,6 +9,10 @@ An episode's submit (``workspace_ref``) runs the public suite on the graded work
 protected paths reset to the original). A public ``command`` suite (the agent's own tests) is feedback
 only, never a gate: its result has no cases (``suite_kind`` None), so the policy's public gates pass it
 whatever it printed, and its exit status and output are the feedback.
+
+A generation in another language than python is graded in it (``event.language``; one the task's suites do
+not accept is an invalid event). A public run whose program did not build gets the compiler's output as its
+feedback: its own build's, which never saw a test.
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ from schemas.events import (
     LogValue,
     result_ids,
 )
+from schemas.status import SandboxStatus
 from schemas.tasks import CommandSuite, PublicTask
+from schemas.text import sanitize_text
 from workers.grading import Grader
-from workers.grading.grader import public_suite
+from workers.grading.grader import CompileInfo, public_suite
 from workers.grading.suites import AnySuite, SuiteOutcome
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.roles.common import RoleContext, one_shot
+from workers.roles.common import RoleContext, accepted, one_shot
 from workers.roles.runs import (
     Ran,
     artifact_fields,
@@ -74,6 +80,16 @@ def command_feedback(outcome: SuiteOutcome) -> str:
     )
 
 
+def compile_feedback(info: CompileInfo) -> str:
+    """What the policy may read of a public run whose program did not build: why, and the compiler's output."""
+    lines = [info.reason or info.status]
+    for stream in (info.output.stderr, info.output.stdout):
+        text = stream.decode("utf-8", "replace").strip()
+        if text:
+            lines.append(text)
+    return fit(ExecutionResult, "feedback", sanitize_text("\n".join(lines)))
+
+
 class ExecutorHandler:
     """Public tests -> ExecutionResult (feedback)."""
 
@@ -91,9 +107,9 @@ class ExecutorHandler:
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = one_shot(ctx.tasks.public(event.task_id))
+            task = accepted(one_shot(ctx.tasks.public(event.task_id)), event.language)
             code = ctx.code_of(event)
-            ran = self._run(code, task, public_suite(task), None)
+            ran = self._run(code, task, public_suite(task), None, event.language)
             code_upload = ctx.store_code(artifacts, event, code)
         return self._publish(event, source, ran, artifacts, code_upload)
 
@@ -109,16 +125,20 @@ class ExecutorHandler:
             )
         return self._run("", task, task.public_tests, graded)
 
-    def _run(self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None) -> Ran:
+    def _run(
+        self, code: str, task: PublicTask, suite: AnySuite | None, graded: Graded | None, language: str = "python"
+    ) -> Ran:
         if suite is None:
             return Ran(None, no_run(self.grader.sandbox.name), 1)
         ran = self.grader.run_suites(
             code, task.entry_point, [("public", suite)], task.limits, prompt=task.prompt,
-            workspace=None if graded is None else graded.job(),
+            workspace=None if graded is None else graded.job(), language=language,
         )  # fmt: skip
         outcome = ran.outcomes[0]
         # the public run's output only: this is what the policy may see
         feedback_text = command_feedback(outcome) if isinstance(suite, CommandSuite) else None
+        if ran.compile is not None and ran.compile.status is not SandboxStatus.OK:
+            feedback_text = compile_feedback(ran.compile)
         return Ran(outcome, sandbox_run(ran.run, ran.infra_error), ran.run.attempts, ran.output, feedback_text)
 
     def _publish(

@@ -6,6 +6,8 @@ Its run has hidden inputs, so it keeps its output to itself: the verdict and the
 hidden suite in a fresh sandbox from the graded workspace (``roles.workspace``); an unusable snapshot is the
 agent's failure (``run.status == "crashed"`` with the reason in ``run.error``; every hidden case ``error``).
 Static analysis is not run on workspaces: their hidden suites are call/io only, compared outside the sandbox.
+A generation in another language than python is graded in it (``event.language``; one the task's suites do
+not accept is an invalid event); static analysis reads Python only, so such code has no static flags.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from workers.grading.grader import GRADER_VERSION
 from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
 from workers.grading.suites import failed_suite
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.roles.common import RoleContext, one_shot
+from workers.roles.common import RoleContext, accepted, one_shot
 from workers.roles.runs import Ran, artifact_fields, log_level, pending_uploads, run_fields, sandbox_run, unusable_run
 from workers.roles.workspace import EpisodeWorkspaces, Unusable
 
@@ -42,12 +44,13 @@ class VerifierHandler:
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = one_shot(ctx.tasks.task(event.task_id))
+            task = accepted(one_shot(ctx.tasks.task(event.task_id)), event.language)
             code = ctx.code_of(event)
-            flags = analyze(code)
+            flags = analyze(code) if event.language == "python" else []  # the analysis reads Python only
             got = self.grader.run_suites(
-                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
-            )
+                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt,
+                language=event.language,
+            )  # fmt: skip
             ran = Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
             code_upload = ctx.store_code(artifacts, event, code)
         return self._publish(event, source, ran, flags, artifacts, code_upload)
