@@ -240,7 +240,7 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         ExecutionResult,
         with_(EXEC, "run.status", "fine"),
         "invalid ExecutionResult: run.status: input should be 'ok', 'nonzero_exit', 'timeout', 'memory_limit', "
-        "'output_limit', 'killed', 'crashed' or 'sandbox_error'",
+        "'output_limit', 'killed', 'crashed', 'sandbox_error', 'compile_error' or 'compile_timeout'",
     ),
     (
         "args not a list",
