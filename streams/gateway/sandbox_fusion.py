@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.runs import RUN_CODE_MAX_CHARS, RUN_MAX_FETCH, RUN_MAX_FILES, RUN_TIMEOUT_MAX_S, RunReply, RunStep
 from schemas.runs import check_run_path as _check_path
+from schemas.status import SandboxStatus
 
 #: Every language name the ``sandbox-fusion`` client (0.3.x) can send, and ``c`` (SandboxFusion has none; the
 #: languages runner has it).
@@ -115,10 +116,10 @@ class RunCodeResponse(BaseModel):
 
 def command_result(step: RunStep) -> CommandRunResult:
     """A step in SandboxFusion's words: a timeout is TimeLimitExceeded, the sandbox's failure Error."""
-    if step.status == "timeout":
+    if step.status is SandboxStatus.TIMEOUT:
         status: Literal["Finished", "Error", "TimeLimitExceeded"] = "TimeLimitExceeded"
         code = None
-    elif step.status == "sandbox_error":
+    elif step.status is SandboxStatus.SANDBOX_ERROR:
         status, code = "Error", None
     else:
         status = "Finished"

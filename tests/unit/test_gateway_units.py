@@ -18,6 +18,7 @@ from schemas.codec import MAX_MESSAGE_BYTES, decode, encode
 from schemas.errors import ConfigError
 from schemas.runs import RunReply, RunRequest, RunStep
 from schemas.settings import Settings
+from schemas.status import SandboxStatus
 from streams.gateway.config import GatewayConfig, home_partition, is_loopback, parse_tokens
 from streams.gateway.guard import Guard
 from streams.gateway.rewards_api import LabelError, completion_code, parse_label
@@ -129,7 +130,7 @@ def _reply(**fields: Any) -> RunReply:
 
 
 def _step(status: str, exit_code: int | None = 0, **more: Any) -> RunStep:
-    return RunStep(status=status, exit_code=exit_code, wall_ms=1500.0, **more)  # type: ignore[arg-type]
+    return RunStep(status=SandboxStatus(status), exit_code=exit_code, wall_ms=1500.0, **more)
 
 
 def test_statuses_are_sandbox_fusions() -> None:
@@ -216,7 +217,7 @@ def _handler(result: SourceRun, **kwargs: Any) -> tuple[RunHandler, _Recorder]:
 
 
 def test_a_run_is_replied_on_the_partition_its_gateway_reads() -> None:
-    handler, run = _handler(SourceRun(run=CommandRun("ok", 0, stdout=b"1\n"), files={"out.txt": b"hi"}))
+    handler, run = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0, stdout=b"1\n"), files={"out.txt": b"hi"}))
     done = handler.handle(_request(files={"in.txt": "aGk="}, fetch_files=["out.txt"]), SOURCE)
     assert isinstance(done, Done)
     (out,) = done.outputs
@@ -233,7 +234,7 @@ def test_a_run_is_replied_on_the_partition_its_gateway_reads() -> None:
 
 
 def test_an_expired_request_is_answered_without_running() -> None:
-    handler, run = _handler(SourceRun(run=CommandRun("ok", 0)))
+    handler, run = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0)))
     done = handler.handle(_request(deadline=datetime.now(UTC) - timedelta(seconds=1)), SOURCE)
     assert isinstance(done, Done)
     reply = decode(done.outputs[0].value or b"", RunReply)
@@ -243,7 +244,7 @@ def test_an_expired_request_is_answered_without_running() -> None:
 
 
 def test_requests_no_executor_can_answer_are_invalid_events() -> None:
-    handler, _ = _handler(SourceRun(run=CommandRun("ok", 0)))
+    handler, _ = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0)))
     with pytest.raises(InvalidEventError, match="reply_partition 5"):
         handler.handle(_request(reply_partition=5), SOURCE)
     with pytest.raises(InvalidEventError, match="base64"):
@@ -253,7 +254,7 @@ def test_requests_no_executor_can_answer_are_invalid_events() -> None:
 def test_a_huge_reply_is_cut_to_one_message_and_says_so() -> None:
     flood = b"\x01" * (2 << 20)  # control characters: six bytes each once escaped in JSON
     files = {f"f{n}.bin": bytes(200_000) for n in range(4)}
-    handler, _ = _handler(SourceRun(run=CommandRun("ok", 0, stdout=flood, stderr=flood), files=files))
+    handler, _ = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0, stdout=flood, stderr=flood), files=files))
     done = handler.handle(_request(), SOURCE)
     assert isinstance(done, Done)
     value = done.outputs[0].value or b""

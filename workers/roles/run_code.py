@@ -28,7 +28,6 @@ from workers.sandbox.api import Sandbox
 #: What a reply carries inline at first; cut (the output first, then the files) until the reply fits one message.
 OUTPUT_INLINE_CHARS = 256 * 1024
 FILES_INLINE_BYTES = 384 * 1024
-_STATUSES = ("ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error")
 _ERROR_KINDS: tuple[RunErrorKind, ...] = ("unsupported_language", "expired", "invalid", "sandbox_error")
 
 RunSource = Callable[..., SourceRun]
@@ -44,9 +43,8 @@ def _step(run: CommandRun, cap: int, notes: list[str], what: str) -> RunStep:
     out_cut, err_cut = len(stdout) > cap, len(stderr) > cap
     if out_cut or err_cut:
         notes.append(f"{what} output cut to its first {cap} characters per stream to fit the reply")
-    status = run.status if run.status in _STATUSES else "crashed"
     return RunStep(
-        status=status,  # type: ignore[arg-type]  # checked against the SandboxStatus values above
+        status=run.status,
         exit_code=run.exit_code,
         signal=run.signal if run.signal is None or 1 <= run.signal <= 128 else None,
         wall_ms=max(run.wall_ms, 0.0),

@@ -17,7 +17,7 @@ from schemas.errors import SandboxError, ValidationError
 from workers.languages import Stage, resolve
 from workers.languages import run_source as run_program
 from workers.languages.steps import relative_path
-from workers.sandbox.api import Sandbox
+from workers.sandbox.api import Sandbox, SandboxStatus
 
 #: The run's memory when the request gives none (SandboxFusion's -1; verl sends 1024).
 DEFAULT_MEMORY_MB = 1024
@@ -27,7 +27,7 @@ DEFAULT_MEMORY_MB = 1024
 class CommandRun:
     """One command of a run (the compile step or the run), measured from outside the program."""
 
-    status: str  # a SandboxStatus value
+    status: SandboxStatus
     exit_code: int | None = None
     signal: int | None = None
     wall_ms: float = 0.0
@@ -52,7 +52,7 @@ class SourceRun:
 
 def _command(stage: Stage) -> CommandRun:
     return CommandRun(
-        status=stage.status.value, exit_code=stage.exit_code, signal=stage.signal, wall_ms=stage.wall_ms,
+        status=stage.status, exit_code=stage.exit_code, signal=stage.signal, wall_ms=stage.wall_ms,
         stdout=stage.stdout, stderr=stage.stderr, stdout_truncated=stage.stdout_truncated,
         stderr_truncated=stage.stderr_truncated,
     )  # fmt: skip
