@@ -4,10 +4,10 @@ Defaults point at the local embedded services started by ``rewardstream up``; pr
 fields at real clusters (see README, "Pointing at production").
 
 The settings are grouped by what they configure (``settings.kafka``, ``.s3``, ``.opensearch``, ``.sandbox``,
-``.worker``, ``.judge``, ``.local``), so a part can be handed only its own. Every setting keeps its one flat
-``RS_*`` environment name, declared once below with ``Flat`` (``RS_KAFKA_BOOTSTRAP`` is ``kafka.bootstrap``):
-that name is also an attribute (``settings.kafka_bootstrap``), a keyword of ``Settings(...)`` and of
-``model_copy(update=...)``, and what a bad value's error names.
+``.worker``, ``.judge``, ``.gateway``, ``.local``), so a part can be handed only its own. Every setting keeps
+its one flat ``RS_*`` environment name, declared once below with ``Flat`` (``RS_KAFKA_BOOTSTRAP`` is
+``kafka.bootstrap``): that name is also an attribute (``settings.kafka_bootstrap``), a keyword of
+``Settings(...)`` and of ``model_copy(update=...)``, and what a bad value's error names.
 """
 
 from __future__ import annotations
@@ -144,6 +144,40 @@ class WorkerSettings(_Group):
     )  # fmt: skip
 
 
+class GatewaySettings(_Group):
+    """The HTTP gateway (``rewardstream serve``): a stateless door onto the same topics."""
+
+    host: str = Field("127.0.0.1", description="address the gateway binds to (not loopback: tokens needed)")
+    port: int = Field(8080, ge=0, le=65535, description="port of the gateway; 0 picks a free one")
+    tokens: SecretStr | None = Field(
+        None, description="bearer tokens the gateway accepts, comma-separated; required on a non-loopback bind"
+    )
+    token_concurrency: int = Field(
+        64, ge=1, le=100_000, description="requests in flight per token (or per anonymous loopback client): 429 past it"
+    )
+    max_body_bytes: int = Field(
+        4 << 20, ge=1024, le=256 << 20, description="largest request body the gateway reads: 413 past it"
+    )
+    max_batch: int = Field(256, ge=1, le=10_000, description="generations in one POST /v1/rewards")
+    reward_wait_s: float = Field(
+        600.0, gt=0, le=3600, description="longest a rewards request waits for its rewards (wait=true, /get_reward)"
+    )
+    run_queue_s: float = Field(
+        60.0, gt=0, le=3600,
+        description="how long a /run_code request may wait for an executor on top of its own timeouts (504 past it)",
+    )  # fmt: skip
+    reward_cache: int = Field(
+        100_000, ge=100, le=10_000_000, description="rewards each gateway keeps for polling (the most recent)"
+    )
+    reward_lookback: int = Field(
+        10_000, ge=0, le=10_000_000, description="rewards per partition a starting gateway reads below the end"
+    )
+    kafka_timeout_s: float = Field(
+        10.0, gt=0, le=300, description="a produce not acknowledged within this is a 503 (Kafka unreachable)"
+    )
+    instance_id: str | None = Field(None, description="this replica's id in run requests; default host-pid-random")
+
+
 class JudgeSettings(_Group):
     """The judge workers' model: the built-in rubric, or an OpenAI-compatible server."""
 
@@ -187,6 +221,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     # Task registry
     tasks_dir: Path = Field(
         default_factory=lambda data: Path(data["local"].cache_dir) / "tasks",
@@ -250,6 +285,18 @@ class Settings(BaseSettings):
     judge_retries: ClassVar[Flat[int]] = Flat("judge", "retries")
     judge_concurrency: ClassVar[Flat[int]] = Flat("judge", "concurrency")
     judge_cache_size: ClassVar[Flat[int]] = Flat("judge", "cache_size")
+    gateway_host: ClassVar[Flat[str]] = Flat("gateway", "host")
+    gateway_port: ClassVar[Flat[int]] = Flat("gateway", "port")
+    gateway_tokens: ClassVar[Flat[SecretStr | None]] = Flat("gateway", "tokens")
+    gateway_token_concurrency: ClassVar[Flat[int]] = Flat("gateway", "token_concurrency")
+    gateway_max_body_bytes: ClassVar[Flat[int]] = Flat("gateway", "max_body_bytes")
+    gateway_max_batch: ClassVar[Flat[int]] = Flat("gateway", "max_batch")
+    gateway_reward_wait_s: ClassVar[Flat[float]] = Flat("gateway", "reward_wait_s")
+    gateway_run_queue_s: ClassVar[Flat[float]] = Flat("gateway", "run_queue_s")
+    gateway_reward_cache: ClassVar[Flat[int]] = Flat("gateway", "reward_cache")
+    gateway_reward_lookback: ClassVar[Flat[int]] = Flat("gateway", "reward_lookback")
+    gateway_kafka_timeout_s: ClassVar[Flat[float]] = Flat("gateway", "kafka_timeout_s")
+    gateway_instance_id: ClassVar[Flat[str | None]] = Flat("gateway", "instance_id")
 
     @classmethod
     def settings_customise_sources(
@@ -286,18 +333,18 @@ class Settings(BaseSettings):
         tree of its own, so the python one stays as small and as quick to build as it is."""
         if family == PYTHON_TOOLCHAIN:
             return self.sandbox_rootfs_path()
-        base = self.sandbox_toolchains_dir or self.cache_dir / "sandbox"
-        return base / f"rootfs-{family}-{self.sandbox_image_version()}"
+        base = self.sandbox.toolchains_dir or self.local.cache_dir / "sandbox"
+        return base / f"rootfs-{family}-{self.sandbox.image_version()}"
 
     def toolchain_image(self, family: str) -> str:
         """The docker image of a toolchain family (``python`` is ``sandbox_image``): the sandbox image's
         repository with its ``-python`` suffix (if any) replaced by ``-<family>``, same tag."""
         if family == PYTHON_TOOLCHAIN:
-            return self.sandbox_image
-        head, _, name = self.sandbox_image.rpartition("/")
+            return self.sandbox.image
+        head, _, name = self.sandbox.image.rpartition("/")
         repo = name.split(":", 1)[0]
         repo = repo.removesuffix("-python") + f"-{family}"
-        tagged = f"{repo}:{self.sandbox_image_version()}"
+        tagged = f"{repo}:{self.sandbox.image_version()}"
         return f"{head}/{tagged}" if head else tagged
 
     def kafka_client_config(self) -> dict[str, str]:

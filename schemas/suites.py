@@ -31,6 +31,12 @@ MAX_COMMAND_CHARS = 32 * 1024
 MAX_ARGV = 1024
 
 CaseId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+#: The languages a solution may be written in (``workers.languages`` knows how each is built and run;
+#: SandboxFusion's names are aliases there, e.g. nodejs for javascript). python is the default everywhere.
+Language = Literal[
+    "python", "c", "cpp", "java", "javascript", "typescript", "go", "rust", "bash", "php", "ruby", "lua", "perl"
+]
+LANGUAGES: tuple[str, ...] = get_args(Language)
 #: What runs in a workspace: a string runs under ``/bin/sh -c``, a list is argv.
 Command = str | list[str]
 
@@ -129,14 +135,6 @@ def without_unset(data: dict[str, Any], *names: str) -> dict[str, Any]:
         if name in data and (data[name] is None or data[name] == []):
             del data[name]
     return data
-
-
-#: The languages a solution may be written in (``workers.languages`` knows how each is built and run;
-#: SandboxFusion's names are aliases there, e.g. nodejs for javascript). python is the default everywhere.
-Language = Literal[
-    "python", "c", "cpp", "java", "javascript", "typescript", "go", "rust", "bash", "php", "ruby", "lua", "perl"
-]
-LANGUAGES: tuple[str, ...] = get_args(Language)
 
 
 class IoSuite(Contract):

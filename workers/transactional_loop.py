@@ -16,7 +16,9 @@ Why it is shaped like this:
   that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
-* The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a handler
+* The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a role that
+  serves more than one topic (the executor: generations and the gateway's run requests) names the model of each
+  extra topic in ``models``, and its runs share the same slots, buffer and transactions. A handler
   with per-partition state is a ``PartitionListener`` and is told of each (re)assignment, an aborted
   transaction's rewind included, before any message of it runs.
 * A handler with ``Timers`` (state that expires without input) is asked every ``timer_interval_s`` what
@@ -39,7 +41,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar, cast
 
 from confluent_kafka import (
@@ -102,12 +104,15 @@ class TransactionalWorker(Generic[E]):
         listener: PartitionListener | None = None,
         timers: Timers | None = None,
         ends: Ends | None = None,
+        models: Mapping[str, type[Contract]] | None = None,
     ) -> None:
         if timers is not None and ends is None:
             raise ValueError("a worker with timers needs ends (bus.ends.EndOffsets): where each partition ends")
         self.config = config
         self.handler = handler
         self.model: type[E] = model if model is not None else cast("type[E]", GenerationEvent)
+        #: Extra source topics and their input models (the source topic's model is ``model``).
+        self.models: dict[str, type[Contract]] = dict(models or {})
         self.listener = listener
         self.timers = timers
         self.ends = ends
@@ -144,7 +149,10 @@ class TransactionalWorker(Generic[E]):
         self._runners.start()
         try:
             self.consumer.subscribe(
-                [cfg.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+                [cfg.source_topic, *self.models],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
             )
             while not self.stop.is_set():
                 self._step(accept=True)
@@ -235,7 +243,7 @@ class TransactionalWorker(Generic[E]):
         try:
             if value is None:
                 raise EmptyValueError("message has no value (tombstone)")
-            item.event = decode(value, self.model)  # raises DecodeError only, for any bytes
+            item.event = decode(value, self.models.get(topic, self.model))  # raises DecodeError only, for any bytes
         except RewardstreamError as exc:
             item.outcome = Reject(exc)
             return

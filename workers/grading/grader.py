@@ -15,30 +15,40 @@ sandbox's stdout is the harness's protocol channel and is never shown as the can
 
 A workspace task is never graded here as a program (``refuse_workspace``); the roles run an episode's graded
 workspace through ``run_suites(..., workspace=...)``, the same harness run with the workspace as the candidate.
+
+A program in another language than python is built once (``workers.languages``: a compile step of its own)
+and its io suites run the built program in the same harness run; a build that fails is the candidate's
+failure (``compile_error``/``compile_timeout``), never ``sandbox_error``. What a run reports (``RunInfo``,
+``CandidateOutput``, ``CompileInfo``, ``SuitesRun``, ``GradeResult``) is defined in ``workers.grading.results``
+and re-exported here.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
 
 from schemas.caps import fit
 from schemas.errors import SandboxError, ValidationError
 from schemas.events import SandboxRun
-from schemas.status import NotRun
+from schemas.status import UNSUPPORTED_LANGUAGE
 from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task, suite_languages
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
-from workers.grading.static_analysis import Flag, analyze
+from workers.grading.results import (
+    OUTPUT_RECORD,
+    CandidateOutput,
+    CompileInfo,
+    GradeResult,
+    RunInfo,
+    SuitesRun,
+    split_output,
+)
+from workers.grading.static_analysis import analyze
 from workers.grading.suites import (
     DEFAULT_PYTHON_ARGV,
-    MAGIC,
     AnySuite,
     CallInput,
     CaseValue,
@@ -60,22 +70,36 @@ from workers.grading.suites import (
     score_suite,
 )
 from workers.languages.registry import LanguageSpec, resolve
-from workers.languages.source import Build, CompileLimits, CompileStatus, compile_program
+from workers.languages.source import Build, CompileLimits, compile_program
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
+#: What a grading run reports is defined in ``workers.grading.results``; importers take it from here too.
+__all__ = [
+    "GRADER_VERSION",
+    "OUTPUT_RECORD",
+    "CandidateOutput",
+    "CompileInfo",
+    "GradeResult",
+    "Grader",
+    "GraderConfig",
+    "RunInfo",
+    "SuitesRun",
+    "WorkspaceTaskError",
+    "grade",
+    "language_refusal",
+    "public_suite",
+    "refuse_workspace",
+    "run_call_cases",
+    "split_output",
+]
+
 GRADER_VERSION = "grading/1"
-#: How an ``output`` record starts after its frame (the harness writes it with this key first).
-OUTPUT_RECORD = b'{"output":'
 
 
 class WorkspaceTaskError(ValidationError):
     """A workspace task reached the one-shot grader, which would grade it wrong: it runs one program text,
     while a workspace task's entry point is ``module:function`` in a workspace and its io suites run a command.
     The episode worker grades those."""
-
-
-#: The run status of suites that do not accept the solution's language: nothing ran, the candidate's failure.
-UNSUPPORTED_LANGUAGE: Final = "unsupported_language"
 
 
 def language_refusal(suites: Sequence[tuple[str, AnySuite]], language: str) -> str | None:
@@ -119,164 +143,6 @@ class GraderConfig:
     max_stdout_bytes: int = 1 << 20
     #: The compile step's own limits (a language that compiles: one build per run of a suite).
     compile_limits: CompileLimits = field(default_factory=CompileLimits)
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """What the sandbox said about the (last) run, for SREs and the result file (or why nothing ran: the
-    program did not build, or the suite does not take its language)."""
-
-    status: SandboxStatus | NotRun
-    exit_code: int | None
-    signal: int | None
-    wall_ms: float
-    cpu_ms: float
-    max_rss_kb: int
-    backend: str
-    attempts: int
-    error: str | None = None
-    hardened: bool | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "wall_ms": round(self.wall_ms, 3),
-            "cpu_ms": round(self.cpu_ms, 3),
-            "max_rss_kb": self.max_rss_kb,
-            "backend": self.backend,
-            "attempts": self.attempts,
-            "error": self.error,
-            "hardened": self.hardened,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateOutput:
-    """What the candidate's processes wrote to stdout and stderr in one run, never the harness protocol.
-
-    ``stdout``/``stderr`` are the last bytes kept (the harness keeps ``harness.OUTPUT_CAP`` of each), as
-    written; ``*_bytes`` how many were written in all. ``reported`` is False when the run ended before the
-    harness reported the output (killed, infrastructure failure): then nothing is known about it.
-    """
-
-    stdout: bytes = b""
-    stderr: bytes = b""
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    reported: bool = True
-
-    @property
-    def stdout_truncated(self) -> bool:
-        """Fewer bytes kept than written (or not reported at all)."""
-        return not self.reported or self.stdout_bytes > len(self.stdout)
-
-    @property
-    def stderr_truncated(self) -> bool:
-        """Fewer bytes kept than written (or not reported at all)."""
-        return not self.reported or self.stderr_bytes > len(self.stderr)
-
-
-def split_output(stdout: bytes, nonce: bytes, *, reported: bool = True) -> tuple[bytes, CandidateOutput]:
-    """Take the harness's ``output`` records out of a run's stdout: (the rest, the candidate's output).
-
-    Only lines framed with this run's nonce count (candidate code cannot write them). The harness writes no
-    record for a stream nothing was written to, so ``reported`` (the harness got to its ``done`` record, or
-    never started: see ``parse_records``) says whether a missing record means "nothing" or "unknown". A
-    malformed output record is left in place, for ``parse_records`` to report (or to ignore as the cut last
-    line of truncated output).
-    """
-    prefix = MAGIC + b" " + nonce + b" "
-    head = prefix + OUTPUT_RECORD
-    if head not in stdout:
-        return stdout, CandidateOutput(reported=reported)
-    rest: list[bytes] = []
-    found: dict[str, tuple[bytes, int]] = {}
-    for line in stdout.split(b"\n"):
-        if line.startswith(head):
-            try:
-                rec = json.loads(line[len(prefix) :])
-                name, data, total = rec["output"], rec["b64"], rec["bytes"]
-                if name in ("stdout", "stderr") and name not in found and type(total) is int:
-                    found[name] = (base64.b64decode(data, validate=True), total)
-                    continue
-            except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
-                pass
-        rest.append(line)
-    (out, out_n), (err, err_n) = found.get("stdout", (b"", 0)), found.get("stderr", (b"", 0))
-    return b"\n".join(rest), CandidateOutput(out, err, out_n, err_n, reported)
-
-
-@dataclass(frozen=True, slots=True)
-class CompileInfo:
-    """A compile step as a grade reports it: its outcome, why it failed, and what the compiler printed (the
-    feedback a model may read of its own failed build; the compiler never sees a test)."""
-
-    status: CompileStatus
-    reason: str | None
-    output: CandidateOutput
-    wall_ms: float
-    cpu_ms: float
-    max_rss_kb: int
-
-    @classmethod
-    def of(cls, build: Build) -> CompileInfo | None:
-        """The compile of ``build`` (None when its language is not compiled)."""
-        stage = build.stage
-        if stage is None:
-            return None
-        output = CandidateOutput(stage.stdout, stage.stderr, stage.stdout_bytes, stage.stderr_bytes)
-        return cls(build.status, build.reason, output, stage.wall_ms, stage.cpu_ms, stage.max_rss_kb)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "status": self.status,
-            "reason": self.reason,
-            "stdout": sanitize_text(self.output.stdout.decode("utf-8", "replace"))[-4096:],
-            "stderr": sanitize_text(self.output.stderr.decode("utf-8", "replace"))[-4096:],
-            "wall_ms": round(self.wall_ms, 3),
-            "cpu_ms": round(self.cpu_ms, 3),
-            "max_rss_kb": self.max_rss_kb,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class SuitesRun:
-    """Outcome of running several suites in one sandbox run. ``infra_error`` set means no verdict.
-
-    ``output`` is what the candidate printed during the run (all its suites): show it to whoever may see
-    every suite of the run (a public run's output may reach the policy; a hidden run's must not).
-    """
-
-    outcomes: tuple[SuiteOutcome, ...]
-    run: RunInfo
-    infra_error: str | None
-    protocol_error: str | None
-    output: CandidateOutput = CandidateOutput()
-    compile: CompileInfo | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GradeResult:
-    """One graded generation's signals, no reward: the CLI layer applies the pipeline's policy to them.
-
-    ``infra_error`` is set when the run gave no verdict (``status == "sandbox_error"``); ``notes`` are the
-    grader's other remarks (a violated harness protocol, an unhardened harness) for the result's reasons.
-    """
-
-    generation_id: str
-    task_id: str
-    status: str  # "pass" | "fail" | "sandbox_error"
-    public: SuiteOutcome | None
-    hidden: SuiteOutcome
-    static_flags: tuple[Flag, ...]
-    run: RunInfo
-    infra_error: str | None = None
-    notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    language: str = "python"
-    compile: CompileInfo | None = None
 
 
 def _error_result(exc: Exception, backend: str) -> SandboxResult:
@@ -485,7 +351,7 @@ class Grader:
             return SuitesRun(outcomes, run, error, None, CandidateOutput(reported=False), info)
         reason = build.reason or build.status
         run = RunInfo(
-            status="compile_timeout" if build.status == "compile_timeout" else "compile_error",
+            status=build.status,
             exit_code=stage.exit_code if stage else None,
             signal=stage.signal if stage else None,
             wall_ms=stage.wall_ms if stage else 0.0,
@@ -495,7 +361,7 @@ class Grader:
             attempts=build.attempts,
             error=sanitize_text(reason),
         )
-        outcomes = tuple(failed_suite(s, label, "error", reason[:1024]) for label, s in suites)
+        outcomes = tuple(failed_suite(s, label, "error", reason) for label, s in suites)
         output = info.output if info is not None else CandidateOutput()
         return SuitesRun(outcomes, run, None, None, output, info)
 
@@ -552,7 +418,7 @@ class Grader:
             notes.append(f"harness protocol violated: {ran.protocol_error}")
         if ran.run.hardened is False:
             notes.append("warning: the harness could not make itself non-dumpable")
-        if ran.compile is not None and ran.compile.status != "ok":
+        if ran.compile is not None and ran.compile.status is not SandboxStatus.OK:
             notes.append(ran.compile.reason or ran.compile.status)
         if ran.run.status == UNSUPPORTED_LANGUAGE and ran.run.error:
             notes.append(ran.run.error)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from schemas.errors import SandboxError, ValidationError
+from schemas.status import CompileFailure, CompileStatus
 from workers.languages.registry import LanguageSpec, resolve
 from workers.languages.steps import Stage, Step, StepLimits, StepRun, relative_path, run_step
 from workers.sandbox.api import Sandbox, SandboxStatus
-
-CompileStatus = Literal["ok", "compile_error", "compile_timeout"]
 
 #: A compile's limits unless the caller gives others: compilers are hungrier than most programs (rustc, javac)
 #: and their threads count against the pids limit.
@@ -73,7 +71,7 @@ class Build:
     @property
     def ok(self) -> bool:
         """Whether there is a program to run."""
-        return self.error is None and self.status == "ok"
+        return self.error is None and self.status is SandboxStatus.OK
 
     def feedback(self, limit: int = 4096) -> str:
         """What a model may read of a failed compile: why, then the compiler's output (stderr first)."""
@@ -112,7 +110,7 @@ def compile_program(
     except SandboxError as exc:
         raise ValidationError(str(exc)) from None
     if not spec.compiled:
-        return Build(spec, "ok", inputs)
+        return Build(spec, SandboxStatus.OK, inputs)
     lim = limits or CompileLimits()
     step = Step(
         toolchain=spec.toolchain, argv=spec.compile_argv(lim.memory_mb), files=inputs, env=spec.env,
@@ -129,11 +127,11 @@ def compile_program(
 
 def _build(spec: LanguageSpec, inputs: dict[str, bytes], ran: StepRun, limits: CompileLimits) -> Build:
     if ran.stage is None:
-        return Build(spec, "compile_error", error=ran.error or "no result", attempts=ran.attempts)
+        return Build(spec, CompileFailure.COMPILE_ERROR, error=ran.error or "no result", attempts=ran.attempts)
     stage = ran.stage
     if stage.status is SandboxStatus.TIMEOUT:
         why = f"compile_timeout: the compiler ran past its {limits.timeout_s:g} s limit"
-        return Build(spec, "compile_timeout", stage=stage, reason=why, attempts=ran.attempts)
+        return Build(spec, CompileFailure.COMPILE_TIMEOUT, stage=stage, reason=why, attempts=ran.attempts)
     reasons = {
         SandboxStatus.NONZERO_EXIT: f"compile_error: the compiler exited {stage.exit_code}",
         SandboxStatus.MEMORY_LIMIT: f"compile_error: the compiler ran out of its {limits.memory_mb} MiB",
@@ -142,12 +140,14 @@ def _build(spec: LanguageSpec, inputs: dict[str, bytes], ran: StepRun, limits: C
         SandboxStatus.CRASHED: f"compile_error: the compiler crashed (signal {stage.signal})",
     }
     if stage.status in reasons:
-        return Build(spec, "compile_error", stage=stage, reason=reasons[stage.status], attempts=ran.attempts)
+        return Build(
+            spec, CompileFailure.COMPILE_ERROR, stage=stage, reason=reasons[stage.status], attempts=ran.attempts
+        )
     if ran.missing:
         path, why = next(iter(ran.missing.items()))
         reason = f"compile_error: the build left no usable {path} ({why})"
-        return Build(spec, "compile_error", stage=stage, reason=reason, attempts=ran.attempts)
-    return Build(spec, "ok", {**inputs, **ran.files}, stage=stage, attempts=ran.attempts)
+        return Build(spec, CompileFailure.COMPILE_ERROR, stage=stage, reason=reason, attempts=ran.attempts)
+    return Build(spec, SandboxStatus.OK, {**inputs, **ran.files}, stage=stage, attempts=ran.attempts)
 
 
 @dataclass(frozen=True, slots=True)

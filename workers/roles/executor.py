@@ -9,6 +9,10 @@ An episode's submit (``workspace_ref``) runs the public suite on the graded work
 protected paths reset to the original). A public ``command`` suite (the agent's own tests) is feedback
 only, never a gate: its result has no cases (``suite_kind`` None), so the policy's public gates pass it
 whatever it printed, and its exit status and output are the feedback.
+
+A generation in another language than python is graded in it (``event.language``; one the task's suites do
+not accept is an invalid event). A public run whose program did not build gets the compiler's output as its
+feedback: its own build's, which never saw a test.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from schemas.events import (
     LogValue,
     result_ids,
 )
+from schemas.status import UNSUPPORTED_LANGUAGE, SandboxStatus
 from schemas.tasks import CommandSuite, PublicTask
 from schemas.text import sanitize_text
 from workers.grading import Grader
-from workers.grading.grader import UNSUPPORTED_LANGUAGE, CompileInfo, public_suite
+from workers.grading.grader import CompileInfo, public_suite
 from workers.grading.suites import AnySuite, SuiteOutcome
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext, one_shot
@@ -64,16 +69,6 @@ def feedback(outcome: SuiteOutcome | None) -> str:
     return fit(ExecutionResult, "feedback", "\n".join(lines))
 
 
-def compile_feedback(info: CompileInfo) -> str:
-    """What the policy may read of a public run whose program did not build: why, and the compiler's output."""
-    lines = [info.reason or info.status]
-    for stream in (info.output.stderr, info.output.stdout):
-        text = stream.decode("utf-8", "replace").strip()
-        if text:
-            lines.append(text)
-    return fit(ExecutionResult, "feedback", sanitize_text("\n".join(lines)))
-
-
 def command_feedback(outcome: SuiteOutcome) -> str:
     """What the policy may read of a public command suite's run: how it ended (it gates nothing)."""
     case = outcome.cases[0] if outcome.cases else None
@@ -83,6 +78,16 @@ def command_feedback(outcome: SuiteOutcome) -> str:
     return fit(
         ExecutionResult, "feedback", f"the public command failed: {ended} (feedback only: the hidden tests decide)"
     )
+
+
+def compile_feedback(info: CompileInfo) -> str:
+    """What the policy may read of a public run whose program did not build: why, and the compiler's output."""
+    lines = [info.reason or info.status]
+    for stream in (info.output.stderr, info.output.stdout):
+        text = stream.decode("utf-8", "replace").strip()
+        if text:
+            lines.append(text)
+    return fit(ExecutionResult, "feedback", sanitize_text("\n".join(lines)))
 
 
 class ExecutorHandler:
@@ -132,7 +137,7 @@ class ExecutorHandler:
         outcome = ran.outcomes[0]
         # the public run's output only: this is what the policy may see
         feedback_text = command_feedback(outcome) if isinstance(suite, CommandSuite) else None
-        if ran.compile is not None and ran.compile.status != "ok":
+        if ran.compile is not None and ran.compile.status is not SandboxStatus.OK:
             feedback_text = compile_feedback(ran.compile)
         elif ran.run.status == UNSUPPORTED_LANGUAGE and ran.run.error:
             feedback_text = fit(ExecutionResult, "feedback", ran.run.error)

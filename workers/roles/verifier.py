@@ -6,6 +6,8 @@ Its run has hidden inputs, so it keeps its output to itself: the verdict and the
 hidden suite in a fresh sandbox from the graded workspace (``roles.workspace``); an unusable snapshot is the
 agent's failure (``run.status == "crashed"`` with the reason in ``run.error``; every hidden case ``error``).
 Static analysis is not run on workspaces: their hidden suites are call/io only, compared outside the sandbox.
+A generation in another language than python is graded in it (``event.language``; one the task's suites do
+not accept is an invalid event); static analysis reads Python only, so such code has no static flags.
 """
 
 from __future__ import annotations
