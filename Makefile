@@ -21,15 +21,27 @@ demo: $(STAMP)
 	$(BIN)/rewardstream demo
 
 ## test: start the local platform, then lint, type-check and run every test (none may be skipped in CI)
-# The integration suite mostly waits (brokers, deadlines, killed processes), so it runs two files at a time;
-# everything else runs after it, one test at a time: the sandbox suites measure time and memory, and the two
-# files below stop and start the services under the others. Both parts always run; either failing fails.
+# Three parts; all of them always run, and any one failing fails `make test`:
+# 1. the integration suite, two files at a time: it mostly waits (brokers, deadlines, killed processes);
+# 2. the unit tests and the sandbox suites that judge outcomes (grading, reward hacks, forced outcomes,
+#    agent steps), two files at a time: each file has its own sandboxes, and its verdicts do not hang on timing;
+# 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages, the two
+#    files that stop and start the services under the others, and the cgroup v2 guest.
+# Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
+# few minutes of Debian downloads, later runs: a check), next to the lint, which needs no service.
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
-test: $(STAMP) lint
+MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
+	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py)
+test: $(STAMP)
 	$(BIN)/rewardstream up
+	$(BIN)/rewardstream sandbox toolchains --build all --docker > .toolchains.log 2>&1 & build=$$!; \
+	lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	built=0; wait $$build || built=$$?; cat .toolchains.log; rm -f .toolchains.log; \
+	test $$lint -eq 0 && test $$built -eq 0
 	status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile tests/integration $(ALONE:%=--ignore=%) || status=$$?; \
-	$(BIN)/pytest tests --ignore=tests/integration $(ALONE) || status=$$?; \
+	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/sandbox $(MEASURING:%=--ignore=%) || status=$$?; \
+	$(BIN)/pytest $(MEASURING) $(ALONE) tests/vm || status=$$?; \
 	exit $$status
 
 lint: $(STAMP)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from schemas.settings import Settings
 from workers.episodes.snapshot import Caps, pack
-from workers.episodes.step import StepAction, StepStatus, canonical, run_step, workdir_limits
+from workers.episodes.step import StepAction, canonical, run_step, workdir_limits
 from workers.sandbox.api import SandboxSpec, SandboxStatus
 from workers.sandbox.factory import make_sandbox
 
@@ -79,7 +79,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 outcome = run_step(sandbox, snap, action, caps)
                 series[name].append((time.perf_counter() - t0) * 1e3)
-                assert outcome.status == StepStatus.OK, outcome.reason
+                assert outcome.status == SandboxStatus.OK, outcome.reason
                 assert (outcome.snapshot == snap) == (action is unchanged)
             t0 = time.perf_counter()
             canonical(outcome.snapshot, caps)

@@ -39,12 +39,13 @@ from typing import Any
 
 from bus.admin import delete_topics, ensure_topics
 from schemas.settings import Settings
+from schemas.status import SandboxStatus
 from schemas.tasks import Task
 from schemas.topics import catalog
 from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig
 from workers.artifacts import minio_client, remove_bucket
 from workers.episodes.snapshot import Caps, pack, unpack
-from workers.episodes.step import StepAction, StepStatus, run_step
+from workers.episodes.step import StepAction, run_step
 from workers.roles.episode_worker import clock_topic, state_changelog
 from workers.sandbox.factory import make_sandbox
 from workers.tasks.registry import TaskRegistry
@@ -169,7 +170,7 @@ def big_workspace(settings: Settings, files: int, megabytes: int) -> dict[str, A
                 t0 = time.perf_counter()
                 grown = run_step(sandbox, data, StepAction.exec(["sh", "-c", "echo x > new"]), caps)
                 changed.append((time.perf_counter() - t0) * 1e3)
-                assert kept.status == grown.status == StepStatus.OK, (kept.reason, grown.reason)
+                assert kept.status == grown.status == SandboxStatus.OK, (kept.reason, grown.reason)
     finally:
         sandbox.close()
     return {"files": files, "tar_bytes": len(data), "pack_ms": round(statistics.median(packs), 1),

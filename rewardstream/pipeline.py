@@ -1,4 +1,5 @@
-"""The pipeline's own processes on one machine: executor, verifier, judge, indexer and the reward processor.
+"""The pipeline's own processes on one machine: executor, verifier, judge, indexer, the reward processor, the
+episode worker and the HTTP gateway.
 
 ``rewardstream up --pipeline`` starts them in the background (after the services and the topics), and
 ``rewardstream down`` stops them first. Each is the same ``rewardstream`` command an operator would run on
@@ -32,6 +33,8 @@ class PipelineProcess:
     name: str
     argv: tuple[str, ...]
     metrics_port: int | None
+    #: An HTTP server's base URL (the gateway): ready when its ``/health`` answers 200; metrics on its ``/metrics``.
+    endpoint: str | None = None
 
     def managed(self, paths: PlatformPaths) -> ManagedProcess:
         return ManagedProcess(
@@ -41,7 +44,8 @@ class PipelineProcess:
 
 def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
     """Executor, verifier, judge, indexer, the reward processor and the episode worker, with /metrics on
-    consecutive ports (the episode worker last, so the older roles keep their ports).
+    consecutive ports (the episode worker last, so the older roles keep their ports), and the HTTP gateway on
+    ``RS_GATEWAY_HOST:RS_GATEWAY_PORT`` (its metrics on its own port).
 
     Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
     """
@@ -63,6 +67,9 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     procs.append(PipelineProcess("episode", tuple(argv), port))
+    host = f"[{settings.gateway_host}]" if ":" in settings.gateway_host else settings.gateway_host
+    endpoint = f"http://{host}:{settings.gateway_port}"
+    procs.append(PipelineProcess("gateway", (*_supervised("gateway"), "serve"), None, endpoint))
     return procs
 
 
@@ -108,9 +115,7 @@ class Pipeline:
         while time.monotonic() < deadline:
             if (failure := managed.exited_early()) is not None:
                 raise PlatformError(f"{proc.name} exited during startup; last log lines:\n{failure}")
-            if proc.metrics_port is not None and _metrics_answer(proc.metrics_port):
-                return
-            if proc.metrics_port is None and time.monotonic() - started > ALIVE_GRACE_S:
+            if _ready(proc, time.monotonic() - started):
                 return
             time.sleep(0.2)
         raise PlatformError(f"{proc.name} not ready after {READY_TIMEOUT_S:.0f}s; see {managed.logfile}")
@@ -127,24 +132,39 @@ class Pipeline:
         return stopped
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Per process: running, pid, resident memory, metrics endpoint."""
+        """Per process: running, pid, resident memory, metrics endpoint (and the gateway's ``endpoint``)."""
         out: dict[str, dict[str, Any]] = {}
         for proc in self._procs:
             pid = proc.managed(self._paths).pid()
+            metrics = None
+            if proc.endpoint is not None:
+                metrics = f"{proc.endpoint}/metrics"
+            elif proc.metrics_port is not None:
+                metrics = f"http://{self._settings.metrics_host}:{proc.metrics_port}/metrics"
             out[proc.name] = {
                 "running": pid is not None,
                 "pid": pid,
                 "rss_mb": round(group_rss_kb(pid) / 1024, 1) if pid is not None else None,
-                "metrics": f"http://{self._settings.metrics_host}:{proc.metrics_port}/metrics"
-                if proc.metrics_port is not None
-                else None,
+                "metrics": metrics,
             }
+            if proc.endpoint is not None:
+                out[proc.name]["endpoint"] = proc.endpoint
         return out
 
 
-def _metrics_answer(port: int) -> bool:
+def _ready(proc: PipelineProcess, waited_s: float) -> bool:
+    """The gateway: its /health answers 200; a worker: its /metrics answers; else: alive for a grace period."""
+    if proc.endpoint is not None:
+        return _answers(f"{proc.endpoint}/health")
+    if proc.metrics_port is not None:
+        return _answers(f"http://127.0.0.1:{proc.metrics_port}/metrics")
+    return waited_s > ALIVE_GRACE_S
+
+
+def _answers(url: str) -> bool:
+    """Whether ``url`` answers 200 (a process's /metrics, the gateway's /health)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - our own loopback endpoints
             return bool(response.status == 200)
     except urllib.error.HTTPError as exc:
         exc.close()

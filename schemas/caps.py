@@ -3,8 +3,8 @@ slicing by a number written again at every call site (and drifting from the cont
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -13,17 +13,40 @@ T = TypeVar("T")
 
 def cap(model: type[BaseModel], field: str) -> int:
     """The ``max_length`` ``model`` declares for ``field`` (on the field or in its ``Annotated`` type)."""
-    info = model.model_fields[field]
-    for meta in info.metadata:
+    limit = _max_length(model.model_fields[field].metadata)
+    if limit is None:
+        raise KeyError(f"{model.__name__}.{field} declares no max_length")
+    return limit
+
+
+def item_cap(model: type[BaseModel], field: str) -> int:
+    """The ``max_length`` of each item of a list field (``list[Annotated[str, StringConstraints(...)]]``)."""
+    for item in get_args(model.model_fields[field].annotation):
+        limit = _max_length(get_args(item)[1:])
+        if limit is not None:
+            return limit
+    raise KeyError(f"{model.__name__}.{field} declares no max_length for its items")
+
+
+def _max_length(metadata: Iterable[object]) -> int | None:
+    for meta in metadata:
         limit: Any = getattr(meta, "max_length", None)
         if isinstance(limit, int):
             return limit
-    raise KeyError(f"{model.__name__}.{field} declares no max_length")
+    return None
 
 
 def fit(model: type[BaseModel], field: str, text: str, *, keep: Literal["head", "tail"] = "head") -> str:
     """``text`` cut to the field's cap: its start (messages) or its end (tracebacks: the cause is last)."""
-    limit = cap(model, field)
+    return _cut(text, cap(model, field), keep)
+
+
+def fit_item(model: type[BaseModel], field: str, text: str) -> str:
+    """``text`` cut to the cap of one item of the list field (its start)."""
+    return _cut(text, item_cap(model, field), "head")
+
+
+def _cut(text: str, limit: int, keep: Literal["head", "tail"]) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] if keep == "head" else text[-limit:]

@@ -23,8 +23,9 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import cap
 from schemas.codec import Contract, S3Url
-from schemas.events import OUTPUT_TAIL_MAX_CHARS, Envelope, Id, SandboxStatus, ShortText
+from schemas.events import OUTPUT_TAIL_MAX_CHARS, Envelope, Id, ShortText
 from schemas.paths import path_problem
+from schemas.status import ObservationStatus
 from schemas.tasks import MAX_TURNS, Command, TaskId, command_problem
 from schemas.text import sanitize_text
 
@@ -39,8 +40,6 @@ REASON_MAX_CHARS = 1024
 MAX_EXEC_TIMEOUT_S = 86_400.0
 
 ActionKind = Literal["exec", "write", "read", "submit", "open", "fork"]
-#: How a step ended: the sandbox's statuses, plus ``rejected`` for an action that was not carried out.
-ObservationStatus = Literal[SandboxStatus, "rejected"]
 #: Why an episode ended (on its last observation).
 EndReason = Literal["submitted", "max_turns", "episode_timeout", "abandoned"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, TypedDict
 
 from pydantic import (
     AwareDatetime,
@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
 from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
+from schemas.status import RunStatusField
 from schemas.tasks import CaseId, Language, TaskId
 from schemas.text import sanitize_text
 
@@ -46,9 +47,6 @@ Base64 = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9+/]*={0,2}$", max_length=4 * DLQ_PAYLOAD_MAX_BYTES // 3 + 4)
 ]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
-SandboxStatus = Literal[
-    "ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error"
-]
 SuiteKind = Literal["call", "io", "assert"]
 CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
 #: What a result event may link to in S3: the submitted code, the full captured stdout/stderr (when longer
@@ -90,6 +88,52 @@ class Event(Envelope):
     def key(self) -> bytes:
         """The Kafka key: the episode id, so one episode stays on one partition everywhere."""
         return self.episode_id.encode()
+
+
+class AboutGeneration(Protocol):
+    """Anything about one generation: its events, and the reward processor's join state."""
+
+    @property
+    def generation_id(self) -> str: ...
+    @property
+    def episode_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def turn(self) -> int: ...
+
+
+class GenerationIds(TypedDict):
+    """The ids a log record about a generation carries."""
+
+    generation_id: str
+    episode_id: str
+    run_id: str
+    task_id: str
+
+
+class ResultIds(GenerationIds):
+    """The ids (and turn) a result, a join state or a reward copies from the generation it is about."""
+
+    turn: int
+
+
+def generation_ids(about: AboutGeneration) -> GenerationIds:
+    """The generation's ids, as every record about it carries them (``LogRecord(**generation_ids(event))``)."""
+    return {
+        "generation_id": about.generation_id,
+        "episode_id": about.episode_id,
+        "run_id": about.run_id,
+        "task_id": about.task_id,
+    }
+
+
+def result_ids(about: AboutGeneration) -> ResultIds:
+    """The ids and turn an event derived from ``about`` carries (``ExecutionResult(**result_ids(event), ...)``):
+    a result of a generation, the join state of its results, its reward."""
+    return {**generation_ids(about), "turn": about.turn}
 
 
 class GenerationEvent(Event):
@@ -148,7 +192,11 @@ class GenerationEvent(Event):
 class SandboxRun(Contract):
     """What the sandbox reported about one run, measured from outside it."""
 
-    status: SandboxStatus = Field(description="how the run ended; sandbox_error is infrastructure's fault")
+    status: RunStatusField = Field(
+        description="how the run ended; sandbox_error is infrastructure's fault; compile_error and compile_timeout: "
+        "the program did not build, unsupported_language: the suite does not take its language (the candidate's "
+        "failure)"
+    )
     exit_code: int | None = Field(None, description="process exit code, if it exited")
     signal: int | None = Field(None, ge=1, le=128, description="signal that killed it, if any")
     wall_ms: float = Field(ge=0, description="wall-clock time of the run")

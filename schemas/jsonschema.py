@@ -17,6 +17,7 @@ import orjson
 from schemas.codec import Contract
 from schemas.episodes import EPISODE_MODELS
 from schemas.events import EVENT_MODELS
+from schemas.runs import RUN_MODELS
 from schemas.tasks import PublicTask, Task
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -29,7 +30,7 @@ def default_dir() -> Path:
 
 def models() -> tuple[type[Contract], ...]:
     """Every model that gets a schema file."""
-    return (Task, PublicTask, *EVENT_MODELS, *EPISODE_MODELS)
+    return (Task, PublicTask, *EVENT_MODELS, *EPISODE_MODELS, *RUN_MODELS)
 
 
 def render(model: type[Contract]) -> str:

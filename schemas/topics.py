@@ -2,9 +2,9 @@
 
 Pure (no Kafka here): callers pass the prefix and partition count from settings, so tests and tools can
 build a catalog for any prefix. Every topic has the same partition count and all are keyed by ``episode_id``
-(the DLQ by the original key), so one episode lands on the same partition number everywhere: the Faust join
-needs no repartitioning, and an agent episode's actions, observations and the generation its submit makes
-share one partition number.
+(the DLQ by the original key, the gateway's run requests and replies by ``request_id``), so one episode lands
+on the same partition number everywhere: the Faust join needs no repartitioning, and an agent episode's
+actions, observations and the generation its submit makes share one partition number.
 """
 
 from __future__ import annotations
@@ -25,12 +25,23 @@ from schemas.events import (
     LogRecord,
     RewardEvent,
 )
+from schemas.runs import RunReply, RunRequest
 
 if TYPE_CHECKING:
     from schemas.settings import Settings
 
 Role = Literal[
-    "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "logs", "dlq"
+    "generations",
+    "executions",
+    "verdicts",
+    "judgements",
+    "rewards",
+    "actions",
+    "observations",
+    "run_requests",
+    "run_replies",
+    "logs",
+    "dlq",
 ]
 
 _DAY_MS = 24 * 60 * 60 * 1000
@@ -72,7 +83,7 @@ class TopicSpec:
             "replication_factor": self.replication_factor,
             "retention_ms": self.retention_ms,
             "cleanup_policy": self.cleanup_policy,
-            "key": "episode_id" if self.role != "dlq" else "original key",
+            "key": _KEYS.get(self.role, "episode_id"),
             "value": self.model.__name__,
             "joined": self.joined,
             "config": self.config(),
@@ -88,10 +99,15 @@ _ROLES: tuple[tuple[Role, type[Contract], int, bool, str], ...] = (
     ("rewards", RewardEvent, 30, True, "one reward per generation, back to the trainer"),
     ("actions", ActionEvent, 7, False, "agent episodes: each turn's action (exec, write, read, submit, open, fork)"),
     ("observations", ObservationEvent, 7, False, "agent episodes: what each step did, back to the trainer"),
+    ("run_requests", RunRequest, 1, False, "programs HTTP clients ask the executors to run (POST /run_code)"),
+    ("run_replies", RunReply, 1, False, "what each run did, on the partition its gateway replica reads"),
     ("logs", LogRecord, 3, False, "structured logs of every worker, indexed into OpenSearch"),
     ("dlq", DeadLetter, 30, False, "messages that could not be decoded or processed, with the reason"),
 )
 
+
+#: What a topic is keyed by when it is not ``episode_id``.
+_KEYS: dict[Role, str] = {"dlq": "original key", "run_requests": "request_id", "run_replies": "request_id"}
 
 #: Topic configs beyond the common ones. Actions carry the broker's clock: the episode worker's time limits run
 #: on it, and a producer's own timestamp (``CreateTime``) is whatever the trainer says.

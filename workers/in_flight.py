@@ -10,13 +10,19 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
-from confluent_kafka import Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from schemas.codec import Contract
 from schemas.errors import RewardstreamError
 from workers.handler import Done, Outcome
 
 _EPOCHS = itertools.count(1)
+
+
+def timestamp_ms(msg: Message) -> int:
+    """The message's timestamp (the broker's on a ``LogAppendTime`` topic), 0 when it has none."""
+    stamp_type, stamp = msg.timestamp()
+    return stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0
 
 
 @dataclass(eq=False)

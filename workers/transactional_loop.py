@@ -16,7 +16,9 @@ Why it is shaped like this:
   that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
-* The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a handler
+* The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a role that
+  serves more than one topic (the executor: generations and the gateway's run requests) names the model of each
+  extra topic in ``models``, and its runs share the same slots, buffer and transactions. A handler
   with per-partition state is a ``PartitionListener`` and is told of each (re)assignment, an aborted
   transaction's rewind included, before any message of it runs.
 * A handler with ``Timers`` (state that expires without input) is asked every ``timer_interval_s`` what
@@ -26,6 +28,10 @@ Why it is shaped like this:
   logged. A message that kills the whole process is caught by the crash guard (``bus.crash_guard``): after
   an owner died, the partition's next messages run alone, and one that kills the process alone
   ``crash_attempts`` times is dead-lettered without running again.
+
+This module is the loop itself; each of its parts has a module of its own: ``runners`` (the threads that
+run the handler), ``committer`` (what one transaction holds), ``backpressure``, ``in_flight`` (what is held
+until committed) and ``loop_config``.
 """
 
 from __future__ import annotations
@@ -35,14 +41,11 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from queue import Empty, SimpleQueue
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaException,
     Message,
@@ -52,86 +55,34 @@ from confluent_kafka import (
 from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.clients import consume_available
-from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
-from bus.dead_letters import publish_dead_letter
-from bus.delivery import DeliveryTracker
-from bus.errors import KafkaClientError, from_exception, from_message
+from bus.crash_guard import CrashGuard, GiveUp, release_marks, start_marks
+from bus.errors import from_exception, from_message
 from bus.metrics import WorkerMetrics
-from bus.transaction import Transaction, commit_offsets
+from bus.transaction import commit_offsets
 from schemas.codec import Contract, decode
 from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import GenerationEvent, LogRecord
+from workers.backpressure import Backpressure, buffered
+from workers.committer import Committer
 from workers.handler import (
-    Done,
     EmptyValueError,
     Ends,
     Handler,
-    InvalidEventError,
-    Outcome,
     Output,
     PartitionListener,
     Reject,
-    Source,
     Timers,
 )
-from workers.in_flight import Item, PartitionState
+from workers.in_flight import Item, PartitionState, timestamp_ms
 from workers.logs.shipper import LogShipper
+from workers.loop_config import WorkerConfig, WorkerStats
+from workers.runners import NOT_STARTED, Runners
 
 log = logging.getLogger(__name__)
 
-
-#: What a runner reports for an item it was handed but did not start because the worker is draining.
-_NOT_STARTED = Done(())
 _IDS = ("generation_id", "episode_id", "run_id", "task_id")
 
 E = TypeVar("E", bound=Contract)
-
-
-def _timestamp_ms(msg: Message) -> int:
-    """The message's timestamp (the broker's on a ``LogAppendTime`` topic), 0 when it has none."""
-    stamp_type, stamp = msg.timestamp()
-    return stamp if stamp_type != TIMESTAMP_NOT_AVAILABLE and stamp > 0 else 0
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """Knobs of one worker; ``rewardstream.cli.worker`` builds it from Settings."""
-
-    role: str
-    source_topic: str
-    dlq_topic: str
-    group_id: str
-    transactional_id: str
-    concurrency: int = 2
-    max_in_flight: int = 0  # 0: 16 x concurrency, at least 64
-    commit_interval_s: float = 0.5  # each transaction costs the broker; results wait at most this long
-    commit_batch: int = 500
-    poll_timeout_s: float = 0.02
-    drain_timeout_s: float = 30.0
-    kafka_timeout_s: float = 30.0
-    handler_attempts: int = 5
-    handler_backoff_s: float = 0.5
-    handler_backoff_max_s: float = 10.0
-    lag_every_s: float = 5.0
-    timer_interval_s: float = 1.0
-    #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
-    crash_attempts: int = DEFAULT_ATTEMPTS
-
-    @property
-    def buffer_limit(self) -> int:
-        """Events buffered (accepted, not yet committed) before the partitions are paused."""
-        return self.max_in_flight if self.max_in_flight > 0 else max(64, 16 * self.concurrency)
-
-
-@dataclass
-class WorkerStats:
-    """What this worker committed (for tests and the CLI's exit line)."""
-
-    committed: int = 0
-    results: int = 0
-    dead_letters: int = 0
-    transactions: int = 0
-    aborted: int = 0
 
 
 class TransactionalWorker(Generic[E]):
@@ -153,12 +104,15 @@ class TransactionalWorker(Generic[E]):
         listener: PartitionListener | None = None,
         timers: Timers | None = None,
         ends: Ends | None = None,
+        models: Mapping[str, type[Contract]] | None = None,
     ) -> None:
         if timers is not None and ends is None:
             raise ValueError("a worker with timers needs ends (bus.ends.EndOffsets): where each partition ends")
         self.config = config
         self.handler = handler
         self.model: type[E] = model if model is not None else cast("type[E]", GenerationEvent)
+        #: Extra source topics and their input models (the source topic's model is ``model``).
+        self.models: dict[str, type[Contract]] = dict(models or {})
         self.listener = listener
         self.timers = timers
         self.ends = ends
@@ -169,21 +123,18 @@ class TransactionalWorker(Generic[E]):
         self.shipper = shipper
         self.stats = WorkerStats()
         self._clock = clock
-        self._tracker = DeliveryTracker()
-        self._txn = Transaction(producer, consumer, config.kafka_timeout_s, self._tracker)
+        self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
+        self._runners = Runners(config.role, config.concurrency, handler, metrics)
+        self._committer = Committer(config, producer, consumer, shipper, self.guard, metrics, self.stats)
         self._parts: dict[tuple[str, int], PartitionState] = {}
         self._runnable: deque[Item] = deque()
         self._delayed: list[tuple[float, Item]] = []
-        self._done: SimpleQueue[tuple[Item, Outcome | BaseException]] = SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._work: SimpleQueue[Item | None] = SimpleQueue()
         self._running = 0
-        self._paused = False
+        self._flow = Backpressure(consumer, config.role, config.buffer_limit)
         self._draining = False
         self._last_commit = clock()
         self._last_lag = 0.0
         self._last_timers = 0.0
-        self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
         self._alone: deque[Item] = deque()  # suspect messages waiting to run alone, in arrival order
         self._running_alone: Item | None = None
 
@@ -195,22 +146,19 @@ class TransactionalWorker(Generic[E]):
             self.producer.init_transactions(cfg.kafka_timeout_s)
         except KafkaException as exc:
             raise from_exception("init transactions", exc) from exc
-        for n in range(cfg.concurrency):
-            thread = threading.Thread(target=self._runner, name=f"{cfg.role}-run-{n}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._runners.start()
         try:
             self.consumer.subscribe(
-                [cfg.source_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+                [cfg.source_topic, *self.models],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
             )
             while not self.stop.is_set():
                 self._step(accept=True)
             self._drain()
         finally:
-            for _ in self._threads:
-                self._work.put(None)
-            for thread in self._threads:
-                thread.join(timeout=1.0)
+            self._runners.stop()
             try:
                 self.consumer.close()
             except Exception as exc:  # a broken consumer must not hide the error that got us here
@@ -245,7 +193,7 @@ class TransactionalWorker(Generic[E]):
             self._last_lag = now
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s: buffered %d running %d paused %s", self.config.role, self._buffered(), self._running,
-                          self._paused)  # fmt: skip
+                          self._flow.paused)  # fmt: skip
             self.metrics.update_lag(self.consumer)
         try:
             room = max(1, min(500, self.config.buffer_limit - self._buffered()))
@@ -258,8 +206,8 @@ class TransactionalWorker(Generic[E]):
 
     def _drain(self) -> None:
         """Stop taking work, let running items finish within the deadline, commit what finished."""
-        self._draining = True
-        self._pause_all()
+        self._draining = self._runners.draining = True
+        self._flow.pause(self._parts.values())
         deadline = self._clock() + self.config.drain_timeout_s
         while self._running > 0 and self._clock() < deadline:
             self._step(accept=False)
@@ -288,14 +236,14 @@ class TransactionalWorker(Generic[E]):
         if part is None or (part.next_offset is not None and offset < part.next_offset):
             return  # not ours (any more), or already accepted before a pause/resume
         part.next_offset = offset + 1
-        part.clock_ms = max(part.clock_ms, _timestamp_ms(msg))
+        part.clock_ms = max(part.clock_ms, timestamp_ms(msg))
         item = Item(part, msg, offset, msg.key())
         part.pending[offset] = item
         value = msg.value()
         try:
             if value is None:
                 raise EmptyValueError("message has no value (tombstone)")
-            item.event = decode(value, self.model)  # raises DecodeError only, for any bytes
+            item.event = decode(value, self.models.get(topic, self.model))  # raises DecodeError only, for any bytes
         except RewardstreamError as exc:
             item.outcome = Reject(exc)
             return
@@ -327,7 +275,7 @@ class TransactionalWorker(Generic[E]):
             if not item.part.live:
                 continue
             self._running += 1
-            self._work.put(item)
+            self._runners.hand(item)
 
     def _start_alone(self) -> bool:
         """Start the first suspect message once nothing else runs and its partition is committed up to it.
@@ -357,7 +305,7 @@ class TransactionalWorker(Generic[E]):
         log.info("%s: running %s[%d]@%d alone (crash guard)", self.config.role, topic, partition, item.offset)
         self._running += 1
         self._running_alone = item
-        self._work.put(item)
+        self._runners.hand(item)
         return True
 
     def _crash_loop(self, item: Item, decision: GiveUp) -> None:
@@ -376,36 +324,10 @@ class TransactionalWorker(Generic[E]):
             offset=item.offset, **ids,
         )  # fmt: skip
 
-    def _runner(self) -> None:
-        """Runner thread: handle items one at a time; outcomes (or the exception) go back to the loop."""
-        while True:
-            item = self._work.get()
-            if item is None:
-                return
-            event = item.event
-            if self._draining:  # handed over but not started: leave it uncommitted (re-delivered later)
-                self._done.put((item, _NOT_STARTED))
-                continue
-            try:
-                if event is None:  # never queued without an event; defensive
-                    raise InvalidEventError("no event")
-                source = Source(item.part.topic, item.part.partition, item.offset, _timestamp_ms(item.msg),
-                                item.part.epoch)  # fmt: skip
-                with self.metrics.in_flight():
-                    outcome: Outcome | BaseException = self.handler.handle(cast("E", event), source)
-            except InvalidEventError as exc:  # retrying cannot fix the event: dead-letter it now
-                outcome = Reject(exc)
-            except Exception as exc:  # one message's failure is that message's: retried, then dead-lettered
-                outcome = exc
-            self._done.put((item, outcome))
-
     def _collect(self) -> None:
         """Take finished runs from the runner threads; start the next turn of their episodes."""
-        while True:
-            try:
-                item, outcome = self._done.get_nowait()
-            except Empty:
-                return
+        while (finished := self._runners.finished()) is not None:
+            item, outcome = finished
             self._running -= 1
             if item is self._running_alone:
                 self._running_alone = None
@@ -413,7 +335,7 @@ class TransactionalWorker(Generic[E]):
                     item.outcome = outcome
                     self._commit()  # its result is committed before anything else starts
                     continue
-            if not item.part.live or outcome is _NOT_STARTED:
+            if not item.part.live or outcome is NOT_STARTED:
                 continue
             if isinstance(outcome, BaseException):
                 self._failed_run(item, outcome)
@@ -456,18 +378,6 @@ class TransactionalWorker(Generic[E]):
     def _ready_count(self) -> int:
         return sum(part.ready_count() for part in self._parts.values())
 
-    def _take_ready(self) -> tuple[list[Item], list[TopicPartition]]:
-        ready: list[Item] = []
-        offsets: list[TopicPartition] = []
-        for part in self._parts.values():
-            taken = part.take_ready()
-            if taken:
-                ready += taken
-                after = taken[-1].offset + 1
-                metadata = self.guard.progress(part.topic, part.partition, after)
-                offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
-        return ready, offsets
-
     def _expire(self, timers: Timers, ends: Ends) -> None:
         """Commit what expired on each partition by its clock; a partition read to its end (after the broker's
         clock was read) is at the broker's now. A failure is logged and the next tick tries again."""
@@ -493,77 +403,13 @@ class TransactionalWorker(Generic[E]):
             self._commit(expired)
 
     def _commit(self, extra: Sequence[Output] = ()) -> None:
-        """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
-        ``extra``: what timers expired)."""
-        ready, offsets = self._take_ready()
-        if not offsets and not extra:
-            return
-        txn = self._txn
-        try:
-            txn.begin()
-        except KafkaClientError as exc:
-            self._transaction_failed(exc)
-            return
-        try:
-            for item in ready:
-                self._publish(item, txn)
-            for out in extra:
-                txn.produce(out.topic, out.key, out.value, partition=out.partition)
-        except KafkaClientError:  # the producer's queue stayed full: the broker is gone
-            self._abort()
-            raise
-        for tp in offsets:
-            txn.offset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
-        try:
-            txn.commit()
-        except KafkaClientError as exc:
-            self._transaction_failed(exc)
-            return
-        self._last_commit = self._clock()
-        self._tracker.raise_first()
-        self.stats.transactions += 1
-        self.stats.committed += len(ready)
-        for item in ready:
-            outcome = item.outcome
-            if isinstance(outcome, Done):
-                self.stats.results += 1
-                self.metrics.processed()
-                if outcome.status == "sandbox_error":
-                    self.metrics.sandbox_error()
-            elif isinstance(outcome, Reject):
-                self.stats.dead_letters += 1
-                self.metrics.dead_letter(type(outcome.error).__name__)
-
-    def _publish(self, item: Item, txn: Transaction) -> None:
-        outcome = item.outcome
-        if isinstance(outcome, Reject):
-            publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
-                                error=outcome.error, tracker=self._tracker)  # fmt: skip
-            if outcome.log is not None:
-                self.shipper.emit(outcome.log)
-            return
-        if not isinstance(outcome, Done):
-            return
-        # Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the reward
-        # processor's deadlines run in generation time, so a role that lags is never mistaken for a dead one.
-        timestamp_ms = _timestamp_ms(item.msg)
-        for out in outcome.outputs:
-            txn.produce(out.topic, out.key, out.value, partition=out.partition, timestamp_ms=timestamp_ms)
-        if outcome.log is not None:
-            self.shipper.emit(outcome.log)
-
-    def _transaction_failed(self, exc: KafkaClientError) -> None:
-        """An abortable failure (e.g. a rebalance took the partitions): abort and re-run from the committed
-        offsets. A fatal one (fenced by a newer instance) ends the worker."""
-        if exc.fatal:
-            raise exc
-        log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
-        self._abort()
-        self._rewind()
-
-    def _abort(self) -> None:
-        self.stats.aborted += 1
-        self._txn.abort()
+        """One transaction of every ready result (``workers.committer``), and ``extra`` (what timers expired);
+        after an abortable failure, re-run what was not committed."""
+        done = self._committer.commit(self._parts.values(), extra)
+        if done == "committed":
+            self._last_commit = self._clock()
+        elif done == "aborted":
+            self._rewind()
 
     def _rewind(self) -> None:
         """Forget every buffered item and seek each partition back to its committed offset."""
@@ -593,33 +439,11 @@ class TransactionalWorker(Generic[E]):
 
     # ---- backpressure --------------------------------------------------------------------------------
     def _buffered(self) -> int:
-        return sum(len(p.pending) for p in self._parts.values())
+        return buffered(self._parts.values())
 
     def _backpressure(self) -> None:
-        if self._draining:
-            return
-        buffered = self._buffered()
-        if not self._paused and buffered >= self.config.buffer_limit:
-            self._pause_all()
-        elif self._paused and buffered <= self.config.buffer_limit // 4:  # wide hysteresis: few refetches
-            self._resume_all()
-
-    def _pause_all(self) -> None:
-        tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
-        log.debug("%s: pausing %s", self.config.role, [tp.partition for tp in tps])
-        if tps:
-            self.consumer.pause(tps)
-        self._paused = True
-
-    def _resume_all(self) -> None:
-        tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
-        log.debug("%s: resuming %s", self.config.role, [(p.partition, p.next_offset) for p in self._parts.values()])
-        if tps:
-            self.consumer.resume(tps)
-            for part in self._parts.values():
-                if part.next_offset is not None:  # continue exactly after the last accepted message
-                    self.consumer.seek(TopicPartition(part.topic, part.partition, part.next_offset))
-        self._paused = False
+        if not self._draining:
+            self._flow.update(self._parts.values())
 
     # ---- rebalancing ---------------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -629,7 +453,7 @@ class TransactionalWorker(Generic[E]):
         # librdkafka keeps a partition's pause flag across rebalances: a partition paused (backpressure) when
         # it was revoked would come back paused and never be fetched. Assign first, then set the flag we want.
         consumer.assign(partitions)
-        if self._paused or self._draining:
+        if self._flow.paused or self._draining:
             consumer.pause(partitions)
         else:
             consumer.resume(partitions)

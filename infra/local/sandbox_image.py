@@ -1,9 +1,11 @@
-"""The sandbox root filesystem, built locally from Debian packages (mmdebstrap) and never pulled.
+"""The sandbox root filesystems, built locally from Debian packages (mmdebstrap) and never pulled.
 
-One tree serves both backends: the ``process`` backend binds it read-only as ``/`` (so no host file is
-ever visible to candidate code), and the ``docker`` backend imports it as
-``rewardstream-sandbox-python:<version>``.
-Building is idempotent and guarded by a file lock, so concurrent callers build it once.
+One tree per toolchain family serves both backends: the ``process`` backend binds it read-only as ``/`` (so
+no host file is ever visible to candidate code), and the ``docker`` backend imports it as an image
+(``rewardstream-sandbox-python:<version>`` for the python family, ``rewardstream-sandbox-<family>:<version>``
+for the others). Why a tree per family: the python one (what ``rewardstream up`` builds) stays as small and
+as quick to build as it was; a family's tree is built the first time a run needs it (``TOOLCHAINS``).
+Building is idempotent and guarded by a file lock, so concurrent callers build each tree once.
 """
 
 from __future__ import annotations
@@ -21,12 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from schemas.errors import PlatformError
-from schemas.settings import Settings
+from schemas.settings import PYTHON_TOOLCHAIN, Settings
 
 _SANDBOX_USER = "sandbox"
 #: What an agent's commands may count on (the episode contract): ``python`` and ``python3``, pytest and git.
 #: Recommends are not installed (mmdebstrap's default), so git brings perl-base's needs, not perl's docs.
 PACKAGES = ("python3", "python-is-python3", "python3-pytest", "git")
+#: The other toolchain families (``workers.languages`` maps each language onto one): Debian packages only.
+#: Every family has python3 (the process backend's fork server and the in-sandbox drivers run on the tree's
+#: own interpreter) and bash (Essential). Recommends are not installed.
+TOOLCHAINS: dict[str, tuple[str, ...]] = {
+    # c, cpp (gcc 12), rust (rustc 1.63, no cargo), go (1.19)
+    "native": ("python3", "gcc", "g++", "libc6-dev", "rustc", "golang-go"),
+    # java (OpenJDK 17)
+    "jvm": ("python3", "openjdk-17-jdk-headless"),
+    # javascript (Node 18), typescript (tsc 4.8, transpiled), lodash as SandboxFusion's tests import it
+    "node": ("python3", "nodejs", "node-typescript", "node-lodash"),
+    # php 8.2, ruby 3.1, lua 5.4, perl 5.36
+    "script": ("python3", "php-cli", "ruby", "lua5.4", "perl"),
+}
 _BUILD_TIMEOUT_S = 900.0
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
@@ -73,9 +88,38 @@ def rootfs_path(settings: Settings) -> Path:
 
 def ensure_sandbox_rootfs(settings: Settings) -> Path:
     """Build the rootfs once (mmdebstrap minbase + ``PACKAGES`` + a non-root ``sandbox`` user); return it."""
-    dest = rootfs_path(settings)
+    return _ensure_rootfs(settings, rootfs_path(settings), PACKAGES, _stamp(settings))
+
+
+def _family_packages(family: str) -> tuple[str, ...]:
+    if family == PYTHON_TOOLCHAIN:
+        return PACKAGES
+    packages = TOOLCHAINS.get(family)
+    if packages is None:
+        raise PlatformError(f"unknown toolchain family {family!r} (known: python, {', '.join(sorted(TOOLCHAINS))})")
+    return packages
+
+
+def _family_stamp(settings: Settings, family: str) -> dict[str, Any]:
+    if family == PYTHON_TOOLCHAIN:
+        return _stamp(settings)
+    return {**_stamp(settings), "family": family, "packages": list(_family_packages(family))}
+
+
+def ensure_toolchain_rootfs(settings: Settings, family: str) -> Path:
+    """The root filesystem of toolchain ``family``, built once on first use (``python`` is the sandbox
+    rootfs itself). A rootfs named by RS_SANDBOX_ROOTFS / RS_SANDBOX_TOOLCHAINS_DIR is the platform's: it is
+    used as it is, never built."""
+    dest = settings.toolchain_rootfs_path(family)
+    packages = _family_packages(family)
+    baked = settings.sandbox_rootfs if family == PYTHON_TOOLCHAIN else settings.sandbox_toolchains_dir
+    if baked is not None:
+        return dest
+    return _ensure_rootfs(settings, dest, packages, _family_stamp(settings, family))
+
+
+def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wanted: dict[str, Any]) -> Path:
     stamp_file = dest.with_name(dest.name + ".json")
-    wanted = _stamp(settings)
     with _locked(dest.with_name(dest.name + ".lock")):
         if dest.is_dir() and stamp_file.is_file() and json.loads(stamp_file.read_text()) == wanted:
             return dest
@@ -103,8 +147,10 @@ def ensure_sandbox_rootfs(settings: Settings) -> Path:
             mmdebstrap,
             "--mode=root",
             "--variant=minbase",
-            f"--include={','.join(PACKAGES)}",
+            f"--include={','.join(packages)}",
             *(f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES),
+            # update-alternatives (openjdk) needs the man dirs it links into, even with their files excluded.
+            '--setup-hook=mkdir -p "$1/usr/share/man/man1"',
             *(f"--customize-hook={h}" for h in hooks),
             "bookworm",
             str(tmp),
@@ -129,8 +175,8 @@ def ensure_sandbox_rootfs(settings: Settings) -> Path:
 _STAMP_LABEL = "rewardstream.rootfs"
 
 
-def _stamp_id(settings: Settings) -> str:
-    return hashlib.sha256(json.dumps(_stamp(settings), sort_keys=True).encode()).hexdigest()[:16]
+def _stamp_id(settings: Settings, family: str = PYTHON_TOOLCHAIN) -> str:
+    return hashlib.sha256(json.dumps(_family_stamp(settings, family), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _image_present(docker_client: Any, tag: str, stamp: str) -> bool:
@@ -146,16 +192,22 @@ def _image_present(docker_client: Any, tag: str, stamp: str) -> bool:
 
 def ensure_sandbox_image(settings: Settings, docker_client: Any) -> str:
     """Make sure ``rewardstream-sandbox-python:<version>`` exists (``docker import``); return the tag."""
-    repo = (
-        settings.sandbox_image.rsplit(":", 1)[0]
-        if ":" in settings.sandbox_image.rsplit("/", 1)[-1]
-        else (settings.sandbox_image)
-    )
+    return ensure_toolchain_image(settings, docker_client, PYTHON_TOOLCHAIN)
+
+
+def ensure_toolchain_image(settings: Settings, docker_client: Any, family: str) -> str:
+    """Make sure the image of toolchain ``family`` exists (``docker import`` of its rootfs, built first if
+    missing); return the tag. The python family's is ``settings.sandbox_image``."""
+    image = settings.toolchain_image(family)
+    repo = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
     tag = f"{repo}:{image_version(settings)}"
-    stamp = _stamp_id(settings)
+    stamp = _stamp_id(settings, family)
     if _image_present(docker_client, tag, stamp):
         return tag
-    rootfs = ensure_sandbox_rootfs(settings)
+    if family == PYTHON_TOOLCHAIN:
+        rootfs = ensure_sandbox_rootfs(settings)
+    else:
+        rootfs = ensure_toolchain_rootfs(settings, family)
     tar_path = rootfs.with_name(rootfs.name + ".tar")
     with _locked(rootfs.with_name(rootfs.name + ".lock")):
         if _image_present(docker_client, tag, stamp):

@@ -1,7 +1,8 @@
 """``rewardstream grade``: grade one solution, or a JSONL batch of them, in a sandbox backend.
 
 Single: ``--task TASK.json --code FILE`` prints one result JSON. Batch: ``--tasks TASKS.jsonl --solutions
-SOLUTIONS.jsonl --out RESULTS.jsonl`` (solution lines ``{"task_id", "generation_id", "code"}``) writes one
+SOLUTIONS.jsonl --out RESULTS.jsonl`` (solution lines ``{"task_id", "generation_id", "language", "code"}``,
+``language`` python unless given; a language a suite does not take fails it, ``unsupported_language``) writes one
 result line per solution as it finishes, with a progress bar on stderr. The result JSON is a contract:
 ``{"generation_id", "task_id", "status": "pass"|"fail"|"sandbox_error", "public": {"passed", "total"},
 "hidden": {"passed", "total"}, "flags", "reward", ...}``. The reward is the pipeline's: the reward policy
@@ -27,12 +28,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rewardstream.cli.common import load_settings, open_sandbox, print_json
 from rewardstream.cli.graded import Graded, PolicyGrader
 from rewardstream.cli.main import app
+from schemas.caps import fit_item
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
-from schemas.tasks import Task
+from schemas.events import RewardEvent
+from schemas.tasks import Language, Task
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
 from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
+from workers.languages import resolve
+from workers.tasks.registry import TaskFileError, load_numbered
 
 MAX_LINE_BYTES = 4 * 1024 * 1024
 
@@ -44,6 +49,7 @@ class Solution(pydantic.BaseModel):
 
     task_id: str
     generation_id: str = pydantic.Field(min_length=1, max_length=128)
+    language: Language = "python"
     code: str = pydantic.Field(max_length=1024 * 1024)
 
 
@@ -70,6 +76,18 @@ def _load_task(path: Path) -> Task:
     return _one_shot(task, str(path))
 
 
+def _load_tasks(path: Path) -> dict[str, Task]:
+    """The tasks of a JSONL file, read as the registry reads one (``workers.tasks.registry``); an error names
+    its line."""
+    try:
+        numbered = load_numbered(path)
+    except TaskFileError as exc:
+        first, more = exc.errors[0], len(exc.errors) - 1
+        problem = one_line([(first.path, first.problem)], "(line)") + (f" (and {more} more)" if more else "")
+        raise ValidationError(f"{path}:{first.line}: {problem}") from None
+    return {task.task_id: _one_shot(task, f"{path}:{n}") for n, task in numbered}
+
+
 def _jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed object) for every non-blank line; a bad line is an error naming it."""
     out: list[tuple[int, Any]] = []
@@ -90,13 +108,7 @@ def _jsonl(path: Path) -> list[tuple[int, Any]]:
 
 
 def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task], list[Solution]]:
-    tasks: dict[str, Task] = {}
-    for n, obj in _jsonl(tasks_path):
-        try:
-            task = Task.model_validate(obj)
-        except pydantic.ValidationError as exc:
-            raise ValidationError(f"{tasks_path}:{n}: {_first_error(exc)}") from None
-        tasks[task.task_id] = _one_shot(task, f"{tasks_path}:{n}")
+    tasks = _load_tasks(tasks_path)
     solutions: list[Solution] = []
     for n, obj in _jsonl(solutions_path):
         try:
@@ -128,7 +140,7 @@ def result_line(solution: Solution, graded: Future[Graded]) -> tuple[str, float,
         "hidden": {"passed": 0, "total": 0},
         "flags": [],
         "reward": 0.0,
-        "reasons": [sanitize_text(why)[:1024]],
+        "reasons": [fit_item(RewardEvent, "reasons", sanitize_text(why))],
     }
     return "sandbox_error", 0.0, orjson.dumps(failed) + b"\n"
 
@@ -150,12 +162,14 @@ def grade_command(
     code: Annotated[Path | None, typer.Option("--code", help="the solution's source file (with --task)")] = None,
     tasks: Annotated[Path | None, typer.Option("--tasks", help="tasks JSONL (batch mode)")] = None,
     solutions: Annotated[
-        Path | None, typer.Option("--solutions", help='JSONL of {"task_id","generation_id","code"} (batch)')
+        Path | None,
+        typer.Option("--solutions", help='JSONL of {"task_id","generation_id","language","code"} (batch)'),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="results JSONL to write (batch mode)")] = None,
     backend: Annotated[str | None, typer.Option(help="process | docker (default: settings)")] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="solutions graded at once (batch)")] = 4,
     generation_id: Annotated[str, typer.Option(help="generation_id for the single result")] = "",
+    language: Annotated[str, typer.Option(help="language of --code (python, c, cpp, java, go, rust, ...)")] = "python",
     policy: Annotated[
         Path | None, typer.Option("--policy", help="reward policy file (default: the packaged one, as the pipeline)")
     ] = None,
@@ -170,24 +184,30 @@ def grade_command(
     if single:
         if task is None or code is None:
             raise ConfigError("--task and --code go together")
-        _grade_one(task, code, chosen, generation_id or code.stem, loaded)
+        _grade_one(task, code, chosen, generation_id or code.stem, loaded, language)
         return
     if tasks is None or solutions is None or out is None:
         raise ConfigError("--tasks, --solutions and --out go together")
     _grade_many(tasks, solutions, out, chosen, concurrency, policy=loaded)
 
 
-def _grade_one(
-    task_path: Path, code_path: Path, backend: Literal["process", "docker"] | None, gen: str, policy: Policy
+def _grade_one(  # noqa: PLR0917
+    task_path: Path,
+    code_path: Path,
+    backend: Literal["process", "docker"] | None,
+    gen: str,
+    policy: Policy,
+    language: str,
 ) -> None:
     the_task = _load_task(task_path)
+    resolve(language)  # an unknown language is an error before any sandbox starts
     try:
         source = code_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {code_path}: {exc}") from exc
     sandbox = open_sandbox(load_settings(), backend)
     try:
-        result = PolicyGrader(Grader(sandbox), policy).grade(the_task, source, generation_id=gen)
+        result = PolicyGrader(Grader(sandbox), policy).grade(the_task, source, generation_id=gen, language=language)
     finally:
         sandbox.close()
     print_json(result.to_json())
@@ -226,7 +246,10 @@ def _grade_many(
         ):
             bar = progress.add_task("grading", total=len(sols), summary="")
             futures = {
-                pool.submit(grader.grade, the_tasks[s.task_id], s.code, generation_id=s.generation_id): s for s in sols
+                pool.submit(
+                    grader.grade, the_tasks[s.task_id], s.code, generation_id=s.generation_id, language=s.language
+                ): s
+                for s in sols
             }
             for fut in as_completed(futures):
                 status, reward, line = result_line(futures[fut], fut)

@@ -11,19 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from schemas.caps import fit, fit_item
 from schemas.events import (
     CaseResult,
     ExecutionResult,
     HiddenCaseResult,
     HiddenVerdict,
-    SandboxRun,
+    RewardEvent,
     StaticFlag,
 )
 from schemas.tasks import Task
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX, Policy, Scored, Signals, evaluate
 from workers.grading.grader import GRADER_VERSION, Grader, GradeResult
 from workers.grading.static_analysis import rule_counts, shown_flags
-from workers.roles.grading import sandbox_run
+from workers.roles.runs import no_run, sandbox_run
 
 
 class _Ids(TypedDict):
@@ -76,6 +77,9 @@ class Graded:
             "run": r.run.to_json(),
             "policy": {"name": self.policy[0], "version": self.policy[1]},
             "grader_version": GRADER_VERSION,
+            # a solution in another language says which, and how its build went (python results as before)
+            **({"language": r.language} if r.language != "python" else {}),
+            **({"compile": r.compile.to_json()} if r.compile is not None else {}),
             **r.extra,
         }
 
@@ -89,7 +93,7 @@ def signals_of(result: GradeResult) -> Signals:
         worker="grade",
         suite_kind=public.kind if public else None,  # type: ignore[arg-type]  # a suite kind
         # a task without public tests: the executor reports an ok run with no cases
-        run=run if public else SandboxRun(status="ok", wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=run.backend),
+        run=run if public else no_run(run.backend),
         cases=[CaseResult(case_id=c.id, status=c.status) for c in (public.cases if public else ())],
         passed=public.passed if public else 0,
         total=public.total if public else 0,
@@ -105,7 +109,8 @@ def signals_of(result: GradeResult) -> Signals:
         passed=hidden.passed,
         total=hidden.total,
         static_flags=[
-            StaticFlag(rule=f.rule, message=f.message[:1024], line=f.line) for f in shown_flags(result.static_flags)
+            StaticFlag(rule=f.rule, message=fit(StaticFlag, "message", f.message), line=f.line)
+            for f in shown_flags(result.static_flags)
         ],
         static_flag_counts=rule_counts(result.static_flags),
     )
@@ -121,7 +126,7 @@ def apply_policy(result: GradeResult, policy: Policy) -> Graded:
     """Reward ``result`` with ``policy``; no judge is awaited. A sandbox_error, which the pipeline withholds
     until a retry, is reward 0.0 here: the grader already retried, and the status says it is no verdict."""
     outcome = evaluate(policy, signals_of(result))
-    remarks = ((result.infra_error[:1024],) if result.infra_error else ()) + result.notes
+    remarks = ((fit_item(RewardEvent, "reasons", result.infra_error),) if result.infra_error else ()) + result.notes
     name = (policy.name, policy.version)
     if isinstance(outcome, Scored):
         return Graded(result, outcome.reward, gating(outcome.flags), outcome.reasons + remarks, name)
@@ -135,6 +140,7 @@ class PolicyGrader:
     grader: Grader
     policy: Policy
 
-    def grade(self, task: Task, code: str, *, generation_id: str = "") -> Graded:
-        """Grade ``code`` for ``task`` and reward it."""
-        return apply_policy(self.grader.grade(task, code, generation_id=generation_id), self.policy)
+    def grade(self, task: Task, code: str, *, generation_id: str = "", language: str = "python") -> Graded:
+        """Grade ``code`` (in ``language``) for ``task`` and reward it."""
+        graded = self.grader.grade(task, code, generation_id=generation_id, language=language)
+        return apply_policy(graded, self.policy)

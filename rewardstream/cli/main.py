@@ -31,6 +31,7 @@ def _register() -> None:
         replay,  # noqa: F401
         reward,  # noqa: F401
         sandbox,  # noqa: F401
+        serve,  # noqa: F401
         services,  # noqa: F401
         submit,  # noqa: F401
         tasks,  # noqa: F401

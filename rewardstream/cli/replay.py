@@ -48,8 +48,9 @@ _PORTS_TRIED = 50
 
 
 class _ReplayPipeline(Pipeline):
-    """The pipeline minus the indexer (replay logs stay on the replay's logs topic) and the episode worker (a
-    replay re-grades generations, an episode's included, and replays no actions), with the replay policy."""
+    """The pipeline minus the indexer (replay logs stay on the replay's logs topic), the episode worker (a
+    replay re-grades generations, an episode's included, and replays no actions) and the gateway (nobody calls
+    a replay over HTTP), with the replay policy."""
 
     def __init__(
         self, settings: Settings, policy: Path | None, concurrency: int | None, child_env: dict[str, str]
@@ -58,7 +59,7 @@ class _ReplayPipeline(Pipeline):
         self._child_env = child_env
         procs = []
         for proc in self._procs:
-            if proc.name in ("indexer", "episode"):
+            if proc.name in ("indexer", "episode", "gateway"):
                 continue
             if proc.name != "reward":
                 procs.append(proc)

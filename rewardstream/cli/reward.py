@@ -1,4 +1,4 @@
-"""``rewardstream reward run|policy``: the reward processor (Kafka transactions, or the Faust app) and its policy.
+"""``rewardstream reward run|policy``: the reward processor (the Kafka engine, or the Faust engine) and its policy.
 
 The processor joins executions, verdicts and judgements into one reward per generation; SIGTERM stops it
 cleanly, SIGKILL loses nothing (the next start recovers the table from its changelog and re-reads the inputs
@@ -28,6 +28,8 @@ class Engine(StrEnum):
 
 
 reward_app = typer.Typer(help="The reward processor and reward policies.", no_args_is_help=True)
+#: Where ``reward run --help`` lists the options only the Faust engine has (refused on the Kafka engine).
+FAUST_ONLY = "Faust engine only (--engine faust)"
 app.add_typer(reward_app, name="reward")
 
 
@@ -40,7 +42,7 @@ def run(
     ] = "rewardstream-rewards",
     data_dir: Annotated[
         Path | None,
-        typer.Option("--data-dir", help="--engine faust only: its data dir (default <cache>/rewards/<app-id>)"),
+        typer.Option("--data-dir", help="its data dir (default <cache>/rewards/<app-id>)", rich_help_panel=FAUST_ONLY),
     ] = None,
     tick_s: Annotated[float, typer.Option("--tick", min=0.05, max=60, help="seconds between deadline checks")] = 0.5,
     loglevel: Annotated[str, typer.Option("--loglevel", help="debug, info, warning or error")] = "info",
@@ -49,7 +51,8 @@ def run(
         typer.Option(
             "--stall-timeout",
             min=0,
-            help="--engine faust only: exit (code 70) after this long without progress (default 60; 0: off)",
+            help="exit (code 70) after this long without progress (default 60; 0: off)",
+            rich_help_panel=FAUST_ONLY,
         ),
     ] = None,
     kill_after_rewards: Annotated[
@@ -95,7 +98,7 @@ def run(
         finally:
             server.close()
         return
-    from streams.reward.faust_engine import AppOptions, build_app, run_worker
+    from streams.reward.faust.engine import AppOptions, build_app, run_worker
 
     options = AppOptions(
         app_id=app_id,

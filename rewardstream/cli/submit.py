@@ -26,7 +26,8 @@ from streams.sdk import RewardFuture, RewardTimeoutError, TrainerClient, Trainer
 
 
 def read_solutions(path: Path) -> list[dict[str, str]]:
-    """Each line's task_id, generation_id and code; a bad line is named by its number."""
+    """Each line's task_id, generation_id, code and language (python unless given; the event checks it); a bad
+    line is named by its number."""
     rows: list[dict[str, str]] = []
     seen: set[str] = set()
     try:
@@ -48,7 +49,11 @@ def read_solutions(path: Path) -> list[dict[str, str]]:
         if row["generation_id"] in seen:
             raise ValidationError(f"{path}:{number}: duplicate generation_id {row['generation_id']}")
         seen.add(row["generation_id"])
-        rows.append({k: row[k] for k in ("task_id", "generation_id", "code")})
+        if not isinstance(row.get("language", "python"), str):
+            raise ValidationError(f"{path}:{number}: language must be a string")
+        rows.append(
+            {**{k: row[k] for k in ("task_id", "generation_id", "code")}, "language": row.get("language", "python")}
+        )
     if not rows:
         raise ValidationError(f"{path}: no solutions")
     return rows
@@ -58,7 +63,11 @@ def _events(client: TrainerClient, rows: list[dict[str, str]], path: Path) -> li
     events = []
     for number, row in enumerate(rows, 1):
         try:
-            events.append(client.generation(row["task_id"], row["code"], generation_id=row["generation_id"]))
+            events.append(
+                client.generation(
+                    row["task_id"], row["code"], generation_id=row["generation_id"], language=row["language"]
+                )
+            )
         except ValidationError as exc:
             raise ValidationError(f"{path}: solution {number}: {exc}") from exc
     return events

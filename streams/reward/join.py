@@ -1,7 +1,7 @@
 """The join state machine, pure: what one generation's parts are, and whether to emit, wait or give up.
 
 Why pure: the emit decision (complete, deadline, sandbox_error retry) is where rewards are won or lost, so
-it is unit-tested without Kafka; the Faust glue only stores the state and sends what this module decides.
+it is unit-tested without Kafka; an engine only stores the state and sends what this module decides.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from schemas.caps import fit_list
-from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent
+from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent, result_ids
 from streams.reward.policy import PARTS, Part, Policy, Scored, Signals, Withheld, evaluate
 
 PartEvent = ExecutionResult | HiddenVerdict | JudgeScore
@@ -105,15 +105,7 @@ class Absorbed:
 def absorb(state: JoinState | None, event: PartEvent, partition: int, now: float) -> Absorbed:
     """Add one part to a generation's state (a new state when the generation is new)."""
     if state is None:
-        state = JoinState(
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
-            turn=event.turn,
-            partition=partition,
-            first_seen=now,
-        )
+        state = JoinState(**result_ids(event), partition=partition, first_seen=now)
     part = part_of(event)
     if state.status != "pending":
         return Absorbed(state, f"{part} {event.event_id} arrived after the generation was {state.status}")
@@ -179,11 +171,7 @@ def reward_event(state: JoinState, scored: Scored, missing: tuple[Part, ...], po
     return RewardEvent(
         event_id=reward_id(state.generation_id, policy),
         created_at=datetime.now(UTC),
-        generation_id=state.generation_id,
-        episode_id=state.episode_id,
-        run_id=state.run_id,
-        task_id=state.task_id,
-        turn=state.turn,
+        **result_ids(state),
         reward=scored.reward,
         policy_name=policy.name,
         policy_version=policy.version,
@@ -213,11 +201,7 @@ def emitted_from_reward(reward: RewardEvent, partition: int, offset: int, now: f
     """The emitted state rebuilt from a reward found on the rewards topic (after a crash lost the marker)."""
     return JoinState(
         status="emitted",
-        generation_id=reward.generation_id,
-        episode_id=reward.episode_id,
-        run_id=reward.run_id,
-        task_id=reward.task_id,
-        turn=reward.turn,
+        **result_ids(reward),
         partition=partition,
         first_seen=now,
         reward_event_id=reward.event_id,

@@ -1,8 +1,8 @@
 """The reward processor's core, shared by both engines: decode, join, decide, emit.
 
 Exactly once is the engine's job, behind ``StateStore`` and ``Outputs``: the Kafka engine (``kafka_engine``)
-commits a reward and its ``emitted`` marker in one Kafka transaction; the Faust engine (``faust_join``) emits,
-then marks, and de-duplicates after a crash (``emit_then_mark``). The core is sequential: an engine that runs
+commits a reward and its ``emitted`` marker in one Kafka transaction; the Faust engine (``faust``) emits,
+then marks, and de-duplicates after a crash (``faust.emit_then_mark``). The core is sequential: an engine that runs
 it from concurrent tasks serialises the calls.
 
 Deadlines run in event time: a partition's clock is the oldest of its inputs' newest processed timestamps,
@@ -24,7 +24,15 @@ from typing import Protocol
 
 from schemas.caps import fit
 from schemas.codec import DecodeError, decode, encode
-from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
+from schemas.events import (
+    DeadLetter,
+    ExecutionResult,
+    HiddenVerdict,
+    JudgeScore,
+    LogRecord,
+    RewardEvent,
+    generation_ids,
+)
 from streams.reward.join import (
     PENDING_PREFIX,
     Emit,
@@ -55,7 +63,7 @@ class StateStore(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
     async def put(self, partition: int, key: str, value: bytes) -> None:
-        """Store and hand the changelog record to the producer before returning (see ``app._TableStore``)."""
+        """Store and hand the changelog record to the producer before returning."""
         ...
 
     async def delete(self, partition: int, key: str) -> None: ...
@@ -351,7 +359,7 @@ class RewardProcessor:
 
         A state that is emitted at once is never stored complete: its last part's input offset is committed
         only after the ``emitted`` marker, so a crash before that re-reads the part and decides again (the
-        Faust engine's ``emit_then_mark`` catches a reward that did go out).
+        Faust engine's ``faust.emit_then_mark`` catches a reward that did go out).
         """
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
@@ -380,10 +388,7 @@ class RewardProcessor:
             worker=self.worker,
             logger=log.name,
             message=fit(LogRecord, "message", message),
-            generation_id=state.generation_id,
-            episode_id=state.episode_id,
-            run_id=state.run_id,
-            task_id=state.task_id,
+            **generation_ids(state),
         )
         log.log(logging.ERROR if level == "error" else logging.WARNING, "%s: %s", state.generation_id, message)
         await self.outputs.send_log(record.key(), encode(record))

@@ -23,7 +23,8 @@ from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 from workers.handler import Done, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.transactional_loop import TransactionalWorker, WorkerConfig
+from workers.loop_config import WorkerConfig
+from workers.transactional_loop import TransactionalWorker
 
 
 class KillsItselfOn:

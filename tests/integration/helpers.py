@@ -16,8 +16,8 @@ import orjson
 from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from tests.integration.reward_env import REPO
+from workers.loop_config import WorkerStats
 from workers.roles.service import Dependencies, RoleName, run_worker
-from workers.transactional_loop import WorkerStats
 
 #: Partitions of every topic under the ``prefix`` fixture's catalog (pass it on as ``topic_partitions``).
 PARTITIONS = 3

@@ -30,10 +30,10 @@ from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
 from tests.integration.relay import Relay
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
+from workers.loop_config import WorkerStats
 from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
-from workers.transactional_loop import WorkerStats
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 

@@ -30,7 +30,8 @@ from tests.integration.reward_env import REPO, Reader, reward_env
 from tests.unit.reward_events import execution, judgement, verdict
 from workers.handler import Done, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.transactional_loop import TransactionalWorker, WorkerConfig
+from workers.loop_config import WorkerConfig
+from workers.transactional_loop import TransactionalWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from tests.integration.platform_env import shared_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PIPELINE = ("executor", "verifier", "judge", "indexer", "reward", "episode")
+PIPELINE = ("executor", "verifier", "judge", "indexer", "reward", "episode", "gateway")
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -64,19 +65,20 @@ def _free_port_run(count: int) -> int:
 def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int]:
     """Own cache dir (pid files, task registry, reward state), topics and metrics ports; shared services."""
     cache = shared_cache(tmp_path)  # no second download or rootfs build
-    metrics = _free_port_run(4)
+    metrics = _free_port_run(7)  # six workers' /metrics, then the gateway
     env = {
         **os.environ,
         "RS_CACHE_DIR": str(cache),
         "RS_TOPIC_PREFIX": f"{unique_name}.",
         "RS_METRICS_PORT": str(metrics),
+        "RS_GATEWAY_PORT": str(metrics + 6),
     }
     return env, metrics
 
 
 @pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
 @pytest.mark.timeout(400)
-def test_up_pipeline_starts_six_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
+def test_up_pipeline_starts_seven_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
     import orjson
 
     env, metrics = _pipeline_env(tmp_path, unique_name)
@@ -88,6 +90,10 @@ def test_up_pipeline_starts_six_processes_and_down_stops_them(tmp_path: Path, un
         assert set(pipeline) == set(PIPELINE)
         assert all(proc["running"] for proc in pipeline.values()), pipeline
         assert pipeline["executor"]["metrics"] == f"http://127.0.0.1:{metrics}/metrics"
+        assert pipeline["gateway"]["endpoint"] == f"http://127.0.0.1:{metrics + 6}"
+        health_url = f"{pipeline['gateway']['endpoint']}/health"
+        with urllib.request.urlopen(health_url, timeout=5) as health:  # noqa: S310 - our loopback gateway
+            assert orjson.loads(health.read())["status"] == "ok"
         pids = [proc["pid"] for proc in pipeline.values()]
 
         again = _cli(env, "up", "--pipeline")

@@ -1,4 +1,4 @@
-"""The Faust reward processor against the real Kafka: join, policy, deadline, DLQ, crash recovery."""
+"""The reward processor (both engines) against the real Kafka: join, policy, deadline, DLQ, crash recovery."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ skip with what to start (dockerd), except under CI (``CI=true``) where that is a
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import replace
@@ -59,8 +60,13 @@ def sandbox_settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def process_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
+    from infra.local.sandbox_image import ensure_toolchain_rootfs
+
+    # Another toolchain family (the language tests) is built the first time a run names it, as the CLI does;
+    # `make test` builds them all before the tests (`rewardstream sandbox toolchains --build all --docker`).
+    families = functools.partial(ensure_toolchain_rootfs, sandbox_settings)
     try:
-        sandbox = make_sandbox(sandbox_settings, "process")
+        sandbox = make_sandbox(sandbox_settings, "process", toolchain_rootfs=families)
     except RewardstreamError as exc:
         _unavailable("process sandbox", exc)
     try:
@@ -76,8 +82,13 @@ def process_inline_sandbox(process_sandbox: Sandbox) -> Sandbox:
 
 @pytest.fixture(scope="session")
 def docker_sandbox(sandbox_settings: Settings) -> Iterator[Sandbox]:
+    from infra.local.sandbox_image import ensure_toolchain_image
+
     try:
-        sandbox = make_sandbox(sandbox_settings, "docker")
+        from workers.sandbox.docker_backend import docker_client
+
+        families = functools.partial(ensure_toolchain_image, sandbox_settings, docker_client(sandbox_settings))
+        sandbox = make_sandbox(sandbox_settings, "docker", toolchain_image=families)
     except (RewardstreamError, ImportError) as exc:
         _unavailable("docker sandbox", exc)
     try:

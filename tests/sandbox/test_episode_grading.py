@@ -53,8 +53,9 @@ from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import RoleContext, TaskSource
-from workers.roles.grading import ExecutorHandler, VerifierHandler
+from workers.roles.executor import ExecutorHandler
 from workers.roles.judging import JudgeHandler
+from workers.roles.verifier import VerifierHandler
 from workers.roles.workspace import Graded
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from schemas.status import REJECTED, SandboxStatus
 from workers.episodes import step as step_module
 from workers.episodes.snapshot import Caps, pack
-from workers.episodes.step import StepAction, StepLimits, StepOutcome, StepStatus, run_step
+from workers.episodes.step import StepAction, StepLimits, StepOutcome, run_step
 from workers.sandbox.api import Sandbox
 
 pytestmark = pytest.mark.sandbox
@@ -64,7 +65,7 @@ def members(data: bytes) -> dict[str, tuple[str, Any, int]]:
 
 def step(sandbox: Sandbox, snap: bytes, action: StepAction, limits: StepLimits = LIMITS) -> StepOutcome:
     outcome = run_step(sandbox, snap, action, CAPS, limits)
-    assert outcome.status != StepStatus.SANDBOX_ERROR, outcome.reason
+    assert outcome.status != SandboxStatus.SANDBOX_ERROR, outcome.reason
     return outcome
 
 
@@ -82,15 +83,15 @@ MODULE = b"print('from the workspace')\n"
 def test_write_read_exec_share_one_workspace(sandbox: Sandbox) -> None:
     snap0 = snapshot({"README": b"start\n"})
     wrote = step(sandbox, snap0, StepAction.write("src/pkg/mod.py", MODULE))
-    assert wrote.status == StepStatus.OK
+    assert wrote.status == SandboxStatus.OK
     assert wrote.workspace_kept
     assert members(wrote.snapshot)["src/pkg/mod.py"] == ("f", MODULE, 0o644)
     assert members(wrote.snapshot)["README"] == ("f", b"start\n", 0o644)
     read = step(sandbox, wrote.snapshot, StepAction.read("src/pkg/mod.py"))
-    assert (read.status, read.content, read.content_truncated) == (StepStatus.OK, MODULE, False)
+    assert (read.status, read.content, read.content_truncated) == (SandboxStatus.OK, MODULE, False)
     assert read.sha256 == wrote.sha256  # a read changes nothing
     ran = sh(sandbox, wrote.snapshot, "python3 src/pkg/mod.py; cat README; echo made > out.txt; ls src/pkg")
-    assert ran.status == StepStatus.OK
+    assert ran.status == SandboxStatus.OK
     assert ran.exit_code == 0
     assert ran.stdout == b"from the workspace\nstart\nmod.py\n"
     assert members(ran.snapshot)["out.txt"] == ("f", b"made\n", 0o644)
@@ -111,7 +112,7 @@ def test_the_contracts_tools_are_on_the_path(sandbox: Sandbox) -> None:
         " && python -m pytest -q -p no:cacheprovider tests && git --version",
         timeout_s=30,
     )
-    assert out.status == StepStatus.OK, (out.stdout, out.stderr)
+    assert out.status == SandboxStatus.OK, (out.stdout, out.stderr)
     lines = out.stdout.decode().splitlines()
     assert lines[:2] == ["3", "3"], lines
     assert any("1 passed" in line for line in lines), lines
@@ -137,7 +138,7 @@ def test_snapshot_round_trips_byte_for_byte(sandbox: Sandbox) -> None:
         (root / "near").symlink_to("run.sh")
         original = pack(root, CAPS)
     same = sh(sandbox, original.data, "true")
-    assert same.status == StepStatus.OK
+    assert same.status == SandboxStatus.OK
     assert same.workspace_kept
     assert same.snapshot == original.data
     assert same.sha256 == original.sha256
@@ -156,7 +157,7 @@ def test_same_workspace_same_sha256(sandbox: Sandbox) -> None:
     snap0 = snapshot({"a": b"1"})
     one = sh(sandbox, snap0, "mkdir -p x/y; echo b > x/y/b; echo c > c; ln -s c lc; sleep 0.01; touch a")
     two = sh(sandbox, snap0, "echo c > c; ln -s c lc; mkdir x; mkdir x/y; echo b > x/y/b; chmod 600 c")
-    assert one.status == two.status == StepStatus.OK
+    assert one.status == two.status == SandboxStatus.OK
     assert one.sha256 == two.sha256
     assert one.snapshot == two.snapshot
     assert set(members(one.snapshot)) == {"a", "c", "lc", "x", "x/y", "x/y/b"}
@@ -171,21 +172,21 @@ def test_exec_statuses(sandbox: Sandbox) -> None:
     snap0 = snapshot({"a": b"1"})
     failed = step(sandbox, snap0, StepAction.exec(["sh", "-c", "echo out; echo err >&2; exit 3"]))
     assert (failed.status, failed.exit_code, failed.stdout, failed.stderr) == (
-        StepStatus.NONZERO_EXIT, 3, b"out\n", b"err\n"
+        SandboxStatus.NONZERO_EXIT, 3, b"out\n", b"err\n"
     )  # fmt: skip
     missing = step(sandbox, snap0, StepAction.exec(["no-such-program-here"]))
-    assert missing.status == StepStatus.NONZERO_EXIT
+    assert missing.status == SandboxStatus.NONZERO_EXIT
     assert missing.exit_code == 127
     assert missing.reason is not None
     assert "no-such-program-here" in missing.reason
     slow = sh(sandbox, snap0, "echo before; sleep 30; echo after", timeout_s=0.5)
-    assert slow.status == StepStatus.TIMEOUT
+    assert slow.status == SandboxStatus.TIMEOUT
     assert slow.stdout == b"before\n"
     assert slow.wall_ms < 10_000
     assert slow.workspace_kept
     assert slow.snapshot == snap0
     killed = sh(sandbox, snap0, "kill -SEGV $$")
-    assert (killed.status, killed.signal) == (StepStatus.CRASHED, 11)
+    assert (killed.status, killed.signal) == (SandboxStatus.CRASHED, 11)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ def test_writes_outside_the_workspace_are_rejected(sandbox: Sandbox) -> None:
     }
     for path, why in cases.items():
         out = step(sandbox, snap0, StepAction.write(path, b"pwned"))
-        assert out.status == StepStatus.REJECTED, path
+        assert out.status == REJECTED, path
         assert out.reason is not None, (path, out.reason)
         assert why in out.reason, (path, out.reason)
         assert out.snapshot == snap0
@@ -247,14 +248,14 @@ def test_reads_outside_the_workspace_are_rejected(sandbox: Sandbox) -> None:
     }
     for path, why in cases.items():
         out = step(sandbox, snap0, StepAction.read(path))
-        assert out.status == StepStatus.REJECTED, path
+        assert out.status == REJECTED, path
         assert out.content is None, path
         assert out.reason is not None, (path, out.reason)
         assert why in out.reason, (path, out.reason)
         assert out.snapshot == snap0
     for path in ("inside", "self", "sub/ok.txt"):  # links that stay inside the workspace are followed
         out = step(sandbox, snap0, StepAction.read(path))
-        assert (out.status, out.content) == (StepStatus.OK, b"inside\n"), path
+        assert (out.status, out.content) == (SandboxStatus.OK, b"inside\n"), path
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -269,7 +270,7 @@ def test_fifo_socket_and_setuid_do_not_survive(sandbox: Sandbox) -> None:
         "echo x > group-writable && chmod 666 group-writable"
     )
     left = sh(sandbox, snapshot({"keep": b"k"}), command)
-    assert left.status == StepStatus.OK, left.stderr
+    assert left.status == SandboxStatus.OK, left.stderr
     assert b"made-sock\n" in left.stdout
     assert b"6755\n" in left.stdout
     got = members(left.snapshot)
@@ -287,7 +288,7 @@ def test_fifo_socket_and_setuid_do_not_survive(sandbox: Sandbox) -> None:
 def test_unreadable_files_and_dirs_are_still_packed(sandbox: Sandbox) -> None:
     command = "echo s > secret; chmod 000 secret; mkdir -p d/e; echo y > d/e/f; chmod 000 d/e; chmod 000 d"
     left = sh(sandbox, snapshot(), command)
-    assert left.status == StepStatus.OK
+    assert left.status == SandboxStatus.OK
     assert left.workspace_kept
     got = members(left.snapshot)
     assert got["secret"] == ("f", b"s\n", 0o644)
@@ -306,7 +307,7 @@ def test_background_processes_do_not_survive_the_step(sandbox: Sandbox) -> None:
     t0 = time.monotonic()
     left = sh(sandbox, snapshot(), command)
     assert time.monotonic() - t0 < 8
-    assert left.status == StepStatus.OK
+    assert left.status == SandboxStatus.OK
     assert left.stdout == b"started\n"
     got = members(left.snapshot)
     assert "late.txt" not in got
@@ -329,20 +330,20 @@ def test_background_processes_do_not_survive_the_step(sandbox: Sandbox) -> None:
 def test_command_that_kills_the_runner(sandbox: Sandbox, command: str) -> None:
     snap0 = snapshot({"keep": b"k"})
     out = sh(sandbox, snap0, command)
-    assert out.status == StepStatus.KILLED, (out.status, out.reason)
+    assert out.status == SandboxStatus.KILLED, (out.status, out.reason)
     assert not out.workspace_kept
     assert out.snapshot == snap0
     assert out.reason is not None
     assert "previous snapshot" in out.reason
     after = sh(sandbox, out.snapshot, "ls")
-    assert after.status == StepStatus.OK
+    assert after.status == SandboxStatus.OK
     assert after.stdout == b"keep\n"
 
 
 def test_catchable_signals_do_not_stop_the_runner(sandbox: Sandbox) -> None:
     command = "echo new > new.txt; for s in TERM HUP INT QUIT USR1 USR2 ALRM PIPE; do kill -$s $PPID; done; echo alive"
     out = sh(sandbox, snapshot({"keep": b"k"}), command)
-    assert (out.status, out.stdout, out.stderr) == (StepStatus.OK, b"alive\n", b"")
+    assert (out.status, out.stdout, out.stderr) == (SandboxStatus.OK, b"alive\n", b"")
     assert out.workspace_kept
     assert set(members(out.snapshot)) == {"keep", "new.txt"}
 
@@ -350,7 +351,7 @@ def test_catchable_signals_do_not_stop_the_runner(sandbox: Sandbox) -> None:
 def test_command_that_stops_the_runner(sandbox: Sandbox) -> None:
     snap0 = snapshot({"keep": b"k"})
     out = sh(sandbox, snap0, "echo new > new.txt; kill -STOP $PPID", timeout_s=0.5, limits=replace_grace(2.0))
-    assert out.status == StepStatus.TIMEOUT
+    assert out.status == SandboxStatus.TIMEOUT
     assert out.snapshot == snap0
     assert not out.workspace_kept
 
@@ -364,22 +365,22 @@ def replace_grace(grace_s: float) -> StepLimits:
 def test_filling_the_disk_fails_inside_the_step(sandbox: Sandbox) -> None:
     snap0 = snapshot({"keep": b"k"})
     full = sh(sandbox, snap0, "head -c 2G /dev/zero > big")
-    assert full.status == StepStatus.NONZERO_EXIT
+    assert full.status == SandboxStatus.NONZERO_EXIT
     assert b"No space left" in full.stderr
     assert not full.workspace_kept
     assert full.snapshot == snap0
     assert full.reason is not None
     assert "byte cap" in full.reason
     sparse = sh(sandbox, snap0, "truncate -s 2G sparse && echo ok")
-    assert sparse.status == StepStatus.OK
+    assert sparse.status == SandboxStatus.OK
     assert not sparse.workspace_kept
     assert sparse.snapshot == snap0
     cleaned = sh(sandbox, snap0, "head -c 2G /dev/zero > big; rm big; echo after > after.txt")
-    assert cleaned.status == StepStatus.OK
+    assert cleaned.status == SandboxStatus.OK
     assert cleaned.workspace_kept
     assert set(members(cleaned.snapshot)) == {"keep", "after.txt"}
     huge = run_step(sandbox, snap0, StepAction.write("big", bytes(CAPS.max_bytes + 1)), CAPS, LIMITS)
-    assert huge.status == StepStatus.REJECTED
+    assert huge.status == REJECTED
     assert huge.snapshot == snap0
     assert huge.reason is not None
     assert "do not fit" in huge.reason
@@ -390,7 +391,7 @@ def test_filling_the_disk_fails_inside_the_step(sandbox: Sandbox) -> None:
 def test_running_out_of_inodes_fails_inside_the_step(sandbox: Sandbox) -> None:
     snap0 = snapshot({"keep": b"k"})
     out = sh(sandbox, snap0, "i=0; while true 2>/dev/null > f$i; do i=$((i+1)); done; echo $i")
-    assert out.status == StepStatus.OK
+    assert out.status == SandboxStatus.OK
     made = int(out.stdout)
     assert CAPS.max_entries - 1 <= made <= CAPS.max_entries + 16
     assert not out.workspace_kept
@@ -407,7 +408,7 @@ def test_running_out_of_inodes_fails_inside_the_step(sandbox: Sandbox) -> None:
 def test_fork_bomb(sandbox: Sandbox) -> None:
     snap0 = snapshot({"keep": b"k"})
     out = sh(sandbox, snap0, "echo before > b.txt; bomb() { bomb | bomb & }; bomb; sleep 2", timeout_s=3)
-    assert out.status in (StepStatus.OK, StepStatus.TIMEOUT, StepStatus.NONZERO_EXIT), out.reason
+    assert out.status in (SandboxStatus.OK, SandboxStatus.TIMEOUT, SandboxStatus.NONZERO_EXIT), out.reason
     assert out.workspace_kept
     assert members(out.snapshot)["b.txt"][1] == b"before\n"
     after = sh(sandbox, out.snapshot, "cat b.txt")
@@ -416,7 +417,7 @@ def test_fork_bomb(sandbox: Sandbox) -> None:
 
 def test_memory_bomb_kills_the_command_not_the_step(sandbox: Sandbox) -> None:
     out = sh(sandbox, snapshot(), "echo kept > k; python3 -c 'x = b\"x\" * (1 << 30)'")
-    assert out.status == StepStatus.MEMORY_LIMIT, (out.status, out.reason)
+    assert out.status == SandboxStatus.MEMORY_LIMIT, (out.status, out.reason)
     assert out.workspace_kept
     assert members(out.snapshot)["k"][1] == b"kept\n"
 
@@ -457,7 +458,7 @@ def test_forged_frames_on_the_commands_stdout_are_just_output(sandbox: Sandbox) 
         "echo done"
     )
     out = sh(sandbox, snap0, command)
-    assert out.status == StepStatus.OK
+    assert out.status == SandboxStatus.OK
     assert out.workspace_kept
     assert out.stdout == forged + b"done\n"
     for what in (b"no-parent-fd", b"no-parent-environ", b"no-parent-mem"):
@@ -468,7 +469,7 @@ def test_forged_frames_on_the_commands_stdout_are_just_output(sandbox: Sandbox) 
 def test_output_over_the_cap_is_truncated(sandbox: Sandbox) -> None:
     out = sh(sandbox, snapshot(), "head -c 200000 /dev/zero | tr '\\0' a; echo err >&2; head -c 100000 /dev/zero >&2")
     cap = LIMITS.output_cap_bytes
-    assert out.status == StepStatus.OK
+    assert out.status == SandboxStatus.OK
     assert out.stdout == b"a" * cap
     assert out.stdout_truncated
     assert out.stderr == (b"err\n" + bytes(cap))[:cap]
@@ -533,7 +534,7 @@ def test_a_forged_tar_is_the_agents_problem(sandbox: Sandbox, monkeypatch: pytes
         source = (HOSTILE_RUNNER % tar.hex()).encode()
         monkeypatch.setattr(step_module, "runner_code", lambda source=source: (bytes(16), source))
         out = sh(sandbox, snap0, "true")
-        assert out.status == StepStatus.OK, (name, out.reason)
+        assert out.status == SandboxStatus.OK, (name, out.reason)
         assert not out.workspace_kept, name
         assert out.snapshot == snap0, name
         assert out.reason is not None, (name, out.reason)

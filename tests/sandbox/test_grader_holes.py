@@ -24,7 +24,8 @@ from streams.reward.policy import Scored, Signals, evaluate, load_policy
 from workers.grading import CallArgs, Grader, GraderConfig, run_call_cases
 from workers.handler import Done, Source
 from workers.roles.common import RoleContext, TaskSource
-from workers.roles.grading import ExecutorHandler, VerifierHandler
+from workers.roles.executor import ExecutorHandler
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.humaneval import load_problems
 from workers.tasks.registry import TaskRegistry

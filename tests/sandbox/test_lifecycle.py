@@ -5,6 +5,7 @@ Also the must-show "a worker's memory stays bounded while a program floods outpu
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -131,3 +132,23 @@ def test_fork_server_close_stops_it(sandbox_settings: Settings) -> None:
     finally:
         sb.close()
     assert _wait(lambda: not tagged_pids(tag), 15), tagged_pids(tag)
+
+
+def test_toolchain_fork_servers_and_mounts_go_with_the_sandbox(sandbox_settings: Settings) -> None:
+    """A family's fork server (started on its first run) and its rootfs bind end with ``close()``."""
+    from infra.local.sandbox_image import ensure_toolchain_rootfs
+
+    before = set(_fork_servers_of(os.getpid()))
+    families = functools.partial(ensure_toolchain_rootfs, sandbox_settings)
+    sb = make_sandbox(sandbox_settings, "process", toolchain_rootfs=families)
+    run_dir = sb.run_dir  # type: ignore[attr-defined]
+    try:
+        assert sb.run(SandboxSpec(argv=("gcc", "--version"), toolchain="native")).status is SandboxStatus.OK
+        assert sb.run(SandboxSpec(argv=("true",))).status is SandboxStatus.OK
+        started = set(_fork_servers_of(os.getpid())) - before
+        assert started  # the python one and the native one
+        assert f"{run_dir}/rootfs-native" in Path("/proc/self/mountinfo").read_text()
+    finally:
+        sb.close()
+    assert _wait(lambda: not started & set(_fork_servers_of(os.getpid())), 15)
+    assert str(run_dir) not in Path("/proc/self/mountinfo").read_text()

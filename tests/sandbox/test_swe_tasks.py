@@ -11,18 +11,20 @@ import pytest
 
 from schemas.codec import decode
 from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore
+from schemas.status import SandboxStatus
 from schemas.tasks import Task, Workspace
 from streams.reward.policy import Scored, Signals, evaluate, load_policy
 from tests.sandbox.test_episode_grading import SOURCE, _done
 from workers.artifacts import ArtifactStore, remove_bucket
 from workers.episodes.originals import caps_of, original_snapshot
-from workers.episodes.step import StepAction, StepLimits, StepStatus, run_step
+from workers.episodes.step import StepAction, StepLimits, run_step
 from workers.grading import Grader
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import RoleContext, TaskSource
-from workers.roles.grading import ExecutorHandler, VerifierHandler
+from workers.roles.executor import ExecutorHandler
 from workers.roles.judging import JudgeHandler
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
 from workers.tasks.swe import HACK_FILES, PUBLIC_TESTS, SPECS, SweSpec, swe_tasks
@@ -90,8 +92,8 @@ def test_the_public_tests_fail_before_the_fix_and_pass_after(process_sandbox: Sa
     task = TASKS[spec.task_id]
     caps = caps_of(task.episode_limits)
     before = run_step(process_sandbox, _workspace(task, {}), StepAction.exec(PUBLIC_TESTS, 30), caps, LIMITS)
-    assert (before.status, before.exit_code) == (StepStatus.NONZERO_EXIT, 1), (before.stdout, before.stderr)
+    assert (before.status, before.exit_code) == (SandboxStatus.NONZERO_EXIT, 1), (before.stdout, before.stderr)
     after = run_step(process_sandbox, _workspace(task, {spec.module: spec.fixed}), StepAction.exec(PUBLIC_TESTS, 30),
                      caps, LIMITS)  # fmt: skip
-    assert after.status == StepStatus.OK, (after.stdout, after.stderr)
+    assert after.status == SandboxStatus.OK, (after.stdout, after.stderr)
     assert b"1 passed" in after.stdout, after.stdout

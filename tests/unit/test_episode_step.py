@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schemas.status import REJECTED, ObservationStatus
 from workers.episodes import step_runner as runner
 from workers.episodes.snapshot import Caps, SnapshotTooLargeError, pack, unpack
 from workers.episodes.step import (
@@ -29,7 +30,6 @@ from workers.episodes.step import (
     ENTRY_OVERHEAD,
     StepAction,
     StepLimits,
-    StepStatus,
     build_spec,
     output_limit,
     run_step,
@@ -326,7 +326,7 @@ def test_a_complete_report_gives_the_canonical_workspace(workspaces: tuple[bytes
     backend = Scripted(lambda s, n: result(full_report(n, exec_result(stdout=out_b64, stdout_bytes=6), after)))
     out = run_step(backend, before, StepAction.exec("echo hello"), CAPS)
     expected = pack(make_tree(tmp_path / "expected", {"keep": b"k", "new": b"n"}, {}), CAPS)
-    assert (out.status, out.stdout, out.stdout_truncated) == (StepStatus.OK, b"hello\n", False)
+    assert (out.status, out.stdout, out.stdout_truncated) == (SandboxStatus.OK, b"hello\n", False)
     assert (out.snapshot, out.sha256, out.workspace_kept) == (expected.data, expected.sha256, True)
     spec = backend.specs[0]
     assert spec.argv[-5:-3] == ("-c", BOOT)
@@ -338,23 +338,23 @@ def test_a_complete_report_gives_the_canonical_workspace(workspaces: tuple[bytes
 @pytest.mark.parametrize(
     ("stdout", "status"),
     [
-        (lambda n: b"", StepStatus.SANDBOX_ERROR),  # never started
-        (lambda n: frame(b"f" * 32, HELLO), StepStatus.SANDBOX_ERROR),  # someone else's nonce
-        (lambda n: b"noise\n" + frame(n, HELLO), StepStatus.SANDBOX_ERROR),  # hello must come first
-        (lambda n: frame(n, HELLO) + frame(n, {"runner_error": "bad job"}), StepStatus.SANDBOX_ERROR),
-        (lambda n: frame(n, HELLO), StepStatus.CRASHED),  # started, then stopped without a report
+        (lambda n: b"", SandboxStatus.SANDBOX_ERROR),  # never started
+        (lambda n: frame(b"f" * 32, HELLO), SandboxStatus.SANDBOX_ERROR),  # someone else's nonce
+        (lambda n: b"noise\n" + frame(n, HELLO), SandboxStatus.SANDBOX_ERROR),  # hello must come first
+        (lambda n: frame(n, HELLO) + frame(n, {"runner_error": "bad job"}), SandboxStatus.SANDBOX_ERROR),
+        (lambda n: frame(n, HELLO), SandboxStatus.CRASHED),  # started, then stopped without a report
         (lambda n: frame(n, HELLO) + frame(n, {"result": exec_result(), "workspace": {"packed": True},
-                                                "tar_bytes": 5000}, b"short"), StepStatus.CRASHED),
-        (lambda n: full_report(n, exec_result(), b"") + b"trailing", StepStatus.CRASHED),
-        (lambda n: full_report(n, exec_result(stdout="%%%"), b""), StepStatus.CRASHED),  # not base64
-        (lambda n: full_report(n, exec_result(exit_code="0"), b""), StepStatus.CRASHED),  # not an int
-        (lambda n: full_report(n, exec_result(stdout="QUFB" * 1000), b""), StepStatus.CRASHED),  # over the cap
+                                                "tar_bytes": 5000}, b"short"), SandboxStatus.CRASHED),
+        (lambda n: full_report(n, exec_result(), b"") + b"trailing", SandboxStatus.CRASHED),
+        (lambda n: full_report(n, exec_result(stdout="%%%"), b""), SandboxStatus.CRASHED),  # not base64
+        (lambda n: full_report(n, exec_result(exit_code="0"), b""), SandboxStatus.CRASHED),  # not an int
+        (lambda n: full_report(n, exec_result(stdout="QUFB" * 1000), b""), SandboxStatus.CRASHED),  # over the cap
     ],
     ids=["silent", "foreign-nonce", "noise-first", "runner-error", "cut", "short-tar", "trailing", "bad-b64",
          "bad-int", "over-cap"],
 )  # fmt: skip
 def test_what_the_host_makes_of_a_bad_report(
-    workspaces: tuple[bytes, bytes], stdout: Callable[[bytes], bytes], status: StepStatus
+    workspaces: tuple[bytes, bytes], stdout: Callable[[bytes], bytes], status: ObservationStatus
 ) -> None:
     before, _ = workspaces
     backend = Scripted(lambda s, n: result(stdout(n), exit_code=1))
@@ -373,10 +373,10 @@ def test_the_sandbox_status_of_a_cut_report_is_kept(workspaces: tuple[bytes, byt
             return result(frame(nonce, HELLO), status)
 
         out = run_step(Scripted(cut), before, StepAction.exec("true"), CAPS)
-        assert (out.status, out.snapshot) == (StepStatus(status.value), before)
+        assert (out.status, out.snapshot) == (status, before)
     error = Scripted(lambda s, n: result(b"", SandboxStatus.SANDBOX_ERROR, error="docker went away"))
     out = run_step(error, before, StepAction.exec("true"), CAPS)
-    assert out.status == StepStatus.SANDBOX_ERROR
+    assert out.status == SandboxStatus.SANDBOX_ERROR
     assert out.reason is not None
     assert "docker went away" in out.reason
 
@@ -386,34 +386,34 @@ def test_a_backend_that_raises_is_a_sandbox_error(workspaces: tuple[bytes, bytes
         raise OSError("no such device")
 
     out = run_step(Scripted(boom), workspaces[0], StepAction.read("keep"), CAPS)
-    assert (out.status, out.snapshot) == (StepStatus.SANDBOX_ERROR, workspaces[0])
+    assert (out.status, out.snapshot) == (SandboxStatus.SANDBOX_ERROR, workspaces[0])
 
 
 def test_workspace_outcomes(workspaces: tuple[bytes, bytes]) -> None:
     before, after = workspaces
     oom = Scripted(lambda s, n: result(full_report(n, exec_result(signal=9), after), SandboxStatus.MEMORY_LIMIT))
     out = run_step(oom, before, StepAction.exec("true"), CAPS)
-    assert (out.status, out.signal, out.workspace_kept) == (StepStatus.MEMORY_LIMIT, 9, True)
+    assert (out.status, out.signal, out.workspace_kept) == (SandboxStatus.MEMORY_LIMIT, 9, True)
     over = {"packed": False, "error": "the workspace has more than 100 entries"}
     full = Scripted(lambda s, n: result(full_report(n, exec_result(exit_code=1), b"", over)))
     out = run_step(full, before, StepAction.exec("true"), CAPS)
-    assert (out.status, out.snapshot, out.workspace_kept) == (StepStatus.NONZERO_EXIT, before, False)
+    assert (out.status, out.snapshot, out.workspace_kept) == (SandboxStatus.NONZERO_EXIT, before, False)
     assert out.reason is not None
     assert "more than 100 entries" in out.reason
     read = {"ok": True, "content": base64.b64encode(b"k").decode(), "size": 1, "truncated": False}
     reader = Scripted(lambda s, n: result(full_report(n, read, b"", {"packed": False, "error": None})))
     out = run_step(reader, before, StepAction.read("keep"), CAPS)
-    assert (out.status, out.content, out.snapshot, out.workspace_kept) == (StepStatus.OK, b"k", before, True)
+    assert (out.status, out.content, out.snapshot, out.workspace_kept) == (SandboxStatus.OK, b"k", before, True)
     refused = {"ok": False, "rejected": "keep is a symlink"}
     writer = Scripted(lambda s, n: result(full_report(n, refused, b"", {"packed": False, "error": None})))
     out = run_step(writer, before, StepAction.write("keep", b"x"), CAPS)
-    assert (out.status, out.reason, out.snapshot) == (StepStatus.REJECTED, "keep is a symlink", before)
+    assert (out.status, out.reason, out.snapshot) == (REJECTED, "keep is a symlink", before)
 
 
 def test_host_side_refusals_run_nothing(workspaces: tuple[bytes, bytes]) -> None:
     backend = Scripted(lambda s, n: pytest.fail("nothing should run"))
     out = run_step(backend, workspaces[0], StepAction.write("big", bytes(CAPS.max_bytes + 1)), CAPS)
-    assert (out.status, out.snapshot, backend.specs) == (StepStatus.REJECTED, workspaces[0], [])
+    assert (out.status, out.snapshot, backend.specs) == (REJECTED, workspaces[0], [])
     with pytest.raises(SnapshotTooLargeError):
         run_step(backend, bytes(tar_budget(CAPS) + 1), StepAction.read("x"), CAPS)
     with pytest.raises(ValueError, match="needs a command"):
@@ -456,7 +456,7 @@ def test_the_hosts_own_scratch_failures_are_not_the_agents(
 
     before, after = workspaces
     backend = Scripted(lambda s, n: result(full_report(n, exec_result(), after)))
-    for code, status in ((errno.ENOSPC, StepStatus.SANDBOX_ERROR), (errno.ENAMETOOLONG, StepStatus.OK)):
+    for code, status in ((errno.ENOSPC, SandboxStatus.SANDBOX_ERROR), (errno.ENAMETOOLONG, SandboxStatus.OK)):
 
         def failing(data: bytes, dest: Path, caps: Caps, code: int = code) -> int:
             raise SnapshotError("cannot restore the snapshot") from OSError(code, os.strerror(code))
@@ -511,6 +511,6 @@ def test_an_unchanged_workspace_is_not_sent_back(tmp_path: Path) -> None:
     claim: dict[str, object] = {"packed": True, "unchanged": True}
     backend = Scripted(lambda s, n: result(full_report(n, exec_result(), b"", claim)))
     out = run_step(backend, canonical, StepAction.exec("true"), CAPS)
-    assert (out.status, out.snapshot, out.workspace_kept) == (StepStatus.OK, canonical, True)
+    assert (out.status, out.snapshot, out.workspace_kept) == (SandboxStatus.OK, canonical, True)
     echoed = Scripted(lambda s, n: result(full_report(n, exec_result(), canonical)))
     assert run_step(echoed, canonical, StepAction.exec("true"), CAPS).snapshot == canonical

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from schemas.episodes import ActionEvent
+from schemas.status import REJECTED, SandboxStatus
 from schemas.tasks import Archive, Workspace
 from workers.episodes.observe import UNKNOWN, end_observation, step_observation, submitted
 from workers.episodes.originals import original_snapshot
 from workers.episodes.snapshot import Caps, SnapshotError, pack
 from workers.episodes.sources import CommittedEpisodes
-from workers.episodes.step import StepOutcome, StepStatus
+from workers.episodes.step import StepOutcome
 from workers.episodes.table import EpisodeTable, StaleRunError, dumps, loads
 from workers.episodes.turns import EpisodeState
 from workers.handler import Source
@@ -126,14 +127,14 @@ def test_the_original_workspace_is_canonical_whether_inline_or_an_archive(tmp_pa
 
 
 def test_a_step_observation_keeps_only_what_its_action_may_have() -> None:
-    outcome = StepOutcome(StepStatus.NONZERO_EXIT, b"tar", "d" * 64, exit_code=3, stdout=b"out\xff", stderr=b"err",
+    outcome = StepOutcome(SandboxStatus.NONZERO_EXIT, b"tar", "d" * 64, exit_code=3, stdout=b"out\xff", stderr=b"err",
                           wall_ms=12.5)  # fmt: skip
     obs = step_observation(_event(4, action="exec", command="false"), outcome, "s3://bucket/sha256/dd/" + "d" * 64)
     assert (obs.status, obs.exit_code, obs.stdout, obs.stderr, obs.wall_ms) == ("nonzero_exit", 3, "out\ufffd",
                                                                                 "err", 12.5)  # fmt: skip
-    read = StepOutcome(StepStatus.OK, b"tar", "d" * 64, exit_code=0, content=b"text")
+    read = StepOutcome(SandboxStatus.OK, b"tar", "d" * 64, exit_code=0, content=b"text")
     assert step_observation(_event(5, action="read", path="a"), read, "s3://bucket/k").exit_code is None
-    missing = StepOutcome(StepStatus.REJECTED, b"tar", "d" * 64, reason="a: no such file")
+    missing = StepOutcome(REJECTED, b"tar", "d" * 64, reason="a: no such file")
     rejected = step_observation(_event(5, action="read", path="a"), missing, "s3://bucket/k", ended="max_turns")
     assert (rejected.status, rejected.reason, rejected.content, rejected.ended) == ("rejected", "a: no such file",
                                                                                     None, "max_turns")  # fmt: skip

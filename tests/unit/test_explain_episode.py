@@ -14,6 +14,7 @@ from rich.console import Console
 from rewardstream.cli.explain import _render
 from rewardstream.cli.explain_episode import OUTPUT_LINES, STEPS_SHOWN, episode_lines
 from schemas.episodes import ActionEvent, ObservationEvent
+from schemas.status import SandboxStatus
 from streams.explain.steps import OUTPUT_HEAD_CHARS, EpisodeRecords, SnapshotSize, episode_section
 from streams.explain.story import build_story
 from streams.reward.policy import default_policy_path
@@ -45,13 +46,15 @@ def played() -> EpisodeRecords:
         act(5, {"action": "submit"}),
     ]
     observations = [
-        ObservationEvent.build(episode_id="ep", turn=0, action="open", status="ok"),
-        ObservationEvent.build(episode_id="ep", turn=1, action="read", status="ok", content="def add(a, b): ..."),
-        ObservationEvent.build(episode_id="ep", turn=2, action="exec", status="nonzero_exit", exit_code=1,
+        ObservationEvent.build(episode_id="ep", turn=0, action="open", status=SandboxStatus.OK),
+        ObservationEvent.build(episode_id="ep", turn=1, action="read", status=SandboxStatus.OK,
+                               content="def add(a, b): ..."),
+        ObservationEvent.build(episode_id="ep", turn=2, action="exec", status=SandboxStatus.NONZERO_EXIT, exit_code=1,
                                stdout="F\n" + "=" * 70 + "\nline3\nline4\n" + "x" * 2000, wall_ms=812.4),
-        ObservationEvent.build(episode_id="ep", turn=3, action="write", status="ok", wall_ms=3.0),
-        ObservationEvent.build(episode_id="ep", turn=4, action="exec", status="ok", exit_code=0, stdout="1 passed\n"),
-        ObservationEvent.build(episode_id="ep", turn=5, action="submit", status="ok", ended="submitted"),
+        ObservationEvent.build(episode_id="ep", turn=3, action="write", status=SandboxStatus.OK, wall_ms=3.0),
+        ObservationEvent.build(episode_id="ep", turn=4, action="exec", status=SandboxStatus.OK, exit_code=0,
+                               stdout="1 passed\n"),
+        ObservationEvent.build(episode_id="ep", turn=5, action="submit", status=SandboxStatus.OK, ended="submitted"),
         ObservationEvent.build(episode_id="ep", turn=6, action="exec", status="rejected", reason="the episode ended"),
     ]  # fmt: skip
     records = EpisodeRecords("ep", skipped={"rs.observations": 1})
@@ -60,7 +63,9 @@ def played() -> EpisodeRecords:
         if answer is not None:  # the resent exec (its duplicate) has no answer
             records.keep(obs_record(2 * i + 1), answer)
     records.keep(obs_record(99), observations[-1])
-    records.keep(obs_record(100), ObservationEvent.build(episode_id="other", turn=1, action="read", status="ok"))
+    records.keep(
+        obs_record(100), ObservationEvent.build(episode_id="other", turn=1, action="read", status=SandboxStatus.OK)
+    )
     return records
 
 
@@ -123,8 +128,8 @@ def test_the_printed_episode_shows_the_steps_in_order_and_the_heads_of_their_out
 
 def test_a_thousand_turns_print_a_bounded_number_of_lines_and_say_how_many_were_left_out() -> None:
     observations = [
-        (obs_record(t), ObservationEvent.build(episode_id="ep", turn=t, action="exec", status="ok", exit_code=0,
-                                               stdout="out\n" * 100, stderr="err\n" * 100))
+        (obs_record(t), ObservationEvent.build(episode_id="ep", turn=t, action="exec", status=SandboxStatus.OK,
+                                               exit_code=0, stdout="out\n" * 100, stderr="err\n" * 100))
         for t in range(1, 1001)
     ]  # fmt: skip
     records = EpisodeRecords("ep")

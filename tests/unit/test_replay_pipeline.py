@@ -14,7 +14,7 @@ from schemas.settings import Settings
 def test_a_replay_runs_the_grading_roles_and_the_processor_with_its_policy(tmp_path: Path) -> None:
     settings = Settings(cache_dir=tmp_path, topic_prefix="rs.replay.x.")
     assert [p.name for p in pipeline_processes(settings)] == ["executor", "verifier", "judge", "indexer", "reward",
-                                                               "episode"]  # fmt: skip
+                                                               "episode", "gateway"]  # fmt: skip
     policy = tmp_path / "strict.toml"
     replay = _ReplayPipeline(settings, policy, 2, {})
     procs = {p.name: p for p in replay._procs}

@@ -10,8 +10,8 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, LogRecord, RewardEvent
-from streams.reward.emit_then_mark import EmitThenMark, watermark_key
-from streams.reward.faust_join import FaustJoin
+from streams.reward.faust.emit_then_mark import EmitThenMark, watermark_key
+from streams.reward.faust.join import FaustJoin
 from streams.reward.join import JoinState, PartEvent, emitted
 from streams.reward.policy import Policy, load_policy
 from streams.reward.processor import RewardProcessor, Topics

@@ -29,7 +29,8 @@ from workers.grading.grader import CandidateOutput, public_suite, split_output
 from workers.grading.suites import MAGIC
 from workers.handler import Done, Source
 from workers.roles.common import RoleContext, TaskSource
-from workers.roles.grading import ExecutorHandler, VerifierHandler, output_tail
+from workers.roles.executor import ExecutorHandler, output_tail
+from workers.roles.verifier import VerifierHandler
 from workers.tasks.registry import TaskRegistry
 
 SOURCE = Source("rs.generations", 0, 7)

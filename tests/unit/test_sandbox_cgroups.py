@@ -43,9 +43,11 @@ def test_kill_all_reports_a_group_that_never_empties(tmp_path: Path, monkeypatch
     assert group.kill_all(deadline_s=0.05) is False
 
 
-@pytest.mark.parametrize("pid", [0, -1, -os.getpid()])
-def test_pid_alive_never_means_a_process_group(pid: int) -> None:
-    assert pid_alive(pid) is False
+@pytest.mark.parametrize("pid", [0, -1, "-own"])
+def test_pid_alive_never_means_a_process_group(pid: int | str) -> None:
+    """0 and negative pids name process groups (the test's own too), never a process (ids stay the same in
+    every pytest-xdist worker: the own pid is taken at run time)."""
+    assert pid_alive(-os.getpid() if pid == "-own" else int(pid)) is False
 
 
 def test_pid_alive_sees_this_process() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.caps import cap, fit, fit_list
+from schemas.caps import cap, fit, fit_item, fit_list, item_cap
 from schemas.events import DeadLetter, LogRecord, RewardEvent
 
 
@@ -24,3 +24,10 @@ def test_fit_keeps_the_head_of_messages_and_the_tail_of_tracebacks() -> None:
     assert fit(LogRecord, "message", "short") == "short"
     assert fit_list(RewardEvent, "reasons", [str(i) for i in range(100)]) == [str(i) for i in range(64)]
     LogRecord(level="info", component="c", worker="w", message=fit(LogRecord, "message", text))  # valid
+
+
+def test_a_list_field_caps_its_items_too() -> None:
+    assert item_cap(RewardEvent, "reasons") == 1024  # list[Annotated[str, StringConstraints(max_length=...)]]
+    assert fit_item(RewardEvent, "reasons", "r" * 2000) == "r" * 1024
+    with pytest.raises(KeyError, match="declares no max_length for its items"):
+        item_cap(RewardEvent, "flags")

@@ -18,7 +18,14 @@ from schemas.events import (
     JudgeScore,
     SandboxRun,
 )
+from schemas.status import SandboxStatus
 from schemas.tasks import Task
+
+#: How a task's invalid ``language`` is reported: every supported language id.
+LANGUAGE_CHOICES = (
+    "input should be 'python', 'c', 'cpp', 'java', 'javascript', 'typescript', 'go', 'rust', 'bash', 'php', "
+    "'ruby', 'lua' or 'perl'"
+)
 
 GEN: dict[str, Any] = {
     "schema_version": "1.0",
@@ -233,7 +240,8 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         ExecutionResult,
         with_(EXEC, "run.status", "fine"),
         "invalid ExecutionResult: run.status: input should be 'ok', 'nonzero_exit', 'timeout', 'memory_limit', "
-        "'output_limit', 'killed', 'crashed' or 'sandbox_error'",
+        "'output_limit', 'killed', 'crashed', 'sandbox_error', 'compile_error', 'compile_timeout' or "
+        "'unsupported_language'",
     ),
     (
         "args not a list",
@@ -330,7 +338,7 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "several problems",
         Task,
         with_(with_and(TASK, "task_id", 7), "language", "cobol"),
-        "invalid Task: task_id: input should be a valid string; language: input should be 'python'",
+        f"invalid Task: task_id: input should be a valid string; language: {LANGUAGE_CHOICES}",
     ),
     (
         "bad base64",
@@ -429,7 +437,7 @@ def test_encode_refuses_oversized() -> None:
         max_bytes = 10
 
     with pytest.raises(EncodeError, match=r"^Tiny is \d+ bytes, over the 10-byte cap"):
-        encode(Tiny(status="ok", wall_ms=1, cpu_ms=1, max_rss_kb=1, backend="process"))
+        encode(Tiny(status=SandboxStatus.OK, wall_ms=1, cpu_ms=1, max_rss_kb=1, backend="process"))
 
 
 def test_dead_letter_truncates_large_payloads() -> None:

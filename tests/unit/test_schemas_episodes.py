@@ -27,6 +27,7 @@ from schemas.episodes import (
 )
 from schemas.events import OUTPUT_TAIL_MAX_CHARS
 from schemas.paths import MAX_PATH_BYTES
+from schemas.status import SandboxStatus
 from tests.unit.test_codec_fuzz import decode_only_decode_error
 
 #: The actions of the contract, verbatim (one per line for ``episode play``, the objects the SDK sends).
@@ -152,7 +153,7 @@ def test_build_makes_the_agents_output_safe_and_capped() -> None:
         episode_id="ep-2",
         turn=3,
         action="exec",
-        status="nonzero_exit",
+        status=SandboxStatus.NONZERO_EXIT,
         exit_code=1,
         stdout=b"x" * OUTPUT_TAIL_MAX_CHARS + b"END\xff",
         stderr="boom \ud800",
@@ -170,7 +171,7 @@ def test_build_makes_the_agents_output_safe_and_capped() -> None:
 
 def test_a_read_keeps_the_start_of_the_file() -> None:
     observed = ObservationEvent.build(
-        episode_id="e", turn=1, action="read", status="ok", content=b"HEAD" + b"y" * CONTENT_MAX_CHARS
+        episode_id="e", turn=1, action="read", status=SandboxStatus.OK, content=b"HEAD" + b"y" * CONTENT_MAX_CHARS
     )
     assert observed.content is not None
     assert observed.content.startswith("HEAD")
@@ -184,7 +185,7 @@ def test_an_observation_at_every_cap_fits_one_message() -> None:
         episode_id="e" * 128,
         turn=10_000,
         action="read",
-        status="ok",
+        status=SandboxStatus.OK,
         stdout=worst * (2 * OUTPUT_TAIL_MAX_CHARS),
         stderr=worst * (2 * OUTPUT_TAIL_MAX_CHARS),
         content=worst * (2 * CONTENT_MAX_CHARS),
@@ -213,7 +214,12 @@ def test_a_rejection_answers_its_action() -> None:
 
 def test_an_abandoned_episode_is_explicit() -> None:
     observed = ObservationEvent.build(
-        episode_id="e", turn=4, action=None, status="timeout", reason="no action for 300 s", ended="abandoned"
+        episode_id="e",
+        turn=4,
+        action=None,
+        status=SandboxStatus.TIMEOUT,
+        reason="no action for 300 s",
+        ended="abandoned",
     )
     wire = orjson.loads(encode(observed))
     assert (wire["action"], wire["status"], wire["ended"]) == (None, "timeout", "abandoned")
@@ -313,7 +319,7 @@ def test_action_problem_never_raises(path: str, text: str, b64: str, command: st
 @given(stdout=st.binary(max_size=20_000), content=any_text, reason=any_text)
 def test_build_never_fails_for_what_a_program_wrote(stdout: bytes, content: str, reason: str) -> None:
     observed = ObservationEvent.build(
-        episode_id="e", turn=1, action="read", status="ok", stdout=stdout, content=content, reason=reason
+        episode_id="e", turn=1, action="read", status=SandboxStatus.OK, stdout=stdout, content=content, reason=reason
     )
     assert decode(encode(observed), ObservationEvent) == observed
 

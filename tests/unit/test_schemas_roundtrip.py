@@ -18,7 +18,6 @@ from schemas.episodes import (
     ExecAction,
     ForkAction,
     ObservationEvent,
-    ObservationStatus,
     OpenAction,
     ReadAction,
     SubmitAction,
@@ -39,6 +38,8 @@ from schemas.events import (
     StaticFlag,
 )
 from schemas.jsonschema import models
+from schemas.runs import RunReply, RunRequest, RunStep
+from schemas.status import CompileFailure, ObservationStatus, SandboxStatus
 from schemas.tasks import (
     Archive,
     AssertSuite,
@@ -162,9 +163,7 @@ workspace_public_tasks = st.builds(PublicTask, **workspace_fields, public_tests=
 
 sandbox_runs = st.builds(
     SandboxRun,
-    status=st.sampled_from(
-        ["ok", "nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed", "sandbox_error"]
-    ),
+    status=st.sampled_from([*SandboxStatus, *CompileFailure]),  # a grading run's: a build may have failed
     exit_code=st.none() | st.integers(-255, 255),
     signal=st.none() | st.integers(1, 64),
     wall_ms=nonneg,
@@ -307,7 +306,7 @@ def observation_events(draw: st.DrawFn) -> ObservationEvent:
         episode_id=draw(ids),
         turn=draw(turn),
         action=None if kind == "abandoned" else cast(ActionKind, kind),
-        status="timeout" if kind == "abandoned" else cast(ObservationStatus, status),
+        status=SandboxStatus.TIMEOUT if kind == "abandoned" else cast(ObservationStatus, status),
         exit_code=draw(st.none() | st.integers(-255, 255)) if kind == "exec" else None,
         stdout=draw(st.text(max_size=40)),
         stderr=draw(st.text(max_size=40)),
@@ -327,6 +326,55 @@ def observation_events(draw: st.DrawFn) -> ObservationEvent:
         else ("submitted" if kind == "submit" and draw(st.booleans()) else None),
     )
 
+
+# ---- runs (POST /run_code) ---------------------------------------------------------------------------------
+run_paths = st.lists(path_names, min_size=1, max_size=3).map("/".join) | st.lists(
+    path_names, min_size=1, max_size=2
+).map(lambda parts: "/" + "/".join(parts))
+b64 = st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode())
+languages = st.from_regex(r"[A-Za-z0-9_+.-]{1,12}", fullmatch=True)
+run_steps = st.builds(
+    RunStep,
+    status=st.sampled_from(list(SandboxStatus)),
+    exit_code=st.none() | st.integers(-255, 255),
+    signal=st.none() | st.integers(1, 128),
+    wall_ms=nonneg,
+    stdout=st.text(max_size=30),
+    stderr=st.text(max_size=30),
+    stdout_truncated=st.booleans(),
+    stderr_truncated=st.booleans(),
+)  # fmt: skip
+run_requests = st.builds(
+    RunRequest,
+    **envelope,
+    request_id=ids,
+    reply_to=ids,
+    reply_partition=st.integers(0, 1000),
+    language=languages,
+    code=st.text(max_size=60),
+    stdin=st.none() | st.text(max_size=20),
+    files=st.dictionaries(run_paths, b64, max_size=3),
+    fetch_files=st.lists(run_paths, max_size=3),
+    compile_timeout_s=st.floats(min_value=0.001, max_value=600),
+    run_timeout_s=st.floats(min_value=0.001, max_value=600),
+    memory_mb=st.none() | st.integers(16, 65536),
+    deadline=when,
+)
+run_replies = st.builds(
+    RunReply,
+    **envelope,
+    request_id=ids,
+    reply_to=ids,
+    language=languages,
+    worker=short,
+    compile=st.none() | run_steps,
+    run=st.none() | run_steps,
+    files=st.dictionaries(run_paths, b64, max_size=3),
+    error_kind=st.none() | st.sampled_from(["unsupported_language", "expired", "invalid", "sandbox_error"]),
+    error=st.none() | st.text(max_size=30),
+    notes=st.lists(st.text(max_size=20), max_size=3),
+    started_at=st.none() | when,
+)
 
 STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
     Task: st.builds(Task, **task_fields, hidden_tests=suites) | workspace_tasks,
@@ -395,6 +443,8 @@ STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
     ),
     ActionEvent: action_events(),
     ObservationEvent: observation_events(),
+    RunRequest: run_requests,
+    RunReply: run_replies,
 }
 
 

@@ -16,7 +16,8 @@ from schemas.events import GenerationEvent
 from schemas.topics import Role, catalog, topic_for
 
 ROLES = [
-    "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "logs", "dlq"
+    "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "run_requests",
+    "run_replies", "logs", "dlq",
 ]  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.episodes import ExecAction, ObservationEvent, ReadAction, SubmitAction, WriteAction
+from schemas.status import SandboxStatus
 from streams.sdk.agent_text import ACTION_HELP, BadAction, parse_action, render_observation
 from streams.sdk.episodes import EpisodeError
 from streams.sdk.gym_env import EpisodeEnv, SkyRLEpisodeEnv
@@ -104,13 +105,15 @@ def test_arbitrary_json_like_arguments_are_an_action_or_a_bad_action(value: obje
 
 
 def test_an_observation_reads_as_status_output_and_end() -> None:
-    obs = ObservationEvent.build(episode_id="ep-1", turn=2, action="exec", status="nonzero_exit", exit_code=1,
-                                 stdout="1 failed", stderr="boom")  # fmt: skip
+    obs = ObservationEvent.build(episode_id="ep-1", turn=2, action="exec", status=SandboxStatus.NONZERO_EXIT,
+                                 exit_code=1, stdout="1 failed", stderr="boom")  # fmt: skip
     text = render_observation(obs)
     assert text.splitlines()[0] == "turn 2 exec: nonzero_exit (exit code 1)"
     assert "stdout:\n1 failed" in text
     assert "stderr:\nboom" in text
-    read = ObservationEvent.build(episode_id="ep-1", turn=3, action="read", status="ok", content="def add(): ...")
+    read = ObservationEvent.build(
+        episode_id="ep-1", turn=3, action="read", status=SandboxStatus.OK, content="def add(): ..."
+    )
     assert render_observation(read).endswith("def add(): ...")
     rejected = ObservationEvent.build(episode_id="ep-1", turn=4, action="read", status="rejected", reason="no file")
     assert "reason: no file" in render_observation(rejected)

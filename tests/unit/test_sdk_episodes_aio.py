@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from schemas.episodes import ActionEvent, ObservationEvent
+from schemas.status import SandboxStatus
 from streams.sdk.episodes import EpisodeClient, EpisodeError
 from streams.sdk.episodes_aio import AsyncEpisode, AsyncEpisodeClient
 
@@ -48,7 +49,7 @@ class _Answering:
             kind = event.action.action
             content = "x = 1\n" if kind == "read" else None
             future.set_result(ObservationEvent.build(episode_id=event.episode_id, turn=event.turn, action=kind,
-                                                     status="ok", content=content))  # fmt: skip
+                                                     status=SandboxStatus.OK, content=content))  # fmt: skip
 
     def stop(self) -> None:
         self._sent.put(None)

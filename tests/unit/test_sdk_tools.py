@@ -14,7 +14,7 @@ from rewardstream.cli.logs import LogSearchError, build_query, since_expr
 from rewardstream.cli.logs import search as search_logs
 from rewardstream.cli.submit import read_solutions
 from schemas.errors import ConfigError, ValidationError
-from schemas.settings import Settings
+from schemas.settings import OpenSearchSettings
 
 REPO = Path(__file__).resolve().parents[2]
 NDJSON = REPO / "infra" / "dashboards" / "rewardstream-logs.ndjson"
@@ -71,7 +71,7 @@ def test_saved_objects_parse_and_cover_the_sre_searches() -> None:
         assert {"type", "id", "attributes", "references"} <= set(obj), obj
         by_type.setdefault(obj["type"], []).append(obj)
     [pattern] = by_type["index-pattern"]
-    prefix = Settings.model_fields["opensearch_index_prefix"].default
+    prefix = OpenSearchSettings.model_fields["index_prefix"].default
     template_patterns = json.loads(TEMPLATE.read_text())["index_patterns"]
     assert pattern["attributes"]["title"] in [p.replace("__PREFIX__", prefix) for p in template_patterns]
     assert known(pattern["attributes"]["timeFieldName"])
@@ -124,6 +124,18 @@ def test_submit_names_bad_lines(tmp_path: Path) -> None:
         '{"task_id": "t", "generation_id": "g1", "code": "x"}\n{"task_id": "t", "generation_id": "g1", "code": "x"}\n'
     )
     with pytest.raises(ValidationError, match="duplicate generation_id g1"):
+        read_solutions(path)
+
+
+def test_submit_reads_a_language(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(
+        '{"task_id": "t", "generation_id": "g1", "code": "x"}\n'
+        '{"task_id": "t", "generation_id": "g2", "code": "int main;", "language": "c"}\n'
+    )
+    assert [row["language"] for row in read_solutions(path)] == ["python", "c"]
+    path.write_text('{"task_id": "t", "generation_id": "g1", "code": "x", "language": 3}\n')
+    with pytest.raises(ValidationError, match=r"s\.jsonl:1: language must be a string"):
         read_solutions(path)
 
 

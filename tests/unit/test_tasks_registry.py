@@ -21,6 +21,12 @@ from workers.tasks.registry import (
     task_warnings,
 )
 
+#: How a task's invalid ``language`` is reported: every supported language id.
+LANGUAGE_CHOICES = (
+    "input should be 'python', 'c', 'cpp', 'java', 'javascript', 'typescript', 'go', 'rust', 'bash', 'php', "
+    "'ruby', 'lua' or 'perl'"
+)
+
 TASK: dict[str, Any] = {
     "task_id": "demo/1",
     "prompt": "def add(a, b):\n",
@@ -47,7 +53,7 @@ def test_all_errors_reported_with_line_and_field() -> None:
         "",
         task("a/1"),
         "{oops",
-        task("a/5", limits={"timeout_s": -1}, language="c"),
+        task("a/5", limits={"timeout_s": -1}, language="cobol"),
     )
     with pytest.raises(TaskFileError) as caught:
         parse_jsonl(data, "f.jsonl")
@@ -55,7 +61,7 @@ def test_all_errors_reported_with_line_and_field() -> None:
         "line 2: hidden_tests.cases[0].args: input should be a valid array",
         "line 4: task_id: duplicate of line 1",
         "line 5: not JSON: unexpected character, expected a string key: line 1 column 2 (char 1)",
-        "line 6: language: input should be 'python'",
+        f"line 6: language: {LANGUAGE_CHOICES}",
         "line 6: limits.timeout_s: input should be greater than 0",
     ]
     assert str(caught.value).startswith("5 error(s) in f.jsonl, nothing stored: line 2: hidden_tests.cases[0]")

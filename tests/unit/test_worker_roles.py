@@ -18,8 +18,10 @@ from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import CodeUnavailableError, RoleContext, TaskSource, UnknownTaskError
-from workers.roles.grading import ExecutorHandler, VerifierHandler, feedback, sandbox_run
+from workers.roles.executor import ExecutorHandler, feedback
 from workers.roles.judging import JudgeHandler
+from workers.roles.runs import sandbox_run
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.tasks.registry import TaskRegistry
 
@@ -123,6 +125,37 @@ def test_unknown_task_is_an_invalid_event(tmp_path: Path) -> None:
         handler.handle(event("No/such"), SOURCE)
 
 
+def test_a_language_the_suites_do_not_take_fails_them_without_a_run(tmp_path: Path) -> None:
+    sandbox = BrokenSandbox()
+    rust = event(language="rust", code="fn main() {}")  # the task's call suites are python only
+    done = ExecutorHandler(context(tmp_path, "executor"), grader(sandbox)).handle(rust, SOURCE)
+    assert isinstance(done, Done)
+    result = decode((done.outputs[0].value or b""), ExecutionResult)
+    assert result.run.status == "unsupported_language"
+    assert result.feedback is not None
+    assert "not rust" in result.feedback
+    assert {c.status for c in result.cases} == {"error"}
+    done = VerifierHandler(context(tmp_path, "verifier"), grader(sandbox)).handle(rust, SOURCE)
+    assert isinstance(done, Done)
+    verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
+    assert (verdict.run.status, verdict.passed, verdict.total) == ("unsupported_language", 0, 2)
+    assert sandbox.runs == 0
+
+
+def test_a_build_that_fails_for_the_infrastructure_is_a_sandbox_error(tmp_path: Path) -> None:
+    registry = TaskRegistry(tmp_path / "io-tasks")
+    io = {"kind": "io", "cases": [{"stdin": "1", "expected_stdout": "1"}]}
+    registry.store([Task.model_validate({"task_id": "IO/1", "prompt": "p", "public_tests": io, "hidden_tests": io})])
+    ctx = RoleContext(role="verifier", worker="host:1", tasks=TaskSource(registry), artifacts=None, output_topic="o")
+    sandbox = BrokenSandbox()
+    done = VerifierHandler(ctx, grader(sandbox)).handle(event("IO/1", language="c", code="int main;"), SOURCE)
+    assert isinstance(done, Done)
+    verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
+    assert verdict.run.status == "sandbox_error"
+    assert verdict.static_flags == []  # the analysis reads python only
+    assert sandbox.runs == 3  # the compile step, retried
+
+
 def test_code_ref_without_store_is_an_invalid_event(tmp_path: Path) -> None:
     ref = event(code=None, code_ref="s3://bucket-x/sha256/ab/abc", code_sha256=hashlib.sha256(b"x").hexdigest())
     with pytest.raises(CodeUnavailableError):
@@ -144,7 +177,7 @@ def test_judge_handler_scores(tmp_path: Path) -> None:
 
 
 def test_sandbox_run_mapping_and_feedback() -> None:
-    info = RunInfo("ok", 0, None, 12.0, 10.0, 2048, "process", 1)
+    info = RunInfo(SandboxStatus.OK, 0, None, 12.0, 10.0, 2048, "process", 1)
     assert sandbox_run(info, None).status == "ok"
     broken = sandbox_run(info, "harness never started")
     assert broken.status == "sandbox_error"

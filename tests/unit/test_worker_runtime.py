@@ -24,7 +24,8 @@ from schemas.codec import decode, encode
 from schemas.events import DeadLetter, GenerationEvent, LogRecord
 from workers.handler import Done, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
-from workers.transactional_loop import TransactionalWorker, WorkerConfig
+from workers.loop_config import WorkerConfig
+from workers.transactional_loop import TransactionalWorker
 
 TOPIC = "gen"
 

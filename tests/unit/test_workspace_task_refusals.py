@@ -25,8 +25,9 @@ from workers.handler import InvalidEventError, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
 from workers.roles.common import RoleContext, TaskSource, WorkspaceTaskEventError
-from workers.roles.grading import ExecutorHandler, VerifierHandler
+from workers.roles.executor import ExecutorHandler
 from workers.roles.judging import JudgeHandler
+from workers.roles.verifier import VerifierHandler
 from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.tasks.registry import TaskRegistry
 

@@ -6,8 +6,9 @@ pure functions of values, tested alone; the handler only decides which one to se
 
 from __future__ import annotations
 
-from schemas.episodes import ActionEvent, EndReason, ObservationEvent, ObservationStatus
+from schemas.episodes import ActionEvent, EndReason, ObservationEvent
 from schemas.events import GenerationEvent
+from schemas.status import SandboxStatus
 from workers.episodes.step import StepOutcome
 from workers.episodes.turns import EpisodeState
 
@@ -20,7 +21,7 @@ def step_observation(
 ) -> ObservationEvent:
     """The answer to a step the sandbox ran (never a ``sandbox_error``: those are retried, not shown)."""
     kind = event.action.action
-    status: ObservationStatus = outcome.status.value
+    status = outcome.status
     return ObservationEvent.build(
         episode_id=event.episode_id,
         turn=event.turn,
@@ -44,10 +45,10 @@ def end_observation(event: ActionEvent, why: EndReason, workspace_ref: str) -> O
     """The answer to an action that ended the episode without running: a ``submit``, or any action that came
     after ``episode_timeout_s`` (not carried out; the workspace is submitted as it is)."""
     if why == "submitted":
-        return ObservationEvent.build(episode_id=event.episode_id, turn=event.turn, action="submit", status="ok",
-                                      workspace_ref=workspace_ref, ended=why)  # fmt: skip
+        return ObservationEvent.build(episode_id=event.episode_id, turn=event.turn, action="submit",
+                                      status=SandboxStatus.OK, workspace_ref=workspace_ref, ended=why)  # fmt: skip
     return ObservationEvent.build(
-        episode_id=event.episode_id, turn=event.turn, action=event.action.action, status="timeout",
+        episode_id=event.episode_id, turn=event.turn, action=event.action.action, status=SandboxStatus.TIMEOUT,
         workspace_ref=workspace_ref, reason=f"the episode ended ({why}); the workspace is submitted as it is",
         ended=why,
     )  # fmt: skip

@@ -40,12 +40,12 @@ import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from schemas.status import REJECTED, ObservationStatus
 from workers.episodes import step_runner
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, SnapshotTooLargeError, pack, unpack
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
@@ -79,20 +79,6 @@ _SHM = "/dev/shm"  # noqa: S108 - a fresh private directory is made in it (tempf
 _HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO, errno.EROFS, errno.EMFILE, errno.ENFILE})
 _INODE_SLACK = 16
 _MIB = 1 << 20
-
-
-class StepStatus(StrEnum):
-    """How a step ended: the sandbox statuses, plus ``rejected`` (the action was refused, nothing ran)."""
-
-    OK = "ok"
-    NONZERO_EXIT = "nonzero_exit"
-    TIMEOUT = "timeout"
-    MEMORY_LIMIT = "memory_limit"
-    OUTPUT_LIMIT = "output_limit"
-    KILLED = "killed"
-    CRASHED = "crashed"
-    SANDBOX_ERROR = "sandbox_error"
-    REJECTED = "rejected"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +135,7 @@ class StepOutcome:
     ``wall_ms`` is the run's, measured outside the sandbox. ``dropped``: names not kept (FIFOs, sockets,
     devices, names that are not plain UTF-8; at most 100 listed)."""
 
-    status: StepStatus
+    status: ObservationStatus
     snapshot: bytes
     sha256: str
     workspace_kept: bool = True
@@ -244,13 +230,13 @@ def run_step(
     before = Previous(snapshot, hashlib.sha256(snapshot).hexdigest())
     if action.kind == "write" and len(action.data) > caps.max_bytes:
         reason = f"{len(action.data)} bytes do not fit the workspace ({caps.max_bytes} bytes at most)"
-        return before.outcome(StepStatus.REJECTED, reason, kept=True)
+        return before.outcome(REJECTED, reason, kept=True)
     nonce = secrets.token_hex(step_runner.NONCE_LEN // 2).encode()
     spec = build_spec(snapshot, action, caps, limits, nonce)
     try:
         result = sandbox.run(spec)
     except Exception as exc:  # a backend reports failures as values; one that raises failed all the same
-        return before.outcome(StepStatus.SANDBOX_ERROR, f"the sandbox raised {type(exc).__name__}: {exc}")
+        return before.outcome(SandboxStatus.SANDBOX_ERROR, f"the sandbox raised {type(exc).__name__}: {exc}")
     return interpret(result, nonce, action, caps, limits, before)
 
 
@@ -261,7 +247,7 @@ class Previous:
     snapshot: bytes
     sha256: str
 
-    def outcome(self, status: StepStatus, reason: str | None, *, kept: bool = False, **more: Any) -> StepOutcome:
+    def outcome(self, status: ObservationStatus, reason: str | None, *, kept: bool = False, **more: Any) -> StepOutcome:
         return StepOutcome(status, self.snapshot, self.sha256, workspace_kept=kept, reason=reason, **more)
 
 
@@ -332,40 +318,40 @@ def interpret(  # noqa: PLR0917 - the step's whole context
 ) -> StepOutcome:
     """The outcome of a step's run: the infrastructure's failures as ``sandbox_error``, all else the agent's."""
     if result.status == SandboxStatus.SANDBOX_ERROR:
-        return before.outcome(StepStatus.SANDBOX_ERROR, f"sandbox error: {result.error or 'unknown'}")
+        return before.outcome(SandboxStatus.SANDBOX_ERROR, f"sandbox error: {result.error or 'unknown'}")
     report = parse_frames(result.stdout, nonce)
     if report.hello is None:
         tail = result.stderr[-300:].decode("utf-8", "replace").strip()
         why = f"the step runner did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
-        return before.outcome(StepStatus.SANDBOX_ERROR, why)
+        return before.outcome(SandboxStatus.SANDBOX_ERROR, why)
     if report.runner_error is not None:
-        return before.outcome(StepStatus.SANDBOX_ERROR, f"step runner: {report.runner_error}")
+        return before.outcome(SandboxStatus.SANDBOX_ERROR, f"step runner: {report.runner_error}")
     if report.result is None or report.workspace is None:
-        status = StepStatus(result.status.value)
-        if status in (StepStatus.OK, StepStatus.NONZERO_EXIT):
-            status = StepStatus.CRASHED
+        status = result.status
+        if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT):
+            status = SandboxStatus.CRASHED
         why = f"the step runner was stopped before it reported (run status {result.status.value})"
         return before.outcome(status, f"{why}: the workspace is the previous snapshot", wall_ms=result.wall_ms)
     try:
         fields = _action_fields(report.result, action, limits)
         if result.status == SandboxStatus.MEMORY_LIMIT:
-            fields["status"] = StepStatus.MEMORY_LIMIT  # an OOM kill anywhere in the run is its root cause
+            fields["status"] = SandboxStatus.MEMORY_LIMIT  # an OOM kill anywhere in the run is its root cause
         fields["wall_ms"] = result.wall_ms
         return _with_workspace(fields, report, caps, before)
     except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
         why = f"the step runner's report is malformed ({type(exc).__name__}: {exc})"
-        return before.outcome(StepStatus.CRASHED, f"{why}: the workspace is the previous snapshot")
+        return before.outcome(SandboxStatus.CRASHED, f"{why}: the workspace is the previous snapshot")
 
 
 def _action_fields(res: Mapping[str, Any], action: StepAction, limits: StepLimits) -> dict[str, Any]:
     """StepOutcome fields of the action's result (checked: the report came out of the sandbox)."""
     if action.kind != "exec":
         if res["ok"] is not True:
-            return {"status": StepStatus.REJECTED, "reason": _text(res["rejected"])}
+            return {"status": REJECTED, "reason": _text(res["rejected"])}
         if action.kind == "write":
-            return {"status": StepStatus.OK}
+            return {"status": SandboxStatus.OK}
         content = _unb64(res["content"], limits.read_cap_bytes)
-        return {"status": StepStatus.OK, "content": content, "content_truncated": res["truncated"] is True}
+        return {"status": SandboxStatus.OK, "content": content, "content_truncated": res["truncated"] is True}
     stdout = _unb64(res["stdout"], limits.output_cap_bytes)
     stderr = _unb64(res["stderr"], limits.output_cap_bytes)
     exit_code, sig = _opt_int(res["exit_code"]), _opt_int(res["signal"])
@@ -378,12 +364,12 @@ def _action_fields(res: Mapping[str, Any], action: StepAction, limits: StepLimit
         "stderr_truncated": _int(res["stderr_bytes"]) > len(stderr),
     }
     if res["timed_out"] is True:
-        fields.update(status=StepStatus.TIMEOUT, reason=f"the command ran out of its {action.timeout_s} s")
+        fields.update(status=SandboxStatus.TIMEOUT, reason=f"the command ran out of its {action.timeout_s} s")
     elif "spawn_error" in res:
-        fields.update(status=StepStatus.NONZERO_EXIT, reason=f"cannot run {_text(res['spawn_error'])}")
+        fields.update(status=SandboxStatus.NONZERO_EXIT, reason=f"cannot run {_text(res['spawn_error'])}")
     else:
         status = classify(stopped_for=None, oom_kills=0, exit_code=exit_code, sig=sig)
-        fields["status"] = StepStatus(status.value)
+        fields["status"] = status
     return fields
 
 
@@ -401,7 +387,7 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
             packed = canonical(report.tar, caps)
         except (SnapshotError, ValueError, OSError) as exc:
             if host_failure(exc):  # our scratch space failed on a tar within the caps: not the agent's doing
-                return before.outcome(StepStatus.SANDBOX_ERROR, f"re-validating the workspace failed: {exc}")
+                return before.outcome(SandboxStatus.SANDBOX_ERROR, f"re-validating the workspace failed: {exc}")
             kept, kept_reason = False, f"the workspace the step left was refused: {exc}"
         else:
             snapshot, sha = packed.data, packed.sha256

@@ -15,31 +15,45 @@ sandbox's stdout is the harness's protocol channel and is never shown as the can
 
 A workspace task is never graded here as a program (``refuse_workspace``); the roles run an episode's graded
 workspace through ``run_suites(..., workspace=...)``, the same harness run with the workspace as the candidate.
+
+A program in another language than python is built once (``workers.languages``: a compile step of its own)
+and its io suites run the built program in the same harness run; a build that fails is the candidate's
+failure (``compile_error``/``compile_timeout``), never ``sandbox_error``. What a run reports (``RunInfo``,
+``CandidateOutput``, ``CompileInfo``, ``SuitesRun``, ``GradeResult``) is defined in ``workers.grading.results``
+and re-exported here.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+from schemas.caps import fit
 from schemas.errors import SandboxError, ValidationError
-from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task
+from schemas.events import SandboxRun
+from schemas.status import UNSUPPORTED_LANGUAGE
+from schemas.tasks import CommandSuite, IoSuite, Limits, PublicTask, Task, suite_languages
 from schemas.text import sanitize_text
 from workers.grading.helpers import prompt_helpers
-from workers.grading.static_analysis import Flag, analyze
+from workers.grading.results import (
+    OUTPUT_RECORD,
+    CandidateOutput,
+    CompileInfo,
+    GradeResult,
+    RunInfo,
+    SuitesRun,
+    split_output,
+)
+from workers.grading.static_analysis import analyze
 from workers.grading.suites import (
     DEFAULT_PYTHON_ARGV,
-    MAGIC,
     AnySuite,
     CallInput,
     CaseValue,
     JobSuite,
+    ProgramJob,
     Records,
     SuiteOutcome,
     WorkspaceJob,
@@ -55,17 +69,47 @@ from workers.grading.suites import (
     parse_records,
     score_suite,
 )
+from workers.languages.registry import LanguageSpec, resolve
+from workers.languages.source import Build, CompileLimits, compile_program
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
+#: What a grading run reports is defined in ``workers.grading.results``; importers take it from here too.
+__all__ = [
+    "GRADER_VERSION",
+    "OUTPUT_RECORD",
+    "CandidateOutput",
+    "CompileInfo",
+    "GradeResult",
+    "Grader",
+    "GraderConfig",
+    "RunInfo",
+    "SuitesRun",
+    "WorkspaceTaskError",
+    "grade",
+    "language_refusal",
+    "public_suite",
+    "refuse_workspace",
+    "run_call_cases",
+    "split_output",
+]
+
 GRADER_VERSION = "grading/1"
-#: How an ``output`` record starts after its frame (the harness writes it with this key first).
-OUTPUT_RECORD = b'{"output":'
 
 
 class WorkspaceTaskError(ValidationError):
     """A workspace task reached the one-shot grader, which would grade it wrong: it runs one program text,
     while a workspace task's entry point is ``module:function`` in a workspace and its io suites run a command.
     The episode worker grades those."""
+
+
+def language_refusal(suites: Sequence[tuple[str, AnySuite]], language: str) -> str | None:
+    """Why these suites cannot run a solution in ``language`` (call and assert suites call a Python function;
+    an io suite may list the languages it takes), or None."""
+    for label, suite in suites:
+        accepted = suite_languages(suite)
+        if accepted is not None and language not in accepted:
+            return f"{UNSUPPORTED_LANGUAGE}: the {label} suite takes {', '.join(sorted(accepted))}, not {language}"
+    return None
 
 
 def refuse_workspace(task: PublicTask | Task) -> None:
@@ -97,127 +141,8 @@ class GraderConfig:
     startup_grace_s: float = 5.0
     pids_limit: int = 64
     max_stdout_bytes: int = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """What the sandbox said about the (last) run, for SREs and the result file."""
-
-    status: str
-    exit_code: int | None
-    signal: int | None
-    wall_ms: float
-    cpu_ms: float
-    max_rss_kb: int
-    backend: str
-    attempts: int
-    error: str | None = None
-    hardened: bool | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "status": self.status,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "wall_ms": round(self.wall_ms, 3),
-            "cpu_ms": round(self.cpu_ms, 3),
-            "max_rss_kb": self.max_rss_kb,
-            "backend": self.backend,
-            "attempts": self.attempts,
-            "error": self.error,
-            "hardened": self.hardened,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class CandidateOutput:
-    """What the candidate's processes wrote to stdout and stderr in one run, never the harness protocol.
-
-    ``stdout``/``stderr`` are the last bytes kept (the harness keeps ``harness.OUTPUT_CAP`` of each), as
-    written; ``*_bytes`` how many were written in all. ``reported`` is False when the run ended before the
-    harness reported the output (killed, infrastructure failure): then nothing is known about it.
-    """
-
-    stdout: bytes = b""
-    stderr: bytes = b""
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    reported: bool = True
-
-    @property
-    def stdout_truncated(self) -> bool:
-        """Fewer bytes kept than written (or not reported at all)."""
-        return not self.reported or self.stdout_bytes > len(self.stdout)
-
-    @property
-    def stderr_truncated(self) -> bool:
-        """Fewer bytes kept than written (or not reported at all)."""
-        return not self.reported or self.stderr_bytes > len(self.stderr)
-
-
-def split_output(stdout: bytes, nonce: bytes, *, reported: bool = True) -> tuple[bytes, CandidateOutput]:
-    """Take the harness's ``output`` records out of a run's stdout: (the rest, the candidate's output).
-
-    Only lines framed with this run's nonce count (candidate code cannot write them). The harness writes no
-    record for a stream nothing was written to, so ``reported`` (the harness got to its ``done`` record, or
-    never started: see ``parse_records``) says whether a missing record means "nothing" or "unknown". A
-    malformed output record is left in place, for ``parse_records`` to report (or to ignore as the cut last
-    line of truncated output).
-    """
-    prefix = MAGIC + b" " + nonce + b" "
-    head = prefix + OUTPUT_RECORD
-    if head not in stdout:
-        return stdout, CandidateOutput(reported=reported)
-    rest: list[bytes] = []
-    found: dict[str, tuple[bytes, int]] = {}
-    for line in stdout.split(b"\n"):
-        if line.startswith(head):
-            try:
-                rec = json.loads(line[len(prefix) :])
-                name, data, total = rec["output"], rec["b64"], rec["bytes"]
-                if name in ("stdout", "stderr") and name not in found and type(total) is int:
-                    found[name] = (base64.b64decode(data, validate=True), total)
-                    continue
-            except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
-                pass
-        rest.append(line)
-    (out, out_n), (err, err_n) = found.get("stdout", (b"", 0)), found.get("stderr", (b"", 0))
-    return b"\n".join(rest), CandidateOutput(out, err, out_n, err_n, reported)
-
-
-@dataclass(frozen=True, slots=True)
-class SuitesRun:
-    """Outcome of running several suites in one sandbox run. ``infra_error`` set means no verdict.
-
-    ``output`` is what the candidate printed during the run (all its suites): show it to whoever may see
-    every suite of the run (a public run's output may reach the policy; a hidden run's must not).
-    """
-
-    outcomes: tuple[SuiteOutcome, ...]
-    run: RunInfo
-    infra_error: str | None
-    protocol_error: str | None
-    output: CandidateOutput = CandidateOutput()
-
-
-@dataclass(frozen=True, slots=True)
-class GradeResult:
-    """One graded generation's signals, no reward: the CLI layer applies the pipeline's policy to them.
-
-    ``infra_error`` is set when the run gave no verdict (``status == "sandbox_error"``); ``notes`` are the
-    grader's other remarks (a violated harness protocol, an unhardened harness) for the result's reasons.
-    """
-
-    generation_id: str
-    task_id: str
-    status: str  # "pass" | "fail" | "sandbox_error"
-    public: SuiteOutcome | None
-    hidden: SuiteOutcome
-    static_flags: tuple[Flag, ...]
-    run: RunInfo
-    infra_error: str | None = None
-    notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: The compile step's own limits (a language that compiles: one build per run of a suite).
+    compile_limits: CompileLimits = field(default_factory=CompileLimits)
 
 
 def _error_result(exc: Exception, backend: str) -> SandboxResult:
@@ -234,7 +159,7 @@ def _error_result(exc: Exception, backend: str) -> SandboxResult:
         cpu_ms=0.0,
         max_rss_kb=0,
         backend=backend,
-        error=f"{type(exc).__name__}: {exc}"[:4096],
+        error=fit(SandboxRun, "error", f"{type(exc).__name__}: {exc}"),
     )
 
 
@@ -262,6 +187,8 @@ class Grader:
         suites: Sequence[JobSuite],
         limits: Limits,
         workspace: WorkspaceJob | None = None,
+        *,
+        program: ProgramJob | None = None,
     ) -> tuple[SandboxResult, Records, int, str | None, CandidateOutput]:
         """Run once, retrying infrastructure failures with backoff.
 
@@ -287,6 +214,7 @@ class Grader:
                 python_argv=cfg.python_argv,
                 pids_limit=cfg.pids_limit,
                 workspace=workspace,
+                program=program,
             )
             try:
                 result = self.sandbox.run(spec)
@@ -318,24 +246,51 @@ class Grader:
         *,
         prompt: str = "",
         workspace: WorkspaceJob | None = None,
+        language: str = "python",
     ) -> SuitesRun:
         """Run labelled suites in ONE sandbox run and score every case outside the sandbox.
 
         ``prompt`` is the task's: assert suites run with the helpers it defines (never the candidate's).
         With ``workspace`` the candidate is an episode's graded workspace (``code`` is empty): call suites
         import ``entry_point``'s ``module:function`` from it, io and command suites run their command in it.
+        A ``language`` other than python is built first (one compile step, ``config.compile_limits``) and its
+        io suites run the built program; a failed build fails every case with its reason (``compile_error``,
+        ``compile_timeout``: the candidate's failure) and the compiler's output as the run's output. Suites
+        that do not take ``language`` (call and assert suites are python only) fail every case with
+        ``unsupported_language``, and nothing runs.
         """
         if workspace is None and any(_in_workspace(s) for _, s in suites):
             raise WorkspaceTaskError("command suites and io suites with a command run in a workspace")
+        spec = resolve(language)
+        refused = None if workspace is not None else language_refusal(suites, spec.id)
+        if refused is not None:
+            return self._refused(refused, suites)
+        if spec.id != "python":
+            return self._run_program(spec, code, suites, limits)
         helpers = prompt_helpers(prompt, entry_point) if any(s.kind == "assert" for _, s in suites) else ""
         max_stdout = self.config.max_stdout_bytes
         jobs = [job_suite(s, limits.timeout_s, max_stdout_bytes=max_stdout, helpers=helpers) for _, s in suites]
+        return self._run_jobs(code, entry_point, suites, jobs, limits, workspace=workspace)
+
+    def _run_jobs(
+        self,
+        code: str,
+        entry_point: str | None,
+        suites: Sequence[tuple[str, AnySuite]],
+        jobs: list[JobSuite],
+        limits: Limits,
+        *,
+        workspace: WorkspaceJob | None = None,
+        program: ProgramJob | None = None,
+    ) -> SuitesRun:
         order = order_for_harness(jobs)
         ordered = [jobs[i] for i in order]
-        result, records, attempts, problem, output = self._execute(code, entry_point, ordered, limits, workspace)
+        result, records, attempts, problem, output = self._execute(
+            code, entry_point, ordered, limits, workspace, program=program
+        )
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
-            status=result.status.value,
+            status=result.status,
             exit_code=result.exit_code,
             signal=result.signal,
             wall_ms=result.wall_ms,
@@ -356,6 +311,59 @@ class Grader:
             else:
                 outcomes.append(score_suite(suite, label, records.cases.get(position[i], {})))
         return SuitesRun(tuple(outcomes), run, problem, records.protocol_error, output)
+
+    def _run_program(
+        self, spec: LanguageSpec, code: str, suites: Sequence[tuple[str, AnySuite]], limits: Limits
+    ) -> SuitesRun:
+        """Build ``code`` once, then run every io suite against the built program in one harness run."""
+        build = compile_program(self.sandbox, spec, code, limits=self.config.compile_limits)
+        info = CompileInfo.of(build)
+        if not build.ok:
+            return self._unbuilt(build, info, suites)
+        program = ProgramJob(
+            files=build.files, executables=spec.executables, argv=spec.run_argv(limits.memory_mb),
+            toolchain=spec.toolchain, env=spec.env,
+        )  # fmt: skip
+        max_stdout = self.config.max_stdout_bytes
+        jobs = [
+            JobSuite("io", {**job_suite(s, limits.timeout_s, max_stdout_bytes=max_stdout).payload,
+                            "command": list(program.argv)})
+            for _, s in suites
+        ]  # fmt: skip
+        ran = self._run_jobs("", None, suites, jobs, limits, program=program)
+        return replace(ran, compile=info)
+
+    def _refused(self, reason: str, suites: Sequence[tuple[str, AnySuite]]) -> SuitesRun:
+        """Suites that do not take the solution's language: every case fails with why; nothing ran."""
+        backend = getattr(self.sandbox, "name", "?")
+        run = RunInfo(UNSUPPORTED_LANGUAGE, None, None, 0.0, 0.0, 0, backend, 1, reason)
+        outcomes = tuple(failed_suite(s, label, "error", reason) for label, s in suites)
+        return SuitesRun(outcomes, run, None, None)
+
+    def _unbuilt(self, build: Build, info: CompileInfo | None, suites: Sequence[tuple[str, AnySuite]]) -> SuitesRun:
+        """The suites of a program that did not build: every case fails with why (no run happened)."""
+        stage = build.stage
+        backend = getattr(self.sandbox, "name", "?")
+        if build.error is not None:  # the infrastructure failed, after retries: no verdict
+            error = sanitize_text(build.error)
+            run = RunInfo(SandboxStatus.SANDBOX_ERROR, None, None, 0.0, 0.0, 0, backend, build.attempts, error)
+            outcomes = tuple(failed_suite(s, label, "error", "sandbox_error") for label, s in suites)
+            return SuitesRun(outcomes, run, error, None, CandidateOutput(reported=False), info)
+        reason = build.reason or build.status
+        run = RunInfo(
+            status=build.status,
+            exit_code=stage.exit_code if stage else None,
+            signal=stage.signal if stage else None,
+            wall_ms=stage.wall_ms if stage else 0.0,
+            cpu_ms=stage.cpu_ms if stage else 0.0,
+            max_rss_kb=stage.max_rss_kb if stage else 0,
+            backend=backend,
+            attempts=build.attempts,
+            error=sanitize_text(reason),
+        )
+        outcomes = tuple(failed_suite(s, label, "error", reason) for label, s in suites)
+        output = info.output if info is not None else CandidateOutput()
+        return SuitesRun(outcomes, run, None, None, output, info)
 
     def run_call_cases(
         self, code: str, entry_point: str, cases: Sequence[CallInput], limits: Limits
@@ -381,18 +389,21 @@ class Grader:
         return out
 
     # ---- grading ---------------------------------------------------------------------------------------
-    def grade(self, task: Task, code: str, *, generation_id: str = "") -> GradeResult:
+    def grade(self, task: Task, code: str, *, generation_id: str = "", language: str = "python") -> GradeResult:
         """Static analysis + public and hidden suites in one run: the signals a reward policy needs.
 
-        A workspace task raises WorkspaceTaskError: the episode worker grades those.
+        A workspace task raises WorkspaceTaskError: the episode worker grades those. A ``language`` a suite
+        does not take fails it (``unsupported_language``, nothing runs). Static analysis reads Python only: a
+        solution in another language has no static flags (its io suites are compared outside all the same).
         """
         public_tests = public_suite(task)
-        flags = tuple(analyze(code))
+        spec = resolve(language)
+        flags = tuple(analyze(code)) if spec.id == "python" else ()
         labelled: list[tuple[str, AnySuite]] = []
         if public_tests is not None:
             labelled.append(("public", public_tests))
         labelled.append(("hidden", task.hidden_tests))
-        ran = self.run_suites(code, task.entry_point, labelled, task.limits, prompt=task.prompt)
+        ran = self.run_suites(code, task.entry_point, labelled, task.limits, prompt=task.prompt, language=spec.id)
         by_label = {o.label: o for o in ran.outcomes}
         public = by_label.get("public")
         hidden = by_label["hidden"]
@@ -407,6 +418,10 @@ class Grader:
             notes.append(f"harness protocol violated: {ran.protocol_error}")
         if ran.run.hardened is False:
             notes.append("warning: the harness could not make itself non-dumpable")
+        if ran.compile is not None and ran.compile.status is not SandboxStatus.OK:
+            notes.append(ran.compile.reason or ran.compile.status)
+        if ran.run.status == UNSUPPORTED_LANGUAGE and ran.run.error:
+            notes.append(ran.run.error)
         return GradeResult(
             generation_id=generation_id,
             task_id=task.task_id,
@@ -417,6 +432,8 @@ class Grader:
             run=ran.run,
             infra_error=ran.infra_error,
             notes=tuple(notes),
+            language=spec.id,
+            compile=ran.compile,
         )
 
 
@@ -426,10 +443,16 @@ def _in_workspace(suite: AnySuite) -> bool:
 
 
 def grade(
-    task: Task, code: str, sandbox: Sandbox, *, generation_id: str = "", config: GraderConfig | None = None
+    task: Task,
+    code: str,
+    sandbox: Sandbox,
+    *,
+    generation_id: str = "",
+    config: GraderConfig | None = None,
+    language: str = "python",
 ) -> GradeResult:
     """Grade ``code`` for ``task`` on ``sandbox`` (convenience wrapper around ``Grader``)."""
-    return Grader(sandbox, config).grade(task, code, generation_id=generation_id)
+    return Grader(sandbox, config).grade(task, code, generation_id=generation_id, language=language)
 
 
 def run_call_cases(

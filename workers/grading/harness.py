@@ -33,6 +33,9 @@ Why it is shaped like this (the grader's trust argument):
   command, an io suite of one case) becomes the task's command in ``ws/`` under ``PYTHONSAFEPATH`` (``-P``),
   whose ``sitecustomize`` (in a site dir outside the workspace) appends ``ws/`` to ``sys.path`` in the same
   way. Expected values still never enter the sandbox: what the workspace plants can only change its answers.
+* Program jobs (a program in another language, header ``"program"``, built by ``workers.languages`` before
+  this run): its files are the work dir; io suites only, each case execs the suite's ``command`` (the
+  language's run argv) there, exactly as a workspace command runs (``Workspace.program``).
 
 Usage: ``python3 -I harness.py NBYTES N_ASSERT`` with NBYTES of stdin: a 32-byte nonce, then newline-separated
 JSON segments (a header ``{"code", "entry_point"}``, then one per suite); N_ASSERT = number of assert suites.
@@ -585,6 +588,28 @@ class Workspace:
             raise HarnessError(f"cannot restore the workspace: {_type_name(exc)}: {exc}") from None
         env = {**os.environ, **extra, "PYTHONPATH": site, "PYTHONPYCACHEPREFIX": pycache}
         return cls(ws, pycache, env)
+
+    @classmethod
+    def program(cls, spec: object) -> Workspace:
+        """A built program in any language (header ``"program"``): its files are the work dir as the host
+        wrote them, io suites run their ``command`` there with the sandbox's environment. ``executables`` are
+        made executable first (the host writes every file 0644), never through a link; one that is missing
+        or not a regular file is left alone: running it then fails, the candidate's failure."""
+        if type(spec) is not dict or type(spec.get("executables")) is not list:
+            raise HarnessError("program job without its executables")
+        for name in spec["executables"]:
+            if type(name) is not str or not name or name.startswith("/") or ".." in name.split("/"):
+                raise HarnessError("program job with a bad executable name")
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                if os.path.isfile(f"/proc/self/fd/{fd}"):
+                    os.fchmod(fd, 0o755)
+            finally:
+                os.close(fd)
+        return cls(os.getcwd(), "", dict(os.environ))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1254,6 +1279,15 @@ def _safe_sys_path() -> None:
         importlib_invalidate.clear()
 
 
+def _workspace_of(job: dict[str, Any]) -> Workspace | None:
+    """Where the job's commands run: a restored workspace, a built program's work dir, or none."""
+    if "workspace" in job:
+        return Workspace.prepare(job["workspace"])
+    if "program" in job:
+        return Workspace.program(job["program"])
+    return None
+
+
 def main(argv: list[str]) -> int:
     """Run one job: a header segment, then one segment per suite (call/io first, assert suites last).
 
@@ -1285,7 +1319,7 @@ def main(argv: list[str]) -> int:
         job = _parse_segment(buf, spans[0])
         if type(job.get("code")) is not str or type(job.get("entry_point")) is not str:
             raise HarnessError("header without code or entry point")
-        ws = Workspace.prepare(job["workspace"]) if "workspace" in job else None
+        ws = _workspace_of(job)
         seen_assert = False
         for sid, span in enumerate(spans[1:]):
             suite = _parse_segment(buf, span)

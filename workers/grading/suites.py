@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal, NoReturn, Protocol
 
+from schemas.caps import fit
+from schemas.events import CaseResult, SandboxRun
 from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
@@ -106,7 +108,7 @@ class CaseOutcome:
         """Plain JSON; hidden cases are written without messages (they might echo hidden inputs)."""
         out: dict[str, object] = {"case_id": self.id, "status": self.status}
         if with_message and self.message:
-            out["message"] = self.message[:1024]
+            out["message"] = fit(CaseResult, "message", self.message)
         return out
 
 
@@ -146,6 +148,24 @@ class WorkspaceJob:
         """(``workdir_size_mb``, ``workdir_inodes``) for the tar, the restored files and the harness."""
         need = 2 * len(self.tar) + self.entries * 4096 + (8 << 20)
         return -(-need // (1 << 20)), self.entries + 64
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramJob:
+    """A program in another language as a grading run takes it, built once (``workers.languages``) for every
+    run of it: the work dir's files (its source, its compile's artifacts), the files to make executable, the
+    argv each io case runs, its toolchain family and the language's environment."""
+
+    files: Mapping[str, bytes]
+    executables: tuple[str, ...]
+    argv: tuple[str, ...]
+    toolchain: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def workdir_mb(self) -> int:
+        """A work dir with room for the files twice over (a program may copy its binary) and 16 MiB more."""
+        need = 2 * sum(len(data) for data in self.files.values()) + (16 << 20)
+        return -(-need // (1 << 20))
 
 
 def argv_of(command: Command) -> list[str]:
@@ -241,6 +261,7 @@ def build_spec(
     python_argv: Sequence[str] = DEFAULT_PYTHON_ARGV,
     pids_limit: int = 64,
     workspace: WorkspaceJob | None = None,
+    program: ProgramJob | None = None,
 ) -> SandboxSpec:
     """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of stdin.
 
@@ -248,9 +269,16 @@ def build_spec(
     work dir as files and the header tells the harness where (``WORKSPACE_FILES``), with the environment of
     its commands; the work dir is sized for it, and the timeout has the start-up grace once more for the
     restore.
+
+    With ``program`` the candidate is a built program in another language (``code`` is empty): its files go
+    into the work dir, the header tells the harness which to make executable, and the run gets the program's
+    toolchain family and environment (the io suites carry its argv as their ``command``).
     """
     header: dict[str, object] = {"code": code, "entry_point": entry_point or ""}
     files = {HARNESS_FILE: harness, HARNESS_PYC: harness_pyc}
+    if program is not None:
+        header["program"] = {"executables": list(program.executables)}
+        files = {**program.files, **files}
     timeout = sum(float(s.payload["timeout_s"]) for s in suites) + startup_grace_s
     if workspace is not None:
         header["workspace"] = {**WORKSPACE_FILES, "env": WORKSPACE_ENV}
@@ -268,6 +296,9 @@ def build_spec(
         pids_limit=pids_limit,
         output_limit_bytes=HARNESS_OUTPUT_BYTES + (256 << 10),
     )
+    if program is not None:
+        workdir = max(spec.workdir_size_mb, program.workdir_mb())
+        return replace(spec, toolchain=program.toolchain, env=dict(program.env), workdir_size_mb=workdir)
     if workspace is None:
         return spec
     size_mb, inodes = workspace.workdir()
@@ -320,7 +351,7 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
         elif rec.get("done") is True:
             done = True
         elif "harness_error" in rec:
-            harness_error = harness_error or str(rec["harness_error"])[:4096]
+            harness_error = harness_error or fit(SandboxRun, "error", str(rec["harness_error"]))
         elif rec.get("suite_done") is True and type(rec.get("suite")) is int:
             suites_done.add(rec["suite"])
         elif type(rec.get("suite")) is int and type(rec.get("id")) is str and type(rec.get("ok")) is bool:

@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from schemas.caps import fit
+from schemas.events import JudgeScore
 from schemas.text import sanitize_text
 from workers.judge.base import JudgeError, JudgeOutcome, JudgeRequest
 from workers.judge.parse import parse_score
@@ -136,7 +138,8 @@ class OpenAIJudge:
 
     def _error(self, why: str, started: float) -> JudgeOutcome:
         return JudgeOutcome(
-            score=None, rationale=None, error=why[:4096], model=self.model, prompt_version=self.prompt_version,
+            score=None, rationale=None, error=fit(JudgeScore, "error", why), model=self.model,
+            prompt_version=self.prompt_version,
             latency_ms=(time.perf_counter() - started) * 1000,
         )  # fmt: skip
 
@@ -158,5 +161,5 @@ def _rationale_text(content: str) -> str:
         except ValueError:
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("rationale"), str):
-            return str(obj["rationale"])[:4096]
-    return content.strip()[:4096]
+            return fit(JudgeScore, "rationale", str(obj["rationale"]))
+    return fit(JudgeScore, "rationale", content.strip())

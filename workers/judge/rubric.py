@@ -12,6 +12,8 @@ import ast
 import threading
 import time
 
+from schemas.caps import fit
+from schemas.events import JudgeScore
 from workers.grading.static_analysis import analyze, hack_rules
 from workers.judge.base import JudgeOutcome, JudgeRequest
 
@@ -76,7 +78,9 @@ class RubricJudge:
         try:
             tree = ast.parse(request.code)
         except (SyntaxError, ValueError) as exc:
-            return self._outcome(0.0, f"does not parse: {type(exc).__name__}: {exc}"[:4096], started)
+            return self._outcome(
+                0.0, fit(JudgeScore, "rationale", f"does not parse: {type(exc).__name__}: {exc}"), started
+            )
         functions = _functions(tree)
         entry = functions.get(request.entry_point) if request.entry_point else next(iter(functions.values()), None)
         met = {

@@ -19,7 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
+from schemas.caps import fit
+from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
@@ -55,7 +56,9 @@ def one_shot(task: _T) -> _T:
     return task
 
 
-class _Lru(Generic[T]):
+class Lru(Generic[T]):
+    """``load(key)``, the last ``size`` keys kept (thread-safe): what a role reads again and again."""
+
     def __init__(self, load: Callable[[str], T], size: int = 4096) -> None:
         self._load = load
         self._size = size
@@ -81,8 +84,8 @@ class TaskSource:
 
     def __init__(self, registry: TaskRegistry) -> None:
         self.registry = registry
-        self._public = _Lru(registry.public)
-        self._full = _Lru(registry.task)
+        self._public = Lru(registry.public)
+        self._full = Lru(registry.task)
 
     def public(self, task_id: str) -> PublicTask:
         """The public view (executor, judge)."""
@@ -195,11 +198,8 @@ class RoleContext:
             component=self.role,
             worker=self.worker,
             logger=f"rewardstream.worker.{self.role}",
-            message=message[:8192],
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
+            message=fit(LogRecord, "message", message),
+            **generation_ids(event),
             topic=source.topic,
             partition=source.partition,
             offset=source.offset,

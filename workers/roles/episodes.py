@@ -21,6 +21,7 @@ from schemas.codec import encode
 from schemas.episodes import ActionEvent, ForkAction, ObservationEvent, OpenAction
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent, LogRecord, LogValue
+from schemas.status import SandboxStatus
 from schemas.tasks import EpisodeLimits, PublicTask
 from workers.artifacts import ArtifactStore
 from workers.episodes import turns
@@ -28,7 +29,7 @@ from workers.episodes.observe import end_observation, step_observation, submitte
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.snapshot import Packed
 from workers.episodes.sources import CommittedEpisodes
-from workers.episodes.step import StepLimits, StepStatus, run_step
+from workers.episodes.step import StepLimits, run_step
 from workers.episodes.table import EpisodeTable, dumps
 from workers.episodes.turns import EpisodeState, Rejected, Step
 from workers.episodes.workspaces import Workspaces
@@ -120,7 +121,8 @@ class EpisodeHandler:
             raise StepInfraError(f"a start from a {action.action} action")
         if isinstance(started, str):  # why it cannot start: the trainer's to fix, said in a rejection
             return self._done(source, ObservationEvent.rejection(event, started))
-        observation = ObservationEvent.build(episode_id=event.episode_id, turn=0, action=action.action, status="ok",
+        observation = ObservationEvent.build(episode_id=event.episode_id, turn=0, action=action.action,
+                                             status=SandboxStatus.OK,
                                              workspace_ref=self.workspaces.url_for(started.snapshot))  # fmt: skip
         return self._done(source, observation, started)
 
@@ -178,7 +180,7 @@ class EpisodeHandler:
         limits = task.episode_limits
         before = self.workspaces.get(state.snapshot)
         outcome = run_step(self.sandbox, before, decision.action, caps_of(limits), step_limits(task, limits))
-        if outcome.status == StepStatus.SANDBOX_ERROR:
+        if outcome.status == SandboxStatus.SANDBOX_ERROR:
             raise StepInfraError(f"step {event.turn} of {event.episode_id}: {outcome.reason}")
         if outcome.sha256 != state.snapshot:  # stored before the observation naming it can be committed
             self.workspaces.put(Packed(outcome.snapshot, outcome.sha256, 0, len(outcome.snapshot)))
@@ -220,8 +222,8 @@ class EpisodeHandler:
             url = self.workspaces.url_for(after.snapshot)
             reason = "no action came in time" if why == "abandoned" else "the episode's time is up"
             observation = ObservationEvent.build(
-                episode_id=state.episode_id, turn=state.turn + 1, action=None, status="timeout", workspace_ref=url,
-                reason=reason, ended=why,
+                episode_id=state.episode_id, turn=state.turn + 1, action=None, status=SandboxStatus.TIMEOUT,
+                workspace_ref=url, reason=reason, ended=why,
             )  # fmt: skip
             ends.append((after, observation, None if why == "abandoned" else submitted(after, url)))
         outputs = [out for after, obs, gen in ends for out in self._outputs(partition, obs, after, gen)]

@@ -7,7 +7,8 @@ graded is a ``status="error"`` score with the reason, like any judge failure.
 
 from __future__ import annotations
 
-from schemas.events import GenerationEvent, JudgeScore, LogValue
+from schemas.caps import fit
+from schemas.events import GenerationEvent, JudgeScore, LogValue, result_ids
 from schemas.tasks import PublicTask
 from workers.episodes.diff import changes_between, entries, judged_code
 from workers.handler import Done, Outcome, Source, encode_output
@@ -35,18 +36,14 @@ class JudgeHandler:
             code = ctx.code_of(event)
             got = self.judge.score(JudgeRequest(event.task_id, task.prompt, task.entry_point, code))
         score = JudgeScore(
-            generation_id=event.generation_id,
-            episode_id=event.episode_id,
-            run_id=event.run_id,
-            task_id=event.task_id,
-            turn=event.turn,
+            **result_ids(event),
             status="ok" if got.ok else "error",
             score=got.score,
-            judge_model=got.model[:256],
-            prompt_version=got.prompt_version[:256],
-            rationale=None if got.rationale is None else got.rationale[:4096],
+            judge_model=fit(JudgeScore, "judge_model", got.model),
+            prompt_version=fit(JudgeScore, "prompt_version", got.prompt_version),
+            rationale=None if got.rationale is None else fit(JudgeScore, "rationale", got.rationale),
             latency_ms=max(got.latency_ms, 0.0),
-            error=None if got.error is None else got.error[:4096],
+            error=None if got.error is None else fit(JudgeScore, "error", got.error),
         )
         fields: dict[str, LogValue] = {
             "status": score.status, "score": score.score, "judge_model": score.judge_model,

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
@@ -21,6 +22,7 @@ from bus.clients import make_consumer, make_producer
 from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
 from schemas.events import GenerationEvent
+from schemas.runs import RunRequest
 from schemas.settings import Settings
 from schemas.topics import WRITER_ROLE, WriterRole, catalog_for, group_for, topic_for
 from schemas.topics import Role as TopicRole
@@ -28,10 +30,12 @@ from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.handler import Handler
 from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
+from workers.loop_config import WorkerConfig, WorkerStats
 from workers.roles.common import RoleContext, TaskSource
+from workers.roles.run_code import ExecutorRouter, RunHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
-from workers.transactional_loop import TransactionalWorker, WorkerConfig, WorkerStats
+from workers.transactional_loop import TransactionalWorker
 
 RoleName = WriterRole
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {role: topic for topic, role in WRITER_ROLE.items()}
@@ -87,8 +91,9 @@ def build_worker(
     *,
     concurrency: int | None = None,
     deps: Dependencies | None = None,
-) -> Iterator[TransactionalWorker[GenerationEvent]]:
-    """A ready worker; everything it owns (sandbox, judge, clients) is released on exit."""
+) -> Iterator[TransactionalWorker[Any]]:
+    """A ready worker (the executor's also answers the gateway's run requests); everything it owns (sandbox,
+    judge, clients) is released on exit."""
     deps = deps or Dependencies()
     config = worker_config(settings, role, concurrency=concurrency)
     specs = catalog_for(settings)
@@ -110,9 +115,26 @@ def build_worker(
         )
         handler = _handler(settings, role, context, deps, stack)
         producer, consumer, shipper = loop_clients(settings, config, context.worker)
+        if role == "executor":  # the gateway's runs take the same slots: one scheduling plane
+            runs = topic_for("run_requests", specs)
+            router = ExecutorRouter(handler, _run_handler(settings, handler, context))
+            yield TransactionalWorker(config, router, consumer=consumer, producer=producer, metrics=metrics,
+                                      stop=stop, shipper=shipper, models={runs.name: RunRequest})  # fmt: skip
+            return
         yield TransactionalWorker(
             config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop, shipper=shipper
         )
+
+
+def _run_handler(settings: Settings, grading: Handler[GenerationEvent], context: RoleContext) -> RunHandler:
+    """The executor's run handler, on the grading handler's sandbox (one pool of slots for both)."""
+    from workers.roles.executor import ExecutorHandler
+
+    if not isinstance(grading, ExecutorHandler):
+        raise ConfigError("the run handler needs the executor's grading handler")
+    replies = topic_for("run_replies", catalog_for(settings))
+    return RunHandler(grading.grader.sandbox, replies_topic=replies.name, partitions=replies.partitions,
+                      worker=context.worker)  # fmt: skip
 
 
 def artifact_store(settings: Settings, stop: threading.Event, metrics: WorkerMetrics) -> ArtifactStore:
@@ -150,7 +172,8 @@ def _handler(
             stack.callback(judge.close)
         return JudgeHandler(context, judge)
     from workers.grading import Grader
-    from workers.roles.grading import ExecutorHandler, VerifierHandler
+    from workers.roles.executor import ExecutorHandler
+    from workers.roles.verifier import VerifierHandler
 
     sandbox = deps.sandbox
     if sandbox is None:

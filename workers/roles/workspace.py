@@ -27,7 +27,7 @@ from workers.episodes.snapshot import Packed, SnapshotError
 from workers.episodes.step import host_failure, runner_code
 from workers.grading.suites import WorkspaceJob
 from workers.handler import InvalidEventError
-from workers.roles.common import CodeUnavailableError, RoleContext, _Lru
+from workers.roles.common import CodeUnavailableError, Lru, RoleContext
 
 
 class WorkspaceEventError(InvalidEventError):
@@ -62,7 +62,7 @@ class EpisodeWorkspaces:
 
     def __init__(self, context: RoleContext) -> None:
         self.context = context
-        self._originals = _Lru(self._original, size=64)
+        self._originals = Lru(self._original, size=64)
 
     def graded(self, event: GenerationEvent, task: PublicTask | Task) -> Graded | Unusable:
         """``event``'s final workspace with ``task``'s protected paths reset, or why it cannot be graded."""

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Protocol
 
+from schemas.settings import PYTHON_TOOLCHAIN
+from schemas.status import SandboxStatus
 
-class SandboxStatus(StrEnum):
-    """How a run ended, decided from outside the sandbox."""
-
-    OK = "ok"
-    NONZERO_EXIT = "nonzero_exit"
-    TIMEOUT = "timeout"
-    MEMORY_LIMIT = "memory_limit"
-    OUTPUT_LIMIT = "output_limit"
-    KILLED = "killed"
-    CRASHED = "crashed"
-    SANDBOX_ERROR = "sandbox_error"
+__all__ = ["Sandbox", "SandboxResult", "SandboxSpec", "SandboxStatus"]  # SandboxStatus: the schemas' own
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +21,9 @@ class SandboxSpec:
     """What to run and within which limits.
 
     ``files`` are written into the private work dir (relative paths) before ``argv`` starts there.
+    ``toolchain`` names the root filesystem (process) or image (docker) the run gets: ``python`` (python,
+    pytest, git) or another family of ``infra.local.sandbox_image.TOOLCHAINS`` (``workers.languages`` picks
+    it per language); every family has python3 and bash.
     """
 
     argv: tuple[str, ...]
@@ -43,6 +37,7 @@ class SandboxSpec:
     workdir_size_mb: int = 64
     workdir_inodes: int = 4096
     env: Mapping[str, str] = field(default_factory=dict)
+    toolchain: str = PYTHON_TOOLCHAIN
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ instead; a fresh one starts in background.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import queue
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.errors import SandboxError
-from schemas.settings import Settings
+from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox import init_watch
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty
@@ -92,6 +93,20 @@ _WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # noqa: S108
 _START = 'tar -x -f - -C / --no-same-permissions && exec 0<{stdin} && rm -f {stdin} && printf %s "$0" && exec "$@"'
 
 
+def _baked_image(settings: Settings, client: Any, family: str) -> str:
+    """A toolchain family's image as the platform provides it (``settings.toolchain_image``); never built
+    here. Missing is an infrastructure failure naming what to build."""
+    tag = settings.toolchain_image(family)
+    try:
+        client.images.get(tag)
+    except Exception as exc:  # docker.errors.ImageNotFound, or the daemon is unreachable
+        raise SandboxError(
+            f"image {tag} of toolchain {family!r} unavailable ({exc}): build it with "
+            f"`rewardstream sandbox toolchains --build {family}`"
+        ) from exc
+    return tag
+
+
 def docker_client(settings: Settings) -> Any:
     """A docker-py client for ``settings.docker_host`` (default: the local socket), checked with a ping."""
     try:
@@ -106,15 +121,18 @@ def docker_client(settings: Settings) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class _Limits:
+    """What a pooled container is made for: its limits and its image (one warm pool per toolchain family)."""
+
     memory_mb: int
     pids: int
     cpus: float
     size_mb: int
     inodes: int
+    image: str = ""
 
     @classmethod
-    def of(cls, spec: SandboxSpec) -> _Limits:
-        return cls(spec.memory_mb, spec.pids_limit, spec.cpus, spec.workdir_size_mb, spec.workdir_inodes)
+    def of(cls, spec: SandboxSpec, image: str) -> _Limits:
+        return cls(spec.memory_mb, spec.pids_limit, spec.cpus, spec.workdir_size_mb, spec.workdir_inodes, image)
 
 
 @dataclass(slots=True)
@@ -142,12 +160,18 @@ class DockerSandbox:
         *,
         pool_size: int | None = None,
         entry: bool | None = None,
+        toolchains: Callable[[str], str] | None = None,
     ) -> None:
         """``entry``: run pooled containers' programs through an entry server instead of ``docker exec``
-        (default: whenever possible: a pool, root, ``nsenter``, no userns-remap, no AppArmor/SELinux label)."""
+        (default: whenever possible: a pool, root, ``nsenter``, no userns-remap, no AppArmor/SELinux label).
+        ``image`` is the python family's; ``toolchains(family)`` gives another family's image (by default the
+        tag the settings name, which must exist), asked the first time a run names that family."""
         self._client = client
         self._api = client.api
         self._image = image
+        self._images: dict[str, str] = {PYTHON_TOOLCHAIN: image}
+        self._toolchains = toolchains or functools.partial(_baked_image, settings, client)
+        self._image_lock = threading.Lock()
         self._uid = settings.sandbox_uid
         self._pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -179,6 +203,17 @@ class DockerSandbox:
                     self._api.remove_container(c["Id"], force=True)
                     removed += 1
         return removed
+
+    def _image_for(self, family: str) -> str:
+        """The image of toolchain ``family``, looked up (or built, by the caller's ``toolchains``) once."""
+        image = self._images.get(family)
+        if image is not None:
+            return image
+        with self._image_lock:
+            image = self._images.get(family)
+            if image is None:
+                image = self._images[family] = self._toolchains(family)
+            return image
 
     def _create(self, limits: _Limits) -> _Container:
         cid = self._create_container(limits, _INIT_ARGV, {})
@@ -216,6 +251,9 @@ class DockerSandbox:
         if self._v1_memory:  # the rest of the limit goes to socket buffers (see ``cgroups.split_for_sockets``)
             memory = split_for_sockets(memory)[0]
         tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
+        # /work is exec, as on the process backend: a compiled program runs from there (docker's tmpfs
+        # default is noexec). /tmp stays noexec.
+        work_opts = tmpfs_opts + ",exec"
         host_config = self._api.create_host_config(
             network_mode="none",
             mem_limit=memory,
@@ -223,7 +261,7 @@ class DockerSandbox:
             nano_cpus=int(limits.cpus * 1e9),
             pids_limit=limits.pids,
             read_only=True,
-            tmpfs={"/work": tmpfs_opts, "/tmp": tmpfs_opts},  # noqa: S108
+            tmpfs={"/work": work_opts, "/tmp": tmpfs_opts},  # noqa: S108
             shm_size=limits.size_mb << 20,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
@@ -237,7 +275,7 @@ class DockerSandbox:
             auto_remove=not oneshot,
         )
         created = self._api.create_container(
-            self._image,
+            limits.image or self._image,
             command=command,
             user=f"{self._uid}:{self._uid}",
             working_dir="/work",
@@ -377,7 +415,7 @@ class DockerSandbox:
             return error_result(self.name, "sandbox is closed")
         try:
             archive = _archive(spec)
-            container = self._acquire(_Limits.of(spec))
+            container = self._acquire(_Limits.of(spec, self._image_for(spec.toolchain)))
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         with self._lock:
@@ -409,7 +447,8 @@ class DockerSandbox:
         command = ["/bin/sh", "-c", _START.format(stdin=_STDIN_FILE), marker.decode(), *spec.argv]
         try:
             archive = _archive(spec)
-            cid = self._create_container(_Limits.of(spec), command, {**base_env(), **spec.env}, oneshot=True)
+            limits = _Limits.of(spec, self._image_for(spec.toolchain))
+            cid = self._create_container(limits, command, {**base_env(), **spec.env}, oneshot=True)
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         try:

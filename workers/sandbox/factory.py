@@ -6,6 +6,7 @@ production bakes them), so a worker never runs a package manager. What is missin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast
 
@@ -17,10 +18,18 @@ Backend = Literal["process", "docker"]
 
 
 def make_sandbox(
-    settings: Settings, backend: Backend | None = None, *, rootfs: Path | None = None, image: str | None = None
+    settings: Settings,
+    backend: Backend | None = None,
+    *,
+    rootfs: Path | None = None,
+    image: str | None = None,
+    toolchain_rootfs: Callable[[str], Path] | None = None,
+    toolchain_image: Callable[[str], str] | None = None,
 ) -> Sandbox:
     """A ready backend over ``rootfs`` (process) or ``image`` (docker), by default the ones the settings name;
-    the caller must ``close()`` it."""
+    the caller must ``close()`` it. Other toolchain families come from ``toolchain_rootfs``/``toolchain_image``
+    (the caller's: the CLI hands in the local platform's builders), by default the baked trees and images the
+    settings name, looked up on a family's first run."""
     chosen = backend or settings.sandbox_backend
     if chosen == "process":
         from workers.sandbox.process import ProcessSandbox
@@ -30,7 +39,7 @@ def make_sandbox(
             raise SandboxError(
                 f"no sandbox root filesystem at {root}: run `rewardstream up` (it builds it) or set RS_SANDBOX_ROOTFS"
             )
-        return ProcessSandbox(settings, root)
+        return ProcessSandbox(settings, root, toolchains=toolchain_rootfs)
     if chosen == "docker":
         from workers.sandbox.docker_backend import DockerSandbox, docker_client
 
@@ -42,5 +51,5 @@ def make_sandbox(
             raise SandboxError(
                 f"sandbox image {tag} unavailable ({exc}): run `rewardstream up` (it builds it)"
             ) from exc
-        return cast(Sandbox, DockerSandbox(settings, client, tag))
+        return cast(Sandbox, DockerSandbox(settings, client, tag, toolchains=toolchain_image))
     raise SandboxError(f"unknown sandbox backend {chosen!r}")

@@ -10,6 +10,7 @@ memory peak, output caps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -23,12 +24,12 @@ import subprocess
 import threading
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from schemas.errors import SandboxError
-from schemas.settings import Settings
+from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
@@ -60,6 +61,18 @@ _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 SANDBOX_TMP = "/tmp"  # noqa: S108
 SANDBOX_SHM = "/dev/shm"  # noqa: S108
 SANDBOX_WORK = "/work"
+
+
+def baked_toolchain_rootfs(settings: Settings, family: str) -> Path:
+    """A toolchain family's tree as the platform baked it (``settings.toolchain_rootfs_path``); never built
+    here: a worker runs no package manager. Missing is an infrastructure failure naming what to build."""
+    path = settings.toolchain_rootfs_path(family)
+    if not (path / "usr" / "bin").is_dir():
+        raise SandboxError(
+            f"no root filesystem for toolchain {family!r} at {path}: build it with "
+            f"`rewardstream sandbox toolchains --build {family}` or set RS_SANDBOX_TOOLCHAINS_DIR"
+        )
+    return path
 
 
 def base_env(uid_home: str = "/work") -> dict[str, str]:
@@ -202,7 +215,9 @@ class ProcessSandbox:
 
     name = "process"
 
-    def __init__(self, settings: Settings, rootfs: Path) -> None:
+    def __init__(self, settings: Settings, rootfs: Path, *, toolchains: Callable[[str], Path] | None = None) -> None:
+        """``rootfs`` is the python family's tree; ``toolchains(family)`` gives another family's (by default
+        the platform's baked tree from the settings), asked the first time a run names that family."""
         bwrap = shutil.which("bwrap", path=_HOST_ENV["PATH"])
         if bwrap is None:
             raise SandboxError("process sandbox needs bwrap (Debian: bubblewrap)")
@@ -232,6 +247,10 @@ class ProcessSandbox:
             remove_tree(self._mounter, self._dir)
             raise SandboxError(f"cannot prepare {self._dir}: {exc}") from exc
         self._zygote = ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
+        self._toolchains = toolchains or functools.partial(baked_toolchain_rootfs, settings)
+        self._family_lock = threading.Lock()
+        #: One fork server per other toolchain family, started on the family's first run.
+        self._family_zygotes: dict[str, ForkServer] = {}
 
     def sweep_stale(self, base: Path) -> int:
         """Remove mounts, dirs and cgroups left by workers that died (named ``<pid>-...``); return count."""
@@ -276,7 +295,11 @@ class ProcessSandbox:
                 return
             self._closed = True
         try:
-            self._zygote.close()
+            with self._family_lock:
+                servers = [self._zygote, *self._family_zygotes.values()]
+                self._family_zygotes.clear()
+            for server in servers:
+                server.close()
         finally:
             remove_tree(self._mounter, self._dir)
 
@@ -300,8 +323,30 @@ class ProcessSandbox:
             with self._lock:
                 self._active -= 1
 
+    def _fork_server_for(self, family: str) -> ForkServer:
+        """The fork server of toolchain ``family``: the python one, or one started on the family's own tree
+        (bound read-only next to the python one) the first time a run names it."""
+        if family == PYTHON_TOOLCHAIN:
+            return self._zygote
+        with self._family_lock:
+            if self._closed:
+                raise SandboxError("sandbox is closed")
+            server = self._family_zygotes.get(family)
+            if server is not None:
+                return server
+            source = self._toolchains(family)
+            if not (source / "usr" / "bin" / "python3").exists():
+                raise SandboxError(f"toolchain {family!r} rootfs {source} is incomplete (no /usr/bin/python3)")
+            target = self._dir / f"rootfs-{family}"
+            target.mkdir(mode=0o711)
+            target.chmod(0o711)
+            self._mounter.bind_readonly(source, target)
+            server = ForkServer(bwrap=self._bwrap, rootfs=target, uid=self._uid, seccomp=self._seccomp)
+            self._family_zygotes[family] = server
+            return server
+
     def _run(self, spec: SandboxSpec) -> SandboxResult:
-        return self._run_forked(spec, self._zygote)
+        return self._run_forked(spec, self._fork_server_for(spec.toolchain))
 
     def _run_forked(self, spec: SandboxSpec, zygote: ForkServer) -> SandboxResult:
         """One run through the fork server: no host mounts; the run cgroup is the only host-side state."""

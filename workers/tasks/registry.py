@@ -120,7 +120,13 @@ class StoreReport:
 
 def parse_jsonl(data: bytes, source: str = "<tasks>") -> list[Task]:
     """Validate every line of a JSONL task file; raise TaskFileError listing all problems."""
-    tasks: list[Task] = []
+    return [task for _, task in numbered_tasks(data, source)]
+
+
+def numbered_tasks(data: bytes, source: str = "<tasks>") -> list[tuple[int, Task]]:
+    """Every task of a JSONL task file with its line number (``parse_jsonl``'s rules: the wire codec's
+    validation, blank lines skipped, a task id at most once); raise TaskFileError listing all problems."""
+    tasks: list[tuple[int, Task]] = []
     errors: list[LineError] = []
     first_line: dict[str, int] = {}
     for number, line in enumerate(data.split(b"\n"), start=1):
@@ -135,7 +141,7 @@ def parse_jsonl(data: bytes, source: str = "<tasks>") -> list[Task]:
             errors.append(LineError(number, "task_id", f"duplicate of line {first_line[task.task_id]}"))
             continue
         first_line[task.task_id] = number
-        tasks.append(task)
+        tasks.append((number, task))
     if errors:
         raise TaskFileError(source, errors)
     if not tasks:
@@ -145,11 +151,16 @@ def parse_jsonl(data: bytes, source: str = "<tasks>") -> list[Task]:
 
 def load_jsonl(path: Path) -> list[Task]:
     """Read and validate a JSONL task file (see ``parse_jsonl``)."""
+    return [task for _, task in load_numbered(path)]
+
+
+def load_numbered(path: Path) -> list[tuple[int, Task]]:
+    """Read and validate a JSONL task file, each task with its line number (see ``numbered_tasks``)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ValidationError(f"cannot read task file {path}: {exc.strerror or exc}") from exc
-    return parse_jsonl(data, str(path))
+    return numbered_tasks(data, str(path))
 
 
 def write_jsonl(path: Path, tasks: Iterable[Task]) -> None:

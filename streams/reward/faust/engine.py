@@ -26,9 +26,9 @@ from bus.changelog import TABLE_NAME
 from schemas.errors import HandlerCrashError
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
-from streams.reward.emit_then_mark import EmitThenMark
-from streams.reward.faust_join import FaustJoin
-from streams.reward.faust_read_committed import isolation_level, read_committed_app_class
+from streams.reward.faust.emit_then_mark import EmitThenMark
+from streams.reward.faust.join import FaustJoin
+from streams.reward.faust.read_committed import isolation_level, read_committed_app_class
 from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics

@@ -9,7 +9,7 @@ the rewards partition from the watermark to its end and marks them. Rewards go t
 as their inputs, and only the owner of that partition writes it, so that tail holds every unmarked reward.
 Input offsets are committed only after the producer flushed (Faust's at_least_once), so nothing is lost.
 
-The transactional engine (``engine``) needs none of this: a reward and its marker commit together.
+The Kafka engine (``streams.reward.kafka_engine``) needs none of this: a reward and its marker commit together.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from streams.reward.emit_then_mark import EmitThenMark
+from streams.reward.faust.emit_then_mark import EmitThenMark
 from streams.reward.processor import RewardProcessor
 
 

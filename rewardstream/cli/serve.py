@@ -1,0 +1,54 @@
+"""``rewardstream serve [--host H] [--port P]``: the HTTP gateway (SandboxFusion ``/run_code``, rewards).
+
+The CLI wires it: the gateway (``streams.gateway``) talks only to Kafka; whether a task exists comes from the
+task registry (``workers.tasks``), handed to it here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+
+import typer
+
+from rewardstream.cli.common import load_settings
+from rewardstream.cli.main import app
+from schemas.settings import Settings
+
+
+def task_checker(settings: Settings) -> Callable[[str], bool]:
+    """Whether a task id is in the registry (its public part, what trainers may know of)."""
+    from workers.tasks.registry import TaskRegistry
+
+    registry = TaskRegistry.from_settings(settings)
+
+    def exists(task_id: str) -> bool:
+        try:
+            registry.public(task_id)
+        except Exception:  # not found, or an id that cannot be a file name: no such task either way
+            return False
+        return True
+
+    return exists
+
+
+@app.command()
+def serve(
+    host: str | None = typer.Option(None, "--host", help="bind address (default RS_GATEWAY_HOST, 127.0.0.1)"),
+    port: int | None = typer.Option(None, "--port", min=0, max=65535, help="port (default RS_GATEWAY_PORT, 8080)"),
+) -> None:
+    """Serve the HTTP gateway until SIGTERM: SandboxFusion-compatible /run_code, /v1/rewards, /get_reward
+    (OpenRLHF), /openapi.json. Tokens (RS_GATEWAY_TOKENS) are required unless it binds to loopback."""
+    from streams.gateway.config import GatewayConfig
+    from streams.gateway.server import serve as run_gateway
+
+    settings = load_settings()
+    logging.basicConfig(
+        level=logging.DEBUG if os.environ.get("RS_DEBUG") else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = GatewayConfig.from_settings(settings, host=host, port=port)
+    run_gateway(config, task_checker(settings))

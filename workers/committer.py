@@ -1,0 +1,137 @@
+"""How the transactional worker loop commits: one Kafka transaction holds every ready result, log record and
+dead letter of its partitions and the input offsets after them (``bus.transaction``).
+
+Why apart from the loop: the loop decides when to commit and what to do after an abort (rewind to the
+committed offsets); what one transaction contains, and what it counts, is this module's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bus.crash_guard import CrashGuard
+from bus.dead_letters import publish_dead_letter
+from bus.delivery import DeliveryTracker
+from bus.errors import KafkaClientError
+from bus.metrics import WorkerMetrics
+from bus.transaction import Transaction
+from workers.handler import Done, Output, Reject
+from workers.in_flight import Item, PartitionState, timestamp_ms
+from workers.logs.shipper import LogShipper
+from workers.loop_config import WorkerConfig, WorkerStats
+
+log = logging.getLogger("workers.transactional_loop")
+
+#: What a commit did: nothing was ready, a transaction committed, or it failed and was aborted (the loop
+#: then re-runs what was not committed).
+Committed = Literal["nothing", "committed", "aborted"]
+
+
+class Committer:
+    """The loop's transactional producer, as one transaction per commit."""
+
+    def __init__(  # noqa: PLR0917 - the loop's own parts
+        self,
+        config: WorkerConfig,
+        producer: Producer,
+        consumer: Consumer,
+        shipper: LogShipper,
+        guard: CrashGuard,
+        metrics: WorkerMetrics,
+        stats: WorkerStats,
+    ) -> None:
+        self.config = config
+        self.producer = producer
+        self.shipper = shipper
+        self.guard = guard
+        self.metrics = metrics
+        self.stats = stats
+        self._tracker = DeliveryTracker()
+        self._txn = Transaction(producer, consumer, config.kafka_timeout_s, self._tracker)
+
+    def commit(self, parts: Iterable[PartitionState], extra: Sequence[Output] = ()) -> Committed:
+        """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
+        ``extra``: what timers expired). A fatal failure (fenced by a newer instance) raises."""
+        ready, offsets = self._take_ready(parts)
+        if not offsets and not extra:
+            return "nothing"
+        txn = self._txn
+        try:
+            txn.begin()
+        except KafkaClientError as exc:
+            return self._transaction_failed(exc)
+        try:
+            for item in ready:
+                self._publish(item, txn)
+            for out in extra:
+                txn.produce(out.topic, out.key, out.value, partition=out.partition)
+        except KafkaClientError:  # the producer's queue stayed full: the broker is gone
+            self.abort()
+            raise
+        for tp in offsets:
+            txn.offset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
+        try:
+            txn.commit()
+        except KafkaClientError as exc:
+            return self._transaction_failed(exc)
+        self._tracker.raise_first()
+        self.stats.transactions += 1
+        self.stats.committed += len(ready)
+        for item in ready:
+            outcome = item.outcome
+            if isinstance(outcome, Done):
+                self.stats.results += 1
+                self.metrics.processed()
+                if outcome.status == "sandbox_error":
+                    self.metrics.sandbox_error()
+            elif isinstance(outcome, Reject):
+                self.stats.dead_letters += 1
+                self.metrics.dead_letter(type(outcome.error).__name__)
+        return "committed"
+
+    def abort(self) -> None:
+        self.stats.aborted += 1
+        self._txn.abort()
+
+    def _take_ready(self, parts: Iterable[PartitionState]) -> tuple[list[Item], list[TopicPartition]]:
+        ready: list[Item] = []
+        offsets: list[TopicPartition] = []
+        for part in parts:
+            taken = part.take_ready()
+            if taken:
+                ready += taken
+                after = taken[-1].offset + 1
+                metadata = self.guard.progress(part.topic, part.partition, after)
+                offsets.append(TopicPartition(part.topic, part.partition, after, metadata=metadata))
+        return ready, offsets
+
+    def _publish(self, item: Item, txn: Transaction) -> None:
+        outcome = item.outcome
+        if isinstance(outcome, Reject):
+            publish_dead_letter(self.producer, self.config.dlq_topic, item.msg, component=self.config.role,
+                                error=outcome.error, tracker=self._tracker)  # fmt: skip
+            if outcome.log is not None:
+                self.shipper.emit(outcome.log)
+            return
+        if not isinstance(outcome, Done):
+            return
+        # Results carry their generation's timestamp (as Kafka Streams' outputs inherit their input's): the reward
+        # processor's deadlines run in generation time, so a role that lags is never mistaken for a dead one.
+        stamp = timestamp_ms(item.msg)
+        for out in outcome.outputs:
+            txn.produce(out.topic, out.key, out.value, partition=out.partition, timestamp_ms=stamp)
+        if outcome.log is not None:
+            self.shipper.emit(outcome.log)
+
+    def _transaction_failed(self, exc: KafkaClientError) -> Committed:
+        """An abortable failure (e.g. a rebalance took the partitions): abort (the loop re-runs from the
+        committed offsets). A fatal one (fenced by a newer instance) ends the worker."""
+        if exc.fatal:
+            raise exc
+        log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
+        self.abort()
+        return "aborted"

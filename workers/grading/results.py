@@ -1,0 +1,182 @@
+"""What a grading run reports: the sandbox's word on the run, the candidate's own output, the compile step
+of a program in a compiled language, the suites' outcomes and a generation's grade (signals, no reward).
+
+Why apart from the grader: these are the values the roles, the CLI and the episode worker read; the grader
+(``workers.grading.grader``) is what makes them, and re-exports them for its importers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.status import CompileStatus, RunStatus
+from schemas.text import sanitize_text
+from workers.grading.static_analysis import Flag
+from workers.grading.suites import MAGIC, SuiteOutcome
+from workers.languages.source import Build
+
+#: How an ``output`` record starts after its frame (the harness writes it with this key first).
+OUTPUT_RECORD = b'{"output":'
+#: Compiler output a grade's JSON keeps per stream (its end: the errors come last).
+COMPILE_OUTPUT_TAIL_CHARS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What the sandbox said about the (last) run, for SREs and the result file."""
+
+    status: RunStatus
+    exit_code: int | None
+    signal: int | None
+    wall_ms: float
+    cpu_ms: float
+    max_rss_kb: int
+    backend: str
+    attempts: int
+    error: str | None = None
+    hardened: bool | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "wall_ms": round(self.wall_ms, 3),
+            "cpu_ms": round(self.cpu_ms, 3),
+            "max_rss_kb": self.max_rss_kb,
+            "backend": self.backend,
+            "attempts": self.attempts,
+            "error": self.error,
+            "hardened": self.hardened,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateOutput:
+    """What the candidate's processes wrote to stdout and stderr in one run, never the harness protocol.
+
+    ``stdout``/``stderr`` are the last bytes kept (the harness keeps ``harness.OUTPUT_CAP`` of each), as
+    written; ``*_bytes`` how many were written in all. ``reported`` is False when the run ended before the
+    harness reported the output (killed, infrastructure failure): then nothing is known about it.
+    """
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    reported: bool = True
+
+    @property
+    def stdout_truncated(self) -> bool:
+        """Fewer bytes kept than written (or not reported at all)."""
+        return not self.reported or self.stdout_bytes > len(self.stdout)
+
+    @property
+    def stderr_truncated(self) -> bool:
+        """Fewer bytes kept than written (or not reported at all)."""
+        return not self.reported or self.stderr_bytes > len(self.stderr)
+
+
+def split_output(stdout: bytes, nonce: bytes, *, reported: bool = True) -> tuple[bytes, CandidateOutput]:
+    """Take the harness's ``output`` records out of a run's stdout: (the rest, the candidate's output).
+
+    Only lines framed with this run's nonce count (candidate code cannot write them). The harness writes no
+    record for a stream nothing was written to, so ``reported`` (the harness got to its ``done`` record, or
+    never started: see ``parse_records``) says whether a missing record means "nothing" or "unknown". A
+    malformed output record is left in place, for ``parse_records`` to report (or to ignore as the cut last
+    line of truncated output).
+    """
+    prefix = MAGIC + b" " + nonce + b" "
+    head = prefix + OUTPUT_RECORD
+    if head not in stdout:
+        return stdout, CandidateOutput(reported=reported)
+    rest: list[bytes] = []
+    found: dict[str, tuple[bytes, int]] = {}
+    for line in stdout.split(b"\n"):
+        if line.startswith(head):
+            try:
+                rec = json.loads(line[len(prefix) :])
+                name, data, total = rec["output"], rec["b64"], rec["bytes"]
+                if name in ("stdout", "stderr") and name not in found and type(total) is int:
+                    found[name] = (base64.b64decode(data, validate=True), total)
+                    continue
+            except (ValueError, TypeError, KeyError, RecursionError, binascii.Error):
+                pass
+        rest.append(line)
+    (out, out_n), (err, err_n) = found.get("stdout", (b"", 0)), found.get("stderr", (b"", 0))
+    return b"\n".join(rest), CandidateOutput(out, err, out_n, err_n, reported)
+
+
+@dataclass(frozen=True, slots=True)
+class CompileInfo:
+    """A compile step as a grade reports it: its outcome, why it failed, and what the compiler printed (the
+    feedback a model may read of its own failed build; the compiler never sees a test)."""
+
+    status: CompileStatus
+    reason: str | None
+    output: CandidateOutput
+    wall_ms: float
+    cpu_ms: float
+    max_rss_kb: int
+
+    @classmethod
+    def of(cls, build: Build) -> CompileInfo | None:
+        """The compile of ``build`` (None when its language is not compiled)."""
+        stage = build.stage
+        if stage is None:
+            return None
+        output = CandidateOutput(stage.stdout, stage.stderr, stage.stdout_bytes, stage.stderr_bytes)
+        return cls(build.status, build.reason, output, stage.wall_ms, stage.cpu_ms, stage.max_rss_kb)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "stdout": sanitize_text(self.output.stdout.decode("utf-8", "replace"))[-COMPILE_OUTPUT_TAIL_CHARS:],
+            "stderr": sanitize_text(self.output.stderr.decode("utf-8", "replace"))[-COMPILE_OUTPUT_TAIL_CHARS:],
+            "wall_ms": round(self.wall_ms, 3),
+            "cpu_ms": round(self.cpu_ms, 3),
+            "max_rss_kb": self.max_rss_kb,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SuitesRun:
+    """Outcome of running several suites in one sandbox run. ``infra_error`` set means no verdict.
+
+    ``output`` is what the candidate printed during the run (all its suites): show it to whoever may see
+    every suite of the run (a public run's output may reach the policy; a hidden run's must not).
+    """
+
+    outcomes: tuple[SuiteOutcome, ...]
+    run: RunInfo
+    infra_error: str | None
+    protocol_error: str | None
+    output: CandidateOutput = CandidateOutput()
+    compile: CompileInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GradeResult:
+    """One graded generation's signals, no reward: the CLI layer applies the pipeline's policy to them.
+
+    ``infra_error`` is set when the run gave no verdict (``status == "sandbox_error"``); ``notes`` are the
+    grader's other remarks (a violated harness protocol, an unhardened harness) for the result's reasons.
+    """
+
+    generation_id: str
+    task_id: str
+    status: str  # "pass" | "fail" | "sandbox_error"
+    public: SuiteOutcome | None
+    hidden: SuiteOutcome
+    static_flags: tuple[Flag, ...]
+    run: RunInfo
+    infra_error: str | None = None
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+    language: str = "python"
+    compile: CompileInfo | None = None

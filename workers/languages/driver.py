@@ -1,0 +1,322 @@
+"""The step driver: runs INSIDE the sandbox (standard library only, on the toolchain's own python3).
+
+One driver run is one step of a program in a language: a compile (the compiler, then the built files sent
+back) or a run (the program with its stdin, then the files the caller fetches). Why a driver between the
+sandbox and the program, rather than the program as the sandbox's argv:
+
+* The step's own deadline, output caps and exit status are measured by a process the program does not own:
+  the driver forks the program into a process group of its own, with stdin from a memfd and stdout/stderr to
+  pipes only the driver reads; the driver is non-dumpable, so a same-uid program can neither ptrace it nor
+  open its memory or fds. The sandbox still enforces the whole run (time, memory, pids) from outside.
+* Files come back framed on the driver's stdout, which no program process holds: each record is
+  ``\\n@@RS1 <nonce> <json>\\n`` with the nonce the host sent on stdin. What comes back is never trusted on
+  the host: file names are re-validated and sizes capped there (``workers.languages.steps``), and the bytes
+  only ever go into another sandbox run.
+* A compile's files are read only after the compiler and its process group are gone; whatever a program
+  leaves running is killed with the sandbox at the end of the run.
+
+Protocol: stdin is the 32-byte nonce, ``\\n``, one JSON header line, then the program's stdin. Header:
+``argv``, ``timeout_s``, ``max_output_bytes`` (per stream; more ends the step as ``output_limit``),
+``executables`` (files made executable first: the host writes every file 0644), ``collect`` (paths whose
+regular files are sent back), ``collect_always`` (also after a failed step), ``max_collect_bytes``,
+``max_collect_files``. Records: ``hello``; ``step`` (``exit``, ``signal``, ``timeout``, ``output_limit``,
+``ms``, ``cpu_ms``, ``max_rss_kb``, ``stdout``/``stderr`` base64, ``stdout_bytes``/``stderr_bytes`` written);
+one ``file`` per file collected (``path``, ``b64``) or ``missing`` (``path``, ``why``); ``done``.
+Started as ``python3 -I -S -B -c SOURCE``.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import os
+import select
+import signal
+import stat
+import sys
+import time
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Any
+
+MAGIC = b"@@RS1"
+NONCE_LEN = 32
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+READ_CHUNK = 1 << 16
+
+
+def _prctl(option: int, arg: int) -> bool:
+    return bool(ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg), 0, 0, 0) == 0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+class Out:
+    """The framed record channel (the driver's stdout)."""
+
+    def __init__(self, nonce: bytes) -> None:
+        self.prefix = b"\n" + MAGIC + b" " + nonce + b" "
+
+    def emit(self, record: dict[str, Any]) -> None:
+        _write_all(1, self.prefix + json.dumps(record, separators=(",", ":")).encode() + b"\n")
+
+
+def _child(argv: list[str], stdin_fd: int, out_w: int, err_w: int) -> None:
+    """The program: its own session and process group, killed if the driver dies, first pick of the OOM
+    killer, default signal dispositions, only fds 0-2; never returns."""
+    code = 127
+    try:
+        os.setsid()
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        for sig in range(1, signal.NSIG):
+            try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        os.execvpe(argv[0], argv, dict(os.environ))  # noqa: S606 - the sandboxed program
+    except OSError as exc:
+        try:  # noqa: SIM105
+            os.write(2, f"cannot run {argv[0][:200]}: {exc.strerror}\n".encode())
+        except OSError:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _kill_group(pid: int) -> None:
+    try:  # noqa: SIM105
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _spawn(argv: list[str], stdin: bytes) -> tuple[int, int, int]:
+    """Fork the program; (pid, its stdout's read end, its stderr's read end)."""
+    mem = os.memfd_create("stdin")
+    _write_all(mem, stdin)
+    os.lseek(mem, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(err_r)
+        _child(argv, mem, out_w, err_w)
+    for fd in (mem, out_w, err_w):
+        os.close(fd)
+    return pid, out_r, err_r
+
+
+class Streams:
+    """The program's stdout and stderr as the driver reads them: the first ``cap`` bytes of each kept."""
+
+    def __init__(self, out_r: int, err_r: int, cap: int) -> None:
+        self.fds = (out_r, err_r)
+        self.open = {out_r, err_r}
+        self.data = {out_r: bytearray(), err_r: bytearray()}
+        self.written = {out_r: 0, err_r: 0}
+        self.cap = cap
+        self.over = False
+
+    def read(self, fd: int) -> None:
+        chunk = os.read(fd, READ_CHUNK)
+        if not chunk:
+            self.open.discard(fd)
+            return
+        self.written[fd] += len(chunk)
+        buf = self.data[fd]
+        room = self.cap - len(buf)
+        buf += chunk[: max(room, 0)]
+        if len(chunk) > room:
+            self.over = True
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def _pump(pid: int, streams: Streams, deadline: float) -> bool:
+    """Read the program's output until it ends (then drain briefly), its deadline or its output cap; True if
+    the deadline passed."""
+    exited = os.pidfd_open(pid)
+    drain_until: float | None = None
+    try:
+        while streams.open and not streams.over:
+            now = time.monotonic()
+            if drain_until is None and now >= deadline:
+                return True
+            if drain_until is not None and now >= drain_until:
+                return False
+            wait = (drain_until if drain_until is not None else deadline) - now
+            watched = [*streams.open, *([exited] if drain_until is None else [])]
+            ready, _, _ = select.select(watched, [], [], wait)
+            if exited in ready:
+                # The program ended: what it left in its group goes now, then its pipes are drained (a process
+                # it moved out of its group may hold them open: not for long).
+                _kill_group(pid)
+                drain_until = time.monotonic() + 0.5
+                continue
+            for fd in ready:
+                streams.read(fd)
+        return False
+    finally:
+        os.close(exited)
+
+
+def run_step(header: dict[str, Any], stdin: bytes) -> dict[str, Any]:
+    """Run the program to its end, its deadline or its output cap; what happened, as a ``step`` record."""
+    argv = [str(a) for a in header["argv"]]
+    started = time.monotonic()
+    pid, out_r, err_r = _spawn(argv, stdin)
+    streams = Streams(out_r, err_r, int(header["max_output_bytes"]))
+    try:
+        timed_out = _pump(pid, streams, started + float(header["timeout_s"]))
+    finally:
+        ended = time.monotonic()
+        _kill_group(pid)
+        _, status, usage = os.wait4(pid, 0)
+        streams.close()
+    killed = timed_out or streams.over
+    return {
+        "exit": None if killed or os.WIFSIGNALED(status) else os.WEXITSTATUS(status),
+        "signal": None if killed or not os.WIFSIGNALED(status) else os.WTERMSIG(status),
+        "timeout": timed_out,
+        "output_limit": streams.over,
+        "ms": round((ended - started) * 1000, 3),
+        "cpu_ms": round((usage.ru_utime + usage.ru_stime) * 1000, 3),
+        "max_rss_kb": int(usage.ru_maxrss),
+        "stdout": base64.b64encode(bytes(streams.data[out_r])).decode(),
+        "stderr": base64.b64encode(bytes(streams.data[err_r])).decode(),
+        "stdout_bytes": streams.written[out_r],
+        "stderr_bytes": streams.written[err_r],
+    }
+
+
+def make_executable(names: list[str]) -> None:
+    """chmod +x each named regular file of the work dir (never through a link); a missing one is skipped:
+    the run then fails to start the program, the program's failure."""
+    for name in names:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if os.path.isfile(f"/proc/self/fd/{fd}"):
+                os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
+
+
+def _inside(root: str, path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root + "/")
+
+
+def _files_under(root: str, rel: str) -> list[str]:
+    """Regular files at or under ``rel`` (never following a link), sorted; raises OSError if absent."""
+    if not stat.S_ISDIR(os.lstat(os.path.join(root, rel)).st_mode):
+        return [rel]
+    found: list[str] = []
+    stack = [rel]
+    while stack:
+        current = stack.pop()
+        with os.scandir(os.path.join(root, current)) as entries:
+            for entry in entries:
+                name = current + "/" + entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(name)
+                elif entry.is_file(follow_symlinks=False):
+                    found.append(name)
+    return sorted(found)
+
+
+def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
+    """Send back every regular file at or under ``names`` (relative to the work dir), within the caps."""
+    root = os.path.realpath(os.getcwd())
+    budget, count = max_bytes, 0
+    for rel in names:
+        try:
+            if not _inside(root, os.path.join(root, os.path.dirname(rel) or ".")):
+                out.emit({"missing": rel, "why": "outside the work dir"})
+                continue
+            files = _files_under(root, rel)
+        except OSError as exc:
+            out.emit({"missing": rel, "why": exc.strerror or "unreadable"})
+            continue
+        for path in files:
+            count += 1
+            if count > max_files:
+                out.emit({"missing": path, "why": f"more than {max_files} files"})
+                return
+            try:
+                fd = os.open(os.path.join(root, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as exc:
+                out.emit({"missing": path, "why": exc.strerror or "unreadable"})
+                continue
+            try:
+                if not os.path.isfile(f"/proc/self/fd/{fd}") or not _inside(root, f"/proc/self/fd/{fd}"):
+                    out.emit({"missing": path, "why": "not a regular file of the work dir"})
+                    continue
+                data = os.read(fd, budget + 1) if budget >= 0 else b""
+                more = os.read(fd, 1) if len(data) <= budget else b""
+            except OSError as exc:
+                out.emit({"missing": path, "why": exc.strerror or "unreadable"})
+                continue
+            finally:
+                os.close(fd)
+            if len(data) > budget or more:
+                out.emit({"missing": path, "why": f"over the {max_bytes}-byte cap of returned files"})
+                return
+            budget -= len(data)
+            out.emit({"file": path, "b64": base64.b64encode(data).decode()})
+
+
+def main() -> int:
+    """One step; the exit status says nothing (only framed records count)."""
+    hardened = _prctl(PR_SET_DUMPABLE, 0)
+    blob = _read_all(0)
+    nonce = blob[:NONCE_LEN]
+    nl = blob.index(b"\n", NONCE_LEN + 1)
+    header: dict[str, Any] = json.loads(blob[NONCE_LEN + 1 : nl])
+    stdin = blob[nl + 1 :]
+    del blob
+    out = Out(nonce)
+    out.emit({"hello": True, "hardened": hardened})
+    make_executable([str(n) for n in header.get("executables", [])])
+    step = run_step(header, stdin)
+    out.emit({"step": step})
+    if header.get("collect") and (header.get("collect_always") or (step["exit"] == 0)):
+        collect(out, [str(n) for n in header["collect"]], int(header["max_collect_bytes"]),
+                int(header["max_collect_files"]))  # fmt: skip
+    out.emit({"done": True})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main())

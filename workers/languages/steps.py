@@ -1,0 +1,336 @@
+"""One step of a program (a compile or a run) as one sandbox run of the step driver, and what it reported.
+
+The driver (``driver.py``, inside the sandbox) measures the step; the sandbox measures the whole run from
+outside. This module turns both into a ``Stage`` (what the compiler or program did) and the files the step
+sent back. What the run sends back is hostile input: records count only on lines framed with this run's
+nonce, file names are re-validated (relative, no ``..``, under what was asked for, each once) and sizes are
+capped here; the bytes are never run or parsed on the host, only handed to another sandbox run or returned to
+the caller. Infrastructure failures (the backend's ``sandbox_error``, a driver that never said hello) are
+retried with backoff and end as ``error``; nothing the program does can cause one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import random
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import PurePosixPath
+from typing import Any
+
+from schemas.errors import SandboxError
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.process import CRASH_SIGNALS
+
+MAGIC = b"@@RS1"
+DRIVER_FILE = "driver.py"
+#: ``python3 -I -S -B -c``: the fork server's in-process fast path (no exec before the driver runs).
+DRIVER_ARGV = ("python3", "-I", "-S", "-B", "-c")
+#: Setup and collection time a run gets beyond the step's own deadline (the driver's start, the files back).
+GRACE_S = 5.0
+
+
+def driver_source() -> str:
+    """The step driver's source (read on demand; callers keep it)."""
+    return resources.files("workers.languages").joinpath(DRIVER_FILE).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """What one step's program (a compiler, or the program) did, measured by the driver and the sandbox.
+
+    ``status`` is a ``SandboxStatus`` value other than ``sandbox_error``: ``ok``, ``nonzero_exit``,
+    ``timeout`` (the step's deadline), ``memory_limit``, ``output_limit`` (a stream over its cap: the step was
+    killed), ``killed`` or ``crashed`` (a signal). ``wall_ms`` is the program's own time, from its fork to its
+    end. ``stdout``/``stderr`` are the first bytes kept; ``*_bytes`` how many it wrote.
+    """
+
+    status: SandboxStatus
+    exit_code: int | None
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_bytes: int
+    stderr_bytes: int
+    wall_ms: float
+    cpu_ms: float
+    max_rss_kb: int
+
+    @property
+    def stdout_truncated(self) -> bool:
+        """Fewer bytes kept than written."""
+        return self.stdout_bytes > len(self.stdout)
+
+    @property
+    def stderr_truncated(self) -> bool:
+        """Fewer bytes kept than written."""
+        return self.stderr_bytes > len(self.stderr)
+
+    def to_json(self) -> dict[str, object]:
+        """The CLI/JSON shape (``SandboxResult.to_json``'s fields): bytes decoded as UTF-8, invalid replaced."""
+        return {
+            "status": self.status.value,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "stdout": self.stdout.decode("utf-8", errors="replace"),
+            "stderr": self.stderr.decode("utf-8", errors="replace"),
+            "stdout_truncated": self.stdout_truncated,
+            "stderr_truncated": self.stderr_truncated,
+            "wall_ms": self.wall_ms,
+            "cpu_ms": self.cpu_ms,
+            "max_rss_kb": self.max_rss_kb,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StepLimits:
+    """The limits of one step and of what it may send back."""
+
+    timeout_s: float
+    memory_mb: int
+    pids_limit: int = 64
+    workdir_size_mb: int = 64
+    workdir_inodes: int = 4096
+    max_output_bytes: int = 1 << 20
+    max_collect_bytes: int = 16 << 20
+    max_collect_files: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """A step's outcome: the stage (None when the infrastructure failed: ``error`` says why), the files sent
+    back (relative path -> bytes) and those asked for that did not come (path -> why)."""
+
+    stage: Stage | None
+    files: dict[str, bytes] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    attempts: int = 1
+    backend: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to run as one step (``argv`` in the work dir, after ``executables`` are made executable)."""
+
+    toolchain: str
+    argv: tuple[str, ...]
+    files: Mapping[str, bytes]
+    stdin: bytes = b""
+    env: Mapping[str, str] = field(default_factory=dict)
+    executables: tuple[str, ...] = ()
+    collect: tuple[str, ...] = ()
+    collect_always: bool = False
+
+
+def relative_path(name: str) -> str:
+    """``name`` as a relative POSIX path under the work dir (``/work/x`` is ``x``); SandboxError if it is not
+    one (absolute elsewhere, empty, ``..``, ``.`` segments, NUL)."""
+    text = name[len("/work/") :] if name.startswith("/work/") else name
+    path = PurePosixPath(text)
+    if (
+        "\0" in text
+        or not text
+        or text.startswith("/")
+        or not path.parts
+        or any(part in ("..", ".") for part in text.split("/"))
+        or "" in text.split("/")
+    ):
+        raise SandboxError(f"invalid path {name!r}: it must be a relative path under the work dir")
+    return str(path)
+
+
+def run_step(
+    sandbox: Sandbox,
+    step: Step,
+    limits: StepLimits,
+    *,
+    source: str | None = None,
+    attempts: int = 3,
+    backoff_s: float = 0.25,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StepRun:
+    """Run ``step`` in a fresh sandbox run of the driver (``source``, default the packaged one), retrying
+    infrastructure failures; never raises for what the program does."""
+    program = source or driver_source()
+    outcome = StepRun(None, error="no attempt was made")
+    for attempt in range(1, max(1, attempts) + 1):
+        nonce = secrets.token_hex(16).encode()
+        try:
+            result = sandbox.run(_spec(step, limits, program, nonce))
+        except Exception as exc:  # a backend that raised failed like any infrastructure failure
+            result = _error(exc, getattr(sandbox, "name", "?"))
+        outcome = read_step(result, nonce, step, limits, attempt)
+        if outcome.error is None:
+            return outcome
+        if attempt < attempts:
+            sleep(min(4.0, backoff_s * 2 ** (attempt - 1)) * (1 + random.random() / 2))  # noqa: S311 - jitter
+    return outcome
+
+
+def _spec(step: Step, limits: StepLimits, program: str, nonce: bytes) -> SandboxSpec:
+    header = {
+        "argv": list(step.argv),
+        "timeout_s": limits.timeout_s,
+        "max_output_bytes": limits.max_output_bytes,
+        "executables": list(step.executables),
+        "collect": list(step.collect),
+        "collect_always": step.collect_always,
+        "max_collect_bytes": limits.max_collect_bytes,
+        "max_collect_files": limits.max_collect_files,
+    }
+    stdin = nonce + b"\n" + json.dumps(header).encode() + b"\n" + step.stdin
+    # What the driver may print: both streams base64 at their caps, the files base64 at theirs, framing.
+    room = (2 * limits.max_output_bytes + limits.max_collect_bytes) * 4 // 3 + 256 * limits.max_collect_files
+    return SandboxSpec(
+        argv=(*DRIVER_ARGV, program),
+        files=dict(step.files),
+        stdin=stdin,
+        timeout_s=limits.timeout_s + GRACE_S,
+        memory_mb=limits.memory_mb,
+        pids_limit=limits.pids_limit,
+        output_limit_bytes=room + (64 << 10),
+        workdir_size_mb=limits.workdir_size_mb,
+        workdir_inodes=limits.workdir_inodes,
+        env=dict(step.env),
+        toolchain=step.toolchain,
+    )
+
+
+def _error(exc: Exception, backend: str) -> SandboxResult:
+    return SandboxResult(
+        status=SandboxStatus.SANDBOX_ERROR, exit_code=None, signal=None, stdout=b"", stderr=b"",
+        stdout_truncated=False, stderr_truncated=False, wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
+        error=f"{type(exc).__name__}: {exc}"[:4096],
+    )  # fmt: skip
+
+
+def _records(stdout: bytes, nonce: bytes) -> list[dict[str, Any]]:
+    """The framed records of this run (lines without the exact frame are not ours; a cut or unparsable one is
+    dropped: what it would have said is then missing, which fails safe)."""
+    prefix = MAGIC + b" " + nonce + b" "
+    out: list[dict[str, Any]] = []
+    for line in stdout.split(b"\n"):
+        if line.startswith(prefix):
+            try:
+                rec = json.loads(line[len(prefix) :])
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def _b64(value: object) -> bytes | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _int(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _num(value: object) -> float:
+    return float(value) if type(value) in (int, float) and math.isfinite(value) else 0.0  # type: ignore[arg-type]
+
+
+def _stage(rec: dict[str, Any], result: SandboxResult) -> Stage:
+    """A stage from the driver's ``step`` record; the sandbox's own view wins where it saw more (an OOM
+    kill anywhere in the run is the program's memory limit)."""
+    code, sig = _int(rec.get("exit")), _int(rec.get("signal"))
+    if result.status is SandboxStatus.MEMORY_LIMIT:
+        status = SandboxStatus.MEMORY_LIMIT
+    elif rec.get("timeout") is True:
+        status = SandboxStatus.TIMEOUT
+    elif rec.get("output_limit") is True:
+        status = SandboxStatus.OUTPUT_LIMIT
+    elif sig is not None:
+        status = SandboxStatus.CRASHED if sig in CRASH_SIGNALS else SandboxStatus.KILLED
+    else:
+        status = SandboxStatus.OK if code == 0 else SandboxStatus.NONZERO_EXIT
+    stdout, stderr = _b64(rec.get("stdout")) or b"", _b64(rec.get("stderr")) or b""
+    return Stage(
+        status=status,
+        exit_code=code if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT) else None,
+        signal=sig if status in (SandboxStatus.CRASHED, SandboxStatus.KILLED, SandboxStatus.MEMORY_LIMIT) else None,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_bytes=max(_int(rec.get("stdout_bytes")) or 0, len(stdout)),
+        stderr_bytes=max(_int(rec.get("stderr_bytes")) or 0, len(stderr)),
+        wall_ms=_num(rec.get("ms")),
+        cpu_ms=_num(rec.get("cpu_ms")),
+        max_rss_kb=max(_int(rec.get("max_rss_kb")) or 0, 0),
+    )
+
+
+def _unreported(result: SandboxResult) -> Stage:
+    """The driver said hello but never reported the step: the run was stopped from outside (its time,
+    memory or output), or the program ended the driver itself. Either way the program's doing."""
+    status = result.status
+    if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT):
+        status = SandboxStatus.KILLED
+    return Stage(status, None, result.signal, b"", b"", 0, 0, result.wall_ms, result.cpu_ms, result.max_rss_kb)
+
+
+def read_step(result: SandboxResult, nonce: bytes, step: Step, limits: StepLimits, attempt: int = 1) -> StepRun:
+    """The outcome of one driver run: its stage and files, or (``error``) why the run says nothing."""
+    backend = result.backend
+    if result.status is SandboxStatus.SANDBOX_ERROR:
+        return StepRun(None, error=f"sandbox error: {result.error or 'unknown'}", attempts=attempt, backend=backend)
+    records = _records(result.stdout, nonce)
+    if not any(r.get("hello") is True for r in records):
+        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        why = f"the step driver did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
+        return StepRun(None, error=why, attempts=attempt, backend=backend)
+    step_rec = next((r["step"] for r in records if isinstance(r.get("step"), dict)), None)
+    stage = _unreported(result) if step_rec is None else _stage(step_rec, result)
+    files, missing = _files(records, step.collect, limits)
+    return StepRun(stage, files, missing, None, attempt, backend)
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+def _files(
+    records: list[dict[str, Any]], roots: Sequence[str], limits: StepLimits
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    files: dict[str, bytes] = {}
+    missing: dict[str, str] = {}
+    total = 0
+    for rec in records:
+        if "missing" in rec and isinstance(rec["missing"], str):
+            missing.setdefault(rec["missing"][:1024], str(rec.get("why", "missing"))[:256])
+            continue
+        name, data = rec.get("file"), _b64(rec.get("b64"))
+        if not isinstance(name, str) or data is None:
+            continue
+        try:
+            path = relative_path(name)
+        except SandboxError:
+            continue
+        if not _under(path, roots) or path in files or len(files) >= limits.max_collect_files:
+            continue
+        if total + len(data) > limits.max_collect_bytes:
+            missing[path] = f"over the {limits.max_collect_bytes}-byte cap of returned files"
+            continue
+        total += len(data)
+        files[path] = data
+    for root in roots:
+        if not _under_any(root, files) and root not in missing:
+            missing[root] = "not found"
+    return files, missing
+
+
+def _under_any(root: str, files: Mapping[str, bytes]) -> bool:
+    return any(_under(path, [root]) for path in files)

@@ -1,0 +1,48 @@
+"""The knobs of one transactional worker loop (``workers.transactional_loop``) and what it committed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bus.crash_guard import DEFAULT_ATTEMPTS
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Knobs of one worker; ``rewardstream.cli.worker`` builds it from Settings."""
+
+    role: str
+    source_topic: str
+    dlq_topic: str
+    group_id: str
+    transactional_id: str
+    concurrency: int = 2
+    max_in_flight: int = 0  # 0: 16 x concurrency, at least 64
+    commit_interval_s: float = 0.5  # each transaction costs the broker; results wait at most this long
+    commit_batch: int = 500
+    poll_timeout_s: float = 0.02
+    drain_timeout_s: float = 30.0
+    kafka_timeout_s: float = 30.0
+    handler_attempts: int = 5
+    handler_backoff_s: float = 0.5
+    handler_backoff_max_s: float = 10.0
+    lag_every_s: float = 5.0
+    timer_interval_s: float = 1.0
+    #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
+    crash_attempts: int = DEFAULT_ATTEMPTS
+
+    @property
+    def buffer_limit(self) -> int:
+        """Events buffered (accepted, not yet committed) before the partitions are paused."""
+        return self.max_in_flight if self.max_in_flight > 0 else max(64, 16 * self.concurrency)
+
+
+@dataclass
+class WorkerStats:
+    """What this worker committed (for tests and the CLI's exit line)."""
+
+    committed: int = 0
+    results: int = 0
+    dead_letters: int = 0
+    transactions: int = 0
+    aborted: int = 0

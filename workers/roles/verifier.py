@@ -1,0 +1,111 @@
+"""The verifier: a generation's hidden suite in a sandbox, and static analysis of its code -> ``HiddenVerdict``
+on ``rs.verdicts``, the evidence a reward is built on.
+
+Its run has hidden inputs, so it keeps its output to itself: the verdict and the stored per-case results
+(``event.artifacts``) carry case ids and statuses only. An episode's submit (``workspace_ref``) runs the
+hidden suite in a fresh sandbox from the graded workspace (``roles.workspace``); an unusable snapshot is the
+agent's failure (``run.status == "crashed"`` with the reason in ``run.error``; every hidden case ``error``).
+Static analysis is not run on workspaces: their hidden suites are call/io only, compared outside the sandbox.
+A generation in another language than python is graded in it (``event.language``; one the task's suites do
+not accept is an invalid event); static analysis reads Python only, so such code has no static flags.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from schemas.caps import fit
+from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag, result_ids
+from workers.grading import Grader
+from workers.grading.grader import GRADER_VERSION
+from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
+from workers.grading.suites import failed_suite
+from workers.handler import Done, Outcome, Source, encode_output
+from workers.roles.common import RoleContext, one_shot
+from workers.roles.runs import Ran, artifact_fields, log_level, pending_uploads, run_fields, sandbox_run, unusable_run
+from workers.roles.workspace import EpisodeWorkspaces, Unusable
+
+
+class VerifierHandler:
+    """Hidden tests + static analysis -> HiddenVerdict."""
+
+    def __init__(self, context: RoleContext, grader: Grader) -> None:
+        self.context = context
+        self.grader = grader
+        self.workspaces = EpisodeWorkspaces(context)
+
+    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
+        """Run the hidden suite (in its own sandbox run) and analyse the code (or, for an episode's submit,
+        the hidden suite on its graded workspace)."""
+        ctx = self.context
+        artifacts: dict[ArtifactName, str] = {}
+        if event.workspace_ref is not None:
+            ran, flags = self._episode(event), []
+            artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
+            code_upload = None
+        else:
+            task = one_shot(ctx.tasks.task(event.task_id))
+            code = ctx.code_of(event)
+            flags = analyze(code) if event.language == "python" else []  # the analysis reads Python only
+            got = self.grader.run_suites(
+                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt,
+                language=event.language,
+            )  # fmt: skip
+            ran = Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
+            code_upload = ctx.store_code(artifacts, event, code)
+        return self._publish(event, source, ran, flags, artifacts, code_upload)
+
+    def _episode(self, event: GenerationEvent) -> Ran:
+        """The hidden suite in a fresh sandbox from the graded workspace: its cases exist only in that run."""
+        task = self.context.tasks.task(event.task_id)
+        graded = self.workspaces.graded(event, task)
+        if isinstance(graded, Unusable):
+            outcome = failed_suite(task.hidden_tests, "hidden", "error", graded.reason)
+            return Ran(outcome, unusable_run(graded, self.grader.sandbox.name), 1)
+        got = self.grader.run_suites(
+            "", task.entry_point, [("hidden", task.hidden_tests)], task.limits, workspace=graded.job()
+        )
+        return Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
+
+    def _publish(  # noqa: PLR0917
+        self,
+        event: GenerationEvent,
+        source: Source,
+        ran: Ran,
+        flags: list[Flag],
+        artifacts: dict[ArtifactName, str],
+        code_upload: Future[object] | None,
+    ) -> Outcome:
+        ctx = self.context
+        outcome, run = ran.outcome, ran.run
+        if outcome is None:  # a verifier always runs its hidden suite
+            raise ValueError("verifier: no hidden outcome")
+        cases = [HiddenCaseResult(case_id=c.id, status=c.status) for c in outcome.cases]
+        uploads = pending_uploads(
+            code_upload,
+            # statuses only: nothing about hidden inputs or expected values, and no output of this run
+            ctx.store_json(artifacts, "cases", [c.model_dump(mode="json") for c in cases]),
+        )
+        verdict = HiddenVerdict(
+            **result_ids(event),
+            attempt=min(max(ran.attempts, 1), 100),
+            worker=ctx.worker,
+            grader_version=GRADER_VERSION,
+            suite_kind=outcome.kind,  # type: ignore[arg-type]
+            run=run,
+            cases=cases,
+            passed=sum(1 for c in cases if c.status == "passed"),
+            total=len(cases),
+            static_flags=[
+                StaticFlag(rule=f.rule, message=fit(StaticFlag, "message", f.message), line=f.line)
+                for f in shown_flags(flags)
+            ],
+            static_flag_counts=rule_counts(flags),
+            artifacts=artifacts,
+        )
+        fields = run_fields(run, ran.attempts, verdict.passed, verdict.total)
+        fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
+        artifact_fields(fields, artifacts)
+        message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"
+        record = ctx.log_record(event, source, log_level(run), message, fields)
+        return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status, uploads)
