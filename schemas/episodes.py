@@ -8,14 +8,16 @@ keyed by ``episode_id``, so an episode's actions and observations stay in order 
 
 What the agent chose (a path, a command, a file's content) is judged by ``action_problem``, not by decoding:
 a path that leaves the workspace or an oversized write is a ``rejected`` observation with the reason, which
-the policy can learn from; only an action that is not an action at all (not JSON, a wrong type, an unknown
-kind) is undecodable and goes to the DLQ. ``action_problem`` judges strings only: the worker still checks on
+the policy can learn from; so is an exec ``timeout_s`` out of range and a write with both ``text`` and
+``base64``. Only an action that is not an action at all (not JSON, a wrong type, an unknown kind, a missing
+field) is undecodable and goes to the DLQ. ``action_problem`` judges strings only: the worker still checks on
 disk that no parent of a path is a symlink and that a read's target stays inside the workspace.
 """
 
 from __future__ import annotations
 
 import binascii
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
@@ -72,27 +74,29 @@ class ExecAction(_Action):
     )
     timeout_s: float | None = Field(
         None,
-        gt=0,
-        le=MAX_EXEC_TIMEOUT_S,
-        description="wall-clock limit, seconds; capped to the task's episode.step_timeout_s (the default)",
+        description="wall-clock limit, seconds, more than 0 and at most 86400 (else the action is rejected); "
+        "capped to the task's episode.step_timeout_s (the default)",
     )
 
 
 class WriteAction(_Action):
-    """Write one file of the workspace (parents made as needed), from text or from base64 (exactly one)."""
+    """Write one file of the workspace (parents made as needed), from text or from base64 (exactly one: a write
+    with neither is undecodable, one with both is rejected)."""
 
     action: Literal["write"] = Field(description="action kind discriminator")
     path: str = Field(
         description="relative POSIX path inside the workspace; '..', absolute, empty or '.' segments, NUL and "
         "paths through a symlink are rejected"
     )
-    text: str | None = Field(None, description="the content as UTF-8 text (exactly one of text, base64)")
+    text: str | None = Field(
+        None, description="the content as UTF-8 text (exactly one of text, base64: both is rejected)"
+    )
     base64: str | None = Field(None, description="the content as base64, for bytes that are not text")
 
     @model_validator(mode="after")
-    def _one_content(self) -> WriteAction:
-        if (self.text is None) == (self.base64 is None):
-            raise PydanticCustomError("write_content", "exactly one of text and base64 must be set", {"field": "text"})
+    def _some_content(self) -> WriteAction:
+        if self.text is None and self.base64 is None:
+            raise PydanticCustomError("write_content", "one of text and base64 must be set", {"field": "text"})
         return self
 
     def data(self) -> bytes:
@@ -158,18 +162,32 @@ def action_problem(action: AnyAction) -> str | None:
     observation. The worker adds what only the disk and the episode can tell (symlinked parents, a read's
     target, a missing file, an unknown task or episode, a fork of a turn that does not exist)."""
     if isinstance(action, ExecAction):
-        problem = command_problem(action.command)
-        return None if problem is None else f"command {problem}"
+        return _exec_problem(action)
     if isinstance(action, WriteAction | ReadAction):
         problem = path_problem(action.path)
         if problem is not None:
             return f"path {problem}"
-    if isinstance(action, WriteAction):
-        size = write_size(action)
-        if size is None:
-            return "text is not valid UTF-8" if action.text is not None else "base64 is not valid base64"
-        if size > MAX_WRITE_BYTES:
-            return f"write of {size} bytes is over the {MAX_WRITE_BYTES}-byte cap"
+    return _write_problem(action) if isinstance(action, WriteAction) else None
+
+
+def _exec_problem(action: ExecAction) -> str | None:
+    problem = command_problem(action.command)
+    if problem is not None:
+        return f"command {problem}"
+    timeout = action.timeout_s
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_EXEC_TIMEOUT_S):
+        return f"timeout_s must be more than 0 and at most {MAX_EXEC_TIMEOUT_S:g} s (got {timeout:g})"
+    return None
+
+
+def _write_problem(action: WriteAction) -> str | None:
+    if action.text is not None and action.base64 is not None:
+        return "write has both text and base64 (send exactly one)"
+    size = write_size(action)
+    if size is None:
+        return "text is not valid UTF-8" if action.text is not None else "base64 is not valid base64"
+    if size > MAX_WRITE_BYTES:
+        return f"write of {size} bytes is over the {MAX_WRITE_BYTES}-byte cap"
     return None
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from bus.admin import delete_topics
@@ -416,17 +417,29 @@ def test_an_undecodable_action_is_dead_lettered_and_the_rest_goes_on(episodes: E
     episodes.send([appending_step("d1", 2), action("d1", 9, {"action": "read", "path": "log.txt"}),
                    action("d1", 3, {"action": "write", "path": "../escape", "text": "x"}),
                    action("d1", 4, {"action": "read", "path": "log.txt"})])  # fmt: skip
-    episodes.wait(lambda: len(episodes.observations()["d1"]) >= 6, 120, lambda: f"{episodes.observations()['d1']}")
+    # decodable but invalid (raw, as any producer may send them): the agent's to learn from, never dead letters
+    publish(episodes.kafka_config, episodes.topics["actions"], [(b"d1", orjson.dumps({
+        "episode_id": "d1", "turn": turn, "action": body,
+    })) for turn, body in [(5, {"action": "write", "path": "a.txt", "text": "x", "base64": "eA=="}),
+                           (6, {"action": "exec", "command": "true", "timeout_s": 1e6}),
+                           (7, {"action": "exec", "command": "true", "timeout_s": 0})]])  # fmt: skip
+    episodes.send([action("d1", 8, {"action": "read", "path": "log.txt"})])
+    episodes.wait(lambda: len(episodes.observations()["d1"]) >= 10, 120, lambda: f"{episodes.observations()['d1']}")
     episodes.wait(lambda: len(episodes.dead_letters()) >= 2, 60, lambda: f"{episodes.dead_letters()}")
     letters = episodes.dead_letters()
     assert len(letters) == 2, letters
     assert all(d.source_topic == episodes.topics["actions"] and d.component == "episode" for d in letters)
     assert any("teleport" in d.error or "action" in d.error for d in letters), letters
     seen = episodes.observations()["d1"]
-    assert [(o.turn, o.status) for o in seen] == [(0, "ok"), (1, "ok"), (2, "ok"), (9, "rejected"), (3, "rejected"),
-                                                  (4, "ok")]  # fmt: skip
+    assert [(o.turn, o.status) for o in seen[:6]] == [(0, "ok"), (1, "ok"), (2, "ok"), (9, "rejected"),
+                                                      (3, "rejected"), (4, "ok")]  # fmt: skip
     assert "out of order" in (seen[3].reason or "")
     assert seen[5].content == "1\n2\n"  # the rejected write changed nothing; turn 3 was used
+    assert [(o.turn, o.status) for o in seen[6:]] == [(5, "rejected"), (6, "rejected"), (7, "rejected"), (8, "ok")]
+    assert "both text and base64" in (seen[6].reason or ""), seen[6]
+    assert "at most 86400 s" in (seen[7].reason or ""), seen[7]
+    assert "more than 0" in (seen[8].reason or ""), seen[8]
+    assert seen[9].content == "1\n2\n"
 
 
 # ---- (e) submit, and the end at max_turns ----------------------------------------------------------------------

@@ -79,11 +79,7 @@ REFUSED: list[tuple[str, bytes, str]] = [
      "'open', 'fork' (got 'fly')"),
     ("no action kind", event({"path": "a"}), "action.action: required field is missing"),
     ("no action", orjson.dumps({"episode_id": "e", "turn": 1}), "action: required field is missing"),
-    ("text and base64", event({"action": "write", "path": "a", "text": "x", "base64": "eA=="}),
-     "action.text: exactly one of text and base64 must be set"),
-    ("no content", event({"action": "write", "path": "a"}), "action.text: exactly one of text and base64 must be set"),
-    ("zero timeout", event({"action": "exec", "command": "ls", "timeout_s": 0}),
-     "action.timeout_s: input should be greater than 0"),
+    ("no content", event({"action": "write", "path": "a"}), "action.text: one of text and base64 must be set"),
     ("string timeout", event({"action": "exec", "command": "ls", "timeout_s": "10"}),
      "action.timeout_s: input should be a valid number"),
     ("command not text", event({"action": "exec", "command": 3}),
@@ -105,6 +101,27 @@ def test_undecodable_actions_name_the_field(data: bytes, message: str) -> None:
     with pytest.raises(DecodeError) as caught:
         decode(data, ActionEvent)
     assert str(caught.value) == f"invalid ActionEvent: {message}"
+
+
+DECODABLE_BUT_INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("text and base64", {"action": "write", "path": "a", "text": "x", "base64": "eA=="}, "both text and base64"),
+    ("zero timeout", {"action": "exec", "command": "ls", "timeout_s": 0}, "timeout_s must be more than 0"),
+    ("negative timeout", {"action": "exec", "command": "ls", "timeout_s": -3}, "timeout_s must be more than 0"),
+    ("timeout over a day", {"action": "exec", "command": "ls", "timeout_s": 86_401}, "at most 86400 s"),
+]
+
+
+@pytest.mark.parametrize(("body", "reason"), [c[1:] for c in DECODABLE_BUT_INVALID],
+                         ids=[c[0] for c in DECODABLE_BUT_INVALID])  # fmt: skip
+def test_decodable_but_invalid_actions_decode_and_are_the_agents_to_learn_from(
+    body: dict[str, Any], reason: str
+) -> None:
+    """Only what is not an action at all goes to the DLQ: these decode, and ``action_problem`` says why they
+    are ``rejected`` (an observation the agent sees, its turn used)."""
+    decoded = decode(event(body), ActionEvent)
+    problem = action_problem(decoded.action)
+    assert problem is not None
+    assert reason in problem, problem
 
 
 def _write(path: str = "a.py", **content: str) -> WriteAction:
@@ -132,6 +149,14 @@ def _write(path: str = "a.py", **content: str) -> WriteAction:
         (ExecAction(action="exec", command=[]), "command argv is empty"),
         (ExecAction(action="exec", command=["", "-c"]), "command argv[0] is empty"),
         (ExecAction(action="exec", command="ls\x00"), "command contains a NUL byte"),
+        # decodable, so the agent's to learn from (a rejected observation), never a dead letter
+        (_write(text="x", base64="eA=="), "write has both text and base64 (send exactly one)"),
+        (ExecAction(action="exec", command="ls", timeout_s=0), "timeout_s must be more than 0 and at most 86400 s "
+         "(got 0)"),
+        (ExecAction(action="exec", command="ls", timeout_s=-1.5), "timeout_s must be more than 0 and at most 86400 s "
+         "(got -1.5)"),
+        (ExecAction(action="exec", command="ls", timeout_s=86_401), "timeout_s must be more than 0 and at most "
+         "86400 s (got 86401)"),
     ],
 )  # fmt: skip
 def test_rejections_say_why(action: WriteAction | ReadAction | ExecAction, reason: str) -> None:

@@ -51,7 +51,7 @@ def test_an_exec_keeps_its_command_and_timeout() -> None:
         ('{"action": "dance"}', "action"),
         ('{"action": "open", "task_id": "swe/calc-add"}', "action"),
         ('{"action": "fork", "from_episode": "ep-1", "turn": 1}', "action"),
-        ('{"action": "write", "path": "a.py"}', "exactly one of text and base64"),
+        ('{"action": "write", "path": "a.py"}', "one of text and base64 must be set"),
         ('{"action": "read"}', "path"),
         ("[1, 2, 3]", "no JSON object"),
         ("", "no JSON object"),
