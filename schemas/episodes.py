@@ -131,11 +131,20 @@ class OpenAction(_Action):
 
 
 class ForkAction(_Action):
-    """Start a new episode from the workspace another episode had after one of its turns."""
+    """Start a new episode from the workspace another episode had after one of its turns.
+
+    The fork is the forking trainer's: its ``run_id``/``policy_version`` label its generation and reward (a
+    trainer only takes rewards of its own run). Left out, they are the source episode's (the older wire form)."""
 
     action: Literal["fork"] = Field(description="action kind discriminator")
     from_episode: Id = Field(description="the episode to fork")
     turn: int = Field(ge=0, le=MAX_TURNS, description="the turn of from_episode whose workspace the fork starts from")
+    run_id: Id | None = Field(
+        None, description="the training run the fork belongs to (its reward goes to it); from_episode's when unset"
+    )
+    policy_version: ShortText | None = Field(
+        None, description="checkpoint/step of the policy acting in the fork; from_episode's when unset"
+    )
 
 
 Action = Annotated[

@@ -107,15 +107,20 @@ class EpisodeClient:
     def open(self, task_id: str, *, episode_id: str | None = None, timeout_s: float | None = None) -> Episode:
         """A new episode of ``task_id`` (a fresh id unless given), once the worker answered its open."""
         episode = Episode(self, episode_id or new_episode_id(), 0)
-        body = {
-            "action": "open",
-            "task_id": task_id,
-            "run_id": self.config.run_id,
-            "policy_version": self.config.policy_version,
-        }
+        body = open_action(task_id, self.config.run_id, self.config.policy_version)
         opened = episode.act(body, timeout_s=timeout_s)
         episode.opened = opened
         return episode
+
+    def fork(
+        self, from_episode: str, turn: int, *, episode_id: str | None = None, timeout_s: float | None = None
+    ) -> Episode:
+        """A new episode of this client's run from ``from_episode``'s workspace after ``turn`` (a committed turn;
+        the source may be any run's): its reward comes to this client's run, under its policy version."""
+        child = Episode(self, episode_id or new_episode_id(), 0)
+        body = fork_action(from_episode, turn, self.config.run_id, self.config.policy_version)
+        child.opened = child.act(body, timeout_s=timeout_s)
+        return child
 
     def resume(self, episode_id: str, *, timeout_s: float = 60.0) -> Episode:
         """The episode as its observations say (its last answered turn): a restarted trainer goes on from there.
@@ -304,10 +309,8 @@ class Episode:
         return self.act({"action": "read", "path": path})
 
     def fork(self, turn: int, *, episode_id: str | None = None) -> Episode:
-        """A new episode from this one's workspace after ``turn`` (a committed turn of it)."""
-        child = Episode(self.client, episode_id or new_episode_id(), 0)
-        child.opened = child.act(fork_action(self.episode_id, turn))
-        return child
+        """A new episode from this one's workspace after ``turn`` (a committed turn of it), of the client's run."""
+        return self.client.fork(self.episode_id, turn, episode_id=episode_id)
 
     def submit(self, timeout_s: float = 600.0) -> RewardEvent:
         """End the episode and wait for its one reward (needs the client's ``trainer``)."""
@@ -350,9 +353,19 @@ def write_action(path: str, text: str | None = None, base64: str | None = None) 
     return {"action": "write", "path": path, **({"text": text} if base64 is None else {"base64": base64})}
 
 
-def fork_action(from_episode: str, turn: int) -> dict[str, Any]:
-    """The contract's fork object: a new episode from ``from_episode``'s workspace after ``turn``."""
-    return {"action": "fork", "from_episode": from_episode, "turn": turn}
+def open_action(task_id: str, run_id: str, policy_version: str) -> dict[str, Any]:
+    """The contract's open object: a new episode of ``task_id`` for ``run_id``'s policy ``policy_version``."""
+    return {"action": "open", "task_id": task_id, "run_id": run_id, "policy_version": policy_version}
+
+
+def fork_action(
+    from_episode: str, turn: int, run_id: str | None = None, policy_version: str | None = None
+) -> dict[str, Any]:
+    """The contract's fork object: a new episode from ``from_episode``'s workspace after ``turn``, of ``run_id``
+    and ``policy_version`` (the source's when left out)."""
+    labels = {"run_id": run_id, "policy_version": policy_version}
+    return {"action": "fork", "from_episode": from_episode, "turn": turn,
+            **{k: v for k, v in labels.items() if v is not None}}  # fmt: skip
 
 
 def _decoded(value: bytes) -> ObservationEvent | None:

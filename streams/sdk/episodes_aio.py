@@ -29,6 +29,7 @@ from streams.sdk.episodes import (
     exec_action,
     fork_action,
     new_episode_id,
+    open_action,
     write_action,
 )
 
@@ -52,14 +53,19 @@ class AsyncEpisodeClient:
     ) -> AsyncEpisode:
         """A new episode of ``task_id`` (a fresh id unless given), once the worker answered its open."""
         episode = AsyncEpisode(self, Episode(self.sync, episode_id or new_episode_id(), 0))
-        body = {
-            "action": "open",
-            "task_id": task_id,
-            "run_id": self.sync.config.run_id,
-            "policy_version": self.sync.config.policy_version,
-        }
+        body = open_action(task_id, self.sync.config.run_id, self.sync.config.policy_version)
         episode.sync.opened = await episode.act(body, timeout_s=timeout_s)
         return episode
+
+    async def fork(
+        self, from_episode: str, turn: int, *, episode_id: str | None = None, timeout_s: float | None = None
+    ) -> AsyncEpisode:
+        """A new episode of this client's run from ``from_episode``'s workspace after ``turn`` (see
+        ``EpisodeClient.fork``)."""
+        child = AsyncEpisode(self, Episode(self.sync, episode_id or new_episode_id(), 0))
+        body = fork_action(from_episode, turn, self.sync.config.run_id, self.sync.config.policy_version)
+        child.sync.opened = await child.act(body, timeout_s=timeout_s)
+        return child
 
     async def resume(self, episode_id: str, *, timeout_s: float = 60.0) -> AsyncEpisode:
         """The episode as its observations say (see ``EpisodeClient.resume``); the topic is read in a thread."""
@@ -132,10 +138,8 @@ class AsyncEpisode:
         return await self.act({"action": "read", "path": path})
 
     async def fork(self, turn: int, *, episode_id: str | None = None) -> AsyncEpisode:
-        """A new episode from this one's workspace after ``turn`` (a committed turn of it)."""
-        child = AsyncEpisode(self.client, Episode(self.sync.client, episode_id or new_episode_id(), 0))
-        child.sync.opened = await child.act(fork_action(self.episode_id, turn))
-        return child
+        """A new episode from this one's workspace after ``turn`` (a committed turn of it), of the client's run."""
+        return await self.client.fork(self.episode_id, turn, episode_id=episode_id)
 
     async def submit(self, timeout_s: float = 600.0) -> RewardEvent:
         """End the episode and await its one reward (needs the client's trainer)."""

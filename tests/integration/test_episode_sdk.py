@@ -87,6 +87,16 @@ def test_the_sdk_drives_an_episode_forks_it_resumes_it_and_gets_one_reward(stack
         assert (fork_reward.generation_id, fork_reward.reward) == (before_fix.episode_id, 0.0), fork_reward
         _no_hidden_data(reward.model_dump_json() + fork_reward.model_dump_json())
 
+    # another run's trainer forks the episode after the fix: the fork is its run's, and so is its reward
+    other_trainer, other_config = _clients(stack, "sdk-run-b")
+    with other_trainer, EpisodeClient(other_config, other_trainer) as other:
+        theirs = other.fork(episode.episode_id, 4)
+        assert theirs.opened is not None
+        assert theirs.opened.status == "ok", theirs.opened
+        their_reward = theirs.submit(timeout_s=120)
+    assert (their_reward.generation_id, their_reward.run_id) == (theirs.episode_id, "sdk-run-b"), their_reward
+    assert their_reward.reward == 1.0, their_reward  # forked after the fix
+
 
 def _play(stack: Stack, transcript: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(

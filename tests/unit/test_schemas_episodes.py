@@ -43,6 +43,8 @@ STARTS = [
     '{"action": "open", "task_id": "swe/calc-1", "run_id": "run-7"}',
     '{"action": "open", "task_id": "swe/calc-1"}',
     '{"action": "fork", "from_episode": "ep-1", "turn": 3}',
+    # a fork's own run and policy (another run's trainer forking): its reward goes to that run
+    '{"action": "fork", "from_episode": "ep-1", "turn": 3, "run_id": "run-b", "policy_version": "step-9"}',
 ]
 
 

@@ -8,12 +8,13 @@ import queue
 import threading
 from concurrent.futures import Future
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.status import SandboxStatus
-from streams.sdk.episodes import EpisodeClient, EpisodeError
+from streams.sdk.episodes import Episode, EpisodeClient, EpisodeError
 from streams.sdk.episodes_aio import AsyncEpisode, AsyncEpisodeClient
 
 
@@ -24,12 +25,14 @@ class _Answering:
         self.config = SimpleNamespace(answer_timeout_s=30.0, run_id="r", policy_version="0")
         self.trainer = None
         self.forgotten = 0
+        self.sent: list[ActionEvent] = []
         self._sent: queue.Queue[tuple[ActionEvent, Future[ObservationEvent]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._answer, daemon=True)
         if not mute:
             self._thread.start()
 
     def send(self, event: ActionEvent) -> Future[ObservationEvent]:
+        self.sent.append(event)
         future: Future[ObservationEvent] = Future()
         future.set_running_or_notify_cancel()
         self._sent.put((event, future))
@@ -39,6 +42,14 @@ class _Answering:
         return EpisodeClient.wait_s(self, timeout_s)  # type: ignore[arg-type]
 
     no_answer = staticmethod(EpisodeClient.no_answer)
+
+    def answer(
+        self, future: Future[ObservationEvent], key: tuple[str, int], timeout_s: float | None
+    ) -> ObservationEvent:
+        return EpisodeClient.answer(self, future, key, timeout_s)  # type: ignore[arg-type]
+
+    def fork(self, from_episode: str, turn: int, **kwargs: Any) -> Episode:
+        return EpisodeClient.fork(self, from_episode, turn, **kwargs)  # type: ignore[arg-type]
 
     def forget(self, _key: tuple[str, int], _future: Future[ObservationEvent]) -> None:
         self.forgotten += 1
@@ -86,3 +97,26 @@ def test_a_missing_answer_is_an_episode_error_naming_episode_and_turn() -> None:
     client = AsyncEpisodeClient(_Answering(mute=True))  # type: ignore[arg-type]
     with pytest.raises(EpisodeError, match=r"no observation for episode 'ep-x' turn 0 within 0.05s"):
         asyncio.run(client.open("swe/calc-add", episode_id="ep-x", timeout_s=0.05))
+
+
+def test_a_fork_is_of_the_forking_clients_run_and_policy_sync_and_async() -> None:
+    """Another run's trainer forking an episode gets the fork's reward: the fork names its own run."""
+    fake = _Answering()
+    fake.config.run_id, fake.config.policy_version = "run-b", "step-9"
+    try:
+        source = Episode(fake, "ep-a", 3)  # type: ignore[arg-type]
+        child = source.fork(2, episode_id="ep-b")
+        assert (child.episode_id, child.turn) == ("ep-b", 0)
+
+        async def fork_async() -> None:
+            client = AsyncEpisodeClient(fake)  # type: ignore[arg-type]
+            await client.fork("ep-a", 1, episode_id="ep-c")
+
+        asyncio.run(fork_async())
+    finally:
+        fake.stop()
+    forks = [(e.episode_id, e.action.model_dump(mode="json")) for e in fake.sent]
+    assert forks == [
+        ("ep-b", {"action": "fork", "from_episode": "ep-a", "turn": 2, "run_id": "run-b", "policy_version": "step-9"}),
+        ("ep-c", {"action": "fork", "from_episode": "ep-a", "turn": 1, "run_id": "run-b", "policy_version": "step-9"}),
+    ]

@@ -142,15 +142,18 @@ class EpisodeHandler:
                             policy_version=action.policy_version, history=((0, sha),))  # fmt: skip
 
     def _fork(self, episode_id: str, action: ForkAction, now_s: float) -> EpisodeState | str:
-        """A new episode from a committed turn of another (its task, run and policy version), or why not."""
+        """A new episode from a committed turn of another (its task; the fork's own run and policy version, or
+        the source's when it names none), or why not."""
         origin = self.committed.get(action.from_episode)
         if origin is None:
             return f"unknown episode {action.from_episode}"
         sha = turns.snapshot_at(origin, action.turn)
         if sha is None:
             return f"turn {action.turn} of {action.from_episode} is not a committed turn (it is at {origin.turn})"
-        return EpisodeState(episode_id, origin.task_id, 0, sha, now_s, now_s, run_id=origin.run_id,
-                            policy_version=origin.policy_version, history=((0, sha),))  # fmt: skip
+        run_id = action.run_id if action.run_id is not None else origin.run_id
+        policy = action.policy_version if action.policy_version is not None else origin.policy_version
+        return EpisodeState(episode_id, origin.task_id, 0, sha, now_s, now_s, run_id=run_id, policy_version=policy,
+                            history=((0, sha),))  # fmt: skip
 
     def _rejected(
         self,

@@ -1,0 +1,122 @@
+"""The episode worker's handler on its own: actions in, outputs and table rows out, with a dict for S3, a task
+registry in a temporary directory, and each step's sandbox run replaced by a scripted outcome (the real runs
+are tests/sandbox/test_episode_step.py's and the integration tests')."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.codec import decode
+from schemas.episodes import ActionEvent, ObservationEvent
+from schemas.events import GenerationEvent
+from schemas.status import SandboxStatus
+from tests.sandbox.swe_task import task
+from tests.unit.test_episode_workspaces import DictStore
+from workers.episodes.sources import CommittedEpisodes
+from workers.episodes.step import StepAction, StepOutcome
+from workers.episodes.table import EpisodeTable
+from workers.episodes.workspaces import Workspaces
+from workers.handler import Done, Output, Source
+from workers.roles import episodes as episodes_role
+from workers.roles.common import TaskSource
+from workers.roles.episodes import EpisodeHandler, EpisodeTopics
+from workers.tasks.registry import TaskRegistry
+
+TASK_ID = "swe/calc-call"
+TOPICS = EpisodeTopics(observations="obs", generations="gen", changelog="changelog")
+T0_MS = 1_700_000_000_000
+
+#: What a scripted step does: the outcome for (the workspace before, the action).
+Script = Callable[[bytes, StepAction], StepOutcome]
+
+
+def unchanged(before: bytes, action: StepAction) -> StepOutcome:
+    """A step that leaves the workspace as it was (exit 0)."""
+    exit_code = 0 if action.kind == "exec" else None
+    return StepOutcome(SandboxStatus.OK, before, hashlib.sha256(before).hexdigest(), exit_code=exit_code)
+
+
+class Harness:
+    """One handler on partition 0 (epoch 1), its outputs kept, the changelog rows a fork's lookup reads."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: Script = unchanged) -> None:
+        registry = TaskRegistry(tmp_path / "registry")
+        registry.store([task("call", TASK_ID)])
+        self.store = DictStore()
+        self.table = EpisodeTable(lambda _partition: {})
+        self.table.assigned("actions", 0, 1)
+        self.rows: dict[str, bytes] = {}
+        self.offset = 0
+        self.now_ms = T0_MS
+        self.steps: list[StepAction] = []
+
+        def catch_up(_partition: int, rows: dict[str, bytes], _start: int) -> int:
+            rows.update(self.rows)
+            return 0
+
+        def run_step(_sandbox: Any, before: bytes, action: StepAction, *_args: Any) -> StepOutcome:
+            self.steps.append(action)
+            return script(before, action)
+
+        monkeypatch.setattr(episodes_role, "run_step", run_step)
+        self.handler = EpisodeHandler(
+            TOPICS, TaskSource(registry), sandbox=None, workspaces=Workspaces(self.store),  # type: ignore[arg-type]
+            table=self.table, committed=CommittedEpisodes(1, catch_up), store=self.store,  # type: ignore[arg-type]
+            clock=lambda: self.now_ms,
+        )  # fmt: skip
+
+    def act(self, episode: str, turn: int, body: dict[str, Any], *, at_ms: int | None = None) -> Done:
+        """Handle one action appended at ``at_ms`` (default: now); its outputs' changelog rows are committed."""
+        event = ActionEvent.model_validate({"episode_id": episode, "turn": turn, "action": body})
+        self.offset += 1
+        source = Source("actions", 0, self.offset, at_ms if at_ms is not None else self.now_ms, 1)
+        done = self.handler.handle(event, source)
+        assert isinstance(done, Done), done
+        self.commit(done.outputs)
+        return done
+
+    def commit(self, outputs: tuple[Output, ...] | list[Output]) -> None:
+        for out in outputs:
+            if out.topic == TOPICS.changelog and out.key is not None and out.value is not None:
+                self.rows[out.key.decode()] = out.value
+
+    def expire(self, busy: frozenset[bytes] = frozenset()) -> list[Output]:
+        outputs = self.handler.expire("actions", 0, 1, self.now_ms, busy)
+        self.commit(outputs)
+        return outputs
+
+
+def observations(outputs: tuple[Output, ...] | list[Output]) -> list[ObservationEvent]:
+    return [decode(o.value or b"", ObservationEvent) for o in outputs if o.topic == TOPICS.observations]
+
+
+def generations(outputs: tuple[Output, ...] | list[Output]) -> list[GenerationEvent]:
+    return [decode(o.value or b"", GenerationEvent) for o in outputs if o.topic == TOPICS.generations]
+
+
+def open_body(run_id: str = "run-a", policy_version: str = "p-a") -> dict[str, Any]:
+    return {"action": "open", "task_id": TASK_ID, "run_id": run_id, "policy_version": policy_version}
+
+
+# ---- forks ---------------------------------------------------------------------------------------------------
+
+
+def test_a_fork_belongs_to_the_run_that_forked_it_and_inherits_the_sources_when_it_names_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run B forking run A's episode gets the fork's reward: its generation carries B's run and policy."""
+    box = Harness(tmp_path, monkeypatch)
+    box.act("a", 0, open_body())
+    box.act("a", 1, {"action": "exec", "command": "true"})
+    fork = {"action": "fork", "from_episode": "a", "turn": 1}
+    assert observations(box.act("b", 0, {**fork, "run_id": "run-b", "policy_version": "p-b"}).outputs)[0].status == "ok"
+    (gen,) = generations(box.act("b", 1, {"action": "submit"}).outputs)
+    assert (gen.generation_id, gen.run_id, gen.policy_version) == ("b", "run-b", "p-b")
+    box.act("c", 0, fork)  # an older trainer's fork names no run: it is the source's, as before
+    (inherited,) = generations(box.act("c", 1, {"action": "submit"}).outputs)
+    assert (inherited.run_id, inherited.policy_version) == ("run-a", "p-a")
