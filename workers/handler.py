@@ -23,6 +23,13 @@ class InvalidEventError(RewardstreamError):
     """A message decoded but cannot be processed (e.g. unknown task); it goes to the DLQ with this reason."""
 
 
+class InfrastructureError(RewardstreamError):
+    """The infrastructure failed while handling an event (a sandbox_error, an outage): not the event's fault.
+
+    The worker loop retries it with capped backoff for as long as the worker runs and never dead-letters it
+    (an event whose handler raises anything else is retried a few times, then dead-lettered as a crash)."""
+
+
 class EmptyValueError(InvalidEventError):
     """A message without a value (a tombstone) on the generations topic."""
 

@@ -24,10 +24,10 @@ Why it is shaped like this:
 * A handler with ``Timers`` (state that expires without input) is asked every ``timer_interval_s`` what
   expired by each partition's event-time clock; what it returns is committed in a transaction of its own.
 * One message's failure is that message's: undecodable or invalid -> DLQ at once; a handler that raises is
-  retried with backoff (S3 or registry hiccups), then dead-lettered as a handler crash with its traceback
-  logged. A message that kills the whole process is caught by the crash guard (``bus.crash_guard``): after
-  an owner died, the partition's next messages run alone, and one that kills the process alone
-  ``crash_attempts`` times is dead-lettered without running again.
+  retried with backoff, then dead-lettered as a handler crash with its traceback logged (an ``InfrastructureError``,
+  a sandbox_error or an outage, is retried until the worker stops). A message that kills the whole process is
+  caught by the crash guard (``bus.crash_guard``): after an owner died, the partition's next messages run alone,
+  and one that kills the process alone ``crash_attempts`` times is dead-lettered without running again.
 
 This module is the loop itself; each of its parts has a module of its own: ``runners`` (the threads that
 run the handler), ``committer`` (what one transaction holds), ``backpressure``, ``in_flight`` (what is held
@@ -68,6 +68,7 @@ from workers.handler import (
     EmptyValueError,
     Ends,
     Handler,
+    InfrastructureError,
     Output,
     PartitionListener,
     Reject,
@@ -354,14 +355,14 @@ class TransactionalWorker(Generic[E]):
                 del item.part.episodes[item.key]
 
     def _failed_run(self, item: Item, exc: BaseException) -> None:
-        """A handler raised: retry with backoff (S3/registry hiccups); after the last attempt, dead-letter it."""
+        """A handler raised: retry with backoff, then dead-letter it; an ``InfrastructureError`` is retried forever."""
         item.attempts += 1
         cfg = self.config
-        if item.attempts < cfg.handler_attempts:
-            delay = min(cfg.handler_backoff_max_s, cfg.handler_backoff_s * 2 ** (item.attempts - 1))
+        if isinstance(exc, InfrastructureError) or item.attempts < cfg.handler_attempts:
+            delay = min(cfg.handler_backoff_max_s, cfg.handler_backoff_s * 2 ** (min(item.attempts, 32) - 1))
             log.warning("%s: run of %s[%d]@%d failed (attempt %d), retrying in %.1fs: %s", cfg.role,
                         item.part.topic, item.part.partition, item.offset, item.attempts, delay, exc)  # fmt: skip
-            self.metrics.retry("handler")
+            self.metrics.retry("infrastructure" if isinstance(exc, InfrastructureError) else "handler")
             self._delayed.append((self._clock() + delay, item))
             return
         log.error("%s: handler crashed on %s[%d]@%d on all %d attempts; dead-lettering it", cfg.role,

@@ -17,11 +17,12 @@ from schemas.events import GenerationEvent
 from schemas.status import SandboxStatus
 from tests.sandbox.swe_task import task
 from tests.unit.test_episode_workspaces import DictStore
+from workers.artifacts import ArtifactError
 from workers.episodes.sources import CommittedEpisodes
 from workers.episodes.step import StepAction, StepOutcome
 from workers.episodes.table import EpisodeTable
 from workers.episodes.workspaces import Workspaces
-from workers.handler import Done, Output, Source
+from workers.handler import Done, InfrastructureError, Output, Source
 from workers.roles import episodes as episodes_role
 from workers.roles.common import TaskSource
 from workers.roles.episodes import EpisodeHandler, EpisodeTopics
@@ -120,3 +121,39 @@ def test_a_fork_belongs_to_the_run_that_forked_it_and_inherits_the_sources_when_
     box.act("c", 0, fork)  # an older trainer's fork names no run: it is the source's, as before
     (inherited,) = generations(box.act("c", 1, {"action": "submit"}).outputs)
     assert (inherited.run_id, inherited.policy_version) == ("run-a", "p-a")
+
+
+# ---- infrastructure failures ----------------------------------------------------------------------------------
+
+
+def test_a_sandbox_error_or_an_s3_outage_is_the_infrastructures_and_the_step_reruns_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the loop retries for as long as the worker runs (``InfrastructureError``): the agent sees nothing,
+    the episode's state is untouched, and the same action succeeds once the infrastructure is back."""
+    failing = {"sandbox": True}
+
+    def script(before: bytes, action: StepAction) -> StepOutcome:
+        if failing["sandbox"]:
+            return StepOutcome(SandboxStatus.SANDBOX_ERROR, before, hashlib.sha256(before).hexdigest(),
+                               reason="sandbox error: the fork server is gone")  # fmt: skip
+        return unchanged(before, action)
+
+    box = Harness(tmp_path, monkeypatch, script)
+    box.act("e", 0, open_body())
+    step = {"action": "exec", "command": "true"}
+    with pytest.raises(InfrastructureError, match="fork server is gone"):
+        box.act("e", 1, step)
+    failing["sandbox"] = False
+    box.handler.workspaces = Workspaces(box.store)  # another worker: the workspace comes from S3
+    real_get = box.store.get
+
+    def outage(url: str) -> bytes:
+        raise ArtifactError("S3 unreachable (stopping)", outage=True)
+
+    monkeypatch.setattr(box.store, "get", outage)
+    with pytest.raises(InfrastructureError, match="reading its workspace: S3 unreachable"):
+        box.act("e", 1, step)
+    monkeypatch.setattr(box.store, "get", real_get)
+    (obs,) = observations(box.act("e", 1, step).outputs)
+    assert (obs.turn, obs.status, obs.exit_code) == (1, "ok", 0)

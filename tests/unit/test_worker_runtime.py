@@ -22,7 +22,7 @@ from bus.crash_guard import Mark
 from bus.metrics import WorkerMetrics
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, GenerationEvent, LogRecord
-from workers.handler import Done, InvalidEventError, Outcome, Output, Source
+from workers.handler import Done, InfrastructureError, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
 from workers.loop_config import WorkerConfig
 from workers.transactional_loop import TransactionalWorker
@@ -393,6 +393,31 @@ def test_failing_handler_is_retried_then_dead_lettered() -> None:
     assert record.offset == 1
     assert record.exc_text is not None
     assert "OSError: S3 down" in record.exc_text
+
+
+def test_an_infrastructure_failure_is_retried_past_every_attempt_and_never_dead_lettered() -> None:
+    """A sandbox_error or an outage is not the event's fault: retried (capped backoff) for as long as the worker
+    runs, never dead-lettered, the episode's next turn waiting for it, other episodes going on meanwhile."""
+    calls: list[str] = []
+
+    class Outage:
+        def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+            calls.append(ev.generation_id)
+            if ev.generation_id == "e0t0" and calls.count("e0t0") <= 9:  # far past handler_attempts
+                raise InfrastructureError("sandbox_error: the fork server is gone")
+            return Done((Output("out", ev.key(), ev.generation_id.encode()),))
+
+    values = [(f"ep{e}".encode(), encode(event(f"e{e}t{t}", f"ep{e}", t))) for t in range(2) for e in range(2)]
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, Outage(), handler_attempts=3,
+                                                   handler_backoff_max_s=0.02, concurrency=2)  # fmt: skip
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 4)
+    assert calls.count("e0t0") == 10
+    assert calls.index("e0t1") > max(i for i, c in enumerate(calls) if c == "e0t0"), "a turn ran before the last"
+    assert calls.index("e1t1") < max(i for i, c in enumerate(calls) if c == "e0t0"), "the other episode waited"
+    assert [v for t, _, v in producer.results() if t == "out"] == [b"e0t0", b"e1t0", b"e0t1", b"e1t1"]
+    assert not [t for t, _, _ in producer.results() if t == "dlq"]
+    assert worker.metrics.value("rewardstream_retries_total", dependency="infrastructure") == 9
+    assert worker.metrics.value("rewardstream_dead_letters_total", reason="HandlerCrashError") == 0
 
 
 def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets() -> None:

@@ -6,7 +6,8 @@ the committed workspace, whose new snapshot is stored in S3 *before* anything is
 (the observation, the episode's new state row for the changelog, and on the episode's end the generation
 that names its final workspace) is committed by the worker loop in one transaction with the action's offset.
 A run killed before that commit is redelivered and re-runs from the committed state: each step is applied
-exactly once. A sandbox failure (the infrastructure's) raises, so the loop retries it; the agent never sees it.
+exactly once. A sandbox failure or an outage (the infrastructure's) raises ``StepInfraError``, which the loop
+retries for as long as the worker runs; the agent never sees it and the action is never dead-lettered.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from schemas.codec import encode
 from schemas.episodes import ActionEvent, ForkAction, ObservationEvent, OpenAction
-from schemas.errors import RewardstreamError
+from schemas.errors import KafkaError
 from schemas.events import GenerationEvent, LogRecord, LogValue
 from schemas.status import SandboxStatus
 from schemas.tasks import EpisodeLimits, PublicTask
-from workers.artifacts import ArtifactStore
+from workers.artifacts import ArtifactError, ArtifactStore
 from workers.episodes import turns
 from workers.episodes.observe import end_observation, step_observation, submitted
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
@@ -33,7 +35,7 @@ from workers.episodes.step import StepLimits, run_step
 from workers.episodes.table import EpisodeTable, dumps
 from workers.episodes.turns import EpisodeState, Rejected, Step
 from workers.episodes.workspaces import Workspaces
-from workers.handler import Done, Outcome, Output, Source
+from workers.handler import Done, InfrastructureError, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
 from workers.roles.common import TaskSource, UnknownTaskError
 from workers.sandbox.api import Sandbox
@@ -46,8 +48,23 @@ _CAPTURE_BYTES = 256 << 10
 _STEP_MEMORY_SLACK_MB = 128
 
 
-class StepInfraError(RewardstreamError):
-    """The sandbox failed (the infrastructure's fault): the step is retried, never shown to the agent."""
+class StepInfraError(InfrastructureError):
+    """The sandbox, S3 or Kafka failed (the infrastructure's fault): the loop retries the step for as long as
+    the worker runs; the agent never sees it and the action is never dead-lettered."""
+
+
+@contextmanager
+def _infrastructure(what: str) -> Iterator[None]:
+    """An outage of S3 (past the store's own retries: the worker is stopping) or of Kafka while doing ``what``
+    is the infrastructure's, retried like a sandbox_error."""
+    try:
+        yield
+    except ArtifactError as exc:
+        if not exc.outage:
+            raise
+        raise StepInfraError(f"{what}: {exc}") from exc
+    except KafkaError as exc:
+        raise StepInfraError(f"{what}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -118,7 +135,7 @@ class EpisodeHandler:
         elif isinstance(action, ForkAction):
             started = self._fork(event.episode_id, action, now_s)
         else:  # decide starts only on open and fork
-            raise StepInfraError(f"a start from a {action.action} action")
+            raise InvalidEventError(f"a start from a {action.action} action")
         if isinstance(started, str):  # why it cannot start: the trainer's to fix, said in a rejection
             return self._done(source, ObservationEvent.rejection(event, started))
         observation = ObservationEvent.build(episode_id=event.episode_id, turn=0, action=action.action,
@@ -135,7 +152,8 @@ class EpisodeHandler:
         if task.workspace is None:
             return f"task {task.task_id} has no workspace"
         try:
-            sha = self._original(task)
+            with _infrastructure(f"the original workspace of {task.task_id}"):
+                sha = self._original(task)
         except BrokenOriginalError as exc:  # the task's own workspace is unusable: no episode can start
             return str(exc)
         return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
@@ -144,7 +162,8 @@ class EpisodeHandler:
     def _fork(self, episode_id: str, action: ForkAction, now_s: float) -> EpisodeState | str:
         """A new episode from a committed turn of another (its task; the fork's own run and policy version, or
         the source's when it names none), or why not."""
-        origin = self.committed.get(action.from_episode)
+        with _infrastructure(f"reading the fork's source {action.from_episode}"):
+            origin = self.committed.get(action.from_episode)
         if origin is None:
             return f"unknown episode {action.from_episode}"
         sha = turns.snapshot_at(origin, action.turn)
@@ -181,12 +200,15 @@ class EpisodeHandler:
         self, state: EpisodeState, event: ActionEvent, decision: Step, task: PublicTask, *, source: Source, now_s: float
     ) -> Outcome:
         limits = task.episode_limits
-        before = self.workspaces.get(state.snapshot)
+        where = f"step {event.turn} of {event.episode_id}"
+        with _infrastructure(f"{where}: reading its workspace"):
+            before = self.workspaces.get(state.snapshot)
         outcome = run_step(self.sandbox, before, decision.action, caps_of(limits), step_limits(task, limits))
         if outcome.status == SandboxStatus.SANDBOX_ERROR:
-            raise StepInfraError(f"step {event.turn} of {event.episode_id}: {outcome.reason}")
+            raise StepInfraError(f"{where}: {outcome.reason}")
         if outcome.sha256 != state.snapshot:  # stored before the observation naming it can be committed
-            self.workspaces.put(Packed(outcome.snapshot, outcome.sha256, 0, len(outcome.snapshot)))
+            with _infrastructure(f"{where}: storing its workspace"):
+                self.workspaces.put(Packed(outcome.snapshot, outcome.sha256, 0, len(outcome.snapshot)))
         after = turns.applied(state, event, outcome.sha256, now_s)
         why = turns.ends_after(event, limits)
         if why is None and now_s + outcome.wall_ms / 1000 - state.opened_at_s >= limits.episode_timeout_s:
