@@ -117,6 +117,11 @@ class EpisodeLimits(Contract):
     ``max_turns`` counts the actions after ``open``/``fork``; the step that reaches it, or the step running
     when ``episode_timeout_s`` passes, ends the episode and the workspace is submitted as it is. No action
     for ``idle_timeout_s`` means the trainer is gone: the episode ends ``abandoned`` (no reward, said so).
+
+    ``idle_timeout_s`` is the trainer's time to answer an observation, counted from when the worker committed
+    it: a step's own run (up to ``step_timeout_s``) and a worker's backlog never count. So the two limits are
+    independent, and an ``idle_timeout_s`` below ``step_timeout_s`` is valid (a trainer that answers fast
+    running long test suites).
     """
 
     max_turns: int = Field(50, ge=1, le=MAX_TURNS, description="most actions after open/fork")
@@ -125,7 +130,11 @@ class EpisodeLimits(Contract):
     )
     episode_timeout_s: float = Field(1800.0, gt=0, le=86_400, description="wall-clock limit of the whole episode")
     idle_timeout_s: float = Field(
-        300.0, gt=0, le=86_400, description="an episode without an action this long is abandoned"
+        300.0,
+        gt=0,
+        le=86_400,
+        description="an episode whose trainer sends no action this long after the last observation was committed "
+        "is abandoned (a step's own run and the worker's backlog never count; independent of step_timeout_s)",
     )
     workspace_max_mb: int = Field(64, ge=1, le=4096, description="size cap of the workspace, MiB, during a step too")
     workspace_max_files: int = Field(

@@ -393,9 +393,7 @@ class TransactionalWorker(Generic[E]):
                 high = ended.get((part.topic, part.partition), 0)
                 if high <= max(position, 0):  # read to the end: nothing appended by broker_now is unread
                     part.clock_ms = max(part.clock_ms, broker_now)
-                busy = {*part.episodes, *(i.key for i in self._alone if i.part is part)}
-                if self._running_alone is not None and self._running_alone.part is part:
-                    busy.add(self._running_alone.key)
+                busy = {i.key for i in part.pending.values()}  # not committed: its trainer cannot see it yet
                 expired += timers.expire(part.topic, part.partition, part.epoch, part.clock_ms, busy)
         except (RewardstreamError, KafkaException) as exc:
             log.warning("%s: timers skipped this tick: %s", self.config.role, exc)

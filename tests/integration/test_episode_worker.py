@@ -545,9 +545,11 @@ def test_an_idle_episode_is_abandoned_and_an_overdue_one_submitted_on_the_broker
     episodes.send([
         open_action("i1", IDLE_TASK_ID), appending_step("i1", 1), open_action("t1", LATE_TASK_ID),
         appending_step("t1", 1), open_action("alive", TASK_ID),
+        # a step longer than idle_timeout_s (3 s) uses none of the trainer's idle time
+        open_action("w1", IDLE_TASK_ID), action("w1", 1, {"action": "exec", "command": "sleep 4", "timeout_s": 5}),
     ])  # fmt: skip
     started = time.monotonic()
-    episodes.wait_turns({"i1": 2, "t1": 2}, 120)  # no action is sent: only the timers can answer turn 2
+    episodes.wait_turns({"i1": 2, "t1": 2, "w1": 2}, 120)  # no action is sent: only the timers can answer turn 2
     took = time.monotonic() - started
     episodes.send([appending_step("i1", 2)])  # the trainer comes back too late
     episodes.wait(lambda: len(episodes.observations()["i1"]) >= 4, 60, lambda: f"{episodes.observations()['i1']}")
@@ -564,6 +566,12 @@ def test_an_idle_episode_is_abandoned_and_an_overdue_one_submitted_on_the_broker
     assert [(o.turn, o.action, o.ended) for o in late] == [(0, "open", None), (1, "exec", None),
                                                           (2, None, "episode_timeout")]  # fmt: skip
     assert [o.turn for o in found["alive"]] == [0]  # its limits are far away: nothing ends it
+    waited = found["w1"]
+    assert [(o.turn, o.action, o.status, o.ended) for o in waited] == [
+        (0, "open", "ok", None), (1, "exec", "ok", None), (2, None, "timeout", "abandoned"),
+    ]  # fmt: skip
+    idle_s = (waited[2].created_at - waited[1].created_at).total_seconds()
+    assert idle_s >= 3 - 0.2, f"abandoned {idle_s:.1f}s after its 4 s step was answered (idle_timeout_s is 3)"
     generations = episodes.generations()
     assert [(g.generation_id, g.turn) for g in generations] == [("t1", 1)]  # abandoned: no generation, no reward
     assert generations[0].workspace_ref == late[2].workspace_ref

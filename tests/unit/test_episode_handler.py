@@ -15,6 +15,7 @@ from schemas.codec import decode
 from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.events import GenerationEvent
 from schemas.status import SandboxStatus
+from schemas.tasks import Task
 from tests.sandbox.swe_task import task
 from tests.unit.test_episode_workspaces import DictStore
 from workers.artifacts import ArtifactError
@@ -32,6 +33,13 @@ TASK_ID = "swe/calc-call"
 TOPICS = EpisodeTopics(observations="obs", generations="gen", changelog="changelog")
 T0_MS = 1_700_000_000_000
 
+
+def long_task() -> Task:
+    """The SWE task with the reviewer's limits: 600 s steps, 300 s of idle, an hour in all."""
+    limits = {"max_turns": 30, "step_timeout_s": 600, "episode_timeout_s": 3600, "idle_timeout_s": 300}
+    return Task.model_validate({**task("call", TASK_ID).model_dump(mode="json", by_alias=True), "episode": limits})
+
+
 #: What a scripted step does: the outcome for (the workspace before, the action).
 Script = Callable[[bytes, StepAction], StepOutcome]
 
@@ -47,7 +55,7 @@ class Harness:
 
     def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: Script = unchanged) -> None:
         registry = TaskRegistry(tmp_path / "registry")
-        registry.store([task("call", TASK_ID)])
+        registry.store([long_task()])
         self.store = DictStore()
         self.table = EpisodeTable(lambda _partition: {})
         self.table.assigned("actions", 0, 1)
@@ -157,3 +165,42 @@ def test_a_sandbox_error_or_an_s3_outage_is_the_infrastructures_and_the_step_rer
     monkeypatch.setattr(box.store, "get", real_get)
     (obs,) = observations(box.act("e", 1, step).outputs)
     assert (obs.turn, obs.status, obs.exit_code) == (1, "ok", 0)
+
+
+# ---- the idle clock -------------------------------------------------------------------------------------------
+
+
+def test_the_idle_clock_starts_when_the_answer_was_committed_not_when_the_action_was_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """idle_timeout_s (300 s here) is the trainer's time to answer: a step that ran 400 s (or waited 400 s in a
+    backlog) has not used any of it. The timers see the episode busy until its answer is committed; from the
+    first tick it is not, the trainer has idle_timeout_s."""
+    box = Harness(tmp_path, monkeypatch)
+    box.act("e", 0, open_body())
+    box.act("e", 1, {"action": "exec", "command": "sleep 400"}, at_ms=T0_MS)  # appended at T0
+    box.now_ms = T0_MS + 400_000  # answered 400 s later (a long step, or a backlog): the first quiet tick
+    assert box.expire() == [], "abandoned before its trainer could see the answer"
+    box.now_ms += 299_000
+    assert box.expire() == []
+    box.now_ms += 2_000  # 301 s after the answer: the trainer is gone
+    (obs,) = observations(box.expire())
+    assert (obs.turn, obs.action, obs.ended) == (2, None, "abandoned"), obs
+
+
+def test_a_busy_episode_is_never_abandoned_and_the_clock_restarts_at_each_new_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = Harness(tmp_path, monkeypatch)
+    box.act("e", 0, open_body(), at_ms=T0_MS)
+    box.now_ms = T0_MS + 1_000_000
+    assert box.expire(frozenset({b"e"})) == []  # an action of it is running or waits to be committed
+    assert box.expire() == []  # answered now: the clock starts
+    box.act("e", 1, {"action": "exec", "command": "true"}, at_ms=box.now_ms + 200_000)
+    box.now_ms += 250_000
+    assert box.expire() == []  # the first tick that sees turn 1 answered: its clock starts here
+    box.now_ms += 299_000
+    assert box.expire() == []
+    box.now_ms += 2_000
+    (obs,) = observations(box.expire())
+    assert obs.ended == "abandoned"

@@ -120,6 +120,13 @@ def test_an_idle_episode_is_abandoned_and_an_old_one_times_out() -> None:
     assert overdue(ended(STATE, _event(3, action="submit"), "submitted", 1020.0), LIMITS, 99_999.0) is None
 
 
+def test_idle_counts_from_the_answer_when_it_came_after_the_action() -> None:
+    """A step that ran (or waited in a backlog) past idle_timeout_s has not used the trainer's time."""
+    assert overdue(STATE, LIMITS, 1010.0 + 100, answered_at_s=1010.0 + 90) is None
+    assert overdue(STATE, LIMITS, 1010.0 + 151, answered_at_s=1010.0 + 90) == "abandoned"
+    assert overdue(STATE, LIMITS, 1010.0 + 61, answered_at_s=900.0) == "abandoned"  # never before the action
+
+
 def test_applied_moves_the_turn_the_workspace_and_the_idle_clock() -> None:
     after = applied(STATE, _event(3, action="read", path="a.py"), "b" * 64, 1030.0)
     assert (after.turn, after.snapshot, after.last_action_at_s, after.opened_at_s) == (3, "b" * 64, 1030.0, 1000.0)

@@ -128,6 +128,16 @@ def test_an_archive_workspace_and_default_episode_limits() -> None:
     assert orjson.loads(encode(task))["workspace"] == archive
 
 
+def test_an_idle_timeout_below_the_step_timeout_is_valid() -> None:
+    """Idle time is the trainer's, counted from the committed observation: a step's own run never counts, so
+    the two limits are independent (the schema says so; the worker counts so)."""
+    limits = {"max_turns": 30, "step_timeout_s": 600, "episode_timeout_s": 3600, "idle_timeout_s": 300}
+    task = decode(edit(EXAMPLE, "episode", limits), Task)
+    assert task.episode_limits.idle_timeout_s < task.episode_limits.step_timeout_s
+    description = EpisodeLimits.model_fields["idle_timeout_s"].description or ""
+    assert "independent of step_timeout_s" in description
+
+
 def edit_doc(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     result: dict[str, Any] = orjson.loads(edit(base, path, value))
     return result

@@ -557,6 +557,48 @@ def test_timers_run_on_the_partitions_clock_after_what_they_expire_and_commit_it
     assert all(c <= handler.now_ms() for c in handler.clocks)
 
 
+def test_an_episode_with_a_result_not_yet_committed_is_busy_for_the_timers() -> None:
+    """A finished run whose result waits behind an earlier offset still running is not answered yet (its trainer
+    cannot see it): its episode is busy, so the timers never time it from before its answer is committed."""
+    values = [(b"ep0", encode(event("slow", "ep0"))), (b"ep1", encode(event("quick", "ep1")))]
+    gate = threading.Event()
+
+    class Gated(Expiring):
+        def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+            if ev.generation_id == "slow":
+                gate.wait(10)
+            return super().handle(ev, source)
+
+    handler = Gated()
+    worker, _consumer, producer, stop = make_worker({0: messages(0, values)}, handler, listener=handler,
+                                                    timers=handler, timer_interval_s=0.01, concurrency=2)  # fmt: skip
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while b"ep1" not in handler.seen:
+            assert time.monotonic() < deadline, "quick was not handled"
+            time.sleep(0.01)
+        seen_after = len(handler.busy_seen)
+        while len(handler.busy_seen) < seen_after + 3:
+            assert time.monotonic() < deadline, "no timer ticks"
+            time.sleep(0.01)
+        ticks = handler.busy_seen[seen_after:]  # while slow runs, quick's result waits behind it, uncommitted
+        gate.set()
+        while len(handler.expired) < 2:
+            assert time.monotonic() < deadline, "nothing expired"
+            time.sleep(0.01)
+    finally:
+        gate.set()
+        stop.set()
+        thread.join(10)
+    results = producer.results()
+    quick = next(i for i, (topic, k, _) in enumerate(results) if topic == "out" and k == b"ep1")
+    timer = next(i for i, (topic, k, _) in enumerate(results) if topic == "timers" and k == b"ep1")
+    assert quick < timer, f"ep1 expired before its answer was committed: {results}"
+    assert all(b"ep1" in busy for busy in ticks), ticks
+
+
 def test_an_aborted_transaction_reassigns_its_partitions_under_a_new_epoch() -> None:
     """The partition's state is restored again (its aborted writes are gone) before its messages re-run, and a
     run from the old assignment is told apart by its epoch."""

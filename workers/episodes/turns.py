@@ -151,14 +151,21 @@ def ends_after(event: ActionEvent, limits: EpisodeLimits) -> EndReason | None:
     return "max_turns" if event.turn >= limits.max_turns else None
 
 
-def overdue(state: EpisodeState, limits: EpisodeLimits, now_s: float) -> EndReason | None:
+def overdue(
+    state: EpisodeState, limits: EpisodeLimits, now_s: float, answered_at_s: float | None = None
+) -> EndReason | None:
     """Why an open episode ends with no action: past ``episode_timeout_s`` (submitted as it is) or idle for
-    longer than ``idle_timeout_s`` (``abandoned``: an explicit end, never a silent 0); None while it may go on."""
+    longer than ``idle_timeout_s`` (``abandoned``: an explicit end, never a silent 0); None while it may go on.
+
+    Idle counts from when the trainer could have seen the answer to its last action (``answered_at_s``: when
+    it was committed, as far as the caller knows), never from when the action was appended: a long step or a
+    worker's backlog is not the trainer's time."""
     if state.ended is not None:
         return None
     if now_s - state.opened_at_s > limits.episode_timeout_s:
         return "episode_timeout"
-    if now_s - state.last_action_at_s > limits.idle_timeout_s:
+    since = state.last_action_at_s if answered_at_s is None else max(state.last_action_at_s, answered_at_s)
+    if now_s - since > limits.idle_timeout_s:
         return "abandoned"
     return None
 

@@ -103,6 +103,9 @@ class EpisodeHandler:
     retention_s: float = 86_400.0
     #: task_id -> sha256 of its original snapshot (the bytes are in ``workspaces``)
     _originals: dict[str, str] = field(default_factory=dict)
+    #: partition -> (its epoch, episode_id -> (turn, event time in s of the first timer tick that saw that turn
+    #: answered and committed)): where each episode's idle clock starts (``turns.overdue``'s ``answered_at_s``)
+    _answered: dict[int, tuple[int, dict[str, tuple[int, float]]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, event: ActionEvent, source: Source) -> Outcome:
@@ -232,6 +235,7 @@ class EpisodeHandler:
         episodes in use, not of every episode ever played). All or nothing: the table changes only once every
         output is made."""
         ends: list[tuple[EpisodeState, ObservationEvent, GenerationEvent | None]] = []
+        answered = self._answered_at(partition, epoch, clock_ms / 1000, busy)
         for state in self.table.running(partition, epoch):
             if state.episode_id.encode() in busy:
                 continue
@@ -240,7 +244,7 @@ class EpisodeHandler:
             except UnknownTaskError as exc:
                 log.warning("episode %s cannot be timed: %s", state.episode_id, exc)
                 continue
-            why = turns.overdue(state, limits, clock_ms / 1000)
+            why = turns.overdue(state, limits, clock_ms / 1000, answered.get(state.episode_id))
             if why is None:
                 continue
             after = turns.expired(state, why)
@@ -264,6 +268,26 @@ class EpisodeHandler:
         for episode_id in gone:
             self.table.forget_at(partition, epoch, episode_id)
         return outputs
+
+    def _answered_at(
+        self, partition: int, epoch: int, now_s: float, busy: Collection[bytes | None]
+    ) -> dict[str, float]:
+        """episode_id -> when its last answer was first seen committed (``now_s`` for a turn seen for the first
+        time; the loop counts an episode busy until its last action's result is committed). Kept per
+        assignment in memory: after a restart or a rebalance every running episode's idle clock starts again at
+        the first tick (an abandoned episode may end up to ``idle_timeout_s`` later, a live one never early)."""
+        known_epoch, seen = self._answered.get(partition, (epoch, {}))
+        if known_epoch != epoch:
+            seen = {}
+        now: dict[str, tuple[int, float]] = {}
+        for state in self.table.running(partition, epoch):
+            if state.episode_id.encode() in busy:
+                continue
+            turn_since = seen.get(state.episode_id)
+            now[state.episode_id] = turn_since if turn_since is not None and turn_since[0] == state.turn \
+                else (state.turn, now_s)  # fmt: skip
+        self._answered[partition] = (epoch, now)
+        return {episode_id: since for episode_id, (_turn, since) in now.items()}
 
     # ---- helpers ---------------------------------------------------------------------------------------
     def _original(self, task: PublicTask) -> str:
