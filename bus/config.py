@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bus.keys import PARTITIONER
+
 #: A librdkafka configuration (values are str, int or bool).
 ClientConfig = dict[str, str | int | bool]
 
@@ -44,9 +46,11 @@ def reader_config(client_config: Mapping[str, str], group_id: str, **overrides: 
 
 
 def producer_config(client_config: Mapping[str, str], **overrides: str | int | bool) -> ClientConfig:
-    """An idempotent producer: broker retries never duplicate or reorder a partition's messages."""
+    """An idempotent producer: broker retries never duplicate or reorder a partition's messages. Keyed records
+    go where ``bus.keys.partition_for`` says (the partitioner is pinned, not left to the library's default)."""
     return {
         **client_config,
+        "partitioner": PARTITIONER,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,

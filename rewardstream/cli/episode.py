@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 import uuid
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Annotated
 
@@ -27,7 +29,7 @@ from schemas.episodes import Action, AnyAction, ForkAction, ObservationEvent, Op
 from schemas.errors import ValidationError
 from schemas.events import RewardEvent
 from streams.sdk import TrainerClient, TrainerConfig
-from streams.sdk.episodes import EpisodeClient, EpisodeConfig
+from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig
 
 episode_app = typer.Typer(help="Agent episodes: play a scripted transcript through the pipeline.", no_args_is_help=True)
 app.add_typer(episode_app, name="episode")
@@ -73,7 +75,10 @@ def play(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object per line; the last is the reward")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="seconds to wait for each answer")] = 600.0,
 ) -> None:
-    """Open an episode of TASK, play each action as the next turn, print each observation, then the reward."""
+    """Open an episode of TASK, play each action as the next turn, print each observation, then the reward.
+
+    A task the worker cannot open, or an answer or reward that does not come within --timeout, is one line on
+    stderr and exit code 2."""
     script = read_actions(actions)
     settings = load_settings()
     run = run_id or f"play-{uuid.uuid4().hex[:12]}"
@@ -97,10 +102,17 @@ def play(
                 break
             _show(episode.act(action), json_out, out)
         if episode.ended in _REWARDED:
-            reward = trainer.future_for(episode.episode_id).result(timeout=timeout)
-            _show_reward(reward, json_out, out)
+            _show_reward(wait_reward(episode, trainer.future_for(episode.episode_id), timeout), json_out, out)
         elif episode.ended is None:
             err.print(f"episode {episode.episode_id} is still open (no submit in {actions}): no reward")
+
+
+def wait_reward(episode: Episode, reward: Future[RewardEvent], timeout_s: float) -> RewardEvent:
+    """The episode's reward, or an EpisodeError naming the episode when it does not come in ``timeout_s``."""
+    try:
+        return reward.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise episode.no_reward(timeout_s) from None
 
 
 def _show(obs: ObservationEvent, json_out: bool, out: Console) -> None:

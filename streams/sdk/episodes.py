@@ -13,18 +13,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from bus.clients import consume_available, make_producer, make_reader
+from bus.keys import partition_for
 from bus.partition_reader import read_to_end
 from bus.scan import watermarks
 from schemas.codec import DecodeError, decode, encode, one_line, problems_of
@@ -43,6 +45,8 @@ ObservationFuture = Future[ObservationEvent]
 
 #: Ends after which the worker grades the workspace, so the episode gets its reward (an abandoned one gets none).
 GRADED_ENDS = ("submitted", "max_turns", "episode_timeout")
+
+T = TypeVar("T")
 
 _POLL_S = 0.1
 _UNCLAIMED_MAX = 100_000  # observations nobody waits for yet (a resume in progress), kept by (episode, turn)
@@ -108,8 +112,7 @@ class EpisodeClient:
         """A new episode of ``task_id`` (a fresh id unless given), once the worker answered its open."""
         episode = Episode(self, episode_id or new_episode_id(), 0)
         body = open_action(task_id, self.config.run_id, self.config.policy_version)
-        opened = episode.act(body, timeout_s=timeout_s)
-        episode.opened = opened
+        episode.opened = started(episode.act(body, timeout_s=timeout_s), f"open task {task_id!r}")
         return episode
 
     def fork(
@@ -119,35 +122,59 @@ class EpisodeClient:
         the source may be any run's): its reward comes to this client's run, under its policy version."""
         child = Episode(self, episode_id or new_episode_id(), 0)
         body = fork_action(from_episode, turn, self.config.run_id, self.config.policy_version)
-        child.opened = child.act(body, timeout_s=timeout_s)
+        child.opened = started(child.act(body, timeout_s=timeout_s), f"fork episode {from_episode!r} at turn {turn}")
         return child
 
     def resume(self, episode_id: str, *, timeout_s: float = 60.0) -> Episode:
-        """The episode as its observations say (its last answered turn): a restarted trainer goes on from there.
+        """The episode as its observations say: a restarted trainer goes on from its last answered turn.
 
-        An action sent before the restart and answered after it is found too; one not answered yet is the
-        trainer's to send again with the same turn (a duplicate of a committed turn is answered by nothing)."""
-        last: ObservationEvent | None = None
-        for partition, end in self._start.items():
-            records, _ = read_to_end(
-                self.config.kafka, self.config.observations_topic, partition, 0,
-                group=f"rewardstream-episodes-resume-{uuid.uuid4().hex[:8]}", timeout_s=timeout_s,
-            )  # fmt: skip
-            for offset, key, value in records:
-                if offset >= end or key != episode_id.encode() or value is None:
-                    continue
-                obs = _decoded(value)
-                if obs is not None and (last is None or obs.turn >= last.turn):
-                    last = obs
+        Only the episode's own partition of the observations and actions topics is read (``bus.keys``). An
+        action sent before the restart and not answered yet is waited for (up to ``timeout_s``), so the
+        episode returned has no action in flight: the trainer's next action is the next turn, never a turn an
+        earlier action already holds. An episode that ended (a later rejection says 'has ended') is ended."""
+        deadline = time.monotonic() + timeout_s
+        key = episode_id.encode()
+        partition = partition_for(key, len(self._start))
+        seen = [obs for obs in self._records(self.config.observations_topic, partition, key, timeout_s, _decoded)]
+        sent = [event.turn for event in self._records(self.config.actions_topic, partition, key, timeout_s,
+                                                      _decoded_action)]  # fmt: skip
         with self._cond:
-            for (eid, _turn), obs in self._unclaimed.items():
-                if eid == episode_id and (last is None or obs.turn >= last.turn):
-                    last = obs
-        if last is None:
+            seen += [obs for (eid, _turn), obs in self._unclaimed.items() if eid == episode_id]
+        found = standing(seen, sent)
+        if found is not None and found.pending and found.ended is None:
+            seen.append(self._pending_answer(episode_id, found.pending[-1], deadline))
+            found = standing(seen, sent)
+        if found is None:
             raise EpisodeError(f"episode {episode_id!r} has no observation on {self.config.observations_topic}")
-        episode = Episode(self, episode_id, last.turn)
-        episode.ended = last.ended
+        episode = Episode(self, episode_id, found.turn)
+        episode.ended = found.ended
         return episode
+
+    def _records(
+        self, topic: str, partition: int, key: bytes, timeout_s: float, decoded: Callable[[bytes], T | None]
+    ) -> list[T]:
+        """The decoded records of ``key`` on ``topic[partition]``, from its start to its end now."""
+        records, _end = read_to_end(
+            self.config.kafka, topic, partition, 0,
+            group=f"rewardstream-episodes-resume-{uuid.uuid4().hex[:8]}", timeout_s=timeout_s,
+        )  # fmt: skip
+        found = (decoded(value) for _offset, k, value in records if k == key and value is not None)
+        return [record for record in found if record is not None]
+
+    def _pending_answer(self, episode_id: str, turn: int, deadline: float) -> ObservationEvent:
+        """The observation of an action sent before a restart (it may come now: the consumer is reading)."""
+        key = (episode_id, turn)
+        future = self._future(key)
+        wait_s = max(0.0, deadline - time.monotonic())
+        try:
+            return future.result(timeout=wait_s)
+        except FutureTimeout:
+            raise EpisodeError(
+                f"episode {episode_id!r}: the action of turn {turn}, sent before the restart, has no observation "
+                f"within {wait_s:.0f}s; resume again once the episode worker has answered it"
+            ) from None
+        finally:
+            self.forget(key, future)
 
     # ---- the machinery ----------------------------------------------------------------------------------
 
@@ -155,14 +182,7 @@ class EpisodeClient:
         """Publish ``event`` and return the future of its observation (registered before it can arrive)."""
         self._raise_if_failed()
         key = (event.episode_id, event.turn)
-        with self._cond:
-            future = self._futures.get(key)
-            if future is None:
-                future = self._futures[key] = ObservationFuture()
-                future.set_running_or_notify_cancel()
-                early = self._unclaimed.pop(key, None)
-                if early is not None:
-                    future.set_result(early)
+        future = self._future(key)
         value = encode(event)
 
         def delivered(err: object, _msg: Message) -> None:
@@ -176,6 +196,19 @@ class EpisodeClient:
             except BufferError:
                 self._producer.poll(_POLL_S)
         self._producer.poll(0)
+        return future
+
+    def _future(self, key: tuple[str, int]) -> ObservationFuture:
+        """The future of (episode, turn)'s observation, registered before it can arrive (done at once when the
+        consumer read it already)."""
+        with self._cond:
+            future = self._futures.get(key)
+            if future is None:
+                future = self._futures[key] = ObservationFuture()
+                future.set_running_or_notify_cancel()
+                early = self._unclaimed.pop(key, None)
+                if early is not None:
+                    future.set_result(early)
         return future
 
     def answer(self, future: ObservationFuture, key: tuple[str, int], timeout_s: float | None) -> ObservationEvent:
@@ -338,6 +371,45 @@ class Episode:
         return EpisodeError(f"no reward for episode {self.episode_id!r} within {timeout_s:g}s")
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where an episode stands: its last applied turn, why it ended (None: open), and the turns actions were
+    sent at that no observation answers yet (oldest first)."""
+
+    turn: int
+    ended: str | None
+    pending: tuple[int, ...]
+
+
+def standing(observations: Iterable[ObservationEvent], sent: Iterable[int]) -> Standing | None:
+    """Where an episode stands from its observations and the turns of its actions (None: no observation).
+
+    The turn is the last of the unbroken run of answered turns (an out-of-order rejection answers a turn the
+    episode never reached: it uses none); the end is whichever observation ended the episode (a later 'has
+    ended' rejection has a higher turn and no ``ended``)."""
+    answered: set[int] = set()
+    ended: tuple[int, str] | None = None
+    for obs in observations:
+        answered.add(obs.turn)
+        if obs.ended is not None and ended is None:
+            ended = (obs.turn, obs.ended)
+    if not answered:
+        return None
+    if ended is not None:
+        return Standing(ended[0], ended[1], ())
+    turn = min(answered)
+    while turn + 1 in answered:
+        turn += 1
+    return Standing(turn, None, tuple(sorted({t for t in sent if t not in answered})))
+
+
+def started(obs: ObservationEvent, what: str) -> ObservationEvent:
+    """The answer to an open or fork, or EpisodeError saying why the worker refused to start the episode."""
+    if obs.status == "rejected":
+        raise EpisodeError(f"cannot {what}: {obs.reason}")
+    return obs
+
+
 def new_episode_id() -> str:
     """A fresh episode id (the trainer makes it: the open's key)."""
     return f"ep-{uuid.uuid4().hex}"
@@ -366,6 +438,13 @@ def fork_action(
     labels = {"run_id": run_id, "policy_version": policy_version}
     return {"action": "fork", "from_episode": from_episode, "turn": turn,
             **{k: v for k, v in labels.items() if v is not None}}  # fmt: skip
+
+
+def _decoded_action(value: bytes) -> ActionEvent | None:
+    try:
+        return decode(value, ActionEvent)
+    except DecodeError:
+        return None  # the worker dead-letters it: it has no observation to wait for
 
 
 def _decoded(value: bytes) -> ObservationEvent | None:

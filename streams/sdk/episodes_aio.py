@@ -30,6 +30,7 @@ from streams.sdk.episodes import (
     fork_action,
     new_episode_id,
     open_action,
+    started,
     write_action,
 )
 
@@ -54,7 +55,7 @@ class AsyncEpisodeClient:
         """A new episode of ``task_id`` (a fresh id unless given), once the worker answered its open."""
         episode = AsyncEpisode(self, Episode(self.sync, episode_id or new_episode_id(), 0))
         body = open_action(task_id, self.sync.config.run_id, self.sync.config.policy_version)
-        episode.sync.opened = await episode.act(body, timeout_s=timeout_s)
+        episode.sync.opened = started(await episode.act(body, timeout_s=timeout_s), f"open task {task_id!r}")
         return episode
 
     async def fork(
@@ -64,7 +65,8 @@ class AsyncEpisodeClient:
         ``EpisodeClient.fork``)."""
         child = AsyncEpisode(self, Episode(self.sync, episode_id or new_episode_id(), 0))
         body = fork_action(from_episode, turn, self.sync.config.run_id, self.sync.config.policy_version)
-        child.sync.opened = await child.act(body, timeout_s=timeout_s)
+        what = f"fork episode {from_episode!r} at turn {turn}"
+        child.sync.opened = started(await child.act(body, timeout_s=timeout_s), what)
         return child
 
     async def resume(self, episode_id: str, *, timeout_s: float = 60.0) -> AsyncEpisode:

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
+from schemas.episodes import ActionEvent
 from streams.sdk import TrainerClient, TrainerConfig
-from streams.sdk.episodes import EpisodeClient, EpisodeConfig
+from streams.sdk.episodes import EpisodeClient, EpisodeConfig, EpisodeError
 from tests.integration.episode_env import Stack, episode_stack
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_BUGGY, OPS_FIXED, task
+from workers.artifacts import remove_bucket
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
@@ -36,14 +40,21 @@ FIX_ACTIONS: list[dict[str, object]] = [
 CONFTEST_PATCH = "import calc.ops\ncalc.ops.add = lambda a, b: a + b\n"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack(
-    kafka_config: dict[str, str], unique_name: str, tmp_path: Path, process_sandbox: Sandbox, s3_bucket: str
+    kafka_config: dict[str, str], tmp_path_factory: pytest.TempPathFactory, process_sandbox: Sandbox, minio_client: Any
 ) -> Iterator[Stack]:
-    """The whole pipeline of one machine under a prefix of its own (topics deleted afterwards)."""
-    tasks = [task("call", TASK_ID)]
-    with episode_stack(kafka_config, unique_name, tmp_path, process_sandbox, s3_bucket, tasks=tasks) as episodes:
-        yield episodes
+    """The whole pipeline of one machine under a prefix and bucket of its own, shared by this module's tests
+    (each uses its own runs and episodes); topics and bucket deleted afterwards."""
+    name = f"t-episode-sdk-{uuid.uuid4().hex[:10]}"
+    minio_client.make_bucket(name)
+    try:
+        tasks = [task("call", TASK_ID)]
+        with episode_stack(kafka_config, name, tmp_path_factory.mktemp("episode-sdk"), process_sandbox, name,
+                           tasks=tasks) as episodes:  # fmt: skip
+            yield episodes
+    finally:
+        remove_bucket(minio_client, name)
 
 
 def _clients(stack: Stack, run: str) -> tuple[TrainerClient, EpisodeConfig]:
@@ -98,9 +109,9 @@ def test_the_sdk_drives_an_episode_forks_it_resumes_it_and_gets_one_reward(stack
     assert their_reward.reward == 1.0, their_reward  # forked after the fix
 
 
-def _play(stack: Stack, transcript: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
+def _play(stack: Stack, transcript: Path, *extra: str, task_id: str = TASK_ID) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "rewardstream", "episode", "play", "--task", TASK_ID, "--actions", str(transcript),
+        [sys.executable, "-m", "rewardstream", "episode", "play", "--task", task_id, "--actions", str(transcript),
          "--json", "--timeout", "240", *extra],
         env=stack.env, capture_output=True, timeout=400, check=False,
     )  # fmt: skip
@@ -147,3 +158,39 @@ def test_a_hacking_transcript_earns_zero_and_a_bad_line_sends_nothing(stack: Sta
     assert refused.returncode == 2, refused
     assert refused.stdout == b""
     assert f"{bad}:2: " in refused.stderr.decode(), refused.stderr
+
+    unknown = _play(stack, hack, task_id="no/such")  # the worker rejects the open: one clear line, nothing more
+    assert unknown.returncode == 2, unknown
+    assert unknown.stdout == b""
+    lines = unknown.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("rewardstream: error: cannot open task 'no/such': "), lines
+    assert "no/such" in lines[0].split(": ", 3)[-1], lines
+
+
+def test_resume_waits_for_an_action_in_flight_and_knows_an_ended_episode(stack: Stack) -> None:
+    trainer, config = _clients(stack, "resume-run")
+    with trainer:
+        with EpisodeClient(config, trainer) as before:
+            episode = before.open(TASK_ID)
+            assert episode.exec("echo one > one.txt").status == "ok"
+            # the trainer sends turn 2 and dies before its answer comes
+            before.send(ActionEvent.model_validate({"episode_id": episode.episode_id, "turn": 2, "action": {
+                "action": "exec", "command": "sleep 2; echo slow >> one.txt"}}))  # fmt: skip
+        with EpisodeClient(config, trainer) as after:
+            resumed = after.resume(episode.episode_id)
+            # turn 2 was answered before resume returned: the next action is turn 3, never a second turn 2
+            assert (resumed.turn, resumed.ended) == (2, None)
+            nxt = resumed.exec("cat one.txt")
+            assert (nxt.turn, nxt.status, nxt.stdout) == (3, "ok", "one\nslow\n"), nxt
+            assert resumed.submit(timeout_s=240).reward == 0.0  # calc is not fixed
+            # a late action of the ended episode: rejected at a higher turn, its observation not 'ended'
+            late = ActionEvent.model_validate({"episode_id": episode.episode_id, "turn": 5,
+                                               "action": {"action": "read", "path": "one.txt"}})  # fmt: skip
+            rejected = after.answer(after.send(late), (episode.episode_id, 5), 120)
+            assert (rejected.status, rejected.ended) == ("rejected", None), rejected
+        with EpisodeClient(config, trainer) as again:
+            ended = again.resume(episode.episode_id)
+            assert (ended.turn, ended.ended) == (4, "submitted")
+            with pytest.raises(EpisodeError, match="has ended"):
+                ended.read("one.txt")

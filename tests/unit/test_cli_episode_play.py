@@ -73,3 +73,15 @@ def test_any_bytes_are_actions_or_a_validation_error(lines: list[bytes]) -> None
             assert actions
         else:
             assert str(path) in str(problem)
+
+
+def test_a_reward_that_does_not_come_is_a_clear_error() -> None:
+    from concurrent.futures import Future
+
+    from rewardstream.cli.episode import wait_reward
+    from schemas.events import RewardEvent
+    from streams.sdk.episodes import Episode, EpisodeError
+
+    never: Future[RewardEvent] = Future()
+    with pytest.raises(EpisodeError, match=r"^no reward for episode 'ep-x' within 0.05s$"):
+        wait_reward(Episode(None, "ep-x", 3), never, 0.05)  # type: ignore[arg-type]

@@ -120,3 +120,28 @@ def test_a_fork_is_of_the_forking_clients_run_and_policy_sync_and_async() -> Non
         ("ep-b", {"action": "fork", "from_episode": "ep-a", "turn": 2, "run_id": "run-b", "policy_version": "step-9"}),
         ("ep-c", {"action": "fork", "from_episode": "ep-a", "turn": 1, "run_id": "run-b", "policy_version": "step-9"}),
     ]
+
+
+def test_a_rejected_open_or_fork_is_an_episode_error_not_an_episode() -> None:
+    class Refusing(_Answering):
+        def _answer(self) -> None:
+            while (item := self._sent.get()) is not None:
+                event, future = item
+                future.set_result(ObservationEvent.build(
+                    episode_id=event.episode_id, turn=event.turn, action=event.action.action, status="rejected",
+                    reason="unknown task 'no/such'" if event.action.action == "open" else "unknown episode 'x'",
+                ))  # fmt: skip
+
+    fake = Refusing()
+    try:
+        with pytest.raises(EpisodeError, match=r"cannot open task 'no/such': unknown task 'no/such'"):
+            EpisodeClient.open(fake, "no/such")  # type: ignore[arg-type]
+        with pytest.raises(EpisodeError, match=r"cannot fork episode 'x' at turn 2: unknown episode 'x'"):
+            EpisodeClient.fork(fake, "x", 2)  # type: ignore[arg-type]
+        client = AsyncEpisodeClient(fake)  # type: ignore[arg-type]
+        with pytest.raises(EpisodeError, match=r"cannot open task 'no/such'"):
+            asyncio.run(client.open("no/such"))
+        with pytest.raises(EpisodeError, match=r"cannot fork episode 'x' at turn 2"):
+            asyncio.run(client.fork("x", 2))
+    finally:
+        fake.stop()
