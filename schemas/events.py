@@ -160,6 +160,11 @@ class GenerationEvent(Event):
     workspace_sha256: Sha256 | None = Field(
         None, description="sha256 of the snapshot's bytes; required with workspace_ref"
     )
+    transcript_ref: S3Url | None = Field(
+        None,
+        description="s3:// URL (content-addressed) of an episode's transcript: its actions and how each ended, "
+        "for the judge (only with workspace_ref)",
+    )
     metadata: dict[str, str] = Field(
         default_factory=dict, max_length=32, description="trainer tags copied to logs for search"
     )
@@ -177,13 +182,17 @@ class GenerationEvent(Event):
             raise PydanticCustomError(
                 "sha_required", "workspace_ref and workspace_sha256 go together", {"field": "workspace_sha256"}
             )
+        if self.transcript_ref is not None and self.workspace_ref is None:
+            raise PydanticCustomError(
+                "transcript_ref", "an episode's transcript goes with its workspace_ref", {"field": "transcript_ref"}
+            )
         return self
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """A one-shot generation's wire form is as before the episode fields: they are left out unless set."""
         data: dict[str, Any] = handler(self)
-        for name in ("workspace_ref", "workspace_sha256"):
+        for name in ("workspace_ref", "workspace_sha256", "transcript_ref"):
             if data.get(name) is None:
                 data.pop(name, None)
         return data

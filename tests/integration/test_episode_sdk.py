@@ -16,12 +16,18 @@ from typing import Any
 import orjson
 import pytest
 
+from bus.keys import partition_for
+from bus.partition_reader import read_to_end
+from schemas.codec import decode
 from schemas.episodes import ActionEvent
+from schemas.events import JudgeScore
+from schemas.topics import catalog_for, topic_for
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeClient, EpisodeConfig, EpisodeError
 from tests.integration.episode_env import Stack, episode_stack
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_BUGGY, OPS_FIXED, task
 from workers.artifacts import remove_bucket
+from workers.judge.rubric import EPISODE_PROMPT_VERSION
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
@@ -137,6 +143,21 @@ def test_episode_play_prints_each_observation_then_the_reward(stack: Stack, tmp_
     assert {o["episode_id"] for o in observations} == {episode_id}
     assert (reward["generation_id"], reward["reward"], reward["run_id"]) == (episode_id, 1.0, "play-run"), reward
     _no_hidden_data(done.stdout.decode())
+    # the judge read the episode's transcript: it ran the tests after its fix (the rubric's transcript criterion)
+    judgement = _judgement(stack, episode_id)
+    assert (judgement.status, judgement.prompt_version) == ("ok", EPISODE_PROMPT_VERSION), judgement
+    assert judgement.score == 1.0, judgement
+
+
+def _judgement(stack: Stack, episode_id: str) -> JudgeScore:
+    """The judge's score of an episode's submit, from its partition of the judgements topic."""
+    topic = topic_for("judgements", catalog_for(stack.settings)).name
+    partition = partition_for(episode_id.encode(), stack.settings.topic_partitions)
+    records, _ = read_to_end(stack.settings.kafka_client_config(), topic, partition, 0,
+                             group=f"t-{uuid.uuid4().hex[:8]}", timeout_s=60)  # fmt: skip
+    found = [decode(v, JudgeScore) for _o, k, v in records if k == episode_id.encode() and v is not None]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_a_hacking_transcript_earns_zero_and_a_bad_line_sends_nothing(stack: Stack, tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from schemas.topics import catalog, topic_for
 from tests.integration.helpers import PARTITIONS
 from tests.integration.test_workers_pipeline import Reader, publish
 from workers.artifacts import parse_url
+from workers.episodes.transcript import steps_of
 from workers.roles.episode_worker import clock_topic, state_changelog
 from workers.tasks.registry import TaskRegistry
 
@@ -445,14 +446,18 @@ def test_an_undecodable_action_is_dead_lettered_and_the_rest_goes_on(episodes: E
 # ---- (e) submit, and the end at max_turns ----------------------------------------------------------------------
 
 
-def snapshot_files(minio_client: Any, url: str) -> tuple[str, dict[str, bytes]]:
+def stored_bytes(minio_client: Any, url: str) -> bytes:
     bucket, key = parse_url(url)
     response = minio_client.get_object(bucket, key)
     try:
-        data = response.read()
+        return bytes(response.read())
     finally:
         response.close()
         response.release_conn()
+
+
+def snapshot_files(minio_client: Any, url: str) -> tuple[str, dict[str, bytes]]:
+    data = stored_bytes(minio_client, url)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         files = {m.name: (tar.extractfile(m) or io.BytesIO()).read() for m in tar.getmembers() if m.isfile()}
     return hashlib.sha256(data).hexdigest(), files
@@ -483,6 +488,10 @@ def test_submit_publishes_one_generation_naming_a_stored_snapshot(episodes: Epis
     assert s1.code is None
     sha, files = snapshot_files(minio_client, s1.workspace_ref)
     assert sha == s1.workspace_sha256
+    assert s1.transcript_ref is not None  # what the judge reads of how the episode got there
+    steps, _omitted = steps_of(stored_bytes(minio_client, s1.transcript_ref))
+    assert [s.line() for s in steps] == [f"turn 0 open {TASK_ID}: ok", "turn 1 write calc/ops.py (32 bytes): ok",
+                                         "turn 2 submit: ok"]  # fmt: skip
     assert files["calc/ops.py"] == fix.encode()
     assert b"assert add(1, 2) == 3" in files["tests/test_ops.py"]
     obs_s1 = episodes.observations()["s1"]

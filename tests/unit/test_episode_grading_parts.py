@@ -199,3 +199,59 @@ def test_caps_follow_the_task(tmp_path: Path) -> None:
     made = original_snapshot(task.workspace, caps_of(task.episode_limits), bytes)  # type: ignore[arg-type]
     with tarfile.open(fileobj=io.BytesIO(made.data)) as tar:
         assert tar.getnames() == ["m.py"]
+
+
+def test_the_judge_reads_an_episodes_stored_transcript_and_only_a_content_addressed_one(tmp_path: Path) -> None:
+    """The judge scores the changes and the transcript the generation names (a ``transcript_ref`` that is not
+    our content address is ignored: the changes are judged alone)."""
+    from schemas.episodes import ActionEvent, ObservationEvent
+    from schemas.status import SandboxStatus
+    from tests.sandbox.swe_task import OPS_FIXED, task
+    from tests.sandbox.swe_task import snapshot as swe_snapshot
+    from tests.unit.test_episode_workspaces import DictStore
+    from workers.episodes.transcript import document, noted
+    from workers.episodes.turns import EpisodeState
+    from workers.handler import Done, Source
+    from workers.judge.base import JudgeOutcome, JudgeRequest
+    from workers.judge.cache import CachedJudge
+    from workers.roles.judging import JudgeHandler
+
+    class Recording:
+        model, prompt_version = "rec/1", "rec/1"
+
+        def __init__(self) -> None:
+            self.requests: list[JudgeRequest] = []
+
+        def score(self, request: JudgeRequest) -> JudgeOutcome:
+            self.requests.append(request)
+            return JudgeOutcome(0.5, "ok", None, self.model, self.prompt_version, 1.0)
+
+        def close(self) -> None:
+            pass
+
+    store = DictStore()
+    final = swe_snapshot({"calc/ops.py": OPS_FIXED})
+    ws_url = store.put(final).url
+    state = EpisodeState("ep", "swe/calc-call", 2, hashlib.sha256(final).hexdigest(), 0.0, 0.0)
+    exec_true = {"action": "exec", "command": "true"}
+    action = ActionEvent.model_validate({"episode_id": "ep", "turn": 2, "action": exec_true})
+    seen = ObservationEvent.build(episode_id="ep", turn=2, action="exec", status=SandboxStatus.OK, exit_code=0)
+    stored = store.put(document(noted(state, action, seen))).url
+    registry = TaskRegistry(tmp_path / "tasks")
+    registry.store([task("call", "swe/calc-call")])
+    context = RoleContext(role="judge", worker="h:1", tasks=TaskSource(registry), artifacts=store,  # type: ignore[arg-type]
+                          output_topic="o")  # fmt: skip
+    inner = Recording()
+    handler = JudgeHandler(context, CachedJudge(inner, max_entries=0))
+    base = GenerationEvent(generation_id="ep", episode_id="ep", run_id="r", task_id="swe/calc-call",
+                           policy_version="p", workspace_ref=ws_url, workspace_sha256=state.snapshot)  # fmt: skip
+    for event in (base.model_copy(update={"transcript_ref": stored}),
+                  base.model_copy(update={"transcript_ref": "s3://elsewhere/any/object"}), base):  # fmt: skip
+        assert isinstance(handler.handle(event, Source("g", 0, 1)), Done)
+    with_it, foreign, without = inner.requests
+    assert with_it.transcript is not None
+    assert [s.line() for s in with_it.transcript] == ["turn 2 exec true: ok (exit 0)"]
+    assert "a + b" not in with_it.transcript_text()  # the steps, never the code or any output
+    assert "return int(fractions.Fraction(a) + fractions.Fraction(b))" in with_it.code
+    assert foreign.transcript is None
+    assert without.transcript is None

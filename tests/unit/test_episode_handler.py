@@ -22,6 +22,7 @@ from workers.artifacts import ArtifactError
 from workers.episodes.sources import CommittedEpisodes
 from workers.episodes.step import StepAction, StepOutcome
 from workers.episodes.table import EpisodeTable
+from workers.episodes.transcript import steps_of
 from workers.episodes.workspaces import Workspaces
 from workers.handler import Done, InfrastructureError, Output, Source
 from workers.roles import episodes as episodes_role
@@ -204,3 +205,32 @@ def test_a_busy_episode_is_never_abandoned_and_the_clock_restarts_at_each_new_an
     box.now_ms += 2_000
     (obs,) = observations(box.expire())
     assert obs.ended == "abandoned"
+
+
+# ---- the transcript -------------------------------------------------------------------------------------------
+
+
+def test_an_ended_episodes_generation_names_its_stored_transcript(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = Harness(tmp_path, monkeypatch)
+    box.act("e", 0, open_body())
+    box.act("e", 1, {"action": "exec", "command": "python3 -m unittest -q tests.test_ops"})
+    box.act("e", 2, {"action": "write", "path": "/etc/passwd", "text": "x"})  # rejected, its turn used
+    (gen,) = generations(box.act("e", 3, {"action": "submit"}).outputs)
+    assert gen.transcript_ref is not None
+    assert gen.transcript_ref == box.store.url_for(gen.transcript_ref.rsplit("/", 1)[-1])  # content-addressed
+    steps, omitted = steps_of(box.store.get(gen.transcript_ref))
+    assert [s.line() for s in steps] == [
+        f"turn 0 open {TASK_ID}: ok",
+        "turn 1 exec python3 -m unittest -q tests.test_ops: ok (exit 0)",
+        "turn 2 write /etc/passwd (1 bytes): rejected",
+        "turn 3 submit: ok",
+    ]
+    assert omitted == 0
+    # an episode the worker submits when its time is up has one too, ending with why
+    box.act("late", 0, open_body(), at_ms=box.now_ms)
+    box.now_ms += 3_601_000
+    (timed_out,) = generations(box.expire())
+    assert timed_out.transcript_ref is not None
+    assert [s.action for s in steps_of(box.store.get(timed_out.transcript_ref))[0]] == ["open", "end"]

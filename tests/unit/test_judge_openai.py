@@ -170,3 +170,17 @@ def test_lone_surrogates_in_the_judges_answer_are_repaired(server: tuple[FakeSer
     got = judge(url).score(REQ)
     assert got.score == pytest.approx(0.7)
     assert got.rationale == "x\ufffd"
+
+
+def test_an_episodes_transcript_goes_into_the_chat() -> None:
+    from dataclasses import replace
+
+    from workers.judge.base import TranscriptStep
+
+    steps = (TranscriptStep(1, "exec", "python -m pytest -q", "nonzero_exit", 1),)
+    chat_judge = OpenAIJudge(OpenAIJudgeConfig(base_url="http://127.0.0.1:1", model="m"))
+    one_shot = chat_judge.messages(REQ)[1]["content"]
+    episode = chat_judge.messages(replace(REQ, transcript=steps))[1]["content"]
+    assert "transcript" not in one_shot
+    assert episode.startswith(one_shot)
+    assert "turn 1 exec python -m pytest -q: nonzero_exit (exit 1)" in episode

@@ -92,3 +92,30 @@ def test_errors_are_not_cached() -> None:
     judge.score(request("x"))
     assert inner.calls == 2
     assert len(judge) == 0
+
+
+def test_an_episodes_transcript_counts_whether_it_checked_its_last_change() -> None:
+    """A fifth of an episode's score: a command after its last write that exited 0. One-shot scores keep their
+    rubric (same score, same prompt version)."""
+    from workers.judge.base import TranscriptStep
+    from workers.judge.rubric import EPISODE_PROMPT_VERSION, RUBRIC_PROMPT_VERSION
+
+    code = PROMPT + "    return a + b\n"
+    fixed = TranscriptStep(2, "write", "calc/ops.py (40 bytes)", "ok")
+    failing, passing = (
+        TranscriptStep(1, "exec", "pytest", "nonzero_exit", 1),
+        TranscriptStep(3, "exec", "pytest", "ok", 0),
+    )
+    checked = (failing, fixed, passing)
+    unchecked = (TranscriptStep(1, "exec", "pytest", "ok", 0), fixed)
+    judge = RubricJudge()
+    one_shot = judge.score(request(code))
+    good = judge.score(JudgeRequest("T/1", PROMPT, "add", code, checked))
+    bad = judge.score(JudgeRequest("T/1", PROMPT, "add", code, unchecked))
+    assert (one_shot.score, one_shot.prompt_version) == (1.0, RUBRIC_PROMPT_VERSION)
+    assert (good.score, good.prompt_version, good.rationale) == (1.0, EPISODE_PROMPT_VERSION, "meets every criterion")
+    assert bad.score == 0.8
+    assert "checked its last change" in (bad.rationale or "")
+    cache = CachedJudge(judge)
+    assert cache.score(JudgeRequest("T/1", PROMPT, "add", code, checked)).score == 1.0
+    assert cache.score(JudgeRequest("T/1", PROMPT, "add", code, unchecked)).score == 0.8  # not the cached 1.0

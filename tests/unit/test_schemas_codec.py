@@ -199,6 +199,12 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "invalid GenerationEvent: workspace_sha256: workspace_ref and workspace_sha256 go together",
     ),
     (
+        "transcript without a workspace",
+        GenerationEvent,
+        with_(GEN, "transcript_ref", "s3://bucket/sha256/ab/" + "ab" * 32),
+        "invalid GenerationEvent: transcript_ref: an episode's transcript goes with its workspace_ref",
+    ),
+    (
         "code over inline cap",
         GenerationEvent,
         with_(GEN, "code", "x" * (CODE_INLINE_MAX_CHARS + 1)),
@@ -472,3 +478,15 @@ def test_an_episode_generation_names_its_snapshot_and_a_one_shot_one_is_unchange
         None,
     )
     assert decode(encode(episode), GenerationEvent) == episode
+
+
+def test_an_episode_generation_names_its_transcript_and_a_one_shot_one_stays_byte_identical() -> None:
+    one_shot = decode(orjson.dumps(GEN), GenerationEvent)
+    assert b"transcript" not in encode(one_shot)
+    assert encode(decode(encode(one_shot), GenerationEvent)) == encode(one_shot)
+    fields = {"code": None, "workspace_ref": "s3://bucket/e1.tar", "workspace_sha256": "b" * 64,
+              "transcript_ref": "s3://bucket/sha256/cd/" + "cd" * 32}  # fmt: skip
+    episode = one_shot.model_copy(update=fields)
+    again = decode(encode(episode), GenerationEvent)
+    assert again.transcript_ref == "s3://bucket/sha256/cd/" + "cd" * 32
+    assert again == episode

@@ -54,9 +54,9 @@ def end_observation(event: ActionEvent, why: EndReason, workspace_ref: str) -> O
     )  # fmt: skip
 
 
-def submitted(state: EpisodeState, workspace_ref: str) -> GenerationEvent:
-    """The generation an ended episode hands to the verifier/judge/reward path: its final workspace, one per
-    episode (``generation_id`` = ``episode_id``)."""
+def submitted(state: EpisodeState, workspace_ref: str, transcript_ref: str | None = None) -> GenerationEvent:
+    """The generation an ended episode hands to the verifier/judge/reward path: its final workspace (and its
+    stored transcript, for the judge), one per episode (``generation_id`` = ``episode_id``)."""
     return GenerationEvent(
         generation_id=state.episode_id,
         episode_id=state.episode_id,
@@ -66,4 +66,5 @@ def submitted(state: EpisodeState, workspace_ref: str) -> GenerationEvent:
         turn=state.turn,
         workspace_ref=workspace_ref,
         workspace_sha256=state.snapshot,
+        transcript_ref=transcript_ref,
     )

@@ -28,13 +28,18 @@ from workers.episodes.step import StepAction
 
 #: Most workspace changes an episode's state remembers for forks (the oldest go first): a row stays small.
 MAX_FORK_POINTS = 1000
+#: One line of an episode's transcript (``workers.episodes.transcript``): turn, action kind, what it named,
+#: status, exit code.
+TranscriptLine = tuple[int, str, str, str, int | None]
 
 
 @dataclass(frozen=True, slots=True)
 class EpisodeState:
     """An episode as committed after its last applied turn. ``snapshot``: the sha256 of its workspace then;
     times are event times in seconds. ``history``: (turn, snapshot) at the start and at each turn that changed
-    the workspace, what a fork from any committed turn starts from (``snapshot_at``)."""
+    the workspace, what a fork from any committed turn starts from (``snapshot_at``). ``transcript``: the last
+    lines of what the agent did (``workers.episodes.transcript``), ``transcript_omitted`` how many earlier ones
+    were dropped."""
 
     episode_id: str
     task_id: str
@@ -46,6 +51,8 @@ class EpisodeState:
     run_id: str | None = None
     policy_version: str | None = None
     history: tuple[tuple[int, str], ...] = ()
+    transcript: tuple[TranscriptLine, ...] = ()
+    transcript_omitted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ from workers.judge.base import Judge, JudgeOutcome, JudgeRequest
 
 
 class CachedJudge:
-    """An LRU cache in front of a ``Judge``, keyed by (model, prompt version, task, sha256 of the code)."""
+    """An LRU cache in front of a ``Judge``, keyed by (model, prompt version, task, sha256 of what is judged: the
+    code, and an episode's transcript)."""
 
     def __init__(self, inner: Judge, max_entries: int = 65_536) -> None:
         self.inner = inner
@@ -23,7 +24,7 @@ class CachedJudge:
         self.misses = 0
 
     def _key(self, request: JudgeRequest) -> tuple[str, str, str, str]:
-        return (self.model, self.prompt_version, request.task_id, request.code_sha256)
+        return (self.model, self.prompt_version, request.task_id, request.digest)
 
     def score(self, request: JudgeRequest) -> JudgeOutcome:
         """A cached score if there is one, else the inner judge's (cached when it is a score)."""

@@ -76,6 +76,11 @@ class OpenAIJudge:
             f"Task ({request.task_id}):\n{request.prompt}\n\n"
             f"Candidate solution (entry point: {request.entry_point or 'n/a'}):\n```python\n{request.code}\n```"
         )
+        if request.transcript is not None:  # an agent episode: how it got there, too
+            user += (
+                "\n\nThe agent's transcript (each action it took in its workspace and how it ended; judge the "
+                f"process too: did it check its change?):\n```\n{request.transcript_text()}\n```"
+            )
         return [{"role": "system", "content": self.config.rubric_prompt}, {"role": "user", "content": user}]
 
     def score(self, request: JudgeRequest) -> JudgeOutcome:

@@ -3,7 +3,8 @@
 Why it exists: the pipeline (and its tests) must run end to end without a GPU, and a deterministic judge
 makes replays diffable. It only looks at the code's shape (a small, gameable signal by design; the hidden
 tests carry the reward): does it parse, define the entry point with a real body, avoid hack patterns, stay
-a reasonable size, explain itself.
+a reasonable size, explain itself. An agent episode's request also has its transcript: a fifth of its score is
+whether the agent checked its last change (a command after its last write exited 0).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from workers.judge.base import JudgeOutcome, JudgeRequest
 
 RUBRIC_MODEL = "rubric-builtin/1"
 RUBRIC_PROMPT_VERSION = "rubric/1"
+#: The rubric of an agent episode's submit: the code criteria, and the transcript's.
+EPISODE_PROMPT_VERSION = "rubric/1+transcript/1"
+#: Share of an episode's score the transcript gives (the code criteria share the rest in their proportions).
+TRANSCRIPT_WEIGHT = 0.2
+#: The transcript's criterion: the agent ran a command after its last write and it succeeded.
+CHECKED_CHANGE = "checked its last change: a command after its last write exited 0"
 MAX_REASONABLE_LINES = 200
 
 #: (criterion, weight); weights sum to 1.
@@ -57,6 +64,15 @@ def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctio
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
+def checked_last_change(request: JudgeRequest) -> bool:
+    """Whether the episode's transcript has an exec that exited 0 after its last write (after the start, when it
+    wrote nothing); a transcript whose start was cut off counts its kept part."""
+    steps = request.transcript or ()
+    writes = [step.turn for step in steps if step.action == "write" and step.status == "ok"]
+    after = max(writes, default=-1)
+    return any(s.action == "exec" and s.status == "ok" and s.exit_code == 0 and s.turn > after for s in steps)
+
+
 class RubricJudge:
     """Scores code on ``CRITERIA``; same code, same score, always."""
 
@@ -78,9 +94,8 @@ class RubricJudge:
         try:
             tree = ast.parse(request.code)
         except (SyntaxError, ValueError) as exc:
-            return self._outcome(
-                0.0, fit(JudgeScore, "rationale", f"does not parse: {type(exc).__name__}: {exc}"), started
-            )
+            why = fit(JudgeScore, "rationale", f"does not parse: {type(exc).__name__}: {exc}")
+            return self._outcome(0.0, why, started, request)
         functions = _functions(tree)
         entry = functions.get(request.entry_point) if request.entry_point else next(iter(functions.values()), None)
         met = {
@@ -90,18 +105,25 @@ class RubricJudge:
             "reasonable size": len(request.code.splitlines()) <= MAX_REASONABLE_LINES,
             "documented": entry is not None and _documented(entry, request.code),
         }
-        score = round(sum(weight for name, weight in CRITERIA if met[name]), 6)
+        score = sum(weight for name, weight in CRITERIA if met[name])
         missed = [name for name, _ in CRITERIA if not met[name]]
+        if request.transcript is not None:  # an episode: (1 - w) of the code's score, w of its process
+            checked = checked_last_change(request)
+            score = (1 - TRANSCRIPT_WEIGHT) * score + (TRANSCRIPT_WEIGHT if checked else 0.0)
+            missed += [] if checked else [CHECKED_CHANGE]
         rationale = "meets every criterion" if not missed else "misses: " + "; ".join(missed)
-        return self._outcome(score, rationale, started)
+        return self._outcome(round(score, 6), rationale, started, request)
 
-    def _outcome(self, score: float, rationale: str, started: float) -> JudgeOutcome:
+    def _outcome(
+        self, score: float, rationale: str, started: float, request: JudgeRequest | None = None
+    ) -> JudgeOutcome:
+        episode = request is not None and request.transcript is not None
         return JudgeOutcome(
             score=min(1.0, max(0.0, score)),
             rationale=rationale,
             error=None,
             model=self.model,
-            prompt_version=self.prompt_version,
+            prompt_version=EPISODE_PROMPT_VERSION if episode else self.prompt_version,
             latency_ms=(time.perf_counter() - started) * 1000,
         )
 

@@ -26,7 +26,7 @@ from schemas.events import GenerationEvent, LogRecord, LogValue
 from schemas.status import SandboxStatus
 from schemas.tasks import EpisodeLimits, PublicTask
 from workers.artifacts import ArtifactError, ArtifactStore
-from workers.episodes import turns
+from workers.episodes import transcript, turns
 from workers.episodes.observe import end_observation, step_observation, submitted
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.snapshot import Packed
@@ -121,13 +121,13 @@ class EpisodeHandler:
             return self._start(event, source, now_s)
         if state is None or task is None or limits is None:  # decide rejects every action of an unknown episode
             reason = decision.reason if isinstance(decision, Rejected) else "unknown episode"
-            return self._done(source, ObservationEvent.rejection(event, reason))
+            return self._done(source, event, ObservationEvent.rejection(event, reason))
         if isinstance(decision, Rejected):
             return self._rejected(state, event, decision, limits, source=source, now_s=now_s)
         if isinstance(decision, turns.Submit):
             done = turns.ended(state, event, decision.why, now_s)
             url = self.workspaces.url_for(done.snapshot)
-            return self._done(source, end_observation(event, decision.why, url), done, submitted(done, url))
+            return self._done(source, event, end_observation(event, decision.why, url), done, submit=True)
         return self._step(state, event, decision, task, source=source, now_s=now_s)
 
     # ---- the kinds of decision -------------------------------------------------------------------------
@@ -140,11 +140,11 @@ class EpisodeHandler:
         else:  # decide starts only on open and fork
             raise InvalidEventError(f"a start from a {action.action} action")
         if isinstance(started, str):  # why it cannot start: the trainer's to fix, said in a rejection
-            return self._done(source, ObservationEvent.rejection(event, started))
+            return self._done(source, event, ObservationEvent.rejection(event, started))
         observation = ObservationEvent.build(episode_id=event.episode_id, turn=0, action=action.action,
                                              status=SandboxStatus.OK,
                                              workspace_ref=self.workspaces.url_for(started.snapshot))  # fmt: skip
-        return self._done(source, observation, started)
+        return self._done(source, event, observation, started)
 
     def _open(self, episode_id: str, action: OpenAction, now_s: float) -> EpisodeState | str:
         """A new episode from the task's original workspace, or why there cannot be one."""
@@ -190,14 +190,14 @@ class EpisodeHandler:
         url = self.workspaces.url_for(state.snapshot)
         observation = ObservationEvent.rejection(event, decision.reason, workspace_ref=url)
         if not decision.consumes_turn:
-            return self._done(source, observation)
+            return self._done(source, event, observation)
         after = turns.applied(state, event, state.snapshot, now_s)
         why = turns.ends_after(event, limits)
         if why is None:
-            return self._done(source, observation, after)
+            return self._done(source, event, observation, after)
         after = turns.ended(after, event, why, now_s)
         observation = observation.model_copy(update={"ended": why})
-        return self._done(source, observation, after, submitted(after, url))
+        return self._done(source, event, observation, after, submit=True)
 
     def _step(
         self, state: EpisodeState, event: ActionEvent, decision: Step, task: PublicTask, *, source: Source, now_s: float
@@ -218,9 +218,9 @@ class EpisodeHandler:
             why = "episode_timeout"
         url = self.workspaces.url_for(after.snapshot)
         if why is None:
-            return self._done(source, step_observation(event, outcome, url), after)
+            return self._done(source, event, step_observation(event, outcome, url), after)
         after = turns.ended(after, event, why, now_s)
-        return self._done(source, step_observation(event, outcome, url, why), after, submitted(after, url))
+        return self._done(source, event, step_observation(event, outcome, url, why), after, submit=True)
 
     # ---- timers (the loop's ``Timers``) ---------------------------------------------------------------
     def now_ms(self) -> int:
@@ -254,7 +254,8 @@ class EpisodeHandler:
                 episode_id=state.episode_id, turn=state.turn + 1, action=None, status=SandboxStatus.TIMEOUT,
                 workspace_ref=url, reason=reason, ended=why,
             )  # fmt: skip
-            ends.append((after, observation, None if why == "abandoned" else submitted(after, url)))
+            after = transcript.noted(after, None, observation)
+            ends.append((after, observation, None if why == "abandoned" else self._submitted(after)))
         outputs = [out for after, obs, gen in ends for out in self._outputs(partition, obs, after, gen)]
         now_s = clock_ms / 1000
         gone = [
@@ -305,16 +306,31 @@ class EpisodeHandler:
     def _done(
         self,
         source: Source,
+        event: ActionEvent,
         observation: ObservationEvent,
         state: EpisodeState | None = None,
-        generation: GenerationEvent | None = None,
+        *,
+        submit: bool = False,
     ) -> Done:
-        """The outputs of one action; the table gets the new state last (nothing after it can raise)."""
+        """The outputs of one action: its observation, the episode's new state (``event``'s line added to its
+        transcript) and, when ``submit``, the generation of its final workspace. The table gets the new state
+        last (nothing after it can raise)."""
+        generation: GenerationEvent | None = None
+        if state is not None:
+            state = transcript.noted(state, event, observation)
+            if submit:
+                generation = self._submitted(state)
         outputs = self._outputs(source.partition, observation, state, generation)
         record = self._record(source, observation, state)
         if state is not None:
             self.table.put(source, state)
         return Done(tuple(outputs), log=record, status=observation.status)
+
+    def _submitted(self, state: EpisodeState) -> GenerationEvent:
+        """The generation of an ended episode, its transcript stored first (content-addressed, in S3)."""
+        with _infrastructure(f"storing the transcript of {state.episode_id}"):
+            stored = self.store.put(transcript.document(state), "application/json")
+        return submitted(state, self.workspaces.url_for(state.snapshot), stored.url)
 
     def _record(self, source: Source, observation: ObservationEvent, state: EpisodeState | None) -> LogRecord | None:
         """What SREs find of this action: the episode, the turn, how it ended, where it was read."""

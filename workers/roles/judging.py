@@ -1,21 +1,28 @@
 """The judge role: code -> JudgeScore through a ``Judge`` (built-in rubric by default, or a chat server).
 
 An episode's submit is judged on what the agent changed: the Python files of its graded workspace that differ
-from the task's original (``episodes.diff``), the entry point's module first. A snapshot that cannot be
-graded is a ``status="error"`` score with the reason, like any judge failure.
+from the task's original (``episodes.diff``), the entry point's module first; and on its transcript (each
+action and how it ended, ``episodes.transcript``), which the generation's ``transcript_ref`` names. A snapshot
+that cannot be graded is a ``status="error"`` score with the reason, like any judge failure.
 """
 
 from __future__ import annotations
 
+import logging
+
 from schemas.caps import fit
 from schemas.events import GenerationEvent, JudgeScore, LogValue, result_ids
 from schemas.tasks import PublicTask
+from workers.artifacts import ArtifactError
 from workers.episodes.diff import changes_between, entries, judged_code
+from workers.episodes.transcript import steps_of
 from workers.handler import Done, Outcome, Source, encode_output
-from workers.judge.base import JudgeOutcome, JudgeRequest
+from workers.judge.base import JudgeOutcome, JudgeRequest, TranscriptStep
 from workers.judge.cache import CachedJudge
 from workers.roles.common import RoleContext, one_shot
 from workers.roles.workspace import EpisodeWorkspaces, Graded, Unusable
+
+log = logging.getLogger(__name__)
 
 
 class JudgeHandler:
@@ -59,7 +66,29 @@ class JudgeHandler:
         if isinstance(graded, Unusable):
             return JudgeOutcome(None, None, graded.reason, self.judge.model, self.judge.prompt_version, 0.0)
         code, function = episode_code(task, graded)
-        return self.judge.score(JudgeRequest(event.task_id, task.prompt, function, code))
+        steps, omitted = self._transcript(event)
+        return self.judge.score(JudgeRequest(event.task_id, task.prompt, function, code, steps, omitted))
+
+    def _transcript(self, event: GenerationEvent) -> tuple[tuple[TranscriptStep, ...] | None, int]:
+        """The episode's transcript (its steps, how many earlier ones were not kept), or (None, 0) when the
+        generation names none or one the judge cannot use (logged; the changes are judged alone). Only our own
+        content-addressed objects are read (the store checks the bytes against the key); an outage raises."""
+        store, url = self.context.artifacts, event.transcript_ref
+        if url is None or store is None:
+            return None, 0
+        if url != store.url_for(url.rsplit("/", 1)[-1]):
+            log.warning("judge: %s: transcript_ref %s is not a content address here; judged without it",
+                        event.generation_id, url)  # fmt: skip
+            return None, 0
+        try:
+            return steps_of(store.get(url))
+        except ArtifactError as exc:
+            if exc.outage:
+                raise
+            log.warning("judge: %s: transcript %s unreadable; judged without it: %s", event.generation_id, url, exc)
+        except ValueError as exc:
+            log.warning("judge: %s: transcript %s is not one; judged without it: %s", event.generation_id, url, exc)
+        return None, 0
 
 
 def episode_code(task: PublicTask, graded: Graded) -> tuple[str, str | None]:
