@@ -1,13 +1,16 @@
-"""Agent episodes end to end, the way a trainer meets them: the episode SDK and ``rewardstream episode play``
-against the real Kafka, S3 and process sandbox, with the episode worker as a real process, the executor,
-verifier and judge workers and the reward processor: an agent inspects, runs the tests, fixes, re-runs and
-submits, and gets exactly one reward; a fork before the fix and a hacking transcript earn 0.
+"""Agent episodes end to end, the way a trainer meets them: the episode SDK, ``rewardstream episode play`` and
+``rewardstream replay`` against the real Kafka, S3 and process sandbox, with the episode worker as a real
+process, the executor, verifier and judge workers and the reward processor (one pipeline for the module): an
+agent inspects, runs the tests, fixes, re-runs and submits, and gets exactly one reward; a fork before the fix
+and a hacking transcript earn 0; another run's fork is that run's; a restarted trainer resumes; a replay of an
+episode's submit gives the same reward, and another under a stricter policy.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,8 @@ from schemas.topics import catalog_for, topic_for
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeClient, EpisodeConfig, EpisodeError
 from tests.integration.episode_env import Stack, episode_stack
+from tests.integration.helpers import cli
+from tests.integration.test_replay import strict_policy
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_BUGGY, OPS_FIXED, task
 from workers.artifacts import remove_bucket
 from workers.judge.rubric import EPISODE_PROMPT_VERSION
@@ -215,3 +220,44 @@ def test_resume_waits_for_an_action_in_flight_and_knows_an_ended_episode(stack: 
             assert (ended.turn, ended.ended) == (4, "submitted")
             with pytest.raises(EpisodeError, match="has ended"):
                 ended.read("one.txt")
+
+
+def test_a_replay_regrades_an_episodes_submit_the_same_and_a_changed_policy_changes_it(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """``rewardstream replay`` over a range holding an episode's submit: its generation (the final snapshot and
+    the transcript it names) is graded again in the replay's namespace: the same reward under the same policy,
+    another under a policy that asks for more hidden cases than the task has."""
+    run = "replay-run"
+    trainer, config = _clients(stack, run)
+    published_from = int(time.time() * 1000) - 1000
+    with trainer, EpisodeClient(config, trainer) as client:
+        episode = client.open(TASK_ID)
+        assert episode.write("calc/ops.py", OPS_FIXED).status == "ok"
+        assert episode.exec(PUBLIC_TESTS).exit_code == 0
+        live = episode.submit(timeout_s=240)
+    published_to = int(time.time() * 1000) + 1000
+    assert live.reward == 1.0, live
+    env = stack.env
+
+    same = cli(["replay", "--run-id", run, "--json", "--replay-id", "episode-same"], env, timeout=600)
+    assert same.returncode == 0, same.stderr[-4000:]
+    result = orjson.loads(same.stdout)
+    assert result["replayed"] == 1
+    assert result["counts"] == {"changed": 0, "reasons_changed": 0, "old_missing": 0, "new_missing": 0, "same": 1}
+    (entry,) = result["generations"]
+    assert entry["generation_id"] == episode.episode_id
+    assert (entry["old"]["reward"], entry["new"]["reward"]) == (1.0, 1.0)
+    assert entry["old"]["reasons"] == entry["new"]["reasons"]
+
+    policy = strict_policy(tmp_path / "strict.toml", 10)  # the task has 3 hidden cases: no proof
+    window = ["--from-time", str(published_from), "--to-time", str(published_to)]
+    strict = cli(["replay", *window, "--policy", str(policy), "--diff", "--json", "--replay-id", "episode-strict"],
+                 env, timeout=600)  # fmt: skip
+    assert strict.returncode == 0, strict.stderr[-4000:]
+    diff = orjson.loads(strict.stdout)
+    assert diff["replayed"] == 1, diff
+    (changed,) = diff["changed"]
+    assert (changed["generation_id"], changed["old"]["reward"], changed["new"]["reward"]) == (
+        episode.episode_id, 1.0, 0.0)  # fmt: skip
+    assert changed["new"]["policy"] == "strict v3"
