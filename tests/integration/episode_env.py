@@ -1,8 +1,10 @@
-"""The episode pipeline of one machine for episode tests: the episode worker as a real process, the
-executor, verifier and judge workers in threads, the reward processor, under a topic prefix of its own.
+"""The episode pipeline of one machine for episode tests: the episode worker as a real process (or, with
+``worker_thread``, in a thread of the test process on the test's sandbox, so that sandbox's audit sees every
+step's cgroups), the executor, verifier and judge workers in threads, the reward processor, under a topic
+prefix of its own.
 
-Shared by the episode SDK and episode adapter tests (``episode_stack``); topics, the worker and the threads
-are stopped and deleted afterwards.
+Shared by the episode SDK, adapter and hack tests (``episode_stack``); topics, the worker and the threads are
+stopped and deleted afterwards.
 """
 
 from __future__ import annotations
@@ -11,17 +13,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from bus.admin import delete_topics
+from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from schemas.tasks import Task
 from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
 from tests.integration.reward_env import reward_env
-from workers.roles.episode_worker import clock_topic, state_changelog
+from workers.loop_config import WorkerStats
+from workers.roles.episode_worker import build_episode_worker, clock_topic, state_changelog
 from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
@@ -47,6 +52,7 @@ def episode_stack(
     *,
     tasks: Iterable[Task],
     concurrency: int = 2,
+    worker_thread: bool = False,
 ) -> Iterator[Stack]:
     """The whole pipeline of one machine under a prefix of its own, ``tasks`` in its registry."""
     registry_dir = tmp_path / "registry"
@@ -60,25 +66,55 @@ def episode_stack(
             "RS_WORKER_COMMIT_INTERVAL_S": "0.1", "RS_WORKER_INSTANCE_ID": f"episode-{unique_name}",
         }  # fmt: skip
         logs = tmp_path / "episode-worker.log"
-        with logs.open("wb") as out:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "rewardstream", "worker", "episode", "--concurrency", str(concurrency)],
-                env=child_env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
         stop, threads, _metrics, outcome = start_workers(
             settings, ["executor", "verifier", "judge"], Dependencies(sandbox=sandbox)
         )
+        worker: subprocess.Popen[bytes] | None = None
+        if worker_thread:
+            threads.append(_episode_thread(settings, stop, sandbox, concurrency, outcome))
+            logs.write_text("(the episode worker runs in the test process: see the captured log)\n")
+        else:
+            with logs.open("wb") as out:
+                worker = subprocess.Popen(
+                    [sys.executable, "-m", "rewardstream", "worker", "episode", "--concurrency", str(concurrency)],
+                    env=child_env, stdout=out, stderr=subprocess.STDOUT,
+                )  # fmt: skip
         try:
             env.start()
             yield Stack(settings, child_env, logs)
-            assert worker.poll() is None, logs.read_text(errors="replace")[-6000:]
+            assert worker is None or worker.poll() is None, logs.read_text(errors="replace")[-6000:]
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(timeout=30)
+            if worker is not None:
+                worker.send_signal(signal.SIGTERM)
+                try:
+                    worker.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait(timeout=30)
             stop_workers(stop, threads)
             delete_topics([state_changelog(settings).name, clock_topic(settings).name], kafka_config)
         assert all(not isinstance(o, BaseException) for o in outcome.values()), outcome
+
+
+def _episode_thread(
+    settings: Settings,
+    stop: threading.Event,
+    sandbox: Sandbox,
+    concurrency: int,
+    outcome: dict[str, WorkerStats | BaseException],
+) -> threading.Thread:
+    """The episode worker (``build_episode_worker``, as ``rewardstream worker episode`` runs it) in a thread."""
+    episode_settings = settings.model_copy(update={"worker_commit_interval_s": 0.1})
+
+    def run() -> None:
+        try:
+            deps = Dependencies(sandbox=sandbox)
+            with build_episode_worker(episode_settings, stop, WorkerMetrics("episode"), deps, concurrency) as worker:
+                outcome["episode"] = worker.run()
+        except BaseException as exc:
+            outcome["episode"] = exc
+            raise
+
+    thread = threading.Thread(target=run, name="test-episode", daemon=True)
+    thread.start()
+    return thread
