@@ -12,8 +12,9 @@ Needs the local services (``rewardstream up``). One run, three parts, printed as
 * **snapshot + restore** of a ``--big-mb`` / ``--big-files`` workspace: ``snapshot.pack`` and
   ``snapshot.unpack`` on the host, and a step on it (restored in the sandbox, then an unchanged and a
   changed one packed back): medians of 3.
-* **episodes/s** at each ``--levels`` concurrency (a thread per episode, each open + 4 steps: write, exec,
-  read, exec), and how busy the worker's ``--slots`` sandbox slots were: steps/s times a step's direct cost
+* **episodes/s** at each ``--levels`` concurrency (a thread per episode, each an open, which runs no sandbox,
+  and 4 steps, each one sandbox run: write, exec, read, exec), and how busy the worker's ``--slots`` sandbox
+  slots were: sandbox steps/s (4 per episode; ``actions_per_s`` counts the open too) times a step's direct cost
   (the median above) over the slots. Target: the slots stay busy at 64 episodes.
 
 Its own topic prefix, bucket and task registry, all removed afterwards; the worker runs with the default
@@ -179,6 +180,10 @@ def big_workspace(settings: Settings, files: int, megabytes: int) -> dict[str, A
             "step_changed_ms": round(statistics.median(changed), 1)}  # fmt: skip
 
 
+#: Sandbox runs per played episode (write, exec, read, exec); its open runs none.
+SANDBOX_STEPS = 4
+
+
 def play(episode_of: Callable[[], Episode], walls: list[int], lock: threading.Lock) -> None:
     """One episode: open, then write, exec, read, exec; each step's sandbox wall time into ``walls``."""
     episode = episode_of()
@@ -191,9 +196,10 @@ def play(episode_of: Callable[[], Episode], walls: list[int], lock: threading.Lo
 
 
 def throughput(client: EpisodeClient, concurrent: int, slots: int, rounds: int, step_ms: float) -> dict[str, Any]:
-    """``rounds`` x ``concurrent`` episodes, ``concurrent`` at a time. ``slots_busy``: the steps done per
-    second times what one step costs a slot (``step_ms``, the direct ``run_step`` median) over the slots;
-    ``command_busy``: the same with only the commands' own wall time (what the agent's programs used)."""
+    """``rounds`` x ``concurrent`` episodes, ``concurrent`` at a time. ``slots_busy``: the sandbox steps done
+    per second (``SANDBOX_STEPS`` an episode: the open runs none) times what one step costs a slot
+    (``step_ms``, the direct ``run_step`` median) over the slots; ``command_busy``: the same with only the
+    commands' own wall time (what the agent's programs used)."""
     walls: list[int] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -220,10 +226,17 @@ def throughput(client: EpisodeClient, concurrent: int, slots: int, rounds: int, 
     elapsed = time.perf_counter() - started
     if errors:
         raise errors[0]
-    return {"concurrent": concurrent, "episodes": total, "elapsed_s": round(elapsed, 2),
-            "episodes_per_s": round(total / elapsed, 2), "steps_per_s": round(5 * total / elapsed, 1),
-            "slots_busy": round(5 * total / elapsed * step_ms / 1e3 / slots, 3),
+    return {"concurrent": concurrent, **rates(total, elapsed, step_ms, slots),
             "command_busy": round(sum(walls) / 1e3 / (elapsed * slots), 3)}  # fmt: skip
+
+
+def rates(episodes: int, elapsed_s: float, step_ms: float, slots: int) -> dict[str, float]:
+    """Throughput of ``episodes`` played in ``elapsed_s``: episodes, sandbox steps (``SANDBOX_STEPS`` each: the
+    open runs none) and actions (the open too) per second, and the slots' busy share at ``step_ms`` a step."""
+    steps_per_s = SANDBOX_STEPS * episodes / elapsed_s
+    return {"episodes": episodes, "elapsed_s": round(elapsed_s, 2), "episodes_per_s": round(episodes / elapsed_s, 2),
+            "steps_per_s": round(steps_per_s, 1), "actions_per_s": round((SANDBOX_STEPS + 1) * episodes / elapsed_s, 1),
+            "slots_busy": round(steps_per_s * step_ms / 1e3 / slots, 3)}  # fmt: skip
 
 
 def main() -> None:
