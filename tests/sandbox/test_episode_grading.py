@@ -228,6 +228,8 @@ def _unchecked_pyc(source: str, path: str) -> bytes:
 
 
 PYC = "calc/__pycache__/ops.cpython-311.pyc"
+#: A host path that exists wherever the tests run: this checkout (its task registry, its code).
+HOST_CHECKOUT = str(Path(__file__).resolve().parents[2])
 HACKS: dict[str, Callable[[], bytes]] = {
     "edit the public tests": lambda: snapshot({"tests/test_ops.py": "import unittest\n"}),
     "delete the public tests": lambda: snapshot({}, drop=("tests/test_ops.py", "tests/__init__.py")),
@@ -248,7 +250,7 @@ HACKS: dict[str, Callable[[], bytes]] = {
         links={
             "calc/environ": "/proc/self/environ",
             "calc/root": "/proc/1/root",
-            "host": "/work/wt-epg",
+            "host": HOST_CHECKOUT,
             "etc": "/etc",
             "calc/fractions.py": "/usr/lib/python3.11/fractions.py",
         },
