@@ -13,9 +13,10 @@ Needs the local services (``rewardstream up``). One run, three parts, printed as
   ``snapshot.unpack`` on the host, and a step on it (restored in the sandbox, then an unchanged and a
   changed one packed back): medians of 3.
 * **episodes/s** at each ``--levels`` concurrency (a thread per episode, each an open, which runs no sandbox,
-  and 4 steps, each one sandbox run: write, exec, read, exec), and how busy the worker's ``--slots`` sandbox
-  slots were: sandbox steps/s (4 per episode; ``actions_per_s`` counts the open too) times a step's direct cost
-  (the median above) over the slots. Target: the slots stay busy at 64 episodes.
+  and 4 steps, each one sandbox run: write, exec, read, exec; ``steps_per_s`` counts those, ``actions_per_s``
+  the open too), and how busy the worker's ``--slots`` slots were: the time its runner threads spent handling
+  actions (its own ``rewardstream_run_seconds`` sum, read from its ``/metrics`` before and after) over the
+  elapsed time times the slots. Target: the slots stay busy at 64 episodes.
 
 Its own topic prefix, bucket and task registry, all removed afterwards; the worker runs with the default
 settings but for those.
@@ -26,12 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,9 +82,28 @@ def timed(call: Callable[[], object]) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+def metrics_url(logs: Path, timeout_s: float = 60.0) -> str:
+    """The episode worker's ``/metrics`` URL, from the line it logs when it starts."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = re.search(r"metrics on (http://\S+/metrics)", logs.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+        time.sleep(0.1)
+    raise RuntimeError(f"the episode worker logged no metrics URL in {timeout_s:g}s: {logs.read_text()[-2000:]}")
+
+
+def busy_seconds(url: str) -> float:
+    """Seconds the worker's runner threads spent handling actions so far (``rewardstream_run_seconds`` sum)."""
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the worker's own loopback URL
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("rewardstream_run_seconds_sum"))  # fmt: skip
+
+
 @contextmanager
-def pipeline(settings: Settings, slots: int, max_turns: int, logs: Path) -> Iterator[EpisodeClient]:
-    """Topics, bucket and registry of this run, the episode worker process, and a client of it."""
+def pipeline(settings: Settings, slots: int, max_turns: int, logs: Path) -> Iterator[tuple[EpisodeClient, str]]:
+    """Topics, bucket and registry of this run, the episode worker process, a client of it and its /metrics."""
     kafka = settings.kafka_client_config()
     specs = catalog(settings.topic_prefix, PARTITIONS, 1)
     ensure_topics(specs, kafka)
@@ -96,7 +118,7 @@ def pipeline(settings: Settings, slots: int, max_turns: int, logs: Path) -> Iter
                                    str(slots)], env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         with EpisodeClient(EpisodeConfig.from_settings(settings, run_id="bench", answer_timeout_s=120)) as client:
-            yield client
+            yield client, metrics_url(logs)
     finally:
         worker.terminate()
         try:
@@ -195,11 +217,10 @@ def play(episode_of: Callable[[], Episode], walls: list[int], lock: threading.Lo
         walls.extend(int(o.wall_ms or 0) for o in got)
 
 
-def throughput(client: EpisodeClient, concurrent: int, slots: int, rounds: int, step_ms: float) -> dict[str, Any]:
-    """``rounds`` x ``concurrent`` episodes, ``concurrent`` at a time. ``slots_busy``: the sandbox steps done
-    per second (``SANDBOX_STEPS`` an episode: the open runs none) times what one step costs a slot
-    (``step_ms``, the direct ``run_step`` median) over the slots; ``command_busy``: the same with only the
-    commands' own wall time (what the agent's programs used)."""
+def throughput(client: EpisodeClient, concurrent: int, slots: int, rounds: int, url: str) -> dict[str, Any]:
+    """``rounds`` x ``concurrent`` episodes, ``concurrent`` at a time. ``slots_busy``: the worker's handling time
+    (``url``: its /metrics) over elapsed x slots; ``command_busy``: the same with only the steps' sandbox runs'
+    wall time (the observations' ``wall_ms``)."""
     walls: list[int] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -217,6 +238,7 @@ def throughput(client: EpisodeClient, concurrent: int, slots: int, rounds: int, 
                 errors.append(exc)
                 return
 
+    busy_before = busy_seconds(url)
     started = time.perf_counter()
     threads = [threading.Thread(target=run) for _ in range(concurrent)]
     for thread in threads:
@@ -224,19 +246,21 @@ def throughput(client: EpisodeClient, concurrent: int, slots: int, rounds: int, 
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    busy = busy_seconds(url) - busy_before
     if errors:
         raise errors[0]
-    return {"concurrent": concurrent, **rates(total, elapsed, step_ms, slots),
+    return {"concurrent": concurrent, **rates(total, elapsed, busy, slots),
             "command_busy": round(sum(walls) / 1e3 / (elapsed * slots), 3)}  # fmt: skip
 
 
-def rates(episodes: int, elapsed_s: float, step_ms: float, slots: int) -> dict[str, float]:
+def rates(episodes: int, elapsed_s: float, busy_s: float, slots: int) -> dict[str, float]:
     """Throughput of ``episodes`` played in ``elapsed_s``: episodes, sandbox steps (``SANDBOX_STEPS`` each: the
-    open runs none) and actions (the open too) per second, and the slots' busy share at ``step_ms`` a step."""
-    steps_per_s = SANDBOX_STEPS * episodes / elapsed_s
+    open runs none) and actions (the open too) per second, and the slots' busy share (``busy_s`` of handling
+    over ``elapsed_s`` x ``slots``)."""
     return {"episodes": episodes, "elapsed_s": round(elapsed_s, 2), "episodes_per_s": round(episodes / elapsed_s, 2),
-            "steps_per_s": round(steps_per_s, 1), "actions_per_s": round((SANDBOX_STEPS + 1) * episodes / elapsed_s, 1),
-            "slots_busy": round(steps_per_s * step_ms / 1e3 / slots, 3)}  # fmt: skip
+            "steps_per_s": round(SANDBOX_STEPS * episodes / elapsed_s, 1),
+            "actions_per_s": round((SANDBOX_STEPS + 1) * episodes / elapsed_s, 1),
+            "slots_busy": round(busy_s / (elapsed_s * slots), 3)}  # fmt: skip
 
 
 def main() -> None:
@@ -253,11 +277,10 @@ def main() -> None:
         settings = Settings(topic_prefix=f"rs-bench.episodes-{run}.", topic_partitions=PARTITIONS,
                             tasks_dir=Path(tmp, "tasks"), s3_bucket=f"rs-bench-episodes-{run}")  # fmt: skip
         out: dict[str, Any] = {"slots": args.slots}
-        with pipeline(settings, args.slots, args.steps + 10, Path(tmp, "worker.log")) as client:
+        with pipeline(settings, args.slots, args.steps + 10, Path(tmp, "worker.log")) as (client, url):
             try:
-                out["step_exec_true"] = step = step_overhead(client, settings, args.steps)
-                step_ms = step["direct_ms"]["p50"]
-                out["throughput"] = [throughput(client, int(c), args.slots, args.rounds, step_ms)
+                out["step_exec_true"] = step_overhead(client, settings, args.steps)
+                out["throughput"] = [throughput(client, int(c), args.slots, args.rounds, url)
                                      for c in args.levels.split(",")]  # fmt: skip
             except BaseException:
                 print(Path(tmp, "worker.log").read_text(errors="replace")[-4000:], file=sys.stderr)

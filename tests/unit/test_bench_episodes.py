@@ -1,5 +1,6 @@
-"""The episode benchmark's arithmetic: an episode is an open (no sandbox run) and 4 sandbox steps, so the
-slots' busy share counts 4 steps an episode, not 5 (its figures come from `python -m benchmarks.bench_episodes`)."""
+"""The episode benchmark's arithmetic: an episode is an open (no sandbox run) and 4 sandbox steps, so steps/s
+counts 4 an episode, not 5; the slots' busy share is the worker's own handling time over elapsed x slots (its
+figures come from `python -m benchmarks.bench_episodes`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,6 @@ def _bench() -> ModuleType:
 
 
 def test_the_open_is_an_action_but_not_a_sandbox_step() -> None:
-    got = _bench().rates(episodes=40, elapsed_s=10.0, step_ms=50.0, slots=2)
+    got = _bench().rates(episodes=40, elapsed_s=10.0, busy_s=15.0, slots=2)
     assert (got["episodes_per_s"], got["steps_per_s"], got["actions_per_s"]) == (4.0, 16.0, 20.0)
-    assert got["slots_busy"] == 0.4  # 16 steps/s x 50 ms over 2 slots
+    assert got["slots_busy"] == 0.75  # 15 s of handling in 10 s on 2 slots
