@@ -17,7 +17,6 @@ SANDBOX_PENDING_PRIVATE = {
     ("workers/sandbox/docker_backend.py", "_Capture"),
     ("workers/sandbox/docker_backend.py", "_memfd"),
     ("workers/sandbox/docker_backend.py", "_zygote_spec"),
-    ("workers/sandbox/docker_backend.py", "_cgroup_mounts"),
     ("workers/sandbox/output_pump.py", "_Capture"),
 }
 

@@ -47,7 +47,19 @@ from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox import init_watch
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty
-from workers.sandbox.cgroups import split_for_sockets, v1_memory_mounted, write_v1_socket_limit
+from workers.sandbox.cgroups import (
+    cgroup_dirs_of,
+    cpu_ns,
+    listed_pids,
+    oom_kills,
+    peak_bytes,
+    pids_current,
+    procs_file,
+    reset_peak,
+    split_for_sockets,
+    v1_memory_mounted,
+    write_v1_socket_limit,
+)
 from workers.sandbox.docker_entry import (
     ENTRY_DEADLINES,
     EntryServer,
@@ -222,7 +234,7 @@ class DockerSandbox:
             info = self._api.inspect_container(cid)
             pid = int(info["State"]["Pid"])
             _await_non_dumpable(pid)
-            container = _Container(cid, limits, _container_cgroups(pid), pid, roots=_mount_roots(pid))
+            container = _Container(cid, limits, cgroup_dirs_of(pid), pid, roots=_mount_roots(pid))
             if self._v1_memory:  # before any run: only sockets created after it are charged
                 write_v1_socket_limit(container.cgroup["memory"], split_for_sockets(limits.memory_mb << 20)[1])
             labelled = info.get("AppArmorProfile") not in (None, "", "unconfined") or bool(info.get("ProcessLabel"))
@@ -472,8 +484,8 @@ class DockerSandbox:
 
     def _run_in(self, container: _Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
         cg = container.cgroup
-        _reset_peak(cg)
-        cpu0, oom0 = _cpu_ns(cg), _oom_kills(cg)
+        reset_peak(cg)
+        cpu0, oom0 = cpu_ns(cg, lenient=True), oom_kills(cg, lenient=True)
         marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
         env = {**base_env(), **spec.env}
         start = _START.format(stdin=_STDIN_FILE)
@@ -491,9 +503,9 @@ class DockerSandbox:
         cap = _Capture(spec.output_limit_bytes, marker)
         stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap)
         # Measure before any kill: a killed container's cgroup disappears with it.
-        cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
-        oom = max(0, _oom_kills(cg) - oom0)
-        peak_kb = _peak(cg) // 1024
+        cpu_ms = max(0, cpu_ns(cg, lenient=True) - cpu0) / 1e6
+        oom = max(0, oom_kills(cg, lenient=True) - oom0)
+        peak_kb = peak_bytes(cg, lenient=True) // 1024
         if stopped_for is not None:
             # The exec cannot be killed by itself: the whole container goes (it is never reused).
             with contextlib.suppress(Exception):
@@ -518,8 +530,8 @@ class DockerSandbox:
         if not spec.argv:
             raise SandboxError("spec.argv is empty")
         cg = container.cgroup
-        _reset_peak(cg)
-        cpu0, oom0 = _cpu_ns(cg), _oom_kills(cg)
+        reset_peak(cg)
+        cpu0, oom0 = cpu_ns(cg, lenient=True), oom_kills(cg, lenient=True)
         marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
         cap = _Capture(spec.output_limit_bytes, marker)
         mine: list[int] = []  # read ends, ours to close
@@ -539,7 +551,7 @@ class DockerSandbox:
                     os.close(fd)
                 theirs.clear()
             watch = TcpQueueWatch(
-                lambda: _pids_in(_cg_dir(cg, "pids") / "cgroup.procs"),
+                lambda: listed_pids(procs_file(cg)),
                 queue_limit(spec.memory_mb << 20),
                 [own_netns(), netns_of(container.init_pid)],
             )
@@ -553,9 +565,9 @@ class DockerSandbox:
         finally:
             for fd in (*theirs, *mine):
                 os.close(fd)
-        cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
-        oom = max(0, _oom_kills(cg) - oom0)
-        peak_kb = _peak(cg) // 1024
+        cpu_ms = max(0, cpu_ns(cg, lenient=True) - cpu0) / 1e6
+        oom = max(0, oom_kills(cg, lenient=True) - oom0)
+        peak_kb = peak_bytes(cg, lenient=True) // 1024
         returncode = int.from_bytes(raw, "big") if len(raw) == 4 else None
         return self._entered_result(obs, cap, returncode, cpu_ms=cpu_ms, oom=oom, peak_kb=peak_kb)
 
@@ -673,25 +685,6 @@ def _archive(spec: SandboxSpec) -> bytes:
     return out.getvalue()
 
 
-# ---- cgroup accounting of a container (measured from the host, never from inside) ---------------------
-
-
-def _container_cgroups(pid: int) -> dict[str, Path]:
-    """Host cgroup directory per controller (v1) or under '' (v2) for the container's init process."""
-    from workers.sandbox.cgroups import _cgroup_mounts
-
-    v1, v2 = _cgroup_mounts()
-    out: dict[str, Path] = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, ctrls, path = line.split(":", 2)
-        if ctrls == "" and v2 is not None:
-            out[""] = v2 / path.lstrip("/")
-        for ctrl in ctrls.split(","):
-            if ctrl in v1:
-                out[ctrl] = v1[ctrl] / path.lstrip("/")
-    return out
-
-
 def _await_non_dumpable(pid: int) -> None:
     """Wait until the container's init (host pid ``pid``) made itself non-dumpable; ``SandboxError`` if it does
     not (it exited, or is still dumpable after ``_INIT_READY_S``). Non-dumpable: its /proc files (all but the
@@ -713,53 +706,9 @@ def _await_non_dumpable(pid: int) -> None:
         time.sleep(0.002)
 
 
-def _read_int(path: Path, default: int = 0) -> int:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return default
-
-
-def _kv(path: Path) -> dict[str, int]:
-    try:
-        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines()) if v.isdigit()}
-    except (OSError, ValueError):
-        return {}
-
-
-def _cpu_ns(cg: dict[str, Path]) -> int:
-    if "cpuacct" in cg:
-        return _read_int(cg["cpuacct"] / "cpuacct.usage")
-    return _kv(cg.get("", Path("/nonexistent")) / "cpu.stat").get("usage_usec", 0) * 1000
-
-
-def _oom_kills(cg: dict[str, Path]) -> int:
-    if "memory" in cg:
-        return _kv(cg["memory"] / "memory.oom_control").get("oom_kill", 0)
-    return _kv(cg.get("", Path("/nonexistent")) / "memory.events").get("oom_kill", 0)
-
-
-def _peak(cg: dict[str, Path]) -> int:
-    if "memory" in cg:
-        return _read_int(cg["memory"] / "memory.max_usage_in_bytes")
-    base = cg.get("", Path("/nonexistent"))
-    return _read_int(base / "memory.peak", _read_int(base / "memory.current"))
-
-
-def _reset_peak(cg: dict[str, Path]) -> None:
-    """Make the peak per run, not per container lifetime (v1: write 0; v2 >= 6.12: write resets)."""
-    target = cg["memory"] / "memory.max_usage_in_bytes" if "memory" in cg else cg.get("", Path()) / "memory.peak"
-    with contextlib.suppress(OSError):
-        target.write_text("0")
-
-
 # ---- host-side reset of a pooled container -----------------------------------------------------------
 
 _RESET_DEADLINE_S = 2.0
-
-
-def _cg_dir(cg: dict[str, Path], controller: str) -> Path:
-    return cg[controller] if controller in cg else cg.get("", Path("/nonexistent"))
 
 
 def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, int, int]]) -> bool:
@@ -776,13 +725,12 @@ def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, 
     """
     if init_pid <= 0 or not pid_alive(init_pid):
         return False
-    procs = _cg_dir(cg, "pids") / "cgroup.procs"
+    procs = procs_file(cg)
     marker = str(procs.parent).split("/sys/fs/cgroup", 1)[-1].split("/", 2)[-1]
     end = time.monotonic() + _RESET_DEADLINE_S
     if not _kill_all_but(init_pid, procs, marker, end):
         return False
-    counter = _cg_dir(cg, "pids") / "pids.current"
-    while _read_int(counter, -1) != 1:
+    while pids_current(cg) != 1:
         if time.monotonic() > end:
             return False
         time.sleep(0.001)
@@ -791,7 +739,7 @@ def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, 
 
 def _kill_run(cg: dict[str, Path], init_pid: int) -> None:
     """SIGKILL every process of the container but its init (a stopped run's tree, its supervisor included)."""
-    procs = _cg_dir(cg, "pids") / "cgroup.procs"
+    procs = procs_file(cg)
     marker = str(procs.parent).split("/sys/fs/cgroup", 1)[-1].split("/", 2)[-1]
     _kill_all_but(init_pid, procs, marker, time.monotonic() + _RESET_DEADLINE_S)
 
@@ -814,7 +762,7 @@ def _read_status(fd: int, wait_s: float) -> bytes:
 def _kill_all_but(init_pid: int, procs: Path, marker: str, end: float) -> bool:
     """SIGKILL every process listed in ``procs`` except the init until none is left; False past ``end``."""
     while True:
-        pids = [p for p in _pids_in(procs) if p != init_pid]
+        pids = [p for p in listed_pids(procs) if p != init_pid]
         if not pids:
             return True
         for pid in pids:
@@ -863,13 +811,6 @@ def _wipe_writable(init_pid: int, roots: dict[str, tuple[int, int, int]]) -> boo
         if (st.st_mode & 0o7777, st.st_uid, st.st_gid) != roots[mount] or os.listxattr(base):
             return False
     return True
-
-
-def _pids_in(procs: Path) -> list[int]:
-    try:
-        return [int(x) for x in procs.read_text().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def _kill_in_cgroup(pid: int, marker: str) -> None:
