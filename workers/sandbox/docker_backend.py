@@ -60,6 +60,7 @@ from workers.sandbox.cgroups import (
     v1_memory_mounted,
     write_v1_socket_limit,
 )
+from workers.sandbox.common import base_env, check_relpath, error_result
 from workers.sandbox.docker_entry import (
     ENTRY_DEADLINES,
     EntryServer,
@@ -69,14 +70,7 @@ from workers.sandbox.docker_entry import (
 )
 from workers.sandbox.init_watch import InitSnapshot
 from workers.sandbox.output_pump import Observed, pump
-from workers.sandbox.process import (
-    _Capture,
-    _memfd,
-    _zygote_spec,
-    base_env,
-    check_relpath,
-    error_result,
-)
+from workers.sandbox.process import _Capture, _memfd, _zygote_spec
 from workers.sandbox.seccomp import build_filter, docker_profile
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 

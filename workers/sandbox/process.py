@@ -26,41 +26,26 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
+from workers.sandbox.common import SANDBOX_PATH, base_env, check_relpath, classify, error_result
 from workers.sandbox.mounts import Mounter, remove_tree
 from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.seccomp import build_filter
 from workers.sandbox.socket_watch import TcpQueueWatch, own_netns, queue_limit
 
-CRASH_SIGNALS = frozenset(
-    {
-        signal.SIGSEGV,
-        signal.SIGBUS,
-        signal.SIGABRT,
-        signal.SIGILL,
-        signal.SIGFPE,
-        signal.SIGSYS,
-        signal.SIGTRAP,
-    }
-)
 #: bwrap and the fork server: the clock runs from the spawn until the start marker arrives, then from it.
 #: setup_s: a loaded host may take seconds to fork and isolate a run; that is not the program's time.
 _DEADLINES = Deadlines(setup_s=5.0, drain_s=1.0, timeout_before_start=True)
 #: How long a killed run's supervisor may take to end before the fork server is restarted to end it.
 _STATUS_WAIT_S = 10.0
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ZYGOTE_START_S = 15.0
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-# Paths inside the sandbox's own mount namespace (private tmpfs binds, not the host's /tmp).
-SANDBOX_TMP = "/tmp"  # noqa: S108
-SANDBOX_SHM = "/dev/shm"  # noqa: S108
-SANDBOX_WORK = "/work"
 
 
 def baked_toolchain_rootfs(settings: Settings, family: str) -> Path:
@@ -72,63 +57,6 @@ def baked_toolchain_rootfs(settings: Settings, family: str) -> Path:
             f"no root filesystem for toolchain {family!r} at {path}: build it with "
             f"`rewardstream sandbox toolchains --build {family}` or set RS_SANDBOX_TOOLCHAINS_DIR"
         )
-    return path
-
-
-def base_env(uid_home: str = "/work") -> dict[str, str]:
-    """The whole environment candidate code sees (plus ``spec.env``): nothing from the worker."""
-    return {
-        "PATH": _SANDBOX_PATH,
-        "HOME": uid_home,
-        "LANG": "C.UTF-8",
-        "TMPDIR": SANDBOX_TMP,
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-
-
-def classify(
-    *,
-    stopped_for: SandboxStatus | None,
-    oom_kills: int,
-    exit_code: int | None,
-    sig: int | None,
-) -> SandboxStatus:
-    """Turn what the parent observed into one status (shared by both backends).
-
-    An OOM kill anywhere in the tree wins: it is the root cause even if the run then hung until the timeout.
-    """
-    if oom_kills > 0:
-        return SandboxStatus.MEMORY_LIMIT
-    if stopped_for is not None:
-        return stopped_for
-    if sig is not None:
-        return SandboxStatus.CRASHED if sig in CRASH_SIGNALS else SandboxStatus.KILLED
-    return SandboxStatus.OK if exit_code == 0 else SandboxStatus.NONZERO_EXIT
-
-
-def error_result(backend: str, message: str, wall_ms: float = 0.0) -> SandboxResult:
-    """A ``sandbox_error`` result: the infrastructure failed, the program is not to blame."""
-    return SandboxResult(
-        status=SandboxStatus.SANDBOX_ERROR,
-        exit_code=None,
-        signal=None,
-        stdout=b"",
-        stderr=b"",
-        stdout_truncated=False,
-        stderr_truncated=False,
-        wall_ms=wall_ms,
-        cpu_ms=0.0,
-        max_rss_kb=0,
-        backend=backend,
-        error=message,
-    )
-
-
-def check_relpath(name: str) -> PurePosixPath:
-    """Validate a ``spec.files`` key: relative, no ``..``, not empty."""
-    path = PurePosixPath(name)
-    if path.is_absolute() or not path.parts or ".." in path.parts:
-        raise SandboxError(f"spec.files: invalid relative path {name!r}")
     return path
 
 
@@ -510,7 +438,7 @@ class ForkServer:
                 "--proc", "/proc",
                 "--dev", "/dev",
                 "--remount-ro", "/dev",
-                "--clearenv", "--setenv", "PATH", _SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
+                "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
                 "--chdir", "/",
                 "--cap-add", "ALL",
                 "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", self._program,
