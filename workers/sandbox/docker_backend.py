@@ -47,6 +47,7 @@ from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox import init_watch
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import pid_alive, poll_until_empty
+from workers.sandbox.capture import Capture, start_marker
 from workers.sandbox.cgroups import (
     cgroup_dirs_of,
     cpu_ns,
@@ -70,7 +71,7 @@ from workers.sandbox.docker_entry import (
 )
 from workers.sandbox.init_watch import InitSnapshot
 from workers.sandbox.output_pump import Observed, pump
-from workers.sandbox.process import _Capture, _memfd, _zygote_spec
+from workers.sandbox.process import _memfd, _zygote_spec
 from workers.sandbox.seccomp import build_filter, docker_profile
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 
@@ -449,7 +450,7 @@ class DockerSandbox:
         t0 = time.monotonic()
         if self._closed:
             return error_result(self.name, "sandbox is closed")
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
+        marker = start_marker()
         command = ["/bin/sh", "-c", _START.format(stdin=_STDIN_FILE), marker.decode(), *spec.argv]
         try:
             archive = _archive(spec)
@@ -459,7 +460,7 @@ class DockerSandbox:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         try:
             sock = self._api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            cap = _Capture(spec.output_limit_bytes, marker)
+            cap = Capture(spec.output_limit_bytes, marker)
             stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap, start=lambda: self._api.start(cid))
             if stopped_for is not None:
                 with contextlib.suppress(Exception):
@@ -480,7 +481,7 @@ class DockerSandbox:
         cg = container.cgroup
         reset_peak(cg)
         cpu0, oom0 = cpu_ns(cg, lenient=True), oom_kills(cg, lenient=True)
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
+        marker = start_marker()
         env = {**base_env(), **spec.env}
         start = _START.format(stdin=_STDIN_FILE)
         exec_id = self._api.exec_create(
@@ -494,7 +495,7 @@ class DockerSandbox:
             environment=env,
         )["Id"]
         sock = self._api.exec_start(exec_id, socket=True)
-        cap = _Capture(spec.output_limit_bytes, marker)
+        cap = Capture(spec.output_limit_bytes, marker)
         stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap)
         # Measure before any kill: a killed container's cgroup disappears with it.
         cpu_ms = max(0, cpu_ns(cg, lenient=True) - cpu0) / 1e6
@@ -526,8 +527,8 @@ class DockerSandbox:
         cg = container.cgroup
         reset_peak(cg)
         cpu0, oom0 = cpu_ns(cg, lenient=True), oom_kills(cg, lenient=True)
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
-        cap = _Capture(spec.output_limit_bytes, marker)
+        marker = start_marker()
+        cap = Capture(spec.output_limit_bytes, marker)
         mine: list[int] = []  # read ends, ours to close
         theirs: list[int] = []  # what the entry server's supervisor gets
         try:
@@ -566,7 +567,7 @@ class DockerSandbox:
         return self._entered_result(obs, cap, returncode, cpu_ms=cpu_ms, oom=oom, peak_kb=peak_kb)
 
     def _entered_result(
-        self, obs: Observed, cap: _Capture, returncode: int | None, *, cpu_ms: float, oom: int, peak_kb: int
+        self, obs: Observed, cap: Capture, returncode: int | None, *, cpu_ms: float, oom: int, peak_kb: int
     ) -> SandboxResult:
         if obs.started_at is None:
             return error_result(self.name, f"sandbox did not start (exit {returncode}): {cap.error_detail()}")
@@ -587,7 +588,7 @@ class DockerSandbox:
 
 
 def _talk(
-    sock: Any, archive: bytes, spec: SandboxSpec, cap: _Capture, start: Callable[[], object] | None = None
+    sock: Any, archive: bytes, spec: SandboxSpec, cap: Capture, start: Callable[[], object] | None = None
 ) -> tuple[SandboxStatus | None, float | None, float | None]:
     """Start the run (``start``, unless it runs already), send it its files and stdin (``archive``) and pump its
     output (``_pump``); the attached socket is closed however that ends."""
@@ -607,7 +608,7 @@ def _talk(
 
 
 def _pump(
-    raw: socket.socket, spec: SandboxSpec, cap: _Capture, spawn_at: float
+    raw: socket.socket, spec: SandboxSpec, cap: Capture, spawn_at: float
 ) -> tuple[SandboxStatus | None, float | None, float | None]:
     """Demultiplex docker's stream frames with caps and a deadline; return (stop reason, start, end).
 

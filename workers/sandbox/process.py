@@ -25,15 +25,15 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
-from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
+from workers.sandbox.capture import Capture, start_marker
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
-from workers.sandbox.common import SANDBOX_PATH, base_env, check_relpath, classify, error_result
+from workers.sandbox.common import SANDBOX_PATH, base_env, check_relpath, error_result
 from workers.sandbox.mounts import Mounter, remove_tree
 from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.seccomp import build_filter
@@ -58,84 +58,6 @@ def baked_toolchain_rootfs(settings: Settings, family: str) -> Path:
             f"`rewardstream sandbox toolchains --build {family}` or set RS_SANDBOX_TOOLCHAINS_DIR"
         )
     return path
-
-
-@dataclass(slots=True)
-class _Capture:
-    """Bounded stdout/stderr capture (never more than ``limit`` bytes per stream), behind a start gate.
-
-    stdout must begin with ``marker``, printed by the start shim before the program exists: a program can
-    neither suppress it nor forge one for a sandbox that never started.
-    """
-
-    limit: int
-    marker: bytes = b""
-    data: dict[str, bytearray] = field(default_factory=lambda: {"out": bytearray(), "err": bytearray()})
-    truncated: dict[str, bool] = field(default_factory=lambda: {"out": False, "err": False})
-    prefix: bytearray = field(default_factory=bytearray)
-    started_at: float | None = None
-    bad_start: bool = False
-
-    def feed(self, which: str, chunk: bytes) -> bool:
-        """Append a chunk; return False once the cap is exceeded or stdout did not start with the marker."""
-        if which == "out" and self.started_at is None and self.marker:
-            self.prefix += chunk
-            if len(self.prefix) < len(self.marker):
-                return True
-            if not self.prefix.startswith(self.marker):
-                self.bad_start = True
-                return False
-            self.started_at = time.monotonic()
-            chunk = bytes(self.prefix[len(self.marker) :])
-        buf = self.data[which]
-        room = self.limit - len(buf)
-        if len(chunk) > room:
-            buf += chunk[: max(room, 0)]
-            self.truncated[which] = True
-            return False
-        buf += chunk
-        return True
-
-    def error_detail(self) -> str:
-        """The end of stderr: why a sandbox that never reached the program did not start."""
-        return bytes(self.data["err"][-400:]).decode(errors="replace").strip()
-
-    def result(
-        self,
-        backend: str,
-        *,
-        stopped_for: SandboxStatus | None,
-        returncode: int | None,
-        started_at: float,
-        ended_at: float | None,
-        oom_kills: int = 0,
-        cpu_ms: float = 0.0,
-        max_rss_kb: int = 0,
-        pids_limit_hit: bool = False,
-    ) -> SandboxResult:
-        """The result of a run that reached the program. ``returncode`` as bwrap, runc and the in-sandbox
-        servers report it (128 + N for a death by signal N); none counts once the parent stopped the run."""
-        exit_code: int | None = None
-        sig: int | None = None
-        if stopped_for is None and returncode is not None:
-            if 128 < returncode < 128 + 65:
-                sig = returncode - 128
-            else:
-                exit_code = returncode
-        return SandboxResult(
-            status=classify(stopped_for=stopped_for, oom_kills=oom_kills, exit_code=exit_code, sig=sig),
-            exit_code=exit_code,
-            signal=sig,
-            stdout=bytes(self.data["out"]),
-            stderr=bytes(self.data["err"]),
-            stdout_truncated=self.truncated["out"],
-            stderr_truncated=self.truncated["err"],
-            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
-            cpu_ms=round(cpu_ms, 3),
-            max_rss_kb=max_rss_kb,
-            backend=backend,
-            pids_limit_hit=pids_limit_hit,
-        )
 
 
 class ProcessSandbox:
@@ -281,7 +203,7 @@ class ProcessSandbox:
         if not spec.argv:
             raise SandboxError("spec.argv is empty")
         run_id = f"{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
+        marker = start_marker()
         spec_fd = _memfd("spec", _zygote_spec(spec, marker))
         group: RunCgroup | None = None
         try:
@@ -307,7 +229,7 @@ class ProcessSandbox:
         inputs: tuple[int, int],
         marker: bytes,
     ) -> SandboxResult:
-        cap = _Capture(spec.output_limit_bytes, marker)
+        cap = Capture(spec.output_limit_bytes, marker)
         mine: list[int] = []  # read ends, ours to close
         theirs: list[int] = []  # write ends and cgroup fds, handed to the fork server
         try:
@@ -357,7 +279,7 @@ class ProcessSandbox:
         self,
         returncode: int | None,
         obs: Observed,
-        cap: _Capture,
+        cap: Capture,
         stats: CgroupStats,
         spawn_at: float,
     ) -> SandboxResult:
