@@ -13,10 +13,7 @@ MAX_LINES = 500
 IN_SANDBOX = {"workers/grading/harness.py", "workers/episodes/step_runner.py"}
 #: Issue 13, item 3 (the sandbox as small modules): not split yet.
 SANDBOX_PENDING_SIZE = {"workers/sandbox/docker_backend.py", "workers/sandbox/process.py"}
-SANDBOX_PENDING_PRIVATE = {
-    ("workers/sandbox/docker_backend.py", "_memfd"),
-    ("workers/sandbox/docker_backend.py", "_zygote_spec"),
-}
+SANDBOX_PENDING_PRIVATE: set[tuple[str, str]] = set()
 
 
 def modules() -> list[Path]:

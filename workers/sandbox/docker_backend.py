@@ -71,7 +71,7 @@ from workers.sandbox.docker_entry import (
 )
 from workers.sandbox.init_watch import InitSnapshot
 from workers.sandbox.output_pump import Observed, pump
-from workers.sandbox.process import _memfd, _zygote_spec
+from workers.sandbox.run_spec import encode_spec, memfd
 from workers.sandbox.seccomp import build_filter, docker_profile
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 
@@ -532,8 +532,8 @@ class DockerSandbox:
         mine: list[int] = []  # read ends, ours to close
         theirs: list[int] = []  # what the entry server's supervisor gets
         try:
-            theirs.append(_memfd("spec", _zygote_spec(spec, marker)))
-            theirs.append(_memfd("stdin", spec.stdin))
+            theirs.append(memfd("spec", encode_spec(spec, marker)))
+            theirs.append(memfd("stdin", spec.stdin))
             for _ in range(3):  # stdout, stderr, status
                 r, w = os.pipe()
                 mine.append(r)

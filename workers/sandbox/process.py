@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import json
 import os
 import queue
 import secrets
@@ -33,9 +32,10 @@ from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.capture import Capture, start_marker
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
-from workers.sandbox.common import SANDBOX_PATH, base_env, check_relpath, error_result
+from workers.sandbox.common import SANDBOX_PATH, error_result
 from workers.sandbox.mounts import Mounter, remove_tree
 from workers.sandbox.output_pump import Deadlines, Observed, pump
+from workers.sandbox.run_spec import encode_spec, memfd
 from workers.sandbox.seccomp import build_filter
 from workers.sandbox.socket_watch import TcpQueueWatch, own_netns, queue_limit
 
@@ -204,10 +204,10 @@ class ProcessSandbox:
             raise SandboxError("spec.argv is empty")
         run_id = f"{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
         marker = start_marker()
-        spec_fd = _memfd("spec", _zygote_spec(spec, marker))
+        spec_fd = memfd("spec", encode_spec(spec, marker))
         group: RunCgroup | None = None
         try:
-            stdin_fd = _memfd("stdin", spec.stdin)
+            stdin_fd = memfd("stdin", spec.stdin)
             try:
                 group = self._cgroups.create(
                     run_id, memory_bytes=spec.memory_mb << 20, pids=spec.pids_limit, cpus=spec.cpus
@@ -448,20 +448,6 @@ class ForkServer:
         self._keeper.join(timeout=5)
 
 
-def _zygote_spec(spec: SandboxSpec, marker: bytes) -> bytes:
-    """The run description the fork server's supervisor reads: a JSON header line, then the file bytes."""
-    names = [(str(check_relpath(name)), data) for name, data in spec.files.items()]
-    header = {
-        "argv": list(spec.argv),
-        "env": {**base_env(), **spec.env},
-        "files": [[name, len(data)] for name, data in names],
-        "size_mb": spec.workdir_size_mb,
-        "inodes": spec.workdir_inodes,
-        "marker": marker.decode(),
-    }
-    return json.dumps(header).encode() + b"\n" + b"".join(data for _, data in names)
-
-
 def _tcp_watch(spec: SandboxSpec, group: RunCgroup) -> TcpQueueWatch:
     """The run's TCP queues, summed from outside while it runs (see ``socket_watch``)."""
     return TcpQueueWatch(group.pids, queue_limit(spec.memory_mb << 20), [own_netns()])
@@ -488,23 +474,6 @@ def _status_after_kill(status_r: int, group: RunCgroup) -> bytes | None:
             break
         data += chunk
     return data
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    try:
-        _write_all(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
