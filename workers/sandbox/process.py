@@ -30,6 +30,7 @@ from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
+from workers.sandbox.boot import boot_program
 from workers.sandbox.capture import Capture, start_marker
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
 from workers.sandbox.common import SANDBOX_PATH, error_result
@@ -303,20 +304,6 @@ class ProcessSandbox:
             max_rss_kb=stats.memory_peak_bytes // 1024,
             pids_limit_hit=stats.pids_limit_hits > 0,
         )
-
-
-BOOT_COMMON = "boot_common.py"
-
-
-def boot_source(name: str) -> str:
-    """The source of a module of this package that runs inside a sandbox (``boot_common``, a server's main)."""
-    return Path(__file__).with_name(name).read_text(encoding="utf-8")
-
-
-def boot_program(main: str) -> str:
-    """A ``python3 -c`` program that runs ``boot_common`` and then ``main`` in its own (``__main__``) globals,
-    both under their file names: how the fork server gets the code it shares with the docker entry server."""
-    return "".join(f"exec(compile({boot_source(name)!r}, {name!r}, 'exec'))\n" for name in (BOOT_COMMON, main))
 
 
 class ForkServer:

@@ -20,7 +20,7 @@ this already-started interpreter costs ~1 ms. Every run still gets a pristine sa
   bwrap (128 + signal) on the status pipe. The worker kills the cgroup at the end however the run ended.
 
 Standard library only; started as ``python3 -I -S -B -c PROGRAM CTL_FD UID FILTER_LEN TAG`` with the seccomp
-filter on stdin. PROGRAM (``process.boot_program``) runs the source of ``boot_common`` and then this source in
+filter on stdin. PROGRAM (``boot.boot_program``) runs the source of ``boot_common`` and then this source in
 one globals dict: what both in-sandbox servers share comes from there (see ``boot_common``).
 """
 
