@@ -1,4 +1,4 @@
-"""What the two in-sandbox servers share: the fork server (``zygote_main``) and the docker entry server
+"""What the two in-sandbox servers share: the fork server (``fork_server_main``) and the docker entry server
 (``docker_entry_main``). Standard library only, like them: it runs on the sandbox's own python3.
 
 Shipped, never imported at run time: each launcher hands this source over together with its main script

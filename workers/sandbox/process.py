@@ -2,7 +2,7 @@
 
 A fork server (a python3 started once under bubblewrap on the read-only sandbox rootfs) forks a pristine
 sandbox per run: its own cgroup, user/pid/net/mount/ipc/uts/cgroup namespaces, capped tmpfs work dir, uid
-drop, no-new-privs and the seccomp filter (``workers/sandbox/zygote_main.py``). The grader's harness then runs
+drop, no-new-privs and the seccomp filter (``workers/sandbox/fork_server_main.py``). The grader's harness then runs
 without exec'ing anything. Everything is measured and enforced by the parent: wall clock, cgroup CPU time and
 memory peak, output caps.
 """
@@ -45,7 +45,7 @@ from workers.sandbox.socket_watch import TcpQueueWatch, own_netns, queue_limit
 _DEADLINES = Deadlines(setup_s=5.0, drain_s=1.0, timeout_before_start=True)
 #: How long a killed run's supervisor may take to end before the fork server is restarted to end it.
 _STATUS_WAIT_S = 10.0
-_ZYGOTE_START_S = 15.0
+_FORK_SERVER_START_S = 15.0
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -97,11 +97,11 @@ class ProcessSandbox:
         except (OSError, SandboxError) as exc:
             remove_tree(self._mounter, self._dir)
             raise SandboxError(f"cannot prepare {self._dir}: {exc}") from exc
-        self._zygote = ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
+        self._fork_server = ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
         self._toolchains = toolchains or functools.partial(baked_toolchain_rootfs, settings)
         self._family_lock = threading.Lock()
         #: One fork server per other toolchain family, started on the family's first run.
-        self._family_zygotes: dict[str, ForkServer] = {}
+        self._family_servers: dict[str, ForkServer] = {}
 
     def sweep_stale(self, base: Path) -> int:
         """Remove mounts, dirs and cgroups left by workers that died (named ``<pid>-...``); return count."""
@@ -147,8 +147,8 @@ class ProcessSandbox:
             self._closed = True
         try:
             with self._family_lock:
-                servers = [self._zygote, *self._family_zygotes.values()]
-                self._family_zygotes.clear()
+                servers = [self._fork_server, *self._family_servers.values()]
+                self._family_servers.clear()
             for server in servers:
                 server.close()
         finally:
@@ -157,7 +157,7 @@ class ProcessSandbox:
     @property
     def fork_server_tag(self) -> str:
         """The argument that marks this instance's fork-server processes."""
-        return self._zygote.tag
+        return self._fork_server.tag
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec``; every failure of the machinery becomes a ``sandbox_error`` result."""
@@ -178,11 +178,11 @@ class ProcessSandbox:
         """The fork server of toolchain ``family``: the python one, or one started on the family's own tree
         (bound read-only next to the python one) the first time a run names it."""
         if family == PYTHON_TOOLCHAIN:
-            return self._zygote
+            return self._fork_server
         with self._family_lock:
             if self._closed:
                 raise SandboxError("sandbox is closed")
-            server = self._family_zygotes.get(family)
+            server = self._family_servers.get(family)
             if server is not None:
                 return server
             source = self._toolchains(family)
@@ -193,13 +193,13 @@ class ProcessSandbox:
             target.chmod(0o711)
             self._mounter.bind_readonly(source, target)
             server = ForkServer(bwrap=self._bwrap, rootfs=target, uid=self._uid, seccomp=self._seccomp)
-            self._family_zygotes[family] = server
+            self._family_servers[family] = server
             return server
 
     def _run(self, spec: SandboxSpec) -> SandboxResult:
         return self._run_forked(spec, self._fork_server_for(spec.toolchain))
 
-    def _run_forked(self, spec: SandboxSpec, zygote: ForkServer) -> SandboxResult:
+    def _run_forked(self, spec: SandboxSpec, server: ForkServer) -> SandboxResult:
         """One run through the fork server: no host mounts; the run cgroup is the only host-side state."""
         if not spec.argv:
             raise SandboxError("spec.argv is empty")
@@ -213,7 +213,7 @@ class ProcessSandbox:
                 group = self._cgroups.create(
                     run_id, memory_bytes=spec.memory_mb << 20, pids=spec.pids_limit, cpus=spec.cpus
                 )
-                result = self._execute_forked(spec, zygote, group, (spec_fd, stdin_fd), marker)
+                result = self._execute_forked(spec, server, group, (spec_fd, stdin_fd), marker)
             finally:
                 os.close(stdin_fd)
         finally:
@@ -225,7 +225,7 @@ class ProcessSandbox:
     def _execute_forked(
         self,
         spec: SandboxSpec,
-        zygote: ForkServer,
+        server: ForkServer,
         group: RunCgroup,
         inputs: tuple[int, int],
         marker: bytes,
@@ -247,7 +247,7 @@ class ProcessSandbox:
             theirs += procs
             spawn_at = time.monotonic()
             try:
-                zygote.launch([*inputs, out_w, err_w, status_w, *procs])
+                server.launch([*inputs, out_w, err_w, status_w, *procs])
             finally:
                 for fd in theirs:
                     os.close(fd)
@@ -266,7 +266,7 @@ class ProcessSandbox:
         if raw is None:
             # The supervisor lives outside the run cgroup after every kill: the fork server's pid namespace is
             # the one thing left that ends it (and the runs in flight with it: an infrastructure failure).
-            zygote.restart()
+            server.restart()
             raise SandboxError(f"the run's supervisor outlived {_STATUS_WAIT_S:.0f} s of kills; fork server restarted")
         stats = group.stats()
         returncode = int.from_bytes(raw, "big") if len(raw) == 4 else None
@@ -307,7 +307,7 @@ class ProcessSandbox:
 
 
 class ForkServer:
-    """The pre-started sandbox interpreter (see ``zygote_main``), restarted when it is gone.
+    """The pre-started sandbox interpreter (see ``fork_server_main``), restarted when it is gone.
 
     Started from a dedicated keeper thread: ``--die-with-parent`` is a parent-death signal bound to the thread
     that forked bwrap, so the server lives exactly as long as the worker process, not as some pool thread.
@@ -318,7 +318,7 @@ class ForkServer:
         self._rootfs = rootfs
         self._uid = uid
         self._seccomp = seccomp
-        self._program = boot_program("zygote_main.py")
+        self._program = boot_program("fork_server_main.py")
         self.tag = f"rs-forkserver-of-{os.getpid()}-{secrets.token_hex(3)}"
         self._lock = threading.Lock()
         self._closed = False
@@ -371,7 +371,7 @@ class ForkServer:
                 raise SandboxError("fork server stdin missing")
             proc.stdin.write(self._seccomp)
             proc.stdin.close()
-            ours.settimeout(_ZYGOTE_START_S)
+            ours.settimeout(_FORK_SERVER_START_S)
             if ours.recv(16) != b"ready":
                 raise SandboxError(f"fork server did not start (exit {proc.poll()})")
             ours.settimeout(None)
@@ -390,7 +390,7 @@ class ForkServer:
         self._stop()
         self._requests.put(True)
         try:
-            reply = self._replies.get(timeout=_ZYGOTE_START_S * 2)
+            reply = self._replies.get(timeout=_FORK_SERVER_START_S * 2)
         except queue.Empty as exc:
             raise SandboxError("fork server did not start in time") from exc
         if isinstance(reply, Exception):
