@@ -1,10 +1,11 @@
 """The ``docker`` backend: locked-down containers, one run per container at a time, from a warm pool.
 
 Containers: ``network_mode=none``, read-only rootfs, tmpfs work dirs with size and inode caps, non-root uid,
-``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom seccomp profile, an idle init as
-pid 1 that is NOT dumpable (``_INIT``): it runs as the sandbox uid and outlives the runs of a pooled container,
-so a run must not be able to read or write its memory or page-table state (``/proc/1/mem``, ``clear_refs``,
-``pagemap``, ptrace). Why a pool with a verified reset: creating a container costs hundreds of milliseconds.
+``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom seccomp profile, an idle init as pid
+1 that is NOT dumpable (``docker_config.INIT``): it runs as the sandbox uid and outlives the runs of a pooled
+container, so a run must not be able to read or write its memory or page-table state (``/proc/1/mem``,
+``clear_refs``, ``pagemap``, ptrace). Why a pool with a verified reset: creating a container costs hundreds of
+milliseconds.
 How a run enters a pooled container: through the container's entry server (``docker_entry``; default when
 the worker is root with ``nsenter`` and the container has no userns-remap or LSM label): a server started
 once per container in its namespaces forks per run a supervisor that joins the container's cgroups and a
@@ -62,6 +63,15 @@ from workers.sandbox.cgroups import (
     write_v1_socket_limit,
 )
 from workers.sandbox.common import base_env, check_relpath, error_result
+from workers.sandbox.docker_config import (
+    INIT_ARGV,
+    LABEL,
+    OWNER_LABEL,
+    WRITABLE,
+    ContainerConfig,
+    Limits,
+    await_non_dumpable,
+)
 from workers.sandbox.docker_entry import (
     ENTRY_DEADLINES,
     EntryServer,
@@ -75,28 +85,7 @@ from workers.sandbox.run_spec import encode_spec, memfd
 from workers.sandbox.seccomp import build_filter, docker_profile
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 
-LABEL = "rewardstream.sandbox"
-OWNER_LABEL = "rewardstream.sandbox.owner"
-_MAX_LIFETIME_S = 3600
-#: pid 1 of every container (the image's own python3, ``-I -S -B -c _INIT <seconds>``): it makes itself
-#: non-dumpable, then sleeps. A process of the sandbox uid (a run) can then no longer ptrace it, open its
-#: ``mem``, ``maps``, ``smaps``, ``pagemap``, ``environ``, ``fd/*``, nor write its ``clear_refs``,
-#: ``oom_score_adj``, ``coredump_filter`` (those /proc files become root's): nothing a run does to it (its
-#: memory, its pages' present/soft-dirty/referenced bits) can reach the next run through it. It cannot exec
-#: ``sleep`` afterwards (``execve`` makes a process dumpable again). SIGINT, the only signal python catches,
-#: gets its default back: a pid namespace's init ignores every signal it has no handler for, so a run cannot
-#: end it (nor the container with it). It exits (70) if ``prctl`` fails; the container is then never used.
-_INIT = (
-    "import ctypes,signal,sys,time\n"
-    "signal.signal(signal.SIGINT,signal.SIG_DFL)\n"
-    "if ctypes.CDLL(None,use_errno=True).prctl(4,0,0,0,0)!=0:sys.exit(70)\n"  # PR_SET_DUMPABLE
-    "del ctypes\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
-_INIT_ARGV = ["/usr/bin/python3", "-I", "-S", "-B", "-c", _INIT, str(_MAX_LIFETIME_S)]
-_INIT_READY_S = 10.0
 _STDIN_FILE = "/tmp/.rs-stdin"  # noqa: S108 (inside the container's private tmpfs)
-_WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # noqa: S108
 _START = 'tar -x -f - -C / --no-same-permissions && exec 0<{stdin} && rm -f {stdin} && printf %s "$0" && exec "$@"'
 
 
@@ -126,26 +115,10 @@ def docker_client(settings: Settings) -> Any:
     return client
 
 
-@dataclass(frozen=True, slots=True)
-class _Limits:
-    """What a pooled container is made for: its limits and its image (one warm pool per toolchain family)."""
-
-    memory_mb: int
-    pids: int
-    cpus: float
-    size_mb: int
-    inodes: int
-    image: str = ""
-
-    @classmethod
-    def of(cls, spec: SandboxSpec, image: str) -> _Limits:
-        return cls(spec.memory_mb, spec.pids_limit, spec.cpus, spec.workdir_size_mb, spec.workdir_inodes, image)
-
-
 @dataclass(slots=True)
 class _Container:
     cid: str
-    limits: _Limits
+    limits: Limits
     cgroup: dict[str, Path]
     init_pid: int = 0
     runs: int = 0
@@ -182,12 +155,12 @@ class DockerSandbox:
         self._uid = settings.sandbox_uid
         self._pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._pools: dict[_Limits, queue.Queue[_Container]] = {}
+        self._pools: dict[Limits, queue.Queue[_Container]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._busy: set[str] = set()
-        self._seccomp = docker_profile()
         self._v1_memory = v1_memory_mounted()
+        self._config = ContainerConfig(self._uid, docker_profile(), self._v1_memory, self._owner, image)
         self._nsenter = nsenter_path() if entry is not False and self._pool_size > 0 else None
         if entry and self._nsenter is None:
             raise SandboxError("docker entry server needs a warm pool, root and nsenter (Debian util-linux)")
@@ -222,13 +195,13 @@ class DockerSandbox:
                 image = self._images[family] = self._toolchains(family)
             return image
 
-    def _create(self, limits: _Limits) -> _Container:
-        cid = self._create_container(limits, _INIT_ARGV, {})
+    def _create(self, limits: Limits) -> _Container:
+        cid = self._config.create(self._api, limits, INIT_ARGV, {})
         try:
             self._api.start(cid)
             info = self._api.inspect_container(cid)
             pid = int(info["State"]["Pid"])
-            _await_non_dumpable(pid)
+            await_non_dumpable(pid)
             container = _Container(cid, limits, cgroup_dirs_of(pid), pid, roots=_mount_roots(pid))
             if self._v1_memory:  # before any run: only sockets created after it are charged
                 write_v1_socket_limit(container.cgroup["memory"], split_for_sockets(limits.memory_mb << 20)[1])
@@ -249,52 +222,6 @@ class DockerSandbox:
             self._remove(cid)
             raise
 
-    def _create_container(
-        self, limits: _Limits, command: list[str], env: dict[str, str], *, oneshot: bool = False
-    ) -> str:
-        """Create (not start) a locked-down container; ``oneshot``: its command is the run (stdin attached)."""
-        uid = self._uid
-        memory = limits.memory_mb << 20
-        if self._v1_memory:  # the rest of the limit goes to socket buffers (see ``cgroups.split_for_sockets``)
-            memory = split_for_sockets(memory)[0]
-        tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
-        # /work is exec, as on the process backend: a compiled program runs from there (docker's tmpfs
-        # default is noexec). /tmp stays noexec.
-        work_opts = tmpfs_opts + ",exec"
-        host_config = self._api.create_host_config(
-            network_mode="none",
-            mem_limit=memory,
-            memswap_limit=memory,
-            nano_cpus=int(limits.cpus * 1e9),
-            pids_limit=limits.pids,
-            read_only=True,
-            tmpfs={"/work": work_opts, "/tmp": tmpfs_opts},  # noqa: S108
-            shm_size=limits.size_mb << 20,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
-            # Nothing of the idle init may be logged (its stdout, /proc/1/fd/1, is out of a run's reach only
-            # because it is not dumpable).
-            log_config={"Type": "none", "Config": {}},
-            # No docker-init: pid 1 is the idle ``_INIT`` itself, which the sandbox uid cannot signal.
-            init=False,
-            ipc_mode="private",
-            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 1024, "Hard": 1024}],
-            auto_remove=not oneshot,
-        )
-        created = self._api.create_container(
-            limits.image or self._image,
-            command=command,
-            user=f"{self._uid}:{self._uid}",
-            working_dir="/work",
-            hostname="sandbox",
-            network_disabled=True,
-            labels={LABEL: "1", OWNER_LABEL: self._owner},
-            environment=env,
-            host_config=host_config,
-            stdin_open=oneshot,
-        )
-        return str(created["Id"])
-
     def _remove(self, cid: str) -> None:
         """Stop the container's entry server (if any), then remove the container."""
         with self._lock:
@@ -304,7 +231,7 @@ class DockerSandbox:
         with contextlib.suppress(Exception):
             self._api.remove_container(cid, force=True)
 
-    def _pool(self, limits: _Limits) -> queue.Queue[_Container]:
+    def _pool(self, limits: Limits) -> queue.Queue[_Container]:
         with self._lock:
             pool = self._pools.get(limits)
             if pool is None:
@@ -313,7 +240,7 @@ class DockerSandbox:
                     self._bg.submit(self._refill, limits)
             return pool
 
-    def _refill(self, limits: _Limits) -> None:
+    def _refill(self, limits: Limits) -> None:
         if self._closed:
             return
         try:
@@ -325,7 +252,7 @@ class DockerSandbox:
             return
         self._pools[limits].put(container)
 
-    def _acquire(self, limits: _Limits) -> _Container:
+    def _acquire(self, limits: Limits) -> _Container:
         if self._pool_size <= 0:
             return self._create(limits)
         pool = self._pool(limits)
@@ -422,7 +349,7 @@ class DockerSandbox:
             return error_result(self.name, "sandbox is closed")
         try:
             archive = _archive(spec)
-            container = self._acquire(_Limits.of(spec, self._image_for(spec.toolchain)))
+            container = self._acquire(Limits.of(spec, self._image_for(spec.toolchain)))
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         with self._lock:
@@ -454,8 +381,8 @@ class DockerSandbox:
         command = ["/bin/sh", "-c", _START.format(stdin=_STDIN_FILE), marker.decode(), *spec.argv]
         try:
             archive = _archive(spec)
-            limits = _Limits.of(spec, self._image_for(spec.toolchain))
-            cid = self._create_container(limits, command, {**base_env(), **spec.env}, oneshot=True)
+            limits = Limits.of(spec, self._image_for(spec.toolchain))
+            cid = self._config.create(self._api, limits, command, {**base_env(), **spec.env}, oneshot=True)
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         try:
@@ -680,27 +607,6 @@ def _archive(spec: SandboxSpec) -> bytes:
     return out.getvalue()
 
 
-def _await_non_dumpable(pid: int) -> None:
-    """Wait until the container's init (host pid ``pid``) made itself non-dumpable; ``SandboxError`` if it does
-    not (it exited, or is still dumpable after ``_INIT_READY_S``). Non-dumpable: its /proc files (all but the
-    directory) are owned by root of its user namespace instead of by its euid."""
-    end = time.monotonic() + _INIT_READY_S
-    while True:
-        try:
-            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-            state, euid = status["State"].split()[0], int(status["Uid"].split()[1])
-            owner = os.stat(f"/proc/{pid}/mem").st_uid
-        except (OSError, KeyError, ValueError, IndexError) as exc:
-            raise SandboxError(f"the container's init is gone: {exc}") from exc
-        if state in ("Z", "X"):
-            raise SandboxError("the container's init exited")
-        if owner != euid:
-            return
-        if time.monotonic() > end:
-            raise SandboxError("the container's init did not make itself non-dumpable")
-        time.sleep(0.002)
-
-
 # ---- host-side reset of a pooled container -----------------------------------------------------------
 
 _RESET_DEADLINE_S = 2.0
@@ -770,7 +676,7 @@ def _kill_all_but(init_pid: int, procs: Path, marker: str, end: float) -> bool:
 def _mount_roots(init_pid: int) -> dict[str, tuple[int, int, int]]:
     """(mode, uid, gid) of each writable mount's root as the fresh container has it."""
     out: dict[str, tuple[int, int, int]] = {}
-    for mount in _WRITABLE:
+    for mount in WRITABLE:
         base = Path(f"/proc/{init_pid}/root") / mount.lstrip("/")
         if base.is_dir():
             st = base.stat()
@@ -782,7 +688,7 @@ def _wipe_writable(init_pid: int, roots: dict[str, tuple[int, int, int]]) -> boo
     """Empty the container's writable mounts through its init's root and give their roots back the fresh
     container's mode, owner and no xattrs (a run may chmod or tag ``/work`` itself); True when verified."""
     root = Path(f"/proc/{init_pid}/root")
-    for mount in _WRITABLE:
+    for mount in WRITABLE:
         base = root / mount.lstrip("/")
         if not base.is_dir():
             if mount in roots:

@@ -16,7 +16,7 @@ forks per run (~1 ms). Every run still gets exactly what a ``docker exec`` gets,
   subreaper, checks that the init is exactly as E first saw it, enters a network and an IPC namespace of the
   run's own (``_own_network_and_ipc``: the container's would carry sockets, ports, TCP metrics and IPC
   objects from one run to the next), and forks the program ("H"). The init runs as
-  the sandbox uid and outlives every run. It is not dumpable (``docker_backend._INIT``), so a run can neither
+  the sandbox uid and outlives every run. It is not dumpable (``docker_config.INIT``), so a run can neither
   read nor write its memory or page-table state (``/proc/1/mem``, ``clear_refs``, ``pagemap``, ptrace) nor
   write its /proc files; but a run can still change its rlimits, nice, scheduling policy, affinity and I/O
   priority (they only need the same uid), which the next run could read. So a run in a container whose init
