@@ -27,7 +27,6 @@ import contextlib
 import functools
 import io
 import os
-import queue
 import secrets
 import select
 import socket
@@ -36,50 +35,37 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
-from workers.sandbox import init_watch
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.audit import pid_alive, poll_until_empty
+from workers.sandbox.audit import poll_until_empty
 from workers.sandbox.capture import Capture, start_marker
 from workers.sandbox.cgroups import (
-    cgroup_dirs_of,
     cpu_ns,
     listed_pids,
     oom_kills,
     peak_bytes,
     procs_file,
     reset_peak,
-    split_for_sockets,
     v1_memory_mounted,
-    write_v1_socket_limit,
 )
 from workers.sandbox.common import base_env, check_relpath, error_result
 from workers.sandbox.docker_config import (
-    INIT_ARGV,
-    LABEL,
-    OWNER_LABEL,
     ContainerConfig,
     Limits,
-    await_non_dumpable,
 )
 from workers.sandbox.docker_entry import (
     ENTRY_DEADLINES,
     EntryServer,
-    cgroup_procs_files,
     nsenter_path,
-    same_user_namespace,
 )
-from workers.sandbox.docker_reset import kill_run, mount_roots, reset_and_verify
-from workers.sandbox.init_watch import InitSnapshot
+from workers.sandbox.docker_pool import Container, WarmPool
+from workers.sandbox.docker_reset import kill_run
 from workers.sandbox.output_pump import Observed, pump
 from workers.sandbox.run_spec import encode_spec, memfd
-from workers.sandbox.seccomp import build_filter, docker_profile
+from workers.sandbox.seccomp import docker_profile
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 
 _STDIN_FILE = "/tmp/.rs-stdin"  # noqa: S108 (inside the container's private tmpfs)
@@ -112,18 +98,6 @@ def docker_client(settings: Settings) -> Any:
     return client
 
 
-@dataclass(slots=True)
-class _Container:
-    cid: str
-    limits: Limits
-    cgroup: dict[str, Path]
-    init_pid: int = 0
-    runs: int = 0
-    entry: EntryServer | None = None
-    init: InitSnapshot | None = None  # the settled init as the host saw it when the container joined the pool
-    roots: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # writable mount -> (mode, uid, gid)
-
-
 class DockerSandbox:
     """Thread-safe docker backend; ``pool_size=0`` is the naive container-per-run mode (for comparison)."""
 
@@ -145,41 +119,19 @@ class DockerSandbox:
         tag the settings name, which must exist), asked the first time a run names that family."""
         self._client = client
         self._api = client.api
-        self._image = image
         self._images: dict[str, str] = {PYTHON_TOOLCHAIN: image}
         self._toolchains = toolchains or functools.partial(_baked_image, settings, client)
         self._image_lock = threading.Lock()
-        self._uid = settings.sandbox_uid
-        self._pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._pools: dict[Limits, queue.Queue[_Container]] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-        self._busy: set[str] = set()
-        self._v1_memory = v1_memory_mounted()
-        self._config = ContainerConfig(self._uid, docker_profile(), self._v1_memory, self._owner, image)
-        self._nsenter = nsenter_path() if entry is not False and self._pool_size > 0 else None
-        if entry and self._nsenter is None:
+        owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._config = ContainerConfig(settings.sandbox_uid, docker_profile(), v1_memory_mounted(), owner, image)
+        pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
+        nsenter = nsenter_path() if entry is not False and pool_size > 0 else None
+        if entry and nsenter is None:
             raise SandboxError("docker entry server needs a warm pool, root and nsenter (Debian util-linux)")
-        self._filter = build_filter() if self._nsenter else b""
-        self._entries: dict[str, EntryServer] = {}
-        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rs-docker-pool")
-        self.sweep_stale()
+        #: The warm containers (per image and limits) and their entry servers.
+        self.pool = WarmPool(self._api, self._config, pool_size, nsenter)
 
     # ---- lifecycle -----------------------------------------------------------------------------------
-
-    def sweep_stale(self) -> int:
-        """Remove sandbox containers whose owning worker process on this host is gone."""
-        host = socket.gethostname()
-        removed = 0
-        for c in self._api.containers(all=True, filters={"label": LABEL}):
-            owner = c.get("Labels", {}).get(OWNER_LABEL, "")
-            parts = owner.split(":")
-            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not pid_alive(int(parts[1])):
-                with contextlib.suppress(Exception):
-                    self._api.remove_container(c["Id"], force=True)
-                    removed += 1
-        return removed
 
     def _image_for(self, family: str) -> str:
         """The image of toolchain ``family``, looked up (or built, by the caller's ``toolchains``) once."""
@@ -192,162 +144,26 @@ class DockerSandbox:
                 image = self._images[family] = self._toolchains(family)
             return image
 
-    def _create(self, limits: Limits) -> _Container:
-        cid = self._config.create(self._api, limits, INIT_ARGV, {})
-        try:
-            self._api.start(cid)
-            info = self._api.inspect_container(cid)
-            pid = int(info["State"]["Pid"])
-            await_non_dumpable(pid)
-            container = _Container(cid, limits, cgroup_dirs_of(pid), pid, roots=mount_roots(pid))
-            if self._v1_memory:  # before any run: only sockets created after it are charged
-                write_v1_socket_limit(container.cgroup["memory"], split_for_sockets(limits.memory_mb << 20)[1])
-            labelled = info.get("AppArmorProfile") not in (None, "", "unconfined") or bool(info.get("ProcessLabel"))
-            if self._nsenter and not labelled and same_user_namespace(pid):
-                container.entry = EntryServer(
-                    nsenter=self._nsenter,
-                    init_pid=pid,
-                    procs_files=cgroup_procs_files(pid),
-                    seccomp=self._filter,
-                    name=cid[:12],
-                )
-                with self._lock:
-                    self._entries[cid] = container.entry
-                container.init = init_watch.snapshot(pid)  # the entry server is ready: the init has settled
-            return container
-        except Exception:
-            self._remove(cid)
-            raise
-
-    def _remove(self, cid: str) -> None:
-        """Stop the container's entry server (if any), then remove the container."""
-        with self._lock:
-            entry = self._entries.pop(cid, None)
-        if entry is not None:
-            entry.close()
-        with contextlib.suppress(Exception):
-            self._api.remove_container(cid, force=True)
-
-    def _pool(self, limits: Limits) -> queue.Queue[_Container]:
-        with self._lock:
-            pool = self._pools.get(limits)
-            if pool is None:
-                pool = self._pools[limits] = queue.Queue()
-                for _ in range(self._pool_size):
-                    self._bg.submit(self._refill, limits)
-            return pool
-
-    def _refill(self, limits: Limits) -> None:
-        if self._closed:
-            return
-        try:
-            container = self._create(limits)
-        except Exception:  # the next acquire creates one synchronously and reports the error
-            return
-        if self._closed:
-            self._remove(container.cid)
-            return
-        self._pools[limits].put(container)
-
-    def _acquire(self, limits: Limits) -> _Container:
-        if self._pool_size <= 0:
-            return self._create(limits)
-        pool = self._pool(limits)
-        while True:
-            try:
-                container = pool.get_nowait()
-            except queue.Empty:
-                return self._create(limits)
-            if container.entry is None or container.entry.alive():
-                return container
-            self._release(container, reusable=False)  # its entry server is gone: replace the container
-
-    def _release(self, container: _Container, reusable: bool) -> None:
-        """Return the container off the caller's critical path: reset+verify (or replace) in background."""
-        try:
-            self._bg.submit(self._recycle, container, reusable)
-        except RuntimeError:  # executor shut down by close()
-            self._remove(container.cid)
-
-    def _recycle(self, container: _Container, reusable: bool) -> None:
-        try:
-            pool = self._pools.get(container.limits)
-            if reusable and pool is not None and not self._closed and self._reset(container):
-                pool.put(container)
-                return
-            self._remove(container.cid)
-            if pool is not None and not self._closed:
-                self._refill(container.limits)
-        finally:
-            with self._lock:
-                self._busy.discard(container.cid)
-
-    @staticmethod
-    def _reset(container: _Container) -> bool:
-        """Reset and verify from the host (``docker_reset``); True only if the container is pristine."""
-        return reset_and_verify(container.cgroup, container.init_pid, container.roots, container.init)
-
     def close(self) -> None:
         """Remove every container this instance created; idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._bg.shutdown(wait=True)
-        for pool in self._pools.values():
-            while True:
-                try:
-                    self._remove(pool.get_nowait().cid)
-                except queue.Empty:
-                    break
-        for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
-            self._remove(c["Id"])
-        for cid in list(self._entries):
-            self._remove(cid)
+        self.pool.close()
 
     def audit(self, wait_s: float = 0.0) -> list[str]:
         """Leftovers: containers of ours neither pooled nor busy, and extra processes in pooled ones."""
-        return poll_until_empty(self._leftovers, wait_s)
-
-    def _leftovers(self) -> list[str]:
-        with self._lock:
-            pooled = {c.cid for pool in self._pools.values() for c in list(pool.queue)}
-            busy = set(self._busy)
-        found: list[str] = []
-        with self._lock:
-            entries = dict(self._entries)
-        for cid, entry in entries.items():
-            if cid not in pooled and cid not in busy:
-                found.append(
-                    f"entry server {entry.pid} of container {cid[:12]} ({'alive' if entry.alive() else 'exited'})"
-                )
-            elif not entry.alive():
-                found.append(f"entry server {entry.pid} of pooled container {cid[:12]} is dead")
-        for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
-            if c["Id"] in busy:
-                continue
-            if c["Id"] not in pooled:
-                found.append(f"container {c['Id'][:12]} ({c['State']})")
-                continue
-            top = self._api.top(c["Id"]).get("Processes") or []
-            if len(top) > 1:  # only the idle init
-                found.append(f"container {c['Id'][:12]} has {len(top)} processes")
-        return found
+        return poll_until_empty(self.pool.leftovers, wait_s)
 
     # ---- runs ----------------------------------------------------------------------------------------
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` in a pristine container; infrastructure failures become ``sandbox_error``."""
         t0 = time.monotonic()
-        if self._closed:
+        if self.pool.closed:
             return error_result(self.name, "sandbox is closed")
         try:
             archive = _archive(spec)
-            container = self._acquire(Limits.of(spec, self._image_for(spec.toolchain)))
+            container = self.pool.acquire(Limits.of(spec, self._image_for(spec.toolchain)))
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
-        with self._lock:
-            self._busy.add(container.cid)
         reusable = False
         try:
             if container.entry is not None:
@@ -357,19 +173,19 @@ class DockerSandbox:
             reusable = result.status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT, SandboxStatus.CRASHED)
             # A docker exec'd run shares the container's network and IPC namespaces with every later run: such
             # a container is never reused (the pool refills in background).
-            reusable = reusable and self._pool_size > 0 and container.entry is not None
+            reusable = reusable and self.pool.size > 0 and container.entry is not None
             return result
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         finally:
-            self._release(container, reusable)
+            self.pool.release(container, reusable)
 
     def run_oneshot(self, spec: SandboxSpec) -> SandboxResult:
         """The most naive container per run, like ``docker run --rm -i``: the program (behind the same start
         shim) is the container's own command; same limits; no pool, no exec, no reset. For benchmarks: it
         measures no cpu or memory (the container's cgroup is gone when the exit code is known)."""
         t0 = time.monotonic()
-        if self._closed:
+        if self.pool.closed:
             return error_result(self.name, "sandbox is closed")
         marker = start_marker()
         command = ["/bin/sh", "-c", _START.format(stdin=_STDIN_FILE), marker.decode(), *spec.argv]
@@ -390,15 +206,12 @@ class DockerSandbox:
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         finally:
-            try:
-                self._bg.submit(self._remove, cid)
-            except RuntimeError:
-                self._remove(cid)
+            self.pool.remove_soon(cid)
         if started_at is None:
             return error_result(self.name, f"sandbox did not start (exit {code}): {cap.error_detail()}")
         return cap.result(self.name, stopped_for=stopped_for, returncode=code, started_at=started_at, ended_at=ended_at)
 
-    def _run_in(self, container: _Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
+    def _run_in(self, container: Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
         cg = container.cgroup
         reset_peak(cg)
         cpu0, oom0 = cpu_ns(cg, lenient=True), oom_kills(cg, lenient=True)
@@ -411,7 +224,7 @@ class DockerSandbox:
             stdin=True,
             stdout=True,
             stderr=True,
-            user=f"{self._uid}:{self._uid}",
+            user=f"{self._config.uid}:{self._config.uid}",
             workdir="/work",
             environment=env,
         )["Id"]
@@ -441,7 +254,7 @@ class DockerSandbox:
             max_rss_kb=peak_kb,
         )
 
-    def _run_entered(self, container: _Container, entry: EntryServer, spec: SandboxSpec) -> SandboxResult:
+    def _run_entered(self, container: Container, entry: EntryServer, spec: SandboxSpec) -> SandboxResult:
         """One run through the container's entry server: no docker API call, no ``runc exec``."""
         if not spec.argv:
             raise SandboxError("spec.argv is empty")
