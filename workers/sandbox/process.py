@@ -1,10 +1,11 @@
 """The ``process`` backend: bubblewrap namespaces + cgroups + rlimits + seccomp, no daemon needed.
 
-A fork server (a python3 started once under bubblewrap on the read-only sandbox rootfs) forks a pristine
-sandbox per run: its own cgroup, user/pid/net/mount/ipc/uts/cgroup namespaces, capped tmpfs work dir, uid
-drop, no-new-privs and the seccomp filter (``workers/sandbox/fork_server_main.py``). The grader's harness then runs
-without exec'ing anything. Everything is measured and enforced by the parent: wall clock, cgroup CPU time and
-memory peak, output caps.
+A fork server (``fork_server``: a python3 started once per toolchain family under bubblewrap on the family's
+read-only rootfs) forks a pristine sandbox per run (``forked_run``): its own cgroup, user/pid/net/mount/ipc/
+uts/cgroup namespaces, capped tmpfs work dir, uid drop, no-new-privs and the seccomp filter
+(``fork_server_main``). The grader's harness then runs without exec'ing anything. Everything is measured and
+enforced by the parent: wall clock, cgroup CPU time and memory peak, output caps. This module holds the
+backend's lifecycle: the rootfs binds, the fork servers, the audit of leftovers.
 """
 
 from __future__ import annotations
