@@ -43,7 +43,7 @@ def pool_of_one(docker_sandbox: Sandbox, sandbox_settings: Settings) -> Iterator
 
 
 def _pooled(sb: Any) -> set[str]:
-    return {c.cid for pool in sb._pools.values() for c in list(pool.queue)}
+    return {c.cid for pool in sb.pool._pools.values() for c in list(pool.queue)}
 
 
 def _wait_pooled(sb: Any, deadline_s: float = 30.0) -> set[str]:
@@ -53,16 +53,16 @@ def _wait_pooled(sb: Any, deadline_s: float = 30.0) -> set[str]:
     stable_since = time.monotonic()
     while time.monotonic() < end:
         found = _pooled(sb)
-        if found != last or sb._busy:
+        if found != last or sb.pool._busy:
             last, stable_since = found, time.monotonic()
         elif found and time.monotonic() - stable_since > 0.3:
             break
         time.sleep(0.02)
     else:
         raise AssertionError("no container came back to the pool")
-    for pool in sb._pools.values():
+    for pool in sb.pool._pools.values():
         while pool.qsize() > 1:
-            sb._remove(pool.get_nowait().cid)
+            sb.pool.remove(pool.get_nowait().cid)
     return _pooled(sb)
 
 
@@ -75,7 +75,7 @@ def _run(sb: Any, code: str, *, fast: bool = False, **kw: Any) -> Any:
 def test_pooled_runs_use_the_entry_server(pool_of_one: Any) -> None:
     assert _run(pool_of_one, "print(1)").stdout == b"1\n"
     (cid,) = _wait_pooled(pool_of_one)
-    container = next(c for pool in pool_of_one._pools.values() for c in list(pool.queue) if c.cid == cid)
+    container = next(c for pool in pool_of_one.pool._pools.values() for c in list(pool.queue) if c.cid == cid)
     assert container.entry is not None
     assert container.entry.alive()
 
@@ -83,7 +83,7 @@ def test_pooled_runs_use_the_entry_server(pool_of_one: Any) -> None:
 def test_naive_mode_is_container_per_run_through_docker_exec(sandbox_settings: Settings) -> None:
     sb: Any = make_sandbox(sandbox_settings.model_copy(update={"sandbox_pool_size": 0}), "docker")
     try:
-        assert sb._nsenter is None
+        assert sb.pool._nsenter is None
         r = sb.run(SandboxSpec(argv=("sh", "-c", "echo hi")))
         assert (r.status, r.stdout) == (S.OK, b"hi\n"), r
         assert sb.audit(wait_s=10.0) == []
@@ -115,7 +115,7 @@ print(json.dumps({
 def test_entered_program_is_exactly_like_a_docker_exec_one(pool_of_one: Any, fast: bool) -> None:
     """Same uid/gid/groups, no capability at all, no-new-privs, seccomp, namespaces and cgroups as pid 1."""
     (cid,) = _wait_pooled(pool_of_one)
-    init_pid = next(c.init_pid for pool in pool_of_one._pools.values() for c in list(pool.queue) if c.cid == cid)
+    init_pid = next(c.init_pid for pool in pool_of_one.pool._pools.values() for c in list(pool.queue) if c.cid == cid)
     r = _run(pool_of_one, SAME_AS_INIT, fast=fast)
     assert r.status is S.OK, r
     got = json.loads(r.stdout)
@@ -126,7 +126,7 @@ def test_entered_program_is_exactly_like_a_docker_exec_one(pool_of_one: Any, fas
     assert {n: v for n, v in got["ns"].items() if n not in own} == {n: v for n, v in init_ns.items() if n not in own}
     assert all(got["ns"][n] != init_ns[n] for n in own), (got["ns"], init_ns)
     assert got["status_self"] == got["status_init"]
-    assert got["status_self"]["Uid"] == [str(pool_of_one._uid)] * 4
+    assert got["status_self"]["Uid"] == [str(pool_of_one._config.uid)] * 4
     for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(got["status_self"][cap][0], 16) == 0, cap
     assert got["status_self"]["NoNewPrivs"] == ["1"]
@@ -319,7 +319,7 @@ def test_candidate_cannot_forge_its_status(pool_of_one: Any, fast: bool) -> None
 
 def test_a_dead_entry_server_costs_a_container_not_a_verdict(pool_of_one: Any) -> None:
     _wait_pooled(pool_of_one)
-    for pool in pool_of_one._pools.values():
+    for pool in pool_of_one.pool._pools.values():
         for c in list(pool.queue):
             os.kill(c.entry.pid, signal.SIGKILL)
             c.entry._proc.wait()
@@ -343,13 +343,13 @@ def test_close_stops_every_entry_server(sandbox_settings: Settings) -> None:
     try:
         assert _run(sb, "print(2)", fast=True).stdout == b"2\n"
         _wait_pooled(sb)
-        mine = {e.pid for e in sb._entries.values()}
+        mine = {e.pid for e in sb.pool._entries.values()}
         assert mine
         assert mine <= set(tagged_pids(prefix))
     finally:
         sb.close()
     assert not mine & set(tagged_pids(prefix))
-    assert sb._api.containers(all=True, filters={"label": f"rewardstream.sandbox.owner={sb._owner}"}) == []
+    assert sb._api.containers(all=True, filters={"label": f"rewardstream.sandbox.owner={sb._config.owner}"}) == []
 
 
 def test_oneshot_baseline_is_a_container_per_run_with_the_same_limits(sandbox_settings: Settings) -> None:
@@ -364,7 +364,7 @@ def test_oneshot_baseline_is_a_container_per_run_with_the_same_limits(sandbox_se
     try:
         r = sb.run_oneshot(SandboxSpec(argv=("python3", "main.py"), files={"main.py": code.encode()}, stdin=b"IN"))
         assert r.status is S.NONZERO_EXIT, r
-        assert r.stdout == f"1 {sb._uid} 0 IN\n".encode()  # pid 1 of its own container, no capability
+        assert r.stdout == f"1 {sb._config.uid} 0 IN\n".encode()  # pid 1 of its own container, no capability
         assert b"Read-only file system" in r.stderr
         r = sb.run_oneshot(SandboxSpec(argv=("sleep", "30"), timeout_s=1.0))
         assert r.status is S.TIMEOUT, r

@@ -31,7 +31,7 @@ def pool(docker_sandbox: Sandbox, sandbox_settings: Settings) -> Iterator[Any]:
     """A docker backend with ONE warm container whose runs go through its entry server."""
     sb: Any = make_sandbox(sandbox_settings.model_copy(update={"sandbox_pool_size": 1}), "docker")
     try:
-        if sb._nsenter is None:
+        if sb.pool._nsenter is None:
             pytest.skip("the docker entry server needs root and nsenter (Debian util-linux)")
         yield sb
         assert sb.audit(wait_s=10.0) == []
@@ -347,7 +347,7 @@ def test_supervisor_cannot_be_signalled_traced_read_or_reopened(pool: Any, fast:
     assert got["worked"] == [], got
     after = _run(pool, LOOK)
     assert after.status is S.OK, after
-    assert json.loads(after.stdout)["procs"] == sorted(["0", str(pool._uid)]), after.stdout  # supervisor, init
+    assert json.loads(after.stdout)["procs"] == sorted(["0", str(pool._config.uid)]), after.stdout  # supervisor, init
 
 
 #: ``clone`` with a chosen exit signal: with CLONE_PARENT the child is the SUPERVISOR's child, so its exit
@@ -417,7 +417,7 @@ def test_a_tree_racing_the_supervisor_kill_changes_neither_status_nor_next_run(p
     assert (r.status, r.exit_code) == (S.OK, 0), r
     after = _run(pool, LOOK)
     assert after.status is S.OK, after
-    assert json.loads(after.stdout)["procs"] == sorted(["0", str(pool._uid)]), after.stdout
+    assert json.loads(after.stdout)["procs"] == sorted(["0", str(pool._config.uid)]), after.stdout
 
 
 def test_a_program_that_stops_itself_times_out_it_does_not_report_a_stop_as_an_exit(pool: Any) -> None:

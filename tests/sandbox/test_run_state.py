@@ -67,12 +67,12 @@ def same_box(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 def _settled(sb: Any, deadline_s: float = 30.0) -> None:
     """Docker: wait until the one container is back in the pool (the next run then reuses it)."""
-    pools = getattr(sb, "_pools", None)
+    pools = getattr(getattr(sb, "pool", None), "_pools", None)
     if not pools:  # not docker, or no run yet (the pool is made by the first one)
         return
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        if not sb._busy and sum(p.qsize() for p in pools.values()) >= 1:
+        if not sb.pool._busy and sum(p.qsize() for p in pools.values()) >= 1:
             return
         time.sleep(0.01)
     raise AssertionError("the container did not come back to the pool")

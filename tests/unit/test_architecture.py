@@ -1,5 +1,5 @@
 """The package-scale rules of issue 13 hold in the tree: modules of one job (at most ~500 lines) that import
-no other module's private names. What the sandbox split has still to do is listed, and may only shrink."""
+no other module's private names."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ PACKAGES = ("schemas", "bus", "workers", "streams", "infra", "rewardstream")
 MAX_LINES = 500
 #: Stdlib-only programs that run inside the sandbox: one file each by design.
 IN_SANDBOX = {"workers/grading/harness.py", "workers/episodes/step_runner.py"}
-#: Issue 13, item 3 (the sandbox as small modules): not split yet.
-SANDBOX_PENDING_SIZE = {"workers/sandbox/docker_backend.py", "workers/sandbox/process.py"}
-SANDBOX_PENDING_PRIVATE = {
-    ("workers/sandbox/docker_backend.py", "_Capture"),
-    ("workers/sandbox/docker_backend.py", "_memfd"),
-    ("workers/sandbox/docker_backend.py", "_zygote_spec"),
-    ("workers/sandbox/docker_backend.py", "_cgroup_mounts"),
-    ("workers/sandbox/output_pump.py", "_Capture"),
-}
 
 
 def modules() -> list[Path]:
@@ -32,7 +23,7 @@ def test_no_module_is_over_the_size_of_one_job() -> None:
         for p in modules()
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
-    assert set(over) <= IN_SANDBOX | SANDBOX_PENDING_SIZE, over
+    assert set(over) <= IN_SANDBOX, over
 
 
 def test_no_module_imports_another_modules_private_names() -> None:
@@ -45,4 +36,4 @@ def test_no_module_imports_another_modules_private_names() -> None:
                     for alias in node.names
                     if alias.name.startswith("_") and not alias.name.startswith("__")
                 }
-    assert found <= SANDBOX_PENDING_PRIVATE, sorted(found - SANDBOX_PENDING_PRIVATE)
+    assert not found, sorted(found)

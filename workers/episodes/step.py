@@ -50,7 +50,7 @@ from schemas.status import REJECTED, ObservationStatus
 from workers.episodes import step_runner
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, SnapshotTooLargeError, pack, unpack
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.process import classify
+from workers.sandbox.common import classify
 
 RUNNER_FILE = "step_runner.py"
 #: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)

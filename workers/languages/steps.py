@@ -26,7 +26,7 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.process import CRASH_SIGNALS
+from workers.sandbox.common import CRASH_SIGNALS
 
 MAGIC = b"@@RS1"
 DRIVER_FILE = "driver.py"

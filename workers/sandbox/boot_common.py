@@ -1,12 +1,12 @@
-"""What the two in-sandbox servers share: the fork server (``zygote_main``) and the docker entry server
+"""What the two in-sandbox servers share: the fork server (``fork_server_main``) and the docker entry server
 (``docker_entry_main``). Standard library only, like them: it runs on the sandbox's own python3.
 
 Shipped, never imported at run time: each launcher hands this source over together with its main script
-and runs both in ONE globals dict, this one first (``process.boot_program`` puts both on the fork server's
+and runs both in ONE globals dict, this one first (``boot.boot_program`` puts both on the fork server's
 ``-c`` command line; ``docker_entry`` sends both on the entry server's stdin and its BOOT execs them). The
-main scripts import these names only under ``TYPE_CHECKING`` (``False`` at run time), for mypy and readers;
-at run time the names are already in their globals. So this module must not import ``workers`` or anything
-outside the standard library, and must not define a name a main script defines too.
+main scripts import all of it (``*``) only under ``TYPE_CHECKING`` (``False`` at run time), for mypy; at run
+time the names are already in their globals. So this module must not import ``workers`` or anything outside
+the standard library, and must not define a name a main script defines too.
 """
 
 from __future__ import annotations

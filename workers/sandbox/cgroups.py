@@ -16,6 +16,7 @@ import errno
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def split_for_sockets(memory_bytes: int) -> tuple[int, int]:
 
 def v1_memory_mounted() -> bool:
     """The memory controller is on a cgroup v1 hierarchy (docker's containers then get v1 limits too)."""
-    v1, _ = _cgroup_mounts()
+    v1, _ = cgroup_mounts()
     return "memory" in v1
 
 
@@ -101,7 +102,7 @@ def cgroup_mountinfo() -> tuple[list[tuple[list[str], Path]], Path | None]:
     return v1, v2
 
 
-def _cgroup_mounts() -> tuple[dict[str, Path], Path | None]:
+def cgroup_mounts() -> tuple[dict[str, Path], Path | None]:
     """v1 mount point per controller (the first one), and the cgroup2 mount point (if any)."""
     v1: dict[str, Path] = {}
     mounts, v2 = cgroup_mountinfo()
@@ -132,7 +133,7 @@ class CgroupManager:
     """
 
     def __init__(self, parent: Path | None = None) -> None:
-        v1, v2 = _cgroup_mounts()
+        v1, v2 = cgroup_mounts()
         own = _own_paths()
         if all(c in v1 for c in ("memory", "pids", "cpu")):
             self.version = 1
@@ -243,18 +244,8 @@ class RunCgroup:
 
     def stats(self) -> CgroupStats:
         """CPU time, peak memory, OOM kills and refused forks, as accounted by the kernel."""
-        if self.version == 1:
-            cpu_ns = int(_read(self._file("cpuacct", "cpuacct.usage")) or 0)
-            peak = int(_read(self._file("memory", "memory.max_usage_in_bytes")))
-            oom = _kv(_read(self._file("memory", "memory.oom_control"))).get("oom_kill", 0)
-            pids_ev = _kv(_read(self._file("pids", "pids.events"))).get("max", 0)
-            return CgroupStats(cpu_ns / 1e6, peak, oom, pids_ev)
-        cpu_us = _kv(_read(self._file("", "cpu.stat"))).get("usage_usec", 0)
-        peak_file = self._file("", "memory.peak")
-        peak = int(_read(peak_file)) if peak_file.exists() else int(_read(self._file("", "memory.current")))
-        oom = _kv(_read(self._file("", "memory.events"))).get("oom_kill", 0)
-        pids_ev = _kv(_read(self._file("", "pids.events"))).get("max", 0)
-        return CgroupStats(cpu_us / 1e3, peak, oom, pids_ev)
+        cg = self._by_ctrl
+        return CgroupStats(cpu_ns(cg) / 1e6, peak_bytes(cg), oom_kills(cg), pids_limit_hits(cg))
 
     def _members(self) -> set[int]:
         """What ``cgroup.procs`` lists. cgroup v2 lists a task whose pid is already released (it is exiting) as
@@ -304,3 +295,107 @@ class RunCgroup:
                         raise SandboxError(f"cannot remove cgroup {d}: {exc.strerror}") from exc
                     self.kill_all(0.1)
                     time.sleep(0.002)
+
+
+# ---- figures of a cgroup given as its directory per v1 controller (or under '' for v2) --------------------
+# A run cgroup's (strict: a file that cannot be read is an error) and a docker container's, read from the host
+# (``lenient``: a container killed meanwhile takes its cgroup with it, and reads as 0).
+
+CgroupDirs = Mapping[str, Path]
+
+
+def cgroup_dirs_of(pid: int) -> dict[str, Path]:
+    """Host cgroup directory per controller (v1) or under '' (v2) of process ``pid`` (a container's init)."""
+    v1, v2 = cgroup_mounts()
+    out: dict[str, Path] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "" and v2 is not None:
+            out[""] = v2 / path.lstrip("/")
+        for ctrl in ctrls.split(","):
+            if ctrl in v1:
+                out[ctrl] = v1[ctrl] / path.lstrip("/")
+    return out
+
+
+def _v2(cg: CgroupDirs) -> Path:
+    return cg.get("", Path("/nonexistent"))
+
+
+def controller_dir(cg: CgroupDirs, controller: str) -> Path:
+    """The directory of ``controller``'s files: its v1 hierarchy's, else the v2 one's."""
+    return cg[controller] if controller in cg else _v2(cg)
+
+
+def procs_file(cg: CgroupDirs) -> Path:
+    """The ``cgroup.procs`` that lists every process of the cgroup (the pids controller's)."""
+    return controller_dir(cg, "pids") / "cgroup.procs"
+
+
+def listed_pids(procs: Path) -> list[int]:
+    """The pids a ``cgroup.procs`` file lists; none once it is gone."""
+    try:
+        return [int(x) for x in procs.read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _number(path: Path, default: int | None) -> int:
+    """The first number of a cgroup file; ``default`` if it cannot be read (``None``: raise)."""
+    try:
+        return int(_read(path).split()[0])
+    except (OSError, ValueError, IndexError):
+        if default is None:
+            raise
+        return default
+
+
+def _flat_keyed(path: Path, lenient: bool) -> dict[str, int]:
+    try:
+        return _kv(_read(path))
+    except OSError:
+        if not lenient:
+            raise
+        return {}
+
+
+def pids_current(cg: CgroupDirs) -> int:
+    """How many tasks the pids controller counts (zombies included); -1 if it cannot be read."""
+    return _number(controller_dir(cg, "pids") / "pids.current", -1)
+
+
+def cpu_ns(cg: CgroupDirs, *, lenient: bool = False) -> int:
+    """CPU time used, in nanoseconds."""
+    if "cpuacct" in cg:
+        return _number(cg["cpuacct"] / "cpuacct.usage", 0 if lenient else None)
+    return _flat_keyed(_v2(cg) / "cpu.stat", lenient).get("usage_usec", 0) * 1000
+
+
+def oom_kills(cg: CgroupDirs, *, lenient: bool = False) -> int:
+    """How many processes the OOM killer ended in the cgroup."""
+    if "memory" in cg:
+        return _flat_keyed(cg["memory"] / "memory.oom_control", lenient).get("oom_kill", 0)
+    return _flat_keyed(_v2(cg) / "memory.events", lenient).get("oom_kill", 0)
+
+
+def peak_bytes(cg: CgroupDirs, *, lenient: bool = False) -> int:
+    """The memory peak (v2 before 5.19 has none: the current usage then)."""
+    if "memory" in cg:
+        return _number(cg["memory"] / "memory.max_usage_in_bytes", 0 if lenient else None)
+    base = _v2(cg)
+    if lenient:
+        return _number(base / "memory.peak", _number(base / "memory.current", 0))
+    peak = base / "memory.peak"
+    return _number(peak if peak.exists() else base / "memory.current", None)
+
+
+def pids_limit_hits(cg: CgroupDirs) -> int:
+    """How many forks the pids limit refused."""
+    return _kv(_read(controller_dir(cg, "pids") / "pids.events")).get("max", 0)
+
+
+def reset_peak(cg: CgroupDirs) -> None:
+    """Make the peak per run, not per container lifetime (v1: write 0; v2 >= 6.12: write resets)."""
+    target = cg["memory"] / "memory.max_usage_in_bytes" if "memory" in cg else cg.get("", Path()) / "memory.peak"
+    with contextlib.suppress(OSError):
+        target.write_text("0")

@@ -1,96 +1,53 @@
 """The ``docker`` backend: locked-down containers, one run per container at a time, from a warm pool.
 
-Containers: ``network_mode=none``, read-only rootfs, tmpfs work dirs with size and inode caps, non-root uid,
-``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom seccomp profile, an idle init as
-pid 1 that is NOT dumpable (``_INIT``): it runs as the sandbox uid and outlives the runs of a pooled container,
-so a run must not be able to read or write its memory or page-table state (``/proc/1/mem``, ``clear_refs``,
-``pagemap``, ptrace). Why a pool with a verified reset: creating a container costs hundreds of milliseconds.
-How a run enters a pooled container: through the container's entry server (``docker_entry``; default when
-the worker is root with ``nsenter`` and the container has no userns-remap or LSM label): a server started
-once per container in its namespaces forks per run a supervisor that joins the container's cgroups and a
-program entered exactly like a ``docker exec --user`` process (verified against the container's init per
-run), so a run costs no docker API call and no ``runc exec`` (~60 ms each). Otherwise (and always in the
-naive container-per-run mode, ``pool_size=0``) a run is one ``docker exec``.
-After a clean run the container is reset FROM THE HOST, as root, with no docker API call: every process in
-the container's cgroup except its idle init is killed through a pidfd, the pids controller must be back to
-the init alone (no zombies), the writable mounts are emptied through ``/proc/<init>/root`` with symlink-safe
-deletion, and SysV IPC objects are removed from the container's IPC namespace. Nothing inside the container
-takes part, so a leftover process of the previous run cannot interfere with its own reset. A run that ended
-abnormally (timeout, output or memory limit) or a reset that cannot be verified discards the container
-instead; a fresh one starts in background.
+Its parts, one job each:
+
+* ``docker_config``: how a container is made: ``network_mode=none``, read-only rootfs, tmpfs work dirs with
+  size and inode caps, non-root uid, ``cap_drop=ALL``, ``no-new-privileges``, memory/cpu/pids limits, a custom
+  seccomp profile, an idle init as pid 1 that is NOT dumpable (``INIT``): it runs as the sandbox uid and
+  outlives the runs of a pooled container, so a run must not be able to read or write its memory or
+  page-table state (``/proc/1/mem``, ``clear_refs``, ``pagemap``, ptrace).
+* ``docker_pool``: the warm pool (creating a container costs hundreds of milliseconds), one per image and
+  limits, refilled in background.
+* ``docker_runs``: how a run enters a pooled container: through the container's entry server
+  (``docker_entry``; default when the worker is root with ``nsenter`` and the container has no userns-remap or
+  LSM label): a server started once per container in its namespaces forks per run a supervisor that joins the
+  container's cgroups and a program entered exactly like a ``docker exec --user`` process (verified against
+  the container's init per run), so a run costs no docker API call and no ``runc exec`` (~60 ms each).
+  Otherwise (and always in the naive container-per-run mode, ``pool_size=0``) a run is one ``docker exec``.
+* ``docker_reset``: after a clean run the container is reset FROM THE HOST, as root, with no docker API call:
+  every process in the container's cgroup except its idle init is killed through a pidfd, the pids controller
+  must be back to the init alone (no zombies), the writable mounts are emptied through ``/proc/<init>/root``
+  with symlink-safe deletion, and SysV IPC objects are removed from the container's IPC namespace. Nothing
+  inside the container takes part, so a leftover process of the previous run cannot interfere with its own
+  reset.
+
+A run that ended abnormally (timeout, output or memory limit) or a reset that cannot be verified discards the
+container instead; a fresh one starts in background.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import os
-import queue
 import secrets
-import select
-import shutil
-import signal
 import socket
-import struct
-import tarfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
-from workers.sandbox import init_watch
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.audit import pid_alive, poll_until_empty
-from workers.sandbox.cgroups import split_for_sockets, v1_memory_mounted, write_v1_socket_limit
-from workers.sandbox.docker_entry import (
-    ENTRY_DEADLINES,
-    EntryServer,
-    cgroup_procs_files,
-    nsenter_path,
-    same_user_namespace,
-)
-from workers.sandbox.init_watch import InitSnapshot
-from workers.sandbox.output_pump import Observed, pump
-from workers.sandbox.process import (
-    _Capture,
-    _memfd,
-    _zygote_spec,
-    base_env,
-    check_relpath,
-    error_result,
-)
-from workers.sandbox.seccomp import build_filter, docker_profile
-from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
-
-LABEL = "rewardstream.sandbox"
-OWNER_LABEL = "rewardstream.sandbox.owner"
-_MAX_LIFETIME_S = 3600
-#: pid 1 of every container (the image's own python3, ``-I -S -B -c _INIT <seconds>``): it makes itself
-#: non-dumpable, then sleeps. A process of the sandbox uid (a run) can then no longer ptrace it, open its
-#: ``mem``, ``maps``, ``smaps``, ``pagemap``, ``environ``, ``fd/*``, nor write its ``clear_refs``,
-#: ``oom_score_adj``, ``coredump_filter`` (those /proc files become root's): nothing a run does to it (its
-#: memory, its pages' present/soft-dirty/referenced bits) can reach the next run through it. It cannot exec
-#: ``sleep`` afterwards (``execve`` makes a process dumpable again). SIGINT, the only signal python catches,
-#: gets its default back: a pid namespace's init ignores every signal it has no handler for, so a run cannot
-#: end it (nor the container with it). It exits (70) if ``prctl`` fails; the container is then never used.
-_INIT = (
-    "import ctypes,signal,sys,time\n"
-    "signal.signal(signal.SIGINT,signal.SIG_DFL)\n"
-    "if ctypes.CDLL(None,use_errno=True).prctl(4,0,0,0,0)!=0:sys.exit(70)\n"  # PR_SET_DUMPABLE
-    "del ctypes\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
-_INIT_ARGV = ["/usr/bin/python3", "-I", "-S", "-B", "-c", _INIT, str(_MAX_LIFETIME_S)]
-_INIT_READY_S = 10.0
-_STDIN_FILE = "/tmp/.rs-stdin"  # noqa: S108 (inside the container's private tmpfs)
-_WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # noqa: S108
-_START = 'tar -x -f - -C / --no-same-permissions && exec 0<{stdin} && rm -f {stdin} && printf %s "$0" && exec "$@"'
+from workers.sandbox.audit import poll_until_empty
+from workers.sandbox.cgroups import v1_memory_mounted
+from workers.sandbox.common import error_result
+from workers.sandbox.docker_config import ContainerConfig, Limits
+from workers.sandbox.docker_entry import nsenter_path
+from workers.sandbox.docker_pool import WarmPool
+from workers.sandbox.docker_runs import BACKEND, RunPaths, archive_of
+from workers.sandbox.seccomp import docker_profile
 
 
 def _baked_image(settings: Settings, client: Any, family: str) -> str:
@@ -119,38 +76,10 @@ def docker_client(settings: Settings) -> Any:
     return client
 
 
-@dataclass(frozen=True, slots=True)
-class _Limits:
-    """What a pooled container is made for: its limits and its image (one warm pool per toolchain family)."""
-
-    memory_mb: int
-    pids: int
-    cpus: float
-    size_mb: int
-    inodes: int
-    image: str = ""
-
-    @classmethod
-    def of(cls, spec: SandboxSpec, image: str) -> _Limits:
-        return cls(spec.memory_mb, spec.pids_limit, spec.cpus, spec.workdir_size_mb, spec.workdir_inodes, image)
-
-
-@dataclass(slots=True)
-class _Container:
-    cid: str
-    limits: _Limits
-    cgroup: dict[str, Path]
-    init_pid: int = 0
-    runs: int = 0
-    entry: EntryServer | None = None
-    init: InitSnapshot | None = None  # the settled init as the host saw it when the container joined the pool
-    roots: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # writable mount -> (mode, uid, gid)
-
-
 class DockerSandbox:
     """Thread-safe docker backend; ``pool_size=0`` is the naive container-per-run mode (for comparison)."""
 
-    name = "docker"
+    name = BACKEND
 
     def __init__(
         self,
@@ -168,41 +97,20 @@ class DockerSandbox:
         tag the settings name, which must exist), asked the first time a run names that family."""
         self._client = client
         self._api = client.api
-        self._image = image
         self._images: dict[str, str] = {PYTHON_TOOLCHAIN: image}
         self._toolchains = toolchains or functools.partial(_baked_image, settings, client)
         self._image_lock = threading.Lock()
-        self._uid = settings.sandbox_uid
-        self._pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
-        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._pools: dict[_Limits, queue.Queue[_Container]] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-        self._busy: set[str] = set()
-        self._seccomp = docker_profile()
-        self._v1_memory = v1_memory_mounted()
-        self._nsenter = nsenter_path() if entry is not False and self._pool_size > 0 else None
-        if entry and self._nsenter is None:
+        owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._config = ContainerConfig(settings.sandbox_uid, docker_profile(), v1_memory_mounted(), owner, image)
+        pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
+        nsenter = nsenter_path() if entry is not False and pool_size > 0 else None
+        if entry and nsenter is None:
             raise SandboxError("docker entry server needs a warm pool, root and nsenter (Debian util-linux)")
-        self._filter = build_filter() if self._nsenter else b""
-        self._entries: dict[str, EntryServer] = {}
-        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rs-docker-pool")
-        self.sweep_stale()
+        #: The warm containers (per image and limits) and their entry servers.
+        self.pool = WarmPool(self._api, self._config, pool_size, nsenter)
+        self._runs = RunPaths(self._api, self._config)
 
     # ---- lifecycle -----------------------------------------------------------------------------------
-
-    def sweep_stale(self) -> int:
-        """Remove sandbox containers whose owning worker process on this host is gone."""
-        host = socket.gethostname()
-        removed = 0
-        for c in self._api.containers(all=True, filters={"label": LABEL}):
-            owner = c.get("Labels", {}).get(OWNER_LABEL, "")
-            parts = owner.split(":")
-            if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not pid_alive(int(parts[1])):
-                with contextlib.suppress(Exception):
-                    self._api.remove_container(c["Id"], force=True)
-                    removed += 1
-        return removed
 
     def _image_for(self, family: str) -> str:
         """The image of toolchain ``family``, looked up (or built, by the caller's ``toolchains``) once."""
@@ -215,719 +123,46 @@ class DockerSandbox:
                 image = self._images[family] = self._toolchains(family)
             return image
 
-    def _create(self, limits: _Limits) -> _Container:
-        cid = self._create_container(limits, _INIT_ARGV, {})
-        try:
-            self._api.start(cid)
-            info = self._api.inspect_container(cid)
-            pid = int(info["State"]["Pid"])
-            _await_non_dumpable(pid)
-            container = _Container(cid, limits, _container_cgroups(pid), pid, roots=_mount_roots(pid))
-            if self._v1_memory:  # before any run: only sockets created after it are charged
-                write_v1_socket_limit(container.cgroup["memory"], split_for_sockets(limits.memory_mb << 20)[1])
-            labelled = info.get("AppArmorProfile") not in (None, "", "unconfined") or bool(info.get("ProcessLabel"))
-            if self._nsenter and not labelled and same_user_namespace(pid):
-                container.entry = EntryServer(
-                    nsenter=self._nsenter,
-                    init_pid=pid,
-                    procs_files=cgroup_procs_files(pid),
-                    seccomp=self._filter,
-                    name=cid[:12],
-                )
-                with self._lock:
-                    self._entries[cid] = container.entry
-                container.init = init_watch.snapshot(pid)  # the entry server is ready: the init has settled
-            return container
-        except Exception:
-            self._remove(cid)
-            raise
-
-    def _create_container(
-        self, limits: _Limits, command: list[str], env: dict[str, str], *, oneshot: bool = False
-    ) -> str:
-        """Create (not start) a locked-down container; ``oneshot``: its command is the run (stdin attached)."""
-        uid = self._uid
-        memory = limits.memory_mb << 20
-        if self._v1_memory:  # the rest of the limit goes to socket buffers (see ``cgroups.split_for_sockets``)
-            memory = split_for_sockets(memory)[0]
-        tmpfs_opts = f"size={limits.size_mb}m,nr_inodes={limits.inodes},uid={uid},gid={uid},mode=0700,nosuid,nodev"
-        # /work is exec, as on the process backend: a compiled program runs from there (docker's tmpfs
-        # default is noexec). /tmp stays noexec.
-        work_opts = tmpfs_opts + ",exec"
-        host_config = self._api.create_host_config(
-            network_mode="none",
-            mem_limit=memory,
-            memswap_limit=memory,
-            nano_cpus=int(limits.cpus * 1e9),
-            pids_limit=limits.pids,
-            read_only=True,
-            tmpfs={"/work": work_opts, "/tmp": tmpfs_opts},  # noqa: S108
-            shm_size=limits.size_mb << 20,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges", f"seccomp={self._seccomp}"],
-            # Nothing of the idle init may be logged (its stdout, /proc/1/fd/1, is out of a run's reach only
-            # because it is not dumpable).
-            log_config={"Type": "none", "Config": {}},
-            # No docker-init: pid 1 is the idle ``_INIT`` itself, which the sandbox uid cannot signal.
-            init=False,
-            ipc_mode="private",
-            ulimits=[{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 1024, "Hard": 1024}],
-            auto_remove=not oneshot,
-        )
-        created = self._api.create_container(
-            limits.image or self._image,
-            command=command,
-            user=f"{self._uid}:{self._uid}",
-            working_dir="/work",
-            hostname="sandbox",
-            network_disabled=True,
-            labels={LABEL: "1", OWNER_LABEL: self._owner},
-            environment=env,
-            host_config=host_config,
-            stdin_open=oneshot,
-        )
-        return str(created["Id"])
-
-    def _remove(self, cid: str) -> None:
-        """Stop the container's entry server (if any), then remove the container."""
-        with self._lock:
-            entry = self._entries.pop(cid, None)
-        if entry is not None:
-            entry.close()
-        with contextlib.suppress(Exception):
-            self._api.remove_container(cid, force=True)
-
-    def _pool(self, limits: _Limits) -> queue.Queue[_Container]:
-        with self._lock:
-            pool = self._pools.get(limits)
-            if pool is None:
-                pool = self._pools[limits] = queue.Queue()
-                for _ in range(self._pool_size):
-                    self._bg.submit(self._refill, limits)
-            return pool
-
-    def _refill(self, limits: _Limits) -> None:
-        if self._closed:
-            return
-        try:
-            container = self._create(limits)
-        except Exception:  # the next acquire creates one synchronously and reports the error
-            return
-        if self._closed:
-            self._remove(container.cid)
-            return
-        self._pools[limits].put(container)
-
-    def _acquire(self, limits: _Limits) -> _Container:
-        if self._pool_size <= 0:
-            return self._create(limits)
-        pool = self._pool(limits)
-        while True:
-            try:
-                container = pool.get_nowait()
-            except queue.Empty:
-                return self._create(limits)
-            if container.entry is None or container.entry.alive():
-                return container
-            self._release(container, reusable=False)  # its entry server is gone: replace the container
-
-    def _release(self, container: _Container, reusable: bool) -> None:
-        """Return the container off the caller's critical path: reset+verify (or replace) in background."""
-        try:
-            self._bg.submit(self._recycle, container, reusable)
-        except RuntimeError:  # executor shut down by close()
-            self._remove(container.cid)
-
-    def _recycle(self, container: _Container, reusable: bool) -> None:
-        try:
-            pool = self._pools.get(container.limits)
-            if reusable and pool is not None and not self._closed and self._reset(container):
-                pool.put(container)
-                return
-            self._remove(container.cid)
-            if pool is not None and not self._closed:
-                self._refill(container.limits)
-        finally:
-            with self._lock:
-                self._busy.discard(container.cid)
-
-    def _reset(self, container: _Container) -> bool:
-        """Kill every process but the init, wipe writable mounts; True only if verified clean (host side)."""
-        try:
-            clean = _host_reset(container.cgroup, container.init_pid, container.roots)
-        except Exception:
-            return False
-        return clean and container.init is not None and init_watch.unchanged(container.init_pid, container.init)
-
     def close(self) -> None:
         """Remove every container this instance created; idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._bg.shutdown(wait=True)
-        for pool in self._pools.values():
-            while True:
-                try:
-                    self._remove(pool.get_nowait().cid)
-                except queue.Empty:
-                    break
-        for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
-            self._remove(c["Id"])
-        for cid in list(self._entries):
-            self._remove(cid)
+        self.pool.close()
 
     def audit(self, wait_s: float = 0.0) -> list[str]:
         """Leftovers: containers of ours neither pooled nor busy, and extra processes in pooled ones."""
-        return poll_until_empty(self._leftovers, wait_s)
-
-    def _leftovers(self) -> list[str]:
-        with self._lock:
-            pooled = {c.cid for pool in self._pools.values() for c in list(pool.queue)}
-            busy = set(self._busy)
-        found: list[str] = []
-        with self._lock:
-            entries = dict(self._entries)
-        for cid, entry in entries.items():
-            if cid not in pooled and cid not in busy:
-                found.append(
-                    f"entry server {entry.pid} of container {cid[:12]} ({'alive' if entry.alive() else 'exited'})"
-                )
-            elif not entry.alive():
-                found.append(f"entry server {entry.pid} of pooled container {cid[:12]} is dead")
-        for c in self._api.containers(all=True, filters={"label": f"{OWNER_LABEL}={self._owner}"}):
-            if c["Id"] in busy:
-                continue
-            if c["Id"] not in pooled:
-                found.append(f"container {c['Id'][:12]} ({c['State']})")
-                continue
-            top = self._api.top(c["Id"]).get("Processes") or []
-            if len(top) > 1:  # only the idle init
-                found.append(f"container {c['Id'][:12]} has {len(top)} processes")
-        return found
+        return poll_until_empty(self.pool.leftovers, wait_s)
 
     # ---- runs ----------------------------------------------------------------------------------------
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` in a pristine container; infrastructure failures become ``sandbox_error``."""
         t0 = time.monotonic()
-        if self._closed:
+        if self.pool.closed:
             return error_result(self.name, "sandbox is closed")
         try:
-            archive = _archive(spec)
-            container = self._acquire(_Limits.of(spec, self._image_for(spec.toolchain)))
+            archive = archive_of(spec)
+            container = self.pool.acquire(Limits.of(spec, self._image_for(spec.toolchain)))
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
-        with self._lock:
-            self._busy.add(container.cid)
         reusable = False
         try:
             if container.entry is not None:
-                result = self._run_entered(container, container.entry, spec)
+                result = self._runs.entered(container, container.entry, spec)
             else:
-                result = self._run_in(container, spec, archive)
+                result = self._runs.docker_exec(container, spec, archive)
             reusable = result.status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT, SandboxStatus.CRASHED)
             # A docker exec'd run shares the container's network and IPC namespaces with every later run: such
             # a container is never reused (the pool refills in background).
-            reusable = reusable and self._pool_size > 0 and container.entry is not None
+            reusable = reusable and self.pool.size > 0 and container.entry is not None
             return result
         except Exception as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         finally:
-            self._release(container, reusable)
+            self.pool.release(container, reusable)
 
     def run_oneshot(self, spec: SandboxSpec) -> SandboxResult:
         """The most naive container per run, like ``docker run --rm -i``: the program (behind the same start
         shim) is the container's own command; same limits; no pool, no exec, no reset. For benchmarks: it
         measures no cpu or memory (the container's cgroup is gone when the exit code is known)."""
-        t0 = time.monotonic()
-        if self._closed:
+        if self.pool.closed:
             return error_result(self.name, "sandbox is closed")
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
-        command = ["/bin/sh", "-c", _START.format(stdin=_STDIN_FILE), marker.decode(), *spec.argv]
-        try:
-            archive = _archive(spec)
-            limits = _Limits.of(spec, self._image_for(spec.toolchain))
-            cid = self._create_container(limits, command, {**base_env(), **spec.env}, oneshot=True)
-        except Exception as exc:
-            return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
-        try:
-            sock = self._api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            cap = _Capture(spec.output_limit_bytes, marker)
-            stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap, start=lambda: self._api.start(cid))
-            if stopped_for is not None:
-                with contextlib.suppress(Exception):
-                    self._api.kill(cid)
-            code = None if stopped_for is not None else self._api.wait(cid, timeout=10).get("StatusCode")
-        except Exception as exc:
-            return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
-        finally:
-            try:
-                self._bg.submit(self._remove, cid)
-            except RuntimeError:
-                self._remove(cid)
-        if started_at is None:
-            return error_result(self.name, f"sandbox did not start (exit {code}): {cap.error_detail()}")
-        return cap.result(self.name, stopped_for=stopped_for, returncode=code, started_at=started_at, ended_at=ended_at)
-
-    def _run_in(self, container: _Container, spec: SandboxSpec, archive: bytes) -> SandboxResult:
-        cg = container.cgroup
-        _reset_peak(cg)
-        cpu0, oom0 = _cpu_ns(cg), _oom_kills(cg)
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
-        env = {**base_env(), **spec.env}
-        start = _START.format(stdin=_STDIN_FILE)
-        exec_id = self._api.exec_create(
-            container.cid,
-            ["/bin/sh", "-c", start, marker.decode(), *spec.argv],
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            user=f"{self._uid}:{self._uid}",
-            workdir="/work",
-            environment=env,
-        )["Id"]
-        sock = self._api.exec_start(exec_id, socket=True)
-        cap = _Capture(spec.output_limit_bytes, marker)
-        stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap)
-        # Measure before any kill: a killed container's cgroup disappears with it.
-        cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
-        oom = max(0, _oom_kills(cg) - oom0)
-        peak_kb = _peak(cg) // 1024
-        if stopped_for is not None:
-            # The exec cannot be killed by itself: the whole container goes (it is never reused).
-            with contextlib.suppress(Exception):
-                self._api.kill(container.cid)
-        # A stopped run's container is gone with its exec; its exit code is irrelevant anyway.
-        exit_code_raw = None if stopped_for is not None else self._api.exec_inspect(exec_id).get("ExitCode")
-        if started_at is None:
-            return error_result(self.name, f"sandbox did not start (exit {exit_code_raw}): {cap.error_detail()}")
-        return cap.result(
-            self.name,
-            stopped_for=stopped_for,
-            returncode=exit_code_raw,
-            started_at=started_at,
-            ended_at=ended_at,
-            oom_kills=oom,
-            cpu_ms=cpu_ms,
-            max_rss_kb=peak_kb,
-        )
-
-    def _run_entered(self, container: _Container, entry: EntryServer, spec: SandboxSpec) -> SandboxResult:
-        """One run through the container's entry server: no docker API call, no ``runc exec``."""
-        if not spec.argv:
-            raise SandboxError("spec.argv is empty")
-        cg = container.cgroup
-        _reset_peak(cg)
-        cpu0, oom0 = _cpu_ns(cg), _oom_kills(cg)
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
-        cap = _Capture(spec.output_limit_bytes, marker)
-        mine: list[int] = []  # read ends, ours to close
-        theirs: list[int] = []  # what the entry server's supervisor gets
-        try:
-            theirs.append(_memfd("spec", _zygote_spec(spec, marker)))
-            theirs.append(_memfd("stdin", spec.stdin))
-            for _ in range(3):  # stdout, stderr, status
-                r, w = os.pipe()
-                mine.append(r)
-                theirs.append(w)
-            spawn_at = time.monotonic()
-            try:
-                entry.launch(theirs)
-            finally:
-                for fd in theirs:
-                    os.close(fd)
-                theirs.clear()
-            watch = TcpQueueWatch(
-                lambda: _pids_in(_cg_dir(cg, "pids") / "cgroup.procs"),
-                queue_limit(spec.memory_mb << 20),
-                [own_netns(), netns_of(container.init_pid)],
-            )
-            obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s, spawn_at=spawn_at,
-                       cap=cap, deadlines=ENTRY_DEADLINES, watch=watch)  # fmt: skip
-            raw = _read_status(mine[2], 2.0) if obs.exited else b""
-            if len(raw) != 4:
-                # Stopped (timeout, output limit, no start) or the supervisor died (OOM-killed): kill the run
-                # from the host right now; the container is not reused (the caller discards it).
-                _kill_run(cg, container.init_pid)
-        finally:
-            for fd in (*theirs, *mine):
-                os.close(fd)
-        cpu_ms = max(0, _cpu_ns(cg) - cpu0) / 1e6
-        oom = max(0, _oom_kills(cg) - oom0)
-        peak_kb = _peak(cg) // 1024
-        returncode = int.from_bytes(raw, "big") if len(raw) == 4 else None
-        return self._entered_result(obs, cap, returncode, cpu_ms=cpu_ms, oom=oom, peak_kb=peak_kb)
-
-    def _entered_result(
-        self, obs: Observed, cap: _Capture, returncode: int | None, *, cpu_ms: float, oom: int, peak_kb: int
-    ) -> SandboxResult:
-        if obs.started_at is None:
-            return error_result(self.name, f"sandbox did not start (exit {returncode}): {cap.error_detail()}")
-        if obs.stopped_for is None and returncode is None and oom == 0:
-            # The supervisor (root, out of the program's reach) always reports; only the infrastructure
-            # failing (the entry server or its container gone) loses the status.
-            raise SandboxError("entry supervisor died without reporting a status")
-        return cap.result(
-            self.name,
-            stopped_for=obs.stopped_for,
-            returncode=returncode,
-            started_at=obs.started_at,
-            ended_at=obs.ended_at,
-            oom_kills=oom,
-            cpu_ms=cpu_ms,
-            max_rss_kb=peak_kb,
-        )
-
-
-def _talk(
-    sock: Any, archive: bytes, spec: SandboxSpec, cap: _Capture, start: Callable[[], object] | None = None
-) -> tuple[SandboxStatus | None, float | None, float | None]:
-    """Start the run (``start``, unless it runs already), send it its files and stdin (``archive``) and pump its
-    output (``_pump``); the attached socket is closed however that ends."""
-    raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
-    try:
-        if start is not None:
-            start()
-        spawn_at = time.monotonic()
-        raw.sendall(archive)
-        raw.shutdown(socket.SHUT_WR)
-        return _pump(raw, spec, cap, spawn_at)
-    finally:
-        with contextlib.suppress(OSError):
-            raw.close()
-        with contextlib.suppress(Exception):
-            sock.close()
-
-
-def _pump(
-    raw: socket.socket, spec: SandboxSpec, cap: _Capture, spawn_at: float
-) -> tuple[SandboxStatus | None, float | None, float | None]:
-    """Demultiplex docker's stream frames with caps and a deadline; return (stop reason, start, end).
-
-    docker copies stdout and stderr separately: a stderr frame written after the start marker can come before
-    the marker's frame. A stderr overflow before the marker is therefore only an output limit once the marker
-    arrives (it is printed before the program exists); until then stderr is dropped. No marker ever: the
-    program never ran (no stop reason, no start)."""
-    buf = bytearray()
-    deadline = spawn_at + spec.timeout_s + 5.0  # setup (tar extraction) gets its own small allowance
-    err_over = False
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
-            return (SandboxStatus.TIMEOUT if cap.started_at else None), cap.started_at, now
-        ready, _, _ = select.select([raw], [], [], deadline - now)
-        chunk = raw.recv(1 << 16) if ready else None
-        if chunk == b"":
-            return None, cap.started_at, time.monotonic()
-        buf += chunk or b""
-        for kind, payload in _frames(buf):
-            which = "out" if kind == 1 else "err"
-            if which == "err" and err_over:
-                continue
-            if not cap.feed(which, payload):
-                if cap.bad_start:
-                    return None, None, time.monotonic()
-                if cap.started_at is None:  # stderr, before the marker's frame
-                    err_over = True
-                    continue
-                return SandboxStatus.OUTPUT_LIMIT, cap.started_at, time.monotonic()
-            if cap.started_at is not None and err_over:
-                return SandboxStatus.OUTPUT_LIMIT, cap.started_at, time.monotonic()
-            if cap.started_at is not None and deadline > cap.started_at + spec.timeout_s:
-                deadline = cap.started_at + spec.timeout_s
-
-
-def _frames(buf: bytearray) -> list[tuple[int, bytes]]:
-    """Pop every complete ``[kind, 0, 0, 0, size32] payload`` frame from ``buf``."""
-    out: list[tuple[int, bytes]] = []
-    while len(buf) >= 8:
-        kind, size = buf[0], struct.unpack(">I", buf[4:8])[0]
-        if len(buf) < 8 + size:
-            break
-        out.append((kind, bytes(buf[8 : 8 + size])))
-        del buf[: 8 + size]
-    return out
-
-
-def _archive(spec: SandboxSpec) -> bytes:
-    """The tar that the start shim extracts at / : the files under work/, stdin as a private tmp file."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        dirs: set[str] = set()
-        for name, data in spec.files.items():
-            rel = check_relpath(name)
-            for parent in reversed(list(rel.parents)[:-1]):
-                key = f"work/{parent}"
-                if key not in dirs:
-                    dirs.add(key)
-                    info = tarfile.TarInfo(key)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-            info = tarfile.TarInfo(f"work/{rel}")
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-        info = tarfile.TarInfo(_STDIN_FILE.lstrip("/"))
-        info.size, info.mode = len(spec.stdin), 0o600
-        tar.addfile(info, io.BytesIO(spec.stdin))
-    return out.getvalue()
-
-
-# ---- cgroup accounting of a container (measured from the host, never from inside) ---------------------
-
-
-def _container_cgroups(pid: int) -> dict[str, Path]:
-    """Host cgroup directory per controller (v1) or under '' (v2) for the container's init process."""
-    from workers.sandbox.cgroups import _cgroup_mounts
-
-    v1, v2 = _cgroup_mounts()
-    out: dict[str, Path] = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, ctrls, path = line.split(":", 2)
-        if ctrls == "" and v2 is not None:
-            out[""] = v2 / path.lstrip("/")
-        for ctrl in ctrls.split(","):
-            if ctrl in v1:
-                out[ctrl] = v1[ctrl] / path.lstrip("/")
-    return out
-
-
-def _await_non_dumpable(pid: int) -> None:
-    """Wait until the container's init (host pid ``pid``) made itself non-dumpable; ``SandboxError`` if it does
-    not (it exited, or is still dumpable after ``_INIT_READY_S``). Non-dumpable: its /proc files (all but the
-    directory) are owned by root of its user namespace instead of by its euid."""
-    end = time.monotonic() + _INIT_READY_S
-    while True:
-        try:
-            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-            state, euid = status["State"].split()[0], int(status["Uid"].split()[1])
-            owner = os.stat(f"/proc/{pid}/mem").st_uid
-        except (OSError, KeyError, ValueError, IndexError) as exc:
-            raise SandboxError(f"the container's init is gone: {exc}") from exc
-        if state in ("Z", "X"):
-            raise SandboxError("the container's init exited")
-        if owner != euid:
-            return
-        if time.monotonic() > end:
-            raise SandboxError("the container's init did not make itself non-dumpable")
-        time.sleep(0.002)
-
-
-def _read_int(path: Path, default: int = 0) -> int:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return default
-
-
-def _kv(path: Path) -> dict[str, int]:
-    try:
-        return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines()) if v.isdigit()}
-    except (OSError, ValueError):
-        return {}
-
-
-def _cpu_ns(cg: dict[str, Path]) -> int:
-    if "cpuacct" in cg:
-        return _read_int(cg["cpuacct"] / "cpuacct.usage")
-    return _kv(cg.get("", Path("/nonexistent")) / "cpu.stat").get("usage_usec", 0) * 1000
-
-
-def _oom_kills(cg: dict[str, Path]) -> int:
-    if "memory" in cg:
-        return _kv(cg["memory"] / "memory.oom_control").get("oom_kill", 0)
-    return _kv(cg.get("", Path("/nonexistent")) / "memory.events").get("oom_kill", 0)
-
-
-def _peak(cg: dict[str, Path]) -> int:
-    if "memory" in cg:
-        return _read_int(cg["memory"] / "memory.max_usage_in_bytes")
-    base = cg.get("", Path("/nonexistent"))
-    return _read_int(base / "memory.peak", _read_int(base / "memory.current"))
-
-
-def _reset_peak(cg: dict[str, Path]) -> None:
-    """Make the peak per run, not per container lifetime (v1: write 0; v2 >= 6.12: write resets)."""
-    target = cg["memory"] / "memory.max_usage_in_bytes" if "memory" in cg else cg.get("", Path()) / "memory.peak"
-    with contextlib.suppress(OSError):
-        target.write_text("0")
-
-
-# ---- host-side reset of a pooled container -----------------------------------------------------------
-
-_RESET_DEADLINE_S = 2.0
-
-
-def _cg_dir(cg: dict[str, Path], controller: str) -> Path:
-    return cg[controller] if controller in cg else cg.get("", Path("/nonexistent"))
-
-
-def _host_reset(cg: dict[str, Path], init_pid: int, roots: dict[str, tuple[int, int, int]]) -> bool:
-    """Reset a container after a clean run from the host; True only when verified pristine.
-
-    1. SIGKILL every process of the container's cgroup but its init, through a pidfd opened and then checked
-       to still be in that cgroup (a recycled pid can never make us signal a host process).
-    2. Wait until the pids controller counts the init alone: a zombie (an orphan the idle init never reaps)
-       holds a pid slot forever, so such a container is not reused.
-    3. Empty /work, /tmp, /dev/shm, /dev/mqueue via ``/proc/<init>/root`` (``shutil.rmtree`` is symlink-attack
-       safe; every process is dead by now, so nothing races the deletion) and verify they are empty.
-    4. SysV IPC objects (they live in the container's IPC namespace) are removed; a container where any is
-       left is not reused.
-    """
-    if init_pid <= 0 or not pid_alive(init_pid):
-        return False
-    procs = _cg_dir(cg, "pids") / "cgroup.procs"
-    marker = str(procs.parent).split("/sys/fs/cgroup", 1)[-1].split("/", 2)[-1]
-    end = time.monotonic() + _RESET_DEADLINE_S
-    if not _kill_all_but(init_pid, procs, marker, end):
-        return False
-    counter = _cg_dir(cg, "pids") / "pids.current"
-    while _read_int(counter, -1) != 1:
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
-    return _wipe_writable(init_pid, roots) and pid_alive(init_pid) and not _sysv_ipc_left(init_pid)
-
-
-def _kill_run(cg: dict[str, Path], init_pid: int) -> None:
-    """SIGKILL every process of the container but its init (a stopped run's tree, its supervisor included)."""
-    procs = _cg_dir(cg, "pids") / "cgroup.procs"
-    marker = str(procs.parent).split("/sys/fs/cgroup", 1)[-1].split("/", 2)[-1]
-    _kill_all_but(init_pid, procs, marker, time.monotonic() + _RESET_DEADLINE_S)
-
-
-def _read_status(fd: int, wait_s: float) -> bytes:
-    """The supervisor's 4-byte status if it is (or within ``wait_s`` becomes) readable, else b''."""
-    data = b""
-    end = time.monotonic() + wait_s
-    while len(data) < 4:
-        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-        if not ready:
-            break
-        chunk = os.read(fd, 4 - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _kill_all_but(init_pid: int, procs: Path, marker: str, end: float) -> bool:
-    """SIGKILL every process listed in ``procs`` except the init until none is left; False past ``end``."""
-    while True:
-        pids = [p for p in _pids_in(procs) if p != init_pid]
-        if not pids:
-            return True
-        for pid in pids:
-            _kill_in_cgroup(pid, marker)
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.001)
-
-
-def _mount_roots(init_pid: int) -> dict[str, tuple[int, int, int]]:
-    """(mode, uid, gid) of each writable mount's root as the fresh container has it."""
-    out: dict[str, tuple[int, int, int]] = {}
-    for mount in _WRITABLE:
-        base = Path(f"/proc/{init_pid}/root") / mount.lstrip("/")
-        if base.is_dir():
-            st = base.stat()
-            out[mount] = (st.st_mode & 0o7777, st.st_uid, st.st_gid)
-    return out
-
-
-def _wipe_writable(init_pid: int, roots: dict[str, tuple[int, int, int]]) -> bool:
-    """Empty the container's writable mounts through its init's root and give their roots back the fresh
-    container's mode, owner and no xattrs (a run may chmod or tag ``/work`` itself); True when verified."""
-    root = Path(f"/proc/{init_pid}/root")
-    for mount in _WRITABLE:
-        base = root / mount.lstrip("/")
-        if not base.is_dir():
-            if mount in roots:
-                return False
-            continue
-        for entry in os.scandir(base):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
-        if any(True for _ in os.scandir(base)):
-            return False
-        if mount not in roots:
-            return False  # a writable mount the fresh container did not have
-        mode, uid, gid = roots[mount]
-        os.chown(base, uid, gid)
-        os.chmod(base, mode)
-        for name in os.listxattr(base):
-            os.removexattr(base, name)
-        st = base.stat()
-        if (st.st_mode & 0o7777, st.st_uid, st.st_gid) != roots[mount] or os.listxattr(base):
-            return False
-    return True
-
-
-def _pids_in(procs: Path) -> list[int]:
-    try:
-        return [int(x) for x in procs.read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _kill_in_cgroup(pid: int, marker: str) -> None:
-    """SIGKILL ``pid`` only if, once pinned by a pidfd, it is still a process of the container's cgroup."""
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return  # already gone
-    try:
-        if marker and marker in Path(f"/proc/{pid}/cgroup").read_text():
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-_IPC_TABLES = ("/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg")
-
-
-def _sysv_ipc_left(init_pid: int) -> bool:
-    """Remove every SysV object of the container's IPC namespace (from a thread that joins it; every process
-    of the container but its idle init is dead by now, so nothing holds or recreates one); True if any is
-    left or the namespace could not be checked."""
-    found: list[bool] = []
-
-    def look() -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        own = os.open("/proc/thread-self/ns/ipc", os.O_RDONLY)
-        theirs = os.open(f"/proc/{init_pid}/ns/ipc", os.O_RDONLY)
-        try:
-            if libc.setns(theirs, _CLONE_NEWIPC) != 0:
-                found.append(True)  # cannot check: treat as dirty
-                return
-            try:
-                for table, rmid in zip(_IPC_TABLES, (libc.shmctl, libc.semctl, libc.msgctl), strict=True):
-                    for row in Path(table).read_text().splitlines()[1:]:
-                        # shmctl(id, IPC_RMID, NULL) / semctl(id, 0, IPC_RMID) / msgctl(id, IPC_RMID, NULL)
-                        ipc_id = int(row.split()[1])
-                        if rmid is libc.semctl:
-                            rmid(ipc_id, 0, _IPC_RMID)
-                        else:
-                            rmid(ipc_id, _IPC_RMID, None)
-                found.append(any(len(Path(t).read_text().splitlines()) > 1 for t in _IPC_TABLES))
-            finally:
-                if libc.setns(own, _CLONE_NEWIPC) != 0:
-                    found.append(True)
-        finally:
-            os.close(own)
-            os.close(theirs)
-
-    worker = threading.Thread(target=look, name="rs-docker-ipc-check", daemon=True)
-    worker.start()
-    worker.join(timeout=5)
-    return not found or any(found)
-
-
-_CLONE_NEWIPC = 0x08000000
-_IPC_RMID = 0
+        return self._runs.oneshot(spec, self._image_for, self.pool.remove_soon)

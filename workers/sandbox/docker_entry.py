@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schemas.errors import SandboxError
+from workers.sandbox.boot import BOOT_COMMON, boot_source
 from workers.sandbox.cgroups import cgroup_mountinfo
 from workers.sandbox.output_pump import Deadlines
-from workers.sandbox.process import BOOT_COMMON, boot_source
 
 #: Reads the server's code from stdin (it is not put on the command line, which the container can read):
 #: ``boot_common`` (A bytes), then ``docker_entry_main`` (B bytes, ``argv[1]`` is ``A,B``), run in one globals

@@ -16,7 +16,7 @@ forks per run (~1 ms). Every run still gets exactly what a ``docker exec`` gets,
   subreaper, checks that the init is exactly as E first saw it, enters a network and an IPC namespace of the
   run's own (``_own_network_and_ipc``: the container's would carry sockets, ports, TCP metrics and IPC
   objects from one run to the next), and forks the program ("H"). The init runs as
-  the sandbox uid and outlives every run. It is not dumpable (``docker_backend._INIT``), so a run can neither
+  the sandbox uid and outlives every run. It is not dumpable (``docker_config.INIT``), so a run can neither
   read nor write its memory or page-table state (``/proc/1/mem``, ``clear_refs``, ``pagemap``, ptrace) nor
   write its /proc files; but a run can still change its rlimits, nice, scheduling policy, affinity and I/O
   priority (they only need the same uid), which the next run could read. So a run in a container whose init
@@ -52,35 +52,10 @@ import sys
 import time
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_common first, same globals
+if TYPE_CHECKING:  # at run time all of boot_common is already here: the launcher runs it first, same globals
     from typing import Any
 
-    from workers.sandbox.boot_common import (
-        PR_SET_DUMPABLE,
-        PR_SET_NO_NEW_PRIVS,
-        SETUP_FAILED,
-        child_netns_own_tcp_hash,
-        drop_caps_and_ids,
-        exit_with,
-        libc,
-        limit_run_netns,
-        load_seccomp,
-        loopback_up,
-        ok,
-        open_in_private_proc,
-        open_private_proc_sys,
-        parse_spec,
-        prctl,
-        read_all,
-        read_text,
-        run_program,
-        serve_requests,
-        set_oom_score_adj,
-        status_code,
-        stdin_from_devnull,
-        with_private_proc,
-        write_all,
-    )
+    from workers.sandbox.boot_common import *
 
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWIPC = 0x08000000

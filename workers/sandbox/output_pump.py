@@ -1,6 +1,6 @@
 """The one output pump of every sandbox path that ends with a readable "exit" fd (a pidfd, a status pipe).
 
-Pumps stdout/stderr into a ``_Capture`` (caps, start marker) until the exit fd fires and the output drained,
+Pumps stdout/stderr into a ``Capture`` (caps, start marker) until the exit fd fires and the output drained,
 the clock runs out or output overflows. What differs between backends is only the ``Deadlines`` policy.
 """
 
@@ -12,12 +12,9 @@ import selectors
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from workers.sandbox.api import SandboxStatus
-
-if TYPE_CHECKING:
-    from workers.sandbox.process import _Capture
+from workers.sandbox.capture import Capture
 
 _READ_CHUNK = 1 << 16
 
@@ -48,7 +45,7 @@ class Observed:
     ended_at: float | None = None
 
 
-def _take_waiting_marker(out_fd: int, cap: _Capture) -> None:
+def _take_waiting_marker(out_fd: int, cap: Capture) -> None:
     """stderr overflowed before the start marker was read from stdout. The marker is written (one write, less
     than a pipe buffer) before the program exists, so if the program wrote that stderr, its marker is waiting
     on stdout: take it now (only it, never more), without blocking, so that the overflow is the program's."""
@@ -102,7 +99,7 @@ def pump(
     exit_fd: int,
     timeout_s: float,
     spawn_at: float,
-    cap: _Capture,
+    cap: Capture,
     deadlines: Deadlines,
     watch: Callable[[], SandboxStatus | None] | None = None,
     watch_every_s: float = 0.01,

@@ -1,10 +1,11 @@
 """The ``process`` backend: bubblewrap namespaces + cgroups + rlimits + seccomp, no daemon needed.
 
-A fork server (a python3 started once under bubblewrap on the read-only sandbox rootfs) forks a pristine
-sandbox per run: its own cgroup, user/pid/net/mount/ipc/uts/cgroup namespaces, capped tmpfs work dir, uid
-drop, no-new-privs and the seccomp filter (``workers/sandbox/zygote_main.py``). The grader's harness then runs
-without exec'ing anything. Everything is measured and enforced by the parent: wall clock, cgroup CPU time and
-memory peak, output caps.
+A fork server (``fork_server``: a python3 started once per toolchain family under bubblewrap on the family's
+read-only rootfs) forks a pristine sandbox per run (``forked_run``): its own cgroup, user/pid/net/mount/ipc/
+uts/cgroup namespaces, capped tmpfs work dir, uid drop, no-new-privs and the seccomp filter
+(``fork_server_main``). The grader's harness then runs without exec'ing anything. Everything is measured and
+enforced by the parent: wall clock, cgroup CPU time and memory peak, output caps. This module holds the
+backend's lifecycle: the rootfs binds, the fork servers, the audit of leftovers.
 """
 
 from __future__ import annotations
@@ -12,55 +13,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import json
 import os
-import queue
 import secrets
-import select
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
-from array import array
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable
+from pathlib import Path
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
-from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
-from workers.sandbox.cgroups import GROUP_NAME, CgroupManager, CgroupStats, RunCgroup
+from workers.sandbox.cgroups import GROUP_NAME, CgroupManager
+from workers.sandbox.common import error_result
+from workers.sandbox.fork_server import HOST_ENV, ForkServer
+from workers.sandbox.forked_run import BACKEND, run_forked
 from workers.sandbox.mounts import Mounter, remove_tree
-from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.seccomp import build_filter
-from workers.sandbox.socket_watch import TcpQueueWatch, own_netns, queue_limit
-
-CRASH_SIGNALS = frozenset(
-    {
-        signal.SIGSEGV,
-        signal.SIGBUS,
-        signal.SIGABRT,
-        signal.SIGILL,
-        signal.SIGFPE,
-        signal.SIGSYS,
-        signal.SIGTRAP,
-    }
-)
-#: bwrap and the fork server: the clock runs from the spawn until the start marker arrives, then from it.
-#: setup_s: a loaded host may take seconds to fork and isolate a run; that is not the program's time.
-_DEADLINES = Deadlines(setup_s=5.0, drain_s=1.0, timeout_before_start=True)
-#: How long a killed run's supervisor may take to end before the fork server is restarted to end it.
-_STATUS_WAIT_S = 10.0
-_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-_ZYGOTE_START_S = 15.0
-_HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-# Paths inside the sandbox's own mount namespace (private tmpfs binds, not the host's /tmp).
-SANDBOX_TMP = "/tmp"  # noqa: S108
-SANDBOX_SHM = "/dev/shm"  # noqa: S108
-SANDBOX_WORK = "/work"
 
 
 def baked_toolchain_rootfs(settings: Settings, family: str) -> Path:
@@ -75,150 +46,15 @@ def baked_toolchain_rootfs(settings: Settings, family: str) -> Path:
     return path
 
 
-def base_env(uid_home: str = "/work") -> dict[str, str]:
-    """The whole environment candidate code sees (plus ``spec.env``): nothing from the worker."""
-    return {
-        "PATH": _SANDBOX_PATH,
-        "HOME": uid_home,
-        "LANG": "C.UTF-8",
-        "TMPDIR": SANDBOX_TMP,
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-
-
-def classify(
-    *,
-    stopped_for: SandboxStatus | None,
-    oom_kills: int,
-    exit_code: int | None,
-    sig: int | None,
-) -> SandboxStatus:
-    """Turn what the parent observed into one status (shared by both backends).
-
-    An OOM kill anywhere in the tree wins: it is the root cause even if the run then hung until the timeout.
-    """
-    if oom_kills > 0:
-        return SandboxStatus.MEMORY_LIMIT
-    if stopped_for is not None:
-        return stopped_for
-    if sig is not None:
-        return SandboxStatus.CRASHED if sig in CRASH_SIGNALS else SandboxStatus.KILLED
-    return SandboxStatus.OK if exit_code == 0 else SandboxStatus.NONZERO_EXIT
-
-
-def error_result(backend: str, message: str, wall_ms: float = 0.0) -> SandboxResult:
-    """A ``sandbox_error`` result: the infrastructure failed, the program is not to blame."""
-    return SandboxResult(
-        status=SandboxStatus.SANDBOX_ERROR,
-        exit_code=None,
-        signal=None,
-        stdout=b"",
-        stderr=b"",
-        stdout_truncated=False,
-        stderr_truncated=False,
-        wall_ms=wall_ms,
-        cpu_ms=0.0,
-        max_rss_kb=0,
-        backend=backend,
-        error=message,
-    )
-
-
-def check_relpath(name: str) -> PurePosixPath:
-    """Validate a ``spec.files`` key: relative, no ``..``, not empty."""
-    path = PurePosixPath(name)
-    if path.is_absolute() or not path.parts or ".." in path.parts:
-        raise SandboxError(f"spec.files: invalid relative path {name!r}")
-    return path
-
-
-@dataclass(slots=True)
-class _Capture:
-    """Bounded stdout/stderr capture (never more than ``limit`` bytes per stream), behind a start gate.
-
-    stdout must begin with ``marker``, printed by the start shim before the program exists: a program can
-    neither suppress it nor forge one for a sandbox that never started.
-    """
-
-    limit: int
-    marker: bytes = b""
-    data: dict[str, bytearray] = field(default_factory=lambda: {"out": bytearray(), "err": bytearray()})
-    truncated: dict[str, bool] = field(default_factory=lambda: {"out": False, "err": False})
-    prefix: bytearray = field(default_factory=bytearray)
-    started_at: float | None = None
-    bad_start: bool = False
-
-    def feed(self, which: str, chunk: bytes) -> bool:
-        """Append a chunk; return False once the cap is exceeded or stdout did not start with the marker."""
-        if which == "out" and self.started_at is None and self.marker:
-            self.prefix += chunk
-            if len(self.prefix) < len(self.marker):
-                return True
-            if not self.prefix.startswith(self.marker):
-                self.bad_start = True
-                return False
-            self.started_at = time.monotonic()
-            chunk = bytes(self.prefix[len(self.marker) :])
-        buf = self.data[which]
-        room = self.limit - len(buf)
-        if len(chunk) > room:
-            buf += chunk[: max(room, 0)]
-            self.truncated[which] = True
-            return False
-        buf += chunk
-        return True
-
-    def error_detail(self) -> str:
-        """The end of stderr: why a sandbox that never reached the program did not start."""
-        return bytes(self.data["err"][-400:]).decode(errors="replace").strip()
-
-    def result(
-        self,
-        backend: str,
-        *,
-        stopped_for: SandboxStatus | None,
-        returncode: int | None,
-        started_at: float,
-        ended_at: float | None,
-        oom_kills: int = 0,
-        cpu_ms: float = 0.0,
-        max_rss_kb: int = 0,
-        pids_limit_hit: bool = False,
-    ) -> SandboxResult:
-        """The result of a run that reached the program. ``returncode`` as bwrap, runc and the in-sandbox
-        servers report it (128 + N for a death by signal N); none counts once the parent stopped the run."""
-        exit_code: int | None = None
-        sig: int | None = None
-        if stopped_for is None and returncode is not None:
-            if 128 < returncode < 128 + 65:
-                sig = returncode - 128
-            else:
-                exit_code = returncode
-        return SandboxResult(
-            status=classify(stopped_for=stopped_for, oom_kills=oom_kills, exit_code=exit_code, sig=sig),
-            exit_code=exit_code,
-            signal=sig,
-            stdout=bytes(self.data["out"]),
-            stderr=bytes(self.data["err"]),
-            stdout_truncated=self.truncated["out"],
-            stderr_truncated=self.truncated["err"],
-            wall_ms=round(((ended_at or time.monotonic()) - started_at) * 1e3, 3),
-            cpu_ms=round(cpu_ms, 3),
-            max_rss_kb=max_rss_kb,
-            backend=backend,
-            pids_limit_hit=pids_limit_hit,
-        )
-
-
 class ProcessSandbox:
     """Thread-safe; one instance serves many concurrent runs. ``close()`` removes its mounts."""
 
-    name = "process"
+    name = BACKEND
 
     def __init__(self, settings: Settings, rootfs: Path, *, toolchains: Callable[[str], Path] | None = None) -> None:
         """``rootfs`` is the python family's tree; ``toolchains(family)`` gives another family's (by default
         the platform's baked tree from the settings), asked the first time a run names that family."""
-        bwrap = shutil.which("bwrap", path=_HOST_ENV["PATH"])
+        bwrap = shutil.which("bwrap", path=HOST_ENV["PATH"])
         if bwrap is None:
             raise SandboxError("process sandbox needs bwrap (Debian: bubblewrap)")
         self._bwrap = bwrap
@@ -246,11 +82,11 @@ class ProcessSandbox:
         except (OSError, SandboxError) as exc:
             remove_tree(self._mounter, self._dir)
             raise SandboxError(f"cannot prepare {self._dir}: {exc}") from exc
-        self._zygote = ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
+        self._fork_server = ForkServer(bwrap=self._bwrap, rootfs=self._rootfs, uid=self._uid, seccomp=self._seccomp)
         self._toolchains = toolchains or functools.partial(baked_toolchain_rootfs, settings)
         self._family_lock = threading.Lock()
         #: One fork server per other toolchain family, started on the family's first run.
-        self._family_zygotes: dict[str, ForkServer] = {}
+        self._family_servers: dict[str, ForkServer] = {}
 
     def sweep_stale(self, base: Path) -> int:
         """Remove mounts, dirs and cgroups left by workers that died (named ``<pid>-...``); return count."""
@@ -296,8 +132,8 @@ class ProcessSandbox:
             self._closed = True
         try:
             with self._family_lock:
-                servers = [self._zygote, *self._family_zygotes.values()]
-                self._family_zygotes.clear()
+                servers = [self._fork_server, *self._family_servers.values()]
+                self._family_servers.clear()
             for server in servers:
                 server.close()
         finally:
@@ -306,7 +142,7 @@ class ProcessSandbox:
     @property
     def fork_server_tag(self) -> str:
         """The argument that marks this instance's fork-server processes."""
-        return self._zygote.tag
+        return self._fork_server.tag
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec``; every failure of the machinery becomes a ``sandbox_error`` result."""
@@ -327,11 +163,11 @@ class ProcessSandbox:
         """The fork server of toolchain ``family``: the python one, or one started on the family's own tree
         (bound read-only next to the python one) the first time a run names it."""
         if family == PYTHON_TOOLCHAIN:
-            return self._zygote
+            return self._fork_server
         with self._family_lock:
             if self._closed:
                 raise SandboxError("sandbox is closed")
-            server = self._family_zygotes.get(family)
+            server = self._family_servers.get(family)
             if server is not None:
                 return server
             source = self._toolchains(family)
@@ -342,322 +178,9 @@ class ProcessSandbox:
             target.chmod(0o711)
             self._mounter.bind_readonly(source, target)
             server = ForkServer(bwrap=self._bwrap, rootfs=target, uid=self._uid, seccomp=self._seccomp)
-            self._family_zygotes[family] = server
+            self._family_servers[family] = server
             return server
 
     def _run(self, spec: SandboxSpec) -> SandboxResult:
-        return self._run_forked(spec, self._fork_server_for(spec.toolchain))
-
-    def _run_forked(self, spec: SandboxSpec, zygote: ForkServer) -> SandboxResult:
-        """One run through the fork server: no host mounts; the run cgroup is the only host-side state."""
-        if not spec.argv:
-            raise SandboxError("spec.argv is empty")
         run_id = f"{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
-        marker = f"<rs-start-{secrets.token_hex(8)}>".encode()
-        spec_fd = _memfd("spec", _zygote_spec(spec, marker))
-        group: RunCgroup | None = None
-        try:
-            stdin_fd = _memfd("stdin", spec.stdin)
-            try:
-                group = self._cgroups.create(
-                    run_id, memory_bytes=spec.memory_mb << 20, pids=spec.pids_limit, cpus=spec.cpus
-                )
-                result = self._execute_forked(spec, zygote, group, (spec_fd, stdin_fd), marker)
-            finally:
-                os.close(stdin_fd)
-        finally:
-            os.close(spec_fd)
-            if group is not None:
-                group.destroy()
-        return result
-
-    def _execute_forked(
-        self,
-        spec: SandboxSpec,
-        zygote: ForkServer,
-        group: RunCgroup,
-        inputs: tuple[int, int],
-        marker: bytes,
-    ) -> SandboxResult:
-        cap = _Capture(spec.output_limit_bytes, marker)
-        mine: list[int] = []  # read ends, ours to close
-        theirs: list[int] = []  # write ends and cgroup fds, handed to the fork server
-        try:
-            out_r, out_w = os.pipe()
-            mine.append(out_r)
-            theirs.append(out_w)
-            err_r, err_w = os.pipe()
-            mine.append(err_r)
-            theirs.append(err_w)
-            status_r, status_w = os.pipe()
-            mine.append(status_r)
-            theirs.append(status_w)
-            procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in group.procs_files()]
-            theirs += procs
-            spawn_at = time.monotonic()
-            try:
-                zygote.launch([*inputs, out_w, err_w, status_w, *procs])
-            finally:
-                for fd in theirs:
-                    os.close(fd)
-                theirs.clear()
-            obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s, spawn_at=spawn_at,
-                       cap=cap, deadlines=_DEADLINES, watch=_tcp_watch(spec, group))  # fmt: skip
-        finally:
-            for fd in theirs:
-                os.close(fd)
-            group.kill_all()
-        try:
-            raw = _status_after_kill(status_r, group)
-        finally:
-            for fd in mine:
-                os.close(fd)
-        if raw is None:
-            # The supervisor lives outside the run cgroup after every kill: the fork server's pid namespace is
-            # the one thing left that ends it (and the runs in flight with it: an infrastructure failure).
-            zygote.restart()
-            raise SandboxError(f"the run's supervisor outlived {_STATUS_WAIT_S:.0f} s of kills; fork server restarted")
-        stats = group.stats()
-        returncode = int.from_bytes(raw, "big") if len(raw) == 4 else None
-        if returncode is None and obs.stopped_for is None and stats.oom_kills == 0 and cap.started_at is not None:
-            # The program's supervisor (root, outside the program's reach) died without a status: only the
-            # fork server going away does that. The infrastructure's fault, never a verdict on the program.
-            raise SandboxError("fork server supervisor died without reporting a status")
-        return self._result(returncode, obs, cap, stats, spawn_at)
-
-    def _result(
-        self,
-        returncode: int | None,
-        obs: Observed,
-        cap: _Capture,
-        stats: CgroupStats,
-        spawn_at: float,
-    ) -> SandboxResult:
-        started = obs.started_at
-        ended = obs.ended_at or time.monotonic()
-        if started is None:
-            # No start marker: the sandbox never reached the program, so nothing here is the program's doing.
-            why = obs.stopped_for or f"exit {returncode}"
-            detail = cap.error_detail()
-            return error_result(self.name, f"sandbox did not start ({why}): {detail}", (ended - spawn_at) * 1e3)
-        if returncode is not None and returncode < 0:
-            returncode = 128 - returncode  # killed by signal N (subprocess: -N): as bwrap reports it, 128 + N
-        return cap.result(
-            self.name,
-            stopped_for=obs.stopped_for,
-            returncode=returncode,
-            started_at=started,
-            ended_at=ended,
-            oom_kills=stats.oom_kills,
-            cpu_ms=stats.cpu_ms,
-            max_rss_kb=stats.memory_peak_bytes // 1024,
-            pids_limit_hit=stats.pids_limit_hits > 0,
-        )
-
-
-BOOT_COMMON = "boot_common.py"
-
-
-def boot_source(name: str) -> str:
-    """The source of a module of this package that runs inside a sandbox (``boot_common``, a server's main)."""
-    return Path(__file__).with_name(name).read_text(encoding="utf-8")
-
-
-def boot_program(main: str) -> str:
-    """A ``python3 -c`` program that runs ``boot_common`` and then ``main`` in its own (``__main__``) globals,
-    both under their file names: how the fork server gets the code it shares with the docker entry server."""
-    return "".join(f"exec(compile({boot_source(name)!r}, {name!r}, 'exec'))\n" for name in (BOOT_COMMON, main))
-
-
-class ForkServer:
-    """The pre-started sandbox interpreter (see ``zygote_main``), restarted when it is gone.
-
-    Started from a dedicated keeper thread: ``--die-with-parent`` is a parent-death signal bound to the thread
-    that forked bwrap, so the server lives exactly as long as the worker process, not as some pool thread.
-    """
-
-    def __init__(self, *, bwrap: str, rootfs: Path, uid: int, seccomp: bytes) -> None:
-        self._bwrap = bwrap
-        self._rootfs = rootfs
-        self._uid = uid
-        self._seccomp = seccomp
-        self._program = boot_program("zygote_main.py")
-        self.tag = f"rs-forkserver-of-{os.getpid()}-{secrets.token_hex(3)}"
-        self._lock = threading.Lock()
-        self._closed = False
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sock: socket.socket | None = None
-        self._requests: queue.Queue[bool] = queue.Queue()
-        self._replies: queue.Queue[tuple[subprocess.Popen[bytes], socket.socket] | Exception] = queue.Queue()
-        self._keeper = threading.Thread(target=self._keep, name="rs-forkserver", daemon=True)
-        self._keeper.start()
-
-    def _keep(self) -> None:
-        while self._requests.get():
-            try:
-                self._replies.put(self._spawn())
-            except Exception as exc:
-                self._replies.put(exc)
-
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            argv = [
-                self._bwrap,
-                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                "--die-with-parent", "--new-session",
-                "--ro-bind", str(self._rootfs), "/",
-                "--proc", "/proc",
-                "--dev", "/dev",
-                "--remount-ro", "/dev",
-                "--clearenv", "--setenv", "PATH", _SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
-                "--chdir", "/",
-                "--cap-add", "ALL",
-                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", self._program,
-                str(theirs.fileno()), str(self._uid), str(len(self._seccomp)),
-                self.tag,  # lets tests and SREs find a worker's fork server
-            ]  # fmt: skip
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                env=_HOST_ENV,
-                cwd="/",
-                close_fds=True,
-            )
-        finally:
-            theirs.close()
-        try:
-            if proc.stdin is None:
-                raise SandboxError("fork server stdin missing")
-            proc.stdin.write(self._seccomp)
-            proc.stdin.close()
-            ours.settimeout(_ZYGOTE_START_S)
-            if ours.recv(16) != b"ready":
-                raise SandboxError(f"fork server did not start (exit {proc.poll()})")
-            ours.settimeout(None)
-        except (OSError, SandboxError) as exc:
-            _kill(proc)
-            proc.wait()
-            ours.close()
-            raise SandboxError(f"fork server did not start: {exc}") from exc
-        return proc, ours
-
-    def _ensure(self) -> socket.socket:
-        if self._closed:
-            raise SandboxError("fork server is closed")
-        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
-            return self._sock
-        self._stop()
-        self._requests.put(True)
-        try:
-            reply = self._replies.get(timeout=_ZYGOTE_START_S * 2)
-        except queue.Empty as exc:
-            raise SandboxError("fork server did not start in time") from exc
-        if isinstance(reply, Exception):
-            raise reply
-        self._proc, self._sock = reply
-        return self._sock
-
-    def launch(self, fds: Sequence[int]) -> None:
-        """Hand one run's fds to the server; it forks the run's supervisor. Retries once on a dead server."""
-        message = [b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", fds))]
-        with self._lock:
-            for attempt in (1, 2):
-                sock = self._ensure()
-                try:
-                    sock.sendmsg(*message)
-                    return
-                except OSError:
-                    self._stop()
-                    if attempt == 2:
-                        raise
-
-    def restart(self) -> None:
-        """End the server and everything it forked (its pid namespace); the next launch starts a new one."""
-        with self._lock:
-            self._stop()
-
-    def _stop(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        if self._proc is not None:
-            _kill(self._proc)
-            self._proc.wait()
-            self._proc = None
-
-    def close(self) -> None:
-        """Stop the server (its pid namespace, in-flight runs included, dies with it) and the keeper."""
-        with self._lock:
-            self._closed = True
-            self._stop()
-            self._requests.put(False)
-        self._keeper.join(timeout=5)
-
-
-def _zygote_spec(spec: SandboxSpec, marker: bytes) -> bytes:
-    """The run description the fork server's supervisor reads: a JSON header line, then the file bytes."""
-    names = [(str(check_relpath(name)), data) for name, data in spec.files.items()]
-    header = {
-        "argv": list(spec.argv),
-        "env": {**base_env(), **spec.env},
-        "files": [[name, len(data)] for name, data in names],
-        "size_mb": spec.workdir_size_mb,
-        "inodes": spec.workdir_inodes,
-        "marker": marker.decode(),
-    }
-    return json.dumps(header).encode() + b"\n" + b"".join(data for _, data in names)
-
-
-def _tcp_watch(spec: SandboxSpec, group: RunCgroup) -> TcpQueueWatch:
-    """The run's TCP queues, summed from outside while it runs (see ``socket_watch``)."""
-    return TcpQueueWatch(group.pids, queue_limit(spec.memory_mb << 20), [own_netns()])
-
-
-def _status_after_kill(status_r: int, group: RunCgroup) -> bytes | None:
-    """The supervisor's status once the run is killed: 4 bytes, fewer if it died first, None if it never ends.
-
-    The kill empties the run cgroup, but a supervisor the fork server forked late (a loaded host: the clock ran
-    out before it joined) joins afterwards and would run the program unwatched, holding the pipe open forever.
-    So the group is killed again until the pipe closes."""
-    poller = select.poll()
-    poller.register(status_r, select.POLLIN)
-    data = b""
-    end = time.monotonic() + _STATUS_WAIT_S
-    while len(data) < 4:
-        if not poller.poll(100):
-            if time.monotonic() > end:
-                return None
-            group.kill_all()
-            continue
-        chunk = os.read(status_r, 4 - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    try:
-        _write_all(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGKILL)
+        return run_forked(spec, self._fork_server_for(spec.toolchain), self._cgroups, run_id)

@@ -20,7 +20,7 @@ this already-started interpreter costs ~1 ms. Every run still gets a pristine sa
   bwrap (128 + signal) on the status pipe. The worker kills the cgroup at the end however the run ended.
 
 Standard library only; started as ``python3 -I -S -B -c PROGRAM CTL_FD UID FILTER_LEN TAG`` with the seccomp
-filter on stdin. PROGRAM (``process.boot_program``) runs the source of ``boot_common`` and then this source in
+filter on stdin. PROGRAM (``boot.boot_program``) runs the source of ``boot_common`` and then this source in
 one globals dict: what both in-sandbox servers share comes from there (see ``boot_common``).
 """
 
@@ -34,35 +34,10 @@ import signal
 import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:  # at run time these are already here: the launcher runs boot_common first, same globals
+if TYPE_CHECKING:  # at run time all of boot_common is already here: the launcher runs it first, same globals
     from typing import Any
 
-    from workers.sandbox.boot_common import (
-        PR_SET_DUMPABLE,
-        PR_SET_NO_NEW_PRIVS,
-        SETUP_FAILED,
-        child_netns_own_tcp_hash,
-        clear_capability_sets,
-        drop_bounding_and_ambient,
-        drop_caps_and_ids,
-        exit_with,
-        libc,
-        limit_run_netns,
-        load_seccomp,
-        loopback_up,
-        ok,
-        open_private_proc_sys,
-        parse_spec,
-        prctl,
-        read_all,
-        run_program,
-        serve_requests,
-        set_oom_score_adj,
-        status_code,
-        stdin_from_devnull,
-        with_private_proc,
-        write_all,
-    )
+    from workers.sandbox.boot_common import *
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
