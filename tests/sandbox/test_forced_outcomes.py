@@ -210,10 +210,10 @@ def test_grade_batch_writes_every_line(sandbox: Sandbox, tmp_path: Path, monkeyp
     monkeypatch.setattr(grade_cli, "open_sandbox", lambda _settings, _backend: Shared())
     original_grade = Grader.grade
 
-    def grade_or_raise(self: Grader, task: Task, code: str, *, generation_id: str = "") -> Any:
+    def grade_or_raise(self: Grader, task: Task, code: str, *, generation_id: str = "", **kw: Any) -> Any:
         if generation_id == "grader-bug":
             raise RuntimeError("the grader itself broke \ud800")
-        return original_grade(self, task, code, generation_id=generation_id)
+        return original_grade(self, task, code, generation_id=generation_id, **kw)
 
     monkeypatch.setattr(Grader, "grade", grade_or_raise)
     task = TASKS["call"]()
