@@ -25,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from schemas.errors import SandboxError
-from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus, measured_json
 from workers.sandbox.common import CRASH_SIGNALS
 
 MAGIC = b"@@RS1"
@@ -74,18 +74,7 @@ class Stage:
 
     def to_json(self) -> dict[str, object]:
         """The CLI/JSON shape (``SandboxResult.to_json``'s fields): bytes decoded as UTF-8, invalid replaced."""
-        return {
-            "status": self.status.value,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "stdout": self.stdout.decode("utf-8", errors="replace"),
-            "stderr": self.stderr.decode("utf-8", errors="replace"),
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-            "wall_ms": self.wall_ms,
-            "cpu_ms": self.cpu_ms,
-            "max_rss_kb": self.max_rss_kb,
-        }
+        return measured_json(self)
 
 
 @dataclass(frozen=True, slots=True)

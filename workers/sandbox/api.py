@@ -61,20 +61,53 @@ class SandboxResult:
     def to_json(self) -> dict[str, object]:
         """The CLI/JSON shape: bytes decoded as UTF-8 (invalid bytes replaced), status as its string."""
         return {
-            "status": self.status.value,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "stdout": self.stdout.decode("utf-8", errors="replace"),
-            "stderr": self.stderr.decode("utf-8", errors="replace"),
-            "stdout_truncated": self.stdout_truncated,
-            "stderr_truncated": self.stderr_truncated,
-            "wall_ms": self.wall_ms,
-            "cpu_ms": self.cpu_ms,
-            "max_rss_kb": self.max_rss_kb,
+            **measured_json(self),
             "pids_limit_hit": self.pids_limit_hit,
             "backend": self.backend,
             "error": self.error,
         }
+
+
+class Measured(Protocol):
+    """What every measured run shows (a sandbox run, a language's compile or run step)."""
+
+    @property
+    def status(self) -> SandboxStatus: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def signal(self) -> int | None: ...
+    @property
+    def stdout(self) -> bytes: ...
+    @property
+    def stderr(self) -> bytes: ...
+    @property
+    def stdout_truncated(self) -> bool: ...
+    @property
+    def stderr_truncated(self) -> bool: ...
+    @property
+    def wall_ms(self) -> float: ...
+    @property
+    def cpu_ms(self) -> float: ...
+    @property
+    def max_rss_kb(self) -> int: ...
+
+
+def measured_json(run: Measured) -> dict[str, object]:
+    """The JSON shape of a measured run (``sandbox run``'s, a step's): bytes decoded as UTF-8 with invalid bytes
+    replaced, the status as its string."""
+    return {
+        "status": run.status.value,
+        "exit_code": run.exit_code,
+        "signal": run.signal,
+        "stdout": run.stdout.decode("utf-8", errors="replace"),
+        "stderr": run.stderr.decode("utf-8", errors="replace"),
+        "stdout_truncated": run.stdout_truncated,
+        "stderr_truncated": run.stderr_truncated,
+        "wall_ms": run.wall_ms,
+        "cpu_ms": run.cpu_ms,
+        "max_rss_kb": run.max_rss_kb,
+    }
 
 
 class Sandbox(Protocol):
