@@ -100,6 +100,14 @@ class RewardEnv:
                 self.restarts += 1
                 self.start(policy, tag, kill_after, engine)
 
+    def live(self, tag: str = "p") -> subprocess.Popen[bytes]:
+        """The running processor started as ``tag``: after a restart code 70 it is the supervisor's new one, not
+        the process the test started (crash-only recovery is the design; the test's SIGKILL must hit the live one)."""
+        self.supervise()
+        live = [p for p in self.procs if p.poll() is None and self._args.get(p.pid, (None, ""))[1] == tag]
+        assert live, f"no live processor tagged {tag!r}\n{self.logs()}"
+        return live[-1]
+
     def logs(self, tail: int | None = 6000) -> str:
         """The processors' output (each file's last ``tail`` characters; None: all of it)."""
         texts = (p.read_text(errors="replace") for p in sorted(self.tmp.glob("*.log")))
