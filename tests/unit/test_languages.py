@@ -228,3 +228,11 @@ def test_run_paths_reach_the_runs_own_mounts(name: str, path: str) -> None:
 def test_absolute_paths_elsewhere_are_refused(name: str) -> None:
     with pytest.raises(SandboxError):
         run_path(name)
+
+
+def test_junit_sources_compile_in_one_file() -> None:
+    code = "import x;\npublic class A {\n    public static class B {}\n}\npublic final class C {}\nclass T {}\n"
+    prepared = resolve("junit").prepare(code)
+    assert prepared == "import x;\nclass A {\n    public static class B {}\n}\nfinal class C {}\nclass T {}\n"
+    assert resolve("pytest").toolchain == "python"
+    assert "pytest" not in REGISTRY
