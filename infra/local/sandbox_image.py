@@ -33,15 +33,17 @@ PACKAGES = ("python3", "python-is-python3", "python3-pytest", "git")
 #: Every family has python3 (the process backend's fork server and the in-sandbox drivers run on the tree's
 #: own interpreter) and bash (Essential). Recommends are not installed.
 TOOLCHAINS: dict[str, tuple[str, ...]] = {
-    # c, cpp (gcc 12), rust (rustc 1.63, no cargo), go (1.19)
-    "native": ("python3", "gcc", "g++", "libc6-dev", "rustc", "golang-go"),
-    # java (OpenJDK 17)
-    "jvm": ("python3", "openjdk-17-jdk-headless"),
+    # c, cpp (gcc 12), rust (rustc 1.63, no cargo), go (1.19); testify for go_test (GOPATH /usr/share/gocode)
+    "native": ("python3", "gcc", "g++", "libc6-dev", "rustc", "golang-go", "golang-github-stretchr-testify-dev"),
+    # java (OpenJDK 17); javatuples and JUnit 5 on the classpath, as SandboxFusion's tests import them
+    "jvm": ("python3", "openjdk-17-jdk-headless", "libjavatuples-java", "junit5"),
     # javascript (Node 18), typescript (tsc 4.8, transpiled), lodash as SandboxFusion's tests import it
     "node": ("python3", "nodejs", "node-typescript", "node-lodash"),
-    # php 8.2, ruby 3.1, lua 5.4, perl 5.36
-    "script": ("python3", "php-cli", "ruby", "lua5.4", "perl"),
-}
+    # php 8.2, ruby 3.1, lua 5.4 (luaunit), perl 5.36 (Test::Deep, Data::Compare), as SandboxFusion's tests use
+    "script": (
+        "python3", "php-cli", "ruby", "lua5.4", "lua-unit", "perl", "libtest-deep-perl", "libdata-compare-perl",
+    ),
+}  # fmt: skip
 _BUILD_TIMEOUT_S = 900.0
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 

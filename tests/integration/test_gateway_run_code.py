@@ -158,6 +158,63 @@ def test_files_go_in_and_come_back(url: str) -> None:
     assert "never/written.txt" not in done.files  # SandboxFusion leaves out what does not exist
 
 
+def test_files_at_absolute_paths_live_in_the_runs_own_mounts(url: str) -> None:
+    """SandboxFusion's clients name /mnt/...: the run's own tmpfs there (and /tmp), nested too; elsewhere is refused."""
+    code = (
+        "import os\n"
+        "print(open('/mnt/in/deep/c').read(), open('/tmp/t/u').read())\n"
+        "open('/mnt/b', 'w').write('sauce')\n"
+        "os.makedirs('/mnt/x/y')\n"
+        "open('/mnt/x/y/z', 'w').write('zz')\n"
+    )
+    b64 = {k: base64.b64encode(v).decode() for k, v in {"/mnt/in/deep/c": b"abs", "/tmp/t/u": b"tmp"}.items()}
+    done = run(url, language="python", code=code, files=b64, fetch_files=["/mnt/b", "/mnt/x", "/tmp/t/u"])
+    assert done.status == sandbox_fusion.RunStatus.Success, done
+    assert done.run_result is not None
+    assert done.run_result.stdout == "abs tmp\n"
+    assert {k: base64.b64decode(v) for k, v in done.files.items()} == {
+        "/mnt/b": b"sauce", "/mnt/x/y/z": b"zz", "/tmp/t/u": b"tmp",
+    }  # fmt: skip
+    again = run(url, language="python", code="import os; print(os.listdir('/mnt'))")
+    assert again.run_result is not None
+    assert again.run_result.stdout == "[]\n"  # nothing of the last run is left
+    refused = requests.post(
+        f"{url}/run_code", json={"language": "python", "code": "1", "fetch_files": ["/etc/passwd"]}, timeout=60
+    )
+    assert refused.json()["status"] == "SandboxError"
+    assert "/mnt" in refused.json()["message"]
+
+
+#: What SandboxFusion's runner tests import or run, each with the output that shows it worked.
+LIBRARIES = [
+    ("java", 'import org.javatuples.Pair;\npublic class Main { public static void main(String[] a) '
+     '{ System.out.println(Pair.with("x", 1)); } }', "Success", "[x, 1]"),
+    ("lua", "lu = require('luaunit')\nlu.assertEquals(1, 2)", "Failed", "LuaUnit test FAILURE"),
+    ("perl", 'use Test::Deep; use Data::Compare; print eq_deeply([1], [1]) ? "deep\\n" : "no\\n";', "Success", "deep"),
+    ("pytest", "def test_a(tmp_path):\n    assert tmp_path.is_dir()\n", "Success", "1 passed"),
+    ("pytest", "def test_a():\n    assert 1 == 2\n", "Failed", "1 failed"),
+    ("go_test", 'package main\nimport (\n"testing"\n"github.com/stretchr/testify/assert"\n)\n'
+     "func TestX(t *testing.T) { assert.Equal(t, 1, 2) }\n", "Failed", "Not equal"),
+    ("junit", "import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\n"
+     "public class P { static int f() { return 1; } }\nclass PTest { @Test void t() { assertEquals(1, P.f()); } }\n",
+     "Success", "1 tests successful"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("language", "code", "status", "shown"), LIBRARIES)
+def test_the_libraries_and_test_modes_sandbox_fusion_tests_use(
+    url: str, language: str, code: str, status: str, shown: str
+) -> None:
+    raw = requests.post(
+        f"{url}/run_code", json={"language": language, "code": code, "run_timeout": 30, "compile_timeout": 60},
+        timeout=180,
+    )  # fmt: skip
+    body = raw.json()
+    assert body["status"] == status, body
+    result = body["run_result"]
+    assert shown in result["stdout"] + result["stderr"], body
+
+
 def test_bash_runs_and_its_exit_code_comes_back(url: str) -> None:
     done = run(url, language="bash", code="echo $((6 * 7)); read x; echo got $x; exit 3", stdin="in\n", run_timeout=10)
     assert done.status == sandbox_fusion.RunStatus.Failed

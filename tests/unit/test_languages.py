@@ -16,8 +16,8 @@ from schemas.errors import SandboxError, ValidationError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from schemas.tasks import LANGUAGES, Task, language_problem
 from workers.languages.registry import REGISTRY, resolve, toolchains
-from workers.languages.source import CompileLimits, _build
-from workers.languages.steps import MAGIC, Step, StepLimits, StepRun, read_step, relative_path
+from workers.languages.source import CompileLimits, _build, placed
+from workers.languages.steps import MAGIC, Step, StepLimits, StepRun, read_step, relative_path, run_path, staged_path
 from workers.sandbox.api import SandboxResult, SandboxStatus
 
 NONCE = b"n" * 32
@@ -212,3 +212,27 @@ def test_which_languages_a_task_takes() -> None:
     assert "accepts python" in (language_problem(calls, "go") or "")
     assert "unknown language" in (language_problem(calls, "cobol") or "")
     assert "languages" not in _task().model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("name", "path"), [("a/b", "a/b"), ("/work/a", "a"), ("/mnt/b", "/mnt/b"), ("/tmp/x/y", "/tmp/x/y")]
+)
+def test_run_paths_reach_the_runs_own_mounts(name: str, path: str) -> None:
+    assert run_path(name) == path
+    staged = staged_path(path)
+    assert relative_path(staged) == staged  # it travels in the work dir
+    assert placed({staged: b""}) == (((staged, path),) if path.startswith("/") else ())
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "/mnt", "/mnt/", "/tmp/../etc/x", "/mnt/a//b", "/mntx/a", "/usr/x"])
+def test_absolute_paths_elsewhere_are_refused(name: str) -> None:
+    with pytest.raises(SandboxError):
+        run_path(name)
+
+
+def test_junit_sources_compile_in_one_file() -> None:
+    code = "import x;\npublic class A {\n    public static class B {}\n}\npublic final class C {}\nclass T {}\n"
+    prepared = resolve("junit").prepare(code)
+    assert prepared == "import x;\nclass A {\n    public static class B {}\n}\nfinal class C {}\nclass T {}\n"
+    assert resolve("pytest").toolchain == "python"
+    assert "pytest" not in REGISTRY

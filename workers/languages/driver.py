@@ -255,45 +255,91 @@ def _files_under(root: str, rel: str) -> list[str]:
     return sorted(found)
 
 
-def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
-    """Send back every regular file at or under ``names`` (relative to the work dir), within the caps."""
-    root = os.path.realpath(os.getcwd())
-    budget, count = max_bytes, 0
-    for rel in names:
+def place(pairs: list[list[str]]) -> None:
+    """Move each staged file of the work dir to its absolute path (the run's own /tmp or /mnt, checked on
+    the host), directories created, never through a link; then the staging folder goes. A file that cannot
+    be placed stays unplaced: the program then fails to find it, the caller's failure, not the sandbox's."""
+    for staged, target in pairs:
+        parent = "/"
         try:
-            if not _inside(root, os.path.join(root, os.path.dirname(rel) or ".")):
-                out.emit({"missing": rel, "why": "outside the work dir"})
+            for part in target.split("/")[1:-1]:
+                parent = os.path.join(parent, part)
+                if not os.path.isdir(parent):
+                    os.mkdir(parent, 0o755)
+            src = os.open(staged, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                try:
+                    _write_all(dst, _read_all(src))
+                finally:
+                    os.close(dst)
+            finally:
+                os.close(src)
+        except OSError as exc:
+            os.write(2, f"cannot place {target[:200]}: {exc.strerror}\n".encode())
+    if pairs:
+        _remove_tree(pairs[0][0].split("/", 1)[0])
+
+
+def _remove_tree(top: str) -> None:
+    for current, dirs, files in os.walk(top, topdown=False):
+        for name in files:
+            os.unlink(os.path.join(current, name))
+        for name in dirs:
+            os.rmdir(os.path.join(current, name))
+    os.rmdir(top)
+
+
+def _root_of(name: str, cwd: str) -> tuple[str, str]:
+    """(root, path under it): an absolute name (``/mnt/x``) is under its first directory, others the work dir's."""
+    if name.startswith("/"):
+        top, _, rest = name[1:].partition("/")
+        return os.path.realpath("/" + top), rest
+    return cwd, name
+
+
+def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
+    """Send back every regular file at or under ``names`` (relative to the work dir, or absolute under the
+    run's /tmp or /mnt as the host checked), within the caps."""
+    cwd = os.path.realpath(os.getcwd())
+    budget, count = max_bytes, 0
+    for name in names:
+        root, rel = _root_of(name, cwd)
+        prefix = name[: len(name) - len(rel)] if root != cwd else ""  # "/mnt/" for "/mnt/x"
+        try:
+            if not rel or not _inside(root, os.path.join(root, os.path.dirname(rel) or ".")):
+                out.emit({"missing": name, "why": "outside the work dir"})
                 continue
             files = _files_under(root, rel)
         except OSError as exc:
-            out.emit({"missing": rel, "why": exc.strerror or "unreadable"})
+            out.emit({"missing": name, "why": exc.strerror or "unreadable"})
             continue
         for path in files:
             count += 1
             if count > max_files:
-                out.emit({"missing": path, "why": f"more than {max_files} files"})
+                out.emit({"missing": prefix + path, "why": f"more than {max_files} files"})
                 return
             try:
                 fd = os.open(os.path.join(root, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
             except OSError as exc:
-                out.emit({"missing": path, "why": exc.strerror or "unreadable"})
+                out.emit({"missing": prefix + path, "why": exc.strerror or "unreadable"})
                 continue
             try:
                 if not os.path.isfile(f"/proc/self/fd/{fd}") or not _inside(root, f"/proc/self/fd/{fd}"):
-                    out.emit({"missing": path, "why": "not a regular file of the work dir"})
+                    out.emit({"missing": prefix + path, "why": "not a regular file of the work dir"})
                     continue
                 data = os.read(fd, budget + 1) if budget >= 0 else b""
                 more = os.read(fd, 1) if len(data) <= budget else b""
             except OSError as exc:
-                out.emit({"missing": path, "why": exc.strerror or "unreadable"})
+                out.emit({"missing": prefix + path, "why": exc.strerror or "unreadable"})
                 continue
             finally:
                 os.close(fd)
             if len(data) > budget or more:
-                out.emit({"missing": path, "why": f"over the {max_bytes}-byte cap of returned files"})
+                out.emit({"missing": prefix + path, "why": f"over the {max_bytes}-byte cap of returned files"})
                 return
             budget -= len(data)
-            out.emit({"file": path, "b64": base64.b64encode(data).decode()})
+            out.emit({"file": prefix + path, "b64": base64.b64encode(data).decode()})
 
 
 def main() -> int:
@@ -307,6 +353,7 @@ def main() -> int:
     del blob
     out = Out(nonce)
     out.emit({"hello": True, "hardened": hardened})
+    place([[str(a), str(b)] for a, b in header.get("place", [])])
     make_executable([str(n) for n in header.get("executables", [])])
     step = run_step(header, stdin)
     out.emit({"step": step})

@@ -16,6 +16,7 @@ limit of the run they are for), so a runtime sizes its heap to the sandbox's lim
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ _TS_TRANSPILE = (
     '${p.character+1})`:"")+`: error TS${x.code}: ${ts.flattenDiagnosticMessageText(x.messageText,"\\n")}\\n`);}'
     "if(d.length)process.exit(1);fs.writeFileSync(out,r.outputText);"
 )
+#: A top-level ``public class`` (or interface, enum, record): one declared at the start of a line.
+_PUBLIC_CLASS = re.compile(r"^public\s+(?=(?:(?:final|abstract)\s+)*(?:class|interface|enum|record)\b)", re.M)
 #: Go: no cgo (no C toolchain reached from Go code), caches in the run's private /tmp, no network, no
 #: module downloads; ``GOMAXPROCS`` bounds the threads a program starts (they count against the pids limit).
 _TMP = "/tmp"  # noqa: S108 - the sandbox run's own private /tmp
@@ -48,6 +51,9 @@ _GO_ENV = {
 }
 #: The JVM: one GC thread, heap sized from the run's memory limit (not the host's RAM).
 _JVM = ("-XX:+UseSerialGC", "-XX:MaxRAM={memory_mb}m", "-Xss64m")
+#: Jars on every Java program's classpath (Debian's, in the jvm family): SandboxFusion's tests import them.
+_JARS = "/usr/share/java/javatuples.jar"
+_JUNIT = "/usr/share/java/junit-platform-console-standalone.jar"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,8 @@ class LanguageSpec:
         """The source file's text for ``code`` (PHP gets its opening tag if it has none)."""
         if self.id == "php" and "<?php" not in code:
             return "<?php\n" + code
+        if self.id == "junit":  # any top-level class name compiles in Main.java once none is public
+            return _PUBLIC_CLASS.sub("", code)
         return code
 
 
@@ -110,9 +118,9 @@ _SPECS = (
         artifacts=("main",), executables=("main",), env=_GO_ENV, aliases=("golang",),
     ),
     LanguageSpec(
-        "java", "jvm", "Main.java", ("java", *_JVM, "-cp", "build:.", "-ea", "Main"),
+        "java", "jvm", "Main.java", ("java", *_JVM, "-cp", f"build:.:{_JARS}", "-ea", "Main"),
         compile=("javac", *(f"-J{a}" for a in _JVM[:2]), "-J-XX:TieredStopAtLevel=1", "-encoding", "UTF-8",
-                 "-cp", ".", "-d", "build", "Main.java"),
+                 "-cp", f".:{_JARS}", "-d", "build", "Main.java"),
         artifacts=("build",),
     ),
     LanguageSpec("javascript", "node", "main.js", ("node", "main.js"), aliases=("nodejs", "js", "node")),
@@ -127,10 +135,35 @@ _SPECS = (
     LanguageSpec("perl", "script", "main.pl", ("perl", "main.pl"), aliases=("pl",)),
 )  # fmt: skip
 
+#: SandboxFusion's test modes (``/run_code`` only, not languages of a generation): the program is a test file,
+#: run by the language's test runner; it passes when every test does.
+_MODES = (
+    LanguageSpec(
+        "pytest", PYTHON_TOOLCHAIN, "test_main.py",
+        ("python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_main.py"),
+    ),
+    LanguageSpec(
+        "go_test", "native", "main_test.go",
+        # `go test`'s own summary line after the test binary's verbose output (SandboxFusion runs `go test`).
+        ("bash", "-c", './main.test -test.v && echo "ok  	main" || { r=$?; echo "FAIL	main"; exit $r; }'),
+        compile=("go", "test", "-c", "-o", "main.test", "main_test.go"),
+        artifacts=("main.test",), executables=("main.test",),
+        env={**_GO_ENV, "GOPATH": f"{_TMP}/go:/usr/share/gocode"},
+    ),
+    LanguageSpec(
+        "junit", "jvm", "Main.java",
+        ("java", *_JVM, "-jar", _JUNIT, "-cp", f"build:{_JARS}", "--scan-classpath", "--disable-banner"),
+        compile=("javac", *(f"-J{a}" for a in _JVM[:2]), "-J-XX:TieredStopAtLevel=1", "-encoding", "UTF-8",
+                 "-cp", f".:{_JUNIT}:{_JARS}", "-d", "build", "Main.java"),
+        artifacts=("build",),
+    ),
+)  # fmt: skip
+
 #: Every language by id.
 REGISTRY: dict[str, LanguageSpec] = {spec.id: spec for spec in _SPECS}
 _BY_NAME: dict[str, LanguageSpec] = {
     **{alias: spec for spec in _SPECS for alias in spec.aliases},
+    **{spec.id: spec for spec in _MODES},
     **REGISTRY,
 }
 
@@ -146,5 +179,5 @@ def resolve(name: str) -> LanguageSpec:
 
 
 def toolchains() -> frozenset[str]:
-    """Every toolchain family a language needs."""
-    return frozenset(spec.toolchain for spec in _SPECS)
+    """Every toolchain family a language (or a test mode) needs."""
+    return frozenset(spec.toolchain for spec in (*_SPECS, *_MODES))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from schemas.errors import SandboxError, ValidationError
 from schemas.status import CompileFailure, CompileStatus
 from workers.languages.registry import LanguageSpec, resolve
-from workers.languages.steps import Stage, Step, StepLimits, StepRun, relative_path, run_step
+from workers.languages.steps import STAGED, Stage, Step, StepLimits, StepRun, run_path, run_step, staged_path
 from workers.sandbox.api import Sandbox, SandboxStatus
 
 #: A compile's limits unless the caller gives others: compilers are hungrier than most programs (rustc, javac)
@@ -85,12 +85,19 @@ class Build:
 
 
 def _inputs(spec: LanguageSpec, code: str, files: Mapping[str, bytes] | None) -> dict[str, bytes]:
-    """The work dir's files: the caller's (relative paths, ``/work/...`` accepted), then the source."""
+    """The work dir's files: the caller's (relative paths, ``/work/...`` accepted; absolute ones under the
+    run's /tmp or /mnt staged, see ``placed``), then the source."""
     out: dict[str, bytes] = {}
     for name, data in (files or {}).items():
-        out[relative_path(name)] = data
+        out[staged_path(run_path(name))] = data
     out[spec.source] = spec.prepare(code).encode("utf-8", "surrogatepass")
     return out
+
+
+def placed(files: Mapping[str, bytes]) -> tuple[tuple[str, str], ...]:
+    """(staged file, absolute path) for each file of ``files`` (the work dir's) that belongs elsewhere."""
+    prefix = STAGED + "/"
+    return tuple((name, name[len(STAGED) :]) for name in files if name.startswith(prefix))
 
 
 def compile_program(
@@ -114,7 +121,7 @@ def compile_program(
     lim = limits or CompileLimits()
     step = Step(
         toolchain=spec.toolchain, argv=spec.compile_argv(lim.memory_mb), files=inputs, env=spec.env,
-        collect=spec.artifacts,
+        collect=spec.artifacts, place=placed(inputs),
     )  # fmt: skip
     step_limits = StepLimits(
         timeout_s=lim.timeout_s, memory_mb=lim.memory_mb, pids_limit=lim.pids_limit,
@@ -185,8 +192,9 @@ def run_source(
     """Compile (if ``language`` needs it) and run ``code`` once, as SandboxFusion's ``/run_code`` does.
 
     ``language`` is our id or a SandboxFusion name (``nodejs``, ``cpp``, ``go``, ...). ``files`` are written
-    into the work dir first (relative paths, nested ones too; ``/work/...`` is the same path) and are there for
-    the compile and the run; ``fetch_files`` (same form; a directory brings its regular files) are read back
+    into the work dir first (relative paths, nested ones too; ``/work/...`` is the same path; absolute paths
+    under the run's own ``/tmp`` or ``/mnt`` too) and are there for the compile and the run; ``fetch_files``
+    (same form; a directory brings its regular files) are read back
     after the run, whatever it did. ``memory_mb`` limits the run (the compile gets ``compile_memory_mb``,
     default ``COMPILE_MEMORY_MB``), each in its own sandbox run. Output is kept up to ``RUN_OUTPUT_BYTES`` per
     stream (more ends the run as ``output_limit``), fetched files up to ``FETCH_BYTES`` in all.
@@ -195,7 +203,7 @@ def run_source(
     """
     spec = resolve(language)
     try:
-        fetch = tuple(dict.fromkeys(relative_path(name) for name in fetch_files))
+        fetch = tuple(dict.fromkeys(run_path(name) for name in fetch_files))
     except SandboxError as exc:
         raise ValidationError(str(exc)) from None
     limits = CompileLimits(timeout_s=compile_timeout_s, memory_mb=compile_memory_mb or COMPILE_MEMORY_MB)
@@ -207,7 +215,7 @@ def run_source(
         return SourceRun(spec.id, build.stage, None, compile_status=compile_status)
     step = Step(
         toolchain=spec.toolchain, argv=spec.run_argv(memory_mb), files=build.files, stdin=stdin, env=spec.env,
-        executables=spec.executables, collect=fetch, collect_always=True,
+        executables=spec.executables, collect=fetch, collect_always=True, place=placed(build.files),
     )  # fmt: skip
     step_limits = StepLimits(
         timeout_s=run_timeout_s, memory_mb=memory_mb, max_output_bytes=RUN_OUTPUT_BYTES,

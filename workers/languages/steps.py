@@ -116,6 +116,32 @@ class Step:
     executables: tuple[str, ...] = ()
     collect: tuple[str, ...] = ()
     collect_always: bool = False
+    #: (staged file of the work dir, absolute path): the driver moves each into place before the program runs.
+    place: tuple[tuple[str, str], ...] = ()
+
+
+#: Where a run's files may be outside the work dir: the run's own writable mounts (its private tmpfs on both
+#: backends, capped with the work dir), as SandboxFusion's clients name them (``/mnt/data/x``).
+ABSOLUTE_ROOTS = ("/tmp", "/mnt")  # noqa: S108
+#: The work dir's folder where files for absolute paths travel until the driver moves them into place.
+STAGED = ".rs-abs"
+
+
+def run_path(name: str) -> str:
+    """``name`` as a path of the run: relative under the work dir (``/work/x`` is ``x``), or absolute under one
+    of ``ABSOLUTE_ROOTS`` (``/mnt/b``); SandboxError otherwise."""
+    for root in ABSOLUTE_ROOTS:
+        if name.startswith(root + "/"):
+            return root + "/" + relative_path(name[len(root) + 1 :])
+    if name.startswith("/") and not name.startswith("/work/"):
+        roots = ", ".join(("/work", *ABSOLUTE_ROOTS))
+        raise SandboxError(f"invalid path {name!r}: an absolute path must be under {roots}")
+    return relative_path(name)
+
+
+def staged_path(path: str) -> str:
+    """Where the work dir holds the file for ``path`` (a ``run_path``) until the driver places it."""
+    return STAGED + path if path.startswith("/") else path
 
 
 def relative_path(name: str) -> str:
@@ -173,6 +199,7 @@ def _spec(step: Step, limits: StepLimits, program: str, nonce: bytes) -> Sandbox
         "collect_always": step.collect_always,
         "max_collect_bytes": limits.max_collect_bytes,
         "max_collect_files": limits.max_collect_files,
+        "place": [list(pair) for pair in step.place],
     }
     stdin = nonce + b"\n" + json.dumps(header).encode() + b"\n" + step.stdin
     # What the driver may print: both streams base64 at their caps, the files base64 at theirs, framing.
@@ -305,7 +332,7 @@ def _files(
         if not isinstance(name, str) or data is None:
             continue
         try:
-            path = relative_path(name)
+            path = run_path(name)
         except SandboxError:
             continue
         if not _under(path, roots) or path in files or len(files) >= limits.max_collect_files:

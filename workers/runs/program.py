@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from schemas.errors import SandboxError, ValidationError
 from workers.languages import Stage, resolve
 from workers.languages import run_source as run_program
-from workers.languages.steps import relative_path
+from workers.languages.steps import run_path
 from workers.sandbox.api import Sandbox, SandboxStatus
 
 #: The run's memory when the request gives none (SandboxFusion's -1; verl sends 1024).
@@ -76,7 +76,7 @@ def run_source(
     except ValidationError as exc:
         return SourceRun(error_kind="unsupported_language", error=f"not run here: {exc}")
     try:
-        asked = {relative_path(path): path for path in fetch_files}
+        asked = {run_path(path): path for path in fetch_files}
     except SandboxError as exc:
         return SourceRun(error_kind="invalid", error=f"fetch_files: {exc}")
     try:

@@ -34,7 +34,8 @@ INIT = (
 )
 INIT_ARGV = ["/usr/bin/python3", "-I", "-S", "-B", "-c", INIT, str(_MAX_LIFETIME_S)]
 _INIT_READY_S = 10.0
-WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # noqa: S108
+#: The container's writable mounts (wiped after every run); /mnt for files at absolute paths (SandboxFusion's).
+WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue", "/mnt")  # noqa: S108
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ class ContainerConfig:
             nano_cpus=int(limits.cpus * 1e9),
             pids_limit=limits.pids,
             read_only=True,
-            tmpfs={"/work": work_opts, "/tmp": tmpfs_opts},  # noqa: S108
+            tmpfs={"/work": work_opts, "/tmp": tmpfs_opts, "/mnt": tmpfs_opts},  # noqa: S108
             shm_size=limits.size_mb << 20,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges", f"seccomp={self.seccomp}"],

@@ -8,7 +8,7 @@ this already-started interpreter costs ~1 ms. Every run still gets a pristine sa
   stdout, stderr, status, the run cgroup's ``cgroup.procs``), so its memory is the same for every run.
 * Per request Z forks a supervisor ("C", root) that first joins the run cgroup (from then on the worker
   accounts and kills the whole tree), then unshares mount/pid/net/ipc/uts/cgroup namespaces, mounts ONE
-  fresh tmpfs with the run's size and inode caps (bound on /work, /tmp, /dev/shm) and a new devpts, and
+  fresh tmpfs with the run's size and inode caps (bound on /work, /tmp, /dev/shm, /mnt) and a new devpts, and
   forks the pid-1 reaper ("G", mounts a fresh /proc) which forks the program ("H").
 * H drops every capability (bounding and ambient sets too), becomes the unprivileged sandbox uid with no
   supplementary groups, sets no-new-privs and rlimits, enters a user namespace of its own that maps only that
@@ -55,7 +55,8 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 N_FIXED_FDS = 5  # spec, stdin, stdout, stderr, status; then one cgroup.procs per hierarchy
-STAGE = "/mnt"
+#: Where the run's tmpfs is mounted while it is filled (an empty dir of every rootfs; /mnt is the run's own).
+STAGE = "/srv"
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -72,10 +73,11 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 def _populate(stage: str, spec: dict[str, Any], uid: int) -> None:
-    """One capped tmpfs holding work/tmp/shm, files written as root and chowned (O_EXCL|O_NOFOLLOW)."""
+    """One capped tmpfs holding work/tmp/shm/mnt, files written as root and chowned (O_EXCL|O_NOFOLLOW).
+    /mnt is the run's too: SandboxFusion's clients write and fetch files at absolute paths there."""
     opts = f"size={int(spec['size_mb'])}m,nr_inodes={int(spec['inodes'])},mode=0711,uid=0,gid=0"
     _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, opts)
-    for sub, mode in (("work", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
+    for sub, mode in (("work", 0o755), ("tmp", 0o1777), ("shm", 0o1777), ("mnt", 0o755)):
         path = stage + "/" + sub
         os.mkdir(path)
         os.chown(path, uid, uid)
@@ -94,8 +96,9 @@ def _populate(stage: str, spec: dict[str, Any], uid: int) -> None:
             os.fchown(fd, uid, uid)
         finally:
             os.close(fd)
-    for sub, target in (("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm")):  # noqa: S108
-        _mount(stage + "/" + sub, target, None, MS_BIND, None)
+    for sub, target in (("work", "/work"), ("tmp", "/tmp"), ("shm", "/dev/shm"), ("mnt", "/mnt")):  # noqa: S108
+        if sub != "mnt" or os.path.isdir(target):
+            _mount(stage + "/" + sub, target, None, MS_BIND, None)
     ok(libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
     if os.path.isdir("/dev/pts"):
         _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
