@@ -74,6 +74,15 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id as Kafka's ``Uuid.randomUuid`` makes one: 22 url-safe base64 characters, never starting
+    with ``-`` (the storage tool's argument parser would read such an id as an option: 1 start in 64 failed)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaService(ProcessService):
     """Kafka broker+controller on loopback; data under the cache dir."""
 
@@ -170,8 +179,10 @@ class KafkaService(ProcessService):
     def _format_storage(self, java: Path) -> None:
         if (self._data / "log" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        argv = self._java_argv(java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self._config))
+        cluster_id = new_cluster_id()
+        argv = self._java_argv(
+            java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self._config)
+        )
         result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
         if result.returncode != 0:
             raise PlatformError(f"formatting Kafka storage failed: {result.stdout[-500:]}{result.stderr[-500:]}")
