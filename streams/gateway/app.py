@@ -106,7 +106,9 @@ class _Service:
         future = deps.replies.expect(request_id)
         try:
             await self._deliver([deps.publisher.send(cfg.run_requests_topic, request_id.encode(), value)])
-            wait_s = cfg.run_queue_s + body.compile_timeout + body.run_timeout + RUN_GRACE_S
+            # a build SandboxFusion times as part of the run (go_test) may take the run's timeout too
+            build_s = max(body.compile_timeout, body.run_timeout)
+            wait_s = cfg.run_queue_s + build_s + body.run_timeout + RUN_GRACE_S
             try:
                 reply: RunReply = await asyncio.wait_for(future, timeout=wait_s)
             except TimeoutError:

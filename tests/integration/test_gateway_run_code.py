@@ -414,3 +414,20 @@ def test_the_gateway_benchmark_measures_both_ways(url: str, process_sandbox: Any
     result = bench.latency(url, process_sandbox, 5)
     assert result["gateway_ms"]["n"] == result["direct_ms"]["n"] == 5
     assert set(result["added_ms"]) == {"p50", "p99"}
+
+
+def test_go_test_builds_within_the_run_timeout_as_sandbox_fusion_times_it(url: str) -> None:
+    """SandboxFusion runs ``go test`` as one command under ``run_timeout``; building testify from an empty cache
+    takes longer than a 1 s ``compile_timeout``, so the build gets the run's timeout too."""
+    code = (
+        'package main\nimport (\n"testing"\n"github.com/stretchr/testify/assert"\n)\n'
+        "func TestX(t *testing.T) { assert.Equal(t, 2, 1+1) }\n"
+    )
+    raw = requests.post(
+        f"{url}/run_code", json={"language": "go_test", "code": code, "run_timeout": 60, "compile_timeout": 1},
+        timeout=240,
+    )  # fmt: skip
+    body = raw.json()
+    assert body["status"] == "Success", body
+    assert body["compile_result"]["status"] == "Finished", body
+    assert "ok" in body["run_result"]["stdout"], body

@@ -72,6 +72,8 @@ class LanguageSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     #: SandboxFusion's names for this language (``/run_code``'s ``language``).
     aliases: tuple[str, ...] = ()
+    #: SandboxFusion builds it inside its run command (``go test``), so the build may take the run's time too.
+    build_in_run_time: bool = False
 
     @property
     def compiled(self) -> bool:
@@ -148,7 +150,7 @@ _MODES = (
         ("bash", "-c", './main.test -test.v && echo "ok  	main" || { r=$?; echo "FAIL	main"; exit $r; }'),
         compile=("go", "test", "-c", "-o", "main.test", "main_test.go"),
         artifacts=("main.test",), executables=("main.test",),
-        env={**_GO_ENV, "GOPATH": f"{_TMP}/go:/usr/share/gocode"},
+        env={**_GO_ENV, "GOPATH": f"{_TMP}/go:/usr/share/gocode"}, build_in_run_time=True,
     ),
     LanguageSpec(
         "junit", "jvm", "Main.java",

@@ -196,7 +196,8 @@ def run_source(
     under the run's own ``/tmp`` or ``/mnt`` too) and are there for the compile and the run; ``fetch_files``
     (same form; a directory brings its regular files) are read back
     after the run, whatever it did. ``memory_mb`` limits the run (the compile gets ``compile_memory_mb``,
-    default ``COMPILE_MEMORY_MB``), each in its own sandbox run. Output is kept up to ``RUN_OUTPUT_BYTES`` per
+    default ``COMPILE_MEMORY_MB``), each in its own sandbox run; a build SandboxFusion times as part of the run
+    (``go_test``) gets the longer of the two timeouts. Output is kept up to ``RUN_OUTPUT_BYTES`` per
     stream (more ends the run as ``output_limit``), fetched files up to ``FETCH_BYTES`` in all.
     Raises ``ValidationError`` only for the request itself (unknown language, bad path); what the program or
     its compiler did is in the result, and an infrastructure failure is ``error``.
@@ -206,6 +207,8 @@ def run_source(
         fetch = tuple(dict.fromkeys(run_path(name) for name in fetch_files))
     except SandboxError as exc:
         raise ValidationError(str(exc)) from None
+    if spec.build_in_run_time:
+        compile_timeout_s = max(compile_timeout_s, run_timeout_s)
     limits = CompileLimits(timeout_s=compile_timeout_s, memory_mb=compile_memory_mb or COMPILE_MEMORY_MB)
     build = compile_program(sandbox, spec, code, files=files, limits=limits)
     compile_status = build.status if spec.compiled else None
