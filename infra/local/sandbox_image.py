@@ -26,9 +26,10 @@ from schemas.errors import PlatformError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 
 _SANDBOX_USER = "sandbox"
-#: What an agent's commands may count on (the episode contract): ``python`` and ``python3``, pytest and git.
-#: Recommends are not installed (mmdebstrap's default), so git brings perl-base's needs, not perl's docs.
-PACKAGES = ("python3", "python-is-python3", "python3-pytest", "git")
+#: What an agent's commands may count on (the episode contract): ``python`` and ``python3``, pytest and git;
+#: requests too, which SandboxFusion's tests import (about 2 MB). Recommends are not installed (mmdebstrap's
+#: default), so git brings perl-base's needs, not perl's docs.
+PACKAGES = ("python3", "python-is-python3", "python3-pytest", "python3-requests", "git")
 #: The other toolchain families (``workers.languages`` maps each language onto one): Debian packages only.
 #: Every family has python3 (the process backend's fork server and the in-sandbox drivers run on the tree's
 #: own interpreter) and bash (Essential). Recommends are not installed.
@@ -44,6 +45,9 @@ TOOLCHAINS: dict[str, tuple[str, ...]] = {
         "python3", "php-cli", "ruby", "lua5.4", "lua-unit", "perl", "libtest-deep-perl", "libdata-compare-perl",
     ),
 }  # fmt: skip
+#: In every family's tree: ``localhost`` resolves to the run's own loopback even where /etc/hosts is docker's
+#: empty placeholder (a container without networking gets no hosts file): glibc's myhostname module, 205 kB.
+_EVERY_FAMILY = ("libnss-myhostname",)
 _BUILD_TIMEOUT_S = 900.0
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
@@ -60,7 +64,7 @@ def _stamp(settings: Settings) -> dict[str, Any]:
         "mirror": settings.debian_mirror,
         "suite": "bookworm",
         "packages": list(PACKAGES),
-        "layout": 2,
+        "layout": 4,  # 4: localhost resolves (/etc/hosts, libnss-myhostname)
     }
 
 
@@ -140,6 +144,8 @@ def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wa
             # Nothing host-specific or reusable stays inside: apt lists/caches, machine id, logs.
             'rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/* "$1"/etc/machine-id',
             'rm -f "$1"/etc/hostname "$1"/etc/resolv.conf && : > "$1/etc/resolv.conf"',
+            # A run's own loopback answers to its name, as on any Debian system (docker writes its own).
+            'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1/etc/hosts"',
         ]
         # In a private mount namespace: mmdebstrap mounts /proc, /sys and /dev inside the tree while it builds;
         # if it is killed half-way (a test or an `up` interrupted), those mounts die with the namespace
@@ -149,7 +155,7 @@ def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wa
             mmdebstrap,
             "--mode=root",
             "--variant=minbase",
-            f"--include={','.join(packages)}",
+            f"--include={','.join((*packages, *_EVERY_FAMILY))}",
             *(f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES),
             # update-alternatives (openjdk) needs the man dirs it links into, even with their files excluded.
             '--setup-hook=mkdir -p "$1/usr/share/man/man1"',

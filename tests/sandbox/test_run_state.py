@@ -425,3 +425,17 @@ print(u.recv(10).decode())
 """
     r = run_py(sandbox, code)
     assert (r.status, r.stdout) == (S.OK, b"PING\nPING\nudp\n"), r
+
+
+def test_localhost_is_the_runs_own_loopback(sandbox: Sandbox) -> None:
+    """``localhost`` resolves inside a run (SandboxFusion's tests serve on it) to the run's own loopback only."""
+    code = r"""
+import socket
+names = sorted({a[4][0] for a in socket.getaddrinfo('localhost', 80, proto=socket.IPPROTO_TCP)})
+srv = socket.create_server(('localhost', 0)); port = srv.getsockname()[1]
+c = socket.create_connection(('localhost', port)); a, _ = srv.accept(); a.sendall(b'hi'); print(names, c.recv(2))
+"""
+    r = run_py(sandbox, code)
+    assert r.status is S.OK, r
+    assert r.stdout.decode().split(" b")[0] in ("['127.0.0.1']", "['127.0.0.1', '::1']", "['::1', '127.0.0.1']"), r
+    assert r.stdout.endswith(b"'hi'\n"), r
