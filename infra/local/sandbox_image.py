@@ -41,6 +41,15 @@ TOOLCHAINS: dict[str, tuple[str, ...]] = {
     "node": ("python3", "nodejs", "node-typescript", "node-lodash"),
     # php 8.2, ruby 3.1, lua 5.4, perl 5.36
     "script": ("python3", "php-cli", "ruby", "lua5.4", "perl"),
+    # kotlin (1.3, kotlin_script run as a compiled script), scala (2.11): JVM compilers heavier than javac,
+    # with their own JRE and jars; a family of their own so jvm (java) stays as small as it is
+    "jvm2": ("python3", "default-jre-headless", "kotlin", "scala"),
+    # racket 8.7 (its collection tree is most of the size)
+    "racket": ("python3", "racket"),
+    # R 4.2 (Rscript), C# (mono 6.8 mcs), verilog (Icarus 11): the small ones together
+    "extra": ("python3", "r-base-core", "mono-mcs", "mono-runtime", "iverilog"),
+    # D (gdc 12): apart from extra because gcc 12's backend and libphobos are most of its size
+    "d": ("python3", "gdc"),
 }
 _BUILD_TIMEOUT_S = 900.0
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
