@@ -1,4 +1,4 @@
-"""Hostile programs in C, C++, Go, Rust, Java and Node against both backends, compiled and run as any
+"""Hostile programs in C, C++, Go, Rust, Java, Node, D and C# against both backends, compiled and run as any
 solution is (``run_source``): every attempt of ``hostile_programs`` must fail, the thread bomb must stop at
 the pids limit, the fork bomb must end with the run, and nothing may be left behind (the backend's audit).
 
