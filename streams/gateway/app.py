@@ -27,7 +27,7 @@ from fastapi.security import HTTPBearer
 from schemas.codec import encode
 from schemas.errors import ValidationError
 from schemas.events import GenerationEvent, RewardEvent
-from schemas.runs import RunReply, RunRequest
+from schemas.runs import COMPILE_FLOOR_MAX_S, RunReply, RunRequest
 from streams.gateway.bridge import KafkaUnavailableError, Publisher, ReplyTail, RewardTail
 from streams.gateway.config import GatewayConfig
 from streams.gateway.guard import ASGIApp, Guard
@@ -106,7 +106,8 @@ class _Service:
         future = deps.replies.expect(request_id)
         try:
             await self._deliver([deps.publisher.send(cfg.run_requests_topic, request_id.encode(), value)])
-            wait_s = cfg.run_queue_s + body.compile_timeout + body.run_timeout + RUN_GRACE_S
+            compile_s = max(body.compile_timeout, COMPILE_FLOOR_MAX_S)  # a language's floor may raise it
+            wait_s = cfg.run_queue_s + compile_s + body.run_timeout + RUN_GRACE_S
             try:
                 reply: RunReply = await asyncio.wait_for(future, timeout=wait_s)
             except TimeoutError:

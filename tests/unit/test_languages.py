@@ -13,6 +13,7 @@ import pytest
 
 from infra.local.sandbox_image import TOOLCHAINS
 from schemas.errors import SandboxError, ValidationError
+from schemas.runs import COMPILE_FLOOR_MAX_S
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from schemas.tasks import LANGUAGES, Task, language_problem
 from workers.languages import source
@@ -101,6 +102,10 @@ def test_jvm_compilers_size_their_heap_from_the_limit() -> None:
         spec = REGISTRY[language]
         assert any("-XX:MaxRAM=1500m" in arg for arg in spec.compile_argv(1500)), language
         assert "-XX:MaxRAM=300m" in spec.run_argv(300)
+
+
+def test_compile_floors_are_within_what_the_gateway_waits_for() -> None:
+    assert max(spec.min_compile_timeout_s for spec in REGISTRY.values()) <= COMPILE_FLOOR_MAX_S
 
 
 def test_compile_floor_raises_the_limits_of_slow_compilers(monkeypatch: pytest.MonkeyPatch) -> None:
