@@ -1,4 +1,5 @@
-"""Hostile programs in C, C++, Go, Rust, Java, Node, D and C# (mono), for ``test_language_containment``.
+"""Hostile programs in C, C++, Go, Rust, Java, Node, D, C# (mono), Kotlin, Scala and R, for
+``test_language_containment``.
 
 Each one first probes the sandbox and prints ``name=result`` per attempt, where ``0`` means the attempt
 WORKED (what must never happen) and anything else is why it failed (an errno or an exception's name): raw
@@ -374,6 +375,107 @@ public class Program {
 }
 """
 
+_KOTLIN = r"""
+import java.io.*
+import java.net.*
+import java.nio.file.*
+
+fun report(name: String, attempt: () -> Unit) {
+    try { attempt(); println(name + "=0") } catch (e: Throwable) { println(name + "=" + e.javaClass.simpleName) }
+    System.out.flush()
+}
+report("connect_host") { Socket().connect(InetSocketAddress("127.0.0.1", {PORT}), 2000) }
+report("connect_out") { Socket().connect(InetSocketAddress("192.0.2.1", 80), 2000) }
+report("read_secret") { Files.readAllBytes(Paths.get("{SECRET}")) }
+report("read_shadow") { Files.readAllBytes(Paths.get("/etc/shadow")) }
+report("env_secret") { if (System.getenv("RS_TEST_SECRET") == null) throw NoSuchElementException() }
+report("write_etc") { Files.write(Paths.get("/etc/rs-pwned"), byteArrayOf(1)) }
+report("write_root") { Files.write(Paths.get("/rs-pwned"), byteArrayOf(1)) }
+report("write_usr") { FileOutputStream("/usr/bin/python3", true).close() }
+report("unshare_user") {
+    val p = ProcessBuilder("unshare", "-U", "true").start()
+    if (p.waitFor() != 0) throw IOException("exit " + p.exitValue())
+}
+var n = 0
+try {
+    while (n < 100000) {
+        val t = Thread { try { Thread.sleep(3600000) } catch (e: InterruptedException) { } }
+        t.isDaemon = true
+        t.start()
+        n++
+    }
+} catch (e: Throwable) { }
+println("threads=" + n)
+System.out.flush()
+val children = ArrayList<Process>()
+while (true) {
+    try { children.add(ProcessBuilder("sleep", "3600").start()) } catch (e: Throwable) { }
+}
+"""
+
+_SCALA = r"""
+import java.io._
+import java.net._
+import java.nio.file._
+
+object Main {
+  def report(name: String)(attempt: => Any): Unit = {
+    try { attempt; println(name + "=0") } catch { case e: Throwable => println(name + "=" + e.getClass.getSimpleName) }
+    System.out.flush()
+  }
+  def main(args: Array[String]): Unit = {
+    report("connect_host") { new Socket().connect(new InetSocketAddress("127.0.0.1", {PORT}), 2000) }
+    report("connect_out") { new Socket().connect(new InetSocketAddress("192.0.2.1", 80), 2000) }
+    report("read_secret") { Files.readAllBytes(Paths.get("{SECRET}")) }
+    report("read_shadow") { Files.readAllBytes(Paths.get("/etc/shadow")) }
+    report("env_secret") { if (System.getenv("RS_TEST_SECRET") == null) throw new NoSuchElementException() }
+    report("write_etc") { Files.write(Paths.get("/etc/rs-pwned"), Array[Byte](1)) }
+    report("write_root") { Files.write(Paths.get("/rs-pwned"), Array[Byte](1)) }
+    report("write_usr") { new FileOutputStream("/usr/bin/python3", true).close() }
+    report("unshare_user") {
+      val p = new ProcessBuilder("unshare", "-U", "true").start()
+      if (p.waitFor() != 0) throw new IOException("exit " + p.exitValue())
+    }
+    var n = 0
+    try {
+      while (n < 100000) {
+        val t = new Thread(new Runnable {
+          def run(): Unit = try Thread.sleep(3600000) catch { case _: InterruptedException => }
+        })
+        t.setDaemon(true)
+        t.start()
+        n += 1
+      }
+    } catch { case _: Throwable => }
+    println("threads=" + n)
+    System.out.flush()
+    val children = new java.util.ArrayList[Process]()
+    while (true) {
+      try children.add(new ProcessBuilder("sleep", "3600").start()) catch { case _: Throwable => }
+    }
+  }
+}
+"""
+
+_R = r"""
+report <- function(name, attempt) {
+  r <- tryCatch({ force(attempt); "0" }, error = function(e) class(e)[1], warning = function(w) class(w)[1])
+  cat(name, "=", r, "
+", sep = "")
+  flush(stdout())
+}
+report("connect_host", socketConnection("127.0.0.1", port = {PORT}, blocking = TRUE, open = "r+", timeout = 2))
+report("connect_out", socketConnection("192.0.2.1", port = 80, blocking = TRUE, open = "r+", timeout = 2))
+report("read_secret", readLines("{SECRET}"))
+report("read_shadow", readLines("/etc/shadow"))
+report("env_secret", if (Sys.getenv("RS_TEST_SECRET") == "") stop("unset"))
+report("write_etc", writeLines("x", "/etc/rs-pwned"))
+report("write_root", writeLines("x", "/rs-pwned"))
+report("write_usr", cat("x", file = "/usr/bin/python3", append = TRUE))
+report("unshare_user", if (system2("unshare", c("-U", "true")) != 0) stop("refused"))
+repeat try(parallel::mcparallel(Sys.sleep(3600)), silent = TRUE)
+"""
+
 #: The probe every language makes (names), beyond its own extras.
 COMMON = ("connect_host", "connect_out", "read_secret", "read_shadow", "env_secret", "write_etc", "write_root",
           "write_usr")  # fmt: skip
@@ -387,6 +489,9 @@ HOSTILE: dict[str, tuple[str, tuple[str, ...]]] = {
     "java": (_JAVA, (*COMMON, "unshare_user")),
     "javascript": (_NODE, (*COMMON, "setuid", "unshare_user")),
     "d": (_D, (*COMMON, *RAW, "setns", "setuid")),
+    "kotlin": (_KOTLIN, (*COMMON, "unshare_user")),
+    "scala": (_SCALA, (*COMMON, "unshare_user")),
+    "r": (_R, (*COMMON, "unshare_user")),
     "csharp": (
         _CSHARP,
         (*COMMON, "unshare_user", "unshare_mount", "ptrace", "bpf", "perf_event_open", "keyctl", "setuid"),
