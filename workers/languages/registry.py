@@ -196,7 +196,7 @@ _SPECS = (
     LanguageSpec("r", "extra", "main.R", ("Rscript", "main.R"), aliases=("R",)),
     LanguageSpec(
         "csharp", "extra", "Program.cs", ("mono", "main.exe"),
-        compile=("mcs", "-d:DEBUG", "-optimize+", "-nologo", "-out:main.exe", "Program.cs", "rs_assert.cs"),
+        compile=("mcs", "-d:DEBUG", "-optimize+", "-nowarn:105", "-out:main.exe", "Program.cs", "rs_assert.cs"),
         artifacts=("main.exe",), aliases=("cs", "c#"),
         support={"rs_assert.cs": _CS_ASSERT, "main.exe.config": _CS_CONFIG},
     ),
