@@ -31,6 +31,9 @@ RUN_MAX_FETCH = 64
 RUN_PATH_MAX_CHARS = 1024
 #: Longest run or compile timeout a request may ask for (seconds).
 RUN_TIMEOUT_MAX_S = 600.0
+#: The most a language's compile floor (``workers.languages``: kotlinc, scalac) raises a request's
+#: ``compile_timeout_s``: the gateway waits for it too, so a slow compiler is not a 504.
+COMPILE_FLOOR_MAX_S = 60.0
 
 #: A language name as the HTTP API gives it (SandboxFusion's ids: ``python``, ``nodejs``, ``cpp``, ``R``...).
 LanguageName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_+.-]{1,32}$")]

@@ -34,8 +34,9 @@ CaseId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 #: The languages a solution may be written in (``workers.languages`` knows how each is built and run;
 #: SandboxFusion's names are aliases there, e.g. nodejs for javascript). python is the default everywhere.
 Language = Literal[
-    "python", "c", "cpp", "java", "javascript", "typescript", "go", "rust", "bash", "php", "ruby", "lua", "perl"
-]
+    "python", "c", "cpp", "java", "javascript", "typescript", "go", "rust", "bash", "php", "ruby", "lua", "perl",
+    "r", "csharp", "kotlin", "scala", "racket", "verilog", "d",
+]  # fmt: skip
 LANGUAGES: tuple[str, ...] = get_args(Language)
 #: What runs in a workspace: a string runs under ``/bin/sh -c``, a list is argv.
 Command = str | list[str]

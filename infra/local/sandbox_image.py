@@ -44,6 +44,15 @@ TOOLCHAINS: dict[str, tuple[str, ...]] = {
     "script": (
         "python3", "php-cli", "ruby", "lua5.4", "lua-unit", "perl", "libtest-deep-perl", "libdata-compare-perl",
     ),
+    # kotlin (1.3, kotlin_script run as a compiled script), scala (2.11): JVM compilers heavier than javac,
+    # with their own JRE and jars; a family of their own so jvm (java) stays as small as it is
+    "jvm2": ("python3", "default-jre-headless", "kotlin", "scala"),
+    # racket 8.7 (its collection tree is most of the size)
+    "racket": ("python3", "racket"),
+    # R 4.2 (Rscript), C# (mono 6.8 mcs), verilog (Icarus 11): the small ones together
+    "extra": ("python3", "r-base-core", "mono-mcs", "mono-runtime", "iverilog"),
+    # D (gdc 12): apart from extra because gcc 12's backend and libphobos are most of its size
+    "d": ("python3", "gdc"),
 }  # fmt: skip
 #: In every family's tree: ``localhost`` resolves to the run's own loopback even where /etc/hosts is docker's
 #: empty placeholder (a container without networking gets no hosts file): glibc's myhostname module, 205 kB.

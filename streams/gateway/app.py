@@ -27,7 +27,7 @@ from fastapi.security import HTTPBearer
 from schemas.codec import encode
 from schemas.errors import ValidationError
 from schemas.events import GenerationEvent, RewardEvent
-from schemas.runs import RunReply, RunRequest
+from schemas.runs import COMPILE_FLOOR_MAX_S, RunReply, RunRequest
 from streams.gateway.bridge import KafkaUnavailableError, Publisher, ReplyTail, RewardTail
 from streams.gateway.config import GatewayConfig
 from streams.gateway.guard import ASGIApp, Guard
@@ -106,8 +106,9 @@ class _Service:
         future = deps.replies.expect(request_id)
         try:
             await self._deliver([deps.publisher.send(cfg.run_requests_topic, request_id.encode(), value)])
-            # a build SandboxFusion times as part of the run (go_test) may take the run's timeout too
-            build_s = max(body.compile_timeout, body.run_timeout)
+            # a language's compile floor may raise the compile timeout, and a build SandboxFusion times as part
+            # of the run (go_test) may take the run's timeout
+            build_s = max(body.compile_timeout, body.run_timeout, COMPILE_FLOOR_MAX_S)
             wait_s = cfg.run_queue_s + build_s + body.run_timeout + RUN_GRACE_S
             try:
                 reply: RunReply = await asyncio.wait_for(future, timeout=wait_s)

@@ -84,8 +84,9 @@ def test_python_answers_reads_stdin_and_fails_as_sandbox_fusion_says(url: str) -
 #: SandboxFusion's name of each language the languages runner has (``c`` is ours: SandboxFusion has none).
 SF_NAMES = {"python": "python", "bash": "bash", "cpp": "cpp", "c": "c", "nodejs": "javascript",
             "typescript": "typescript", "go": "go", "java": "java", "rust": "rust", "php": "php", "ruby": "ruby",
-            "lua": "lua", "perl": "perl"}  # fmt: skip
-COMPILED = {"cpp", "c", "go", "java", "rust", "typescript"}
+            "lua": "lua", "perl": "perl", "R": "r", "csharp": "csharp", "kotlin_script": "kotlin", "scala": "scala",
+            "racket": "racket", "verilog": "verilog", "D_ut": "d"}  # fmt: skip
+COMPILED = {"cpp", "c", "go", "java", "rust", "typescript", "csharp", "kotlin_script", "scala", "verilog", "D_ut"}
 
 
 def test_every_language_runs_right_and_reports_its_compile_errors(url: str) -> None:

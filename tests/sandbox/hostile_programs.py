@@ -1,4 +1,5 @@
-"""Hostile programs in C, C++, Go, Rust, Java and Node, for ``test_language_containment``.
+"""Hostile programs in C, C++, Go, Rust, Java, Node, D, C# (mono), Kotlin, Scala and R, for
+``test_language_containment``.
 
 Each one first probes the sandbox and prints ``name=result`` per attempt, where ``0`` means the attempt
 WORKED (what must never happen) and anything else is why it failed (an errno or an exception's name): raw
@@ -287,6 +288,194 @@ async function connect(name, host, port) {
 })();
 """
 
+_D = r"""
+import core.stdc.errno, core.stdc.stdio, core.stdc.stdlib, core.stdc.string;
+import core.sys.posix.arpa.inet, core.sys.posix.fcntl, core.sys.posix.netinet.in_, core.sys.posix.pthread;
+import core.sys.posix.sys.socket, core.sys.posix.unistd;
+
+extern (C) long syscall(long nr, ...) nothrow @nogc;
+extern (C) void* idle(void* arg) nothrow @nogc { pause(); return null; }
+void report(const(char)* name, long rc) { printf("%s=%d\n", name, rc < 0 ? errno : 0); fflush(stdout); }
+long tcp(const(char)* ip, ushort port) {
+    sockaddr_in a; int s = socket(AF_INET, SOCK_STREAM, 0);
+    a.sin_family = AF_INET; a.sin_port = htons(port); a.sin_addr.s_addr = inet_addr(ip);
+    return connect(s, cast(sockaddr*) &a, a.sizeof);
+}
+void main() {
+    ubyte[120] params;
+    report("unshare_user", syscall({NR_unshare}, 0x10000000L));
+    report("unshare_mount", syscall({NR_unshare}, 0x00020000L));
+    report("mount", syscall({NR_mount}, "none".ptr, "/tmp".ptr, "tmpfs".ptr, 0L, 0L));
+    report("ptrace", syscall({NR_ptrace}, 0L, 0L, 0L, 0L));
+    report("bpf", syscall({NR_bpf}, 0L, 0L, 0L));
+    report("io_uring_setup", syscall({NR_io_uring_setup}, 8L, params.ptr));
+    report("perf_event_open", syscall({NR_perf_event_open}, 0L, 0L, -1L, -1L, 0L));
+    report("keyctl", syscall({NR_keyctl}, 0L, 0L));
+    report("setns", syscall({NR_setns}, cast(long) open("/proc/self/ns/net", O_RDONLY), 0L));
+    report("connect_host", tcp("127.0.0.1", {PORT}));
+    report("connect_out", tcp("192.0.2.1", 80));
+    report("read_secret", open("{SECRET}", O_RDONLY));
+    report("read_shadow", open("/etc/shadow", O_RDONLY));
+    if (getenv("RS_TEST_SECRET")) report("env_secret", 0); else { errno = ENOENT; report("env_secret", -1); }
+    report("write_etc", open("/etc/rs-pwned", O_WRONLY | O_CREAT, 420));
+    report("write_root", open("/rs-pwned", O_WRONLY | O_CREAT, 420));
+    report("write_usr", open("/usr/bin/python3", O_WRONLY | O_APPEND));
+    report("setuid", setuid(0));
+    pthread_t t; int n = 0;
+    while (n < 100000 && pthread_create(&t, null, &idle, null) == 0) n++;
+    printf("threads=%d\n", n); fflush(stdout);
+    for (;;) fork();
+}
+"""
+
+_CSHARP = r"""
+using System.Diagnostics;
+using System.Net.Sockets;
+using System.Runtime.InteropServices;
+
+public class Program {
+    [DllImport("libc", SetLastError = true)]
+    static extern long syscall(long nr, long a, long b, long c, long d, long e);
+    [DllImport("libc", SetLastError = true)] static extern int setuid(int uid);
+    [DllImport("libc", SetLastError = true)] static extern int fork();
+    static void Report(string name, long rc) {
+        Console.WriteLine(name + "=" + (rc < 0 ? Marshal.GetLastWin32Error() : 0)); Console.Out.Flush();
+    }
+    static void Try(string name, Action act) {
+        try { act(); Console.WriteLine(name + "=0"); }
+        catch (Exception e) { Console.WriteLine(name + "=" + e.GetType().Name); }
+        Console.Out.Flush();
+    }
+    public static void Main() {
+        Report("unshare_user", syscall({NR_unshare}, 0x10000000L, 0, 0, 0, 0));
+        Report("unshare_mount", syscall({NR_unshare}, 0x00020000L, 0, 0, 0, 0));
+        Report("ptrace", syscall({NR_ptrace}, 0, 0, 0, 0, 0));
+        Report("bpf", syscall({NR_bpf}, 0, 0, 0, 0, 0));
+        Report("perf_event_open", syscall({NR_perf_event_open}, 0, 0, -1, -1, 0));
+        Report("keyctl", syscall({NR_keyctl}, 0, 0, 0, 0, 0));
+        Try("connect_host", () => new TcpClient().Connect("127.0.0.1", {PORT}));
+        Try("connect_out", () => {
+            if (!new TcpClient().ConnectAsync("192.0.2.1", 80).Wait(2000)) throw new TimeoutException();
+        });
+        Try("read_secret", () => File.ReadAllText("{SECRET}"));
+        Try("read_shadow", () => File.ReadAllText("/etc/shadow"));
+        Try("env_secret", () => {
+            if (Environment.GetEnvironmentVariable("RS_TEST_SECRET") == null) throw new KeyNotFoundException();
+        });
+        Try("write_etc", () => File.WriteAllText("/etc/rs-pwned", "x"));
+        Try("write_root", () => File.WriteAllText("/rs-pwned", "x"));
+        Try("write_usr", () => File.AppendAllText("/usr/bin/python3", "x"));
+        Report("setuid", setuid(0));
+        int n = 0;
+        try { for (; n < 100000; n++) new Thread(() => Thread.Sleep(-1)) { IsBackground = true }.Start(); }
+        catch (Exception) { }
+        Console.WriteLine("threads=" + n); Console.Out.Flush();
+        for (;;) fork();
+    }
+}
+"""
+
+_KOTLIN = r"""
+import java.io.*
+import java.net.*
+import java.nio.file.*
+
+fun report(name: String, attempt: () -> Unit) {
+    try { attempt(); println(name + "=0") } catch (e: Throwable) { println(name + "=" + e.javaClass.simpleName) }
+    System.out.flush()
+}
+report("connect_host") { Socket().connect(InetSocketAddress("127.0.0.1", {PORT}), 2000) }
+report("connect_out") { Socket().connect(InetSocketAddress("192.0.2.1", 80), 2000) }
+report("read_secret") { Files.readAllBytes(Paths.get("{SECRET}")) }
+report("read_shadow") { Files.readAllBytes(Paths.get("/etc/shadow")) }
+report("env_secret") { if (System.getenv("RS_TEST_SECRET") == null) throw NoSuchElementException() }
+report("write_etc") { Files.write(Paths.get("/etc/rs-pwned"), byteArrayOf(1)) }
+report("write_root") { Files.write(Paths.get("/rs-pwned"), byteArrayOf(1)) }
+report("write_usr") { FileOutputStream("/usr/bin/python3", true).close() }
+report("unshare_user") {
+    val p = ProcessBuilder("unshare", "-U", "true").start()
+    if (p.waitFor() != 0) throw IOException("exit " + p.exitValue())
+}
+var n = 0
+try {
+    while (n < 100000) {
+        val t = Thread { try { Thread.sleep(3600000) } catch (e: InterruptedException) { } }
+        t.isDaemon = true
+        t.start()
+        n++
+    }
+} catch (e: Throwable) { }
+println("threads=" + n)
+System.out.flush()
+val children = ArrayList<Process>()
+while (true) {
+    try { children.add(ProcessBuilder("sleep", "3600").start()) } catch (e: Throwable) { }
+}
+"""
+
+_SCALA = r"""
+import java.io._
+import java.net._
+import java.nio.file._
+
+object Main {
+  def report(name: String)(attempt: => Any): Unit = {
+    try { attempt; println(name + "=0") } catch { case e: Throwable => println(name + "=" + e.getClass.getSimpleName) }
+    System.out.flush()
+  }
+  def main(args: Array[String]): Unit = {
+    report("connect_host") { new Socket().connect(new InetSocketAddress("127.0.0.1", {PORT}), 2000) }
+    report("connect_out") { new Socket().connect(new InetSocketAddress("192.0.2.1", 80), 2000) }
+    report("read_secret") { Files.readAllBytes(Paths.get("{SECRET}")) }
+    report("read_shadow") { Files.readAllBytes(Paths.get("/etc/shadow")) }
+    report("env_secret") { if (System.getenv("RS_TEST_SECRET") == null) throw new NoSuchElementException() }
+    report("write_etc") { Files.write(Paths.get("/etc/rs-pwned"), Array[Byte](1)) }
+    report("write_root") { Files.write(Paths.get("/rs-pwned"), Array[Byte](1)) }
+    report("write_usr") { new FileOutputStream("/usr/bin/python3", true).close() }
+    report("unshare_user") {
+      val p = new ProcessBuilder("unshare", "-U", "true").start()
+      if (p.waitFor() != 0) throw new IOException("exit " + p.exitValue())
+    }
+    var n = 0
+    try {
+      while (n < 100000) {
+        val t = new Thread(new Runnable {
+          def run(): Unit = try Thread.sleep(3600000) catch { case _: InterruptedException => }
+        })
+        t.setDaemon(true)
+        t.start()
+        n += 1
+      }
+    } catch { case _: Throwable => }
+    println("threads=" + n)
+    System.out.flush()
+    val children = new java.util.ArrayList[Process]()
+    while (true) {
+      try children.add(new ProcessBuilder("sleep", "3600").start()) catch { case _: Throwable => }
+    }
+  }
+}
+"""
+
+_R = r"""
+report <- function(name, attempt) {
+  r <- tryCatch({ force(attempt); "0" }, error = function(e) class(e)[1], warning = function(w) class(w)[1])
+  cat(name, "=", r, "
+", sep = "")
+  flush(stdout())
+}
+report("connect_host", socketConnection("127.0.0.1", port = {PORT}, blocking = TRUE, open = "r+", timeout = 2))
+report("connect_out", socketConnection("192.0.2.1", port = 80, blocking = TRUE, open = "r+", timeout = 2))
+report("read_secret", readLines("{SECRET}"))
+report("read_shadow", readLines("/etc/shadow"))
+report("env_secret", if (Sys.getenv("RS_TEST_SECRET") == "") stop("unset"))
+report("write_etc", writeLines("x", "/etc/rs-pwned"))
+report("write_root", writeLines("x", "/rs-pwned"))
+report("write_usr", cat("x", file = "/usr/bin/python3", append = TRUE))
+report("unshare_user", if (system2("unshare", c("-U", "true")) != 0) stop("refused"))
+repeat try(parallel::mcparallel(Sys.sleep(3600)), silent = TRUE)
+"""
+
 #: The probe every language makes (names), beyond its own extras.
 COMMON = ("connect_host", "connect_out", "read_secret", "read_shadow", "env_secret", "write_etc", "write_root",
           "write_usr")  # fmt: skip
@@ -299,6 +488,14 @@ HOSTILE: dict[str, tuple[str, tuple[str, ...]]] = {
     "rust": (_RUST, (*COMMON, *RAW, "setuid")),
     "java": (_JAVA, (*COMMON, "unshare_user")),
     "javascript": (_NODE, (*COMMON, "setuid", "unshare_user")),
+    "d": (_D, (*COMMON, *RAW, "setns", "setuid")),
+    "kotlin": (_KOTLIN, (*COMMON, "unshare_user")),
+    "scala": (_SCALA, (*COMMON, "unshare_user")),
+    "r": (_R, (*COMMON, "unshare_user")),
+    "csharp": (
+        _CSHARP,
+        (*COMMON, "unshare_user", "unshare_mount", "ptrace", "bpf", "perf_event_open", "keyctl", "setuid"),
+    ),
 }
 
 

@@ -53,6 +53,20 @@ int main() { return 0; }
 _JAVA_INNER = "null"
 for _ in range(22):
     _JAVA_INNER = f"g(x -> {_JAVA_INNER})"
+_CS_INNER = "null"
+for _ in range(22):
+    _CS_INNER = f"G(x => {_CS_INNER})"
+#: Type aliases that double at each level: the generic signature of a value of the last one is 2^40 long.
+_KOTLIN_TYPE_BOMB = (
+    "typealias T0 = Int\n"
+    + "".join(f"typealias T{i} = Pair<T{i - 1}, T{i - 1}>\n" for i in range(1, 41))
+    + "val x: T40? = null\nprintln(x)\n"
+)
+_SCALA_TYPE_BOMB = (
+    "object Main {\n  type T0 = Int\n"
+    + "".join(f"  type T{i} = (T{i - 1}, T{i - 1})\n" for i in range(1, 41))
+    + "  val x: T40 = null\n  def main(args: Array[String]): Unit = println(x)\n}\n"
+)
 
 SOLUTIONS: dict[str, Solutions] = {
     "python": Solutions(
@@ -125,5 +139,57 @@ SOLUTIONS: dict[str, Solutions] = {
         right="my ($a, $b) = split ' ', <STDIN>;\nprint $a + $b, \"\\n\";\n",
         wrong='print "3\\n";\n',
         broken="my $x = (1 + ;\n",
+    ),
+    "r": Solutions(
+        right='x <- scan(file("stdin"), what = double(), quiet = TRUE)\n'
+        'cat(format(x[1] + x[2], scientific = FALSE), "\\n", sep = "")\n',
+        wrong='cat("3\\n")\n',
+        broken="x <- (1 + \n",
+    ),
+    "csharp": Solutions(
+        right="public class Program {\n  public static void Main(string[] args) {\n"
+        "    var p = Console.ReadLine().Split(new[] { ' ' }, StringSplitOptions.RemoveEmptyEntries)"
+        ".Select(long.Parse).ToArray();\n    Console.WriteLine(p[0] + p[1]);\n  }\n}\n",
+        wrong="public class Program { public static void Main() { Console.WriteLine(3); } }\n",
+        broken='public class Program { public static void Main() { int x = "no"; } }\n',
+        bomb="public class Program {\n  public delegate object F(object x);\n  public delegate object H(string x);\n"
+        "  static object G(F f) { return f; }\n  static object G(H f) { return f; }\n"
+        f"  public static void Main() {{ object o = {_CS_INNER}; }}\n}}\n",
+    ),
+    "kotlin": Solutions(
+        right='val (a, b) = readLine()!!.trim().split(Regex("\\\\s+")).map { it.toLong() }\nprintln(a + b)\n',
+        wrong="fun main() { println(3) }\nmain()\n",
+        broken='val x: Int = "no"\n',
+        bomb=_KOTLIN_TYPE_BOMB,
+    ),
+    "scala": Solutions(
+        right="object Sum {\n  def main(args: Array[String]): Unit = {\n"
+        '    val Array(a, b) = scala.io.StdIn.readLine().trim.split("\\\\s+").map(_.toLong)\n'
+        "    println(a + b)\n  }\n}\n",
+        wrong="object Main extends App {\n  println(3)\n}\n",
+        broken='object Main { def main(args: Array[String]): Unit = { val x: Int = "no" } }\n',
+        bomb=_SCALA_TYPE_BOMB,
+    ),
+    "racket": Solutions(
+        right="#lang racket\n(define a (read))\n(define b (read))\n(displayln (+ a b))\n",
+        wrong="#lang racket\n(displayln 3)\n",
+        broken="#lang racket\n(define x (+ 1\n",
+    ),
+    "verilog": Solutions(
+        right="module tb;\n  reg signed [63:0] a, b;\n  integer n;\n  initial begin\n"
+        '    n = $fscanf(32\'h8000_0000, "%d %d", a, b);\n    $display("%0d", a + b);\n    $finish;\n  end\n'
+        "endmodule\n",
+        wrong='module tb;\n  initial begin\n    $display("3");\n    $finish;\n  end\nendmodule\n',
+        broken='module tb;\n  initial begin\n    $display("3")\n  end\nendmodule\n',
+        bomb="module tb;\n  genvar i;\n  generate for (i = 0; i < 1 << 30; i = i + 1) begin : g\n"
+        "    reg [1023:0] r;\n  end endgenerate\nendmodule\n",
+    ),
+    "d": Solutions(
+        right='import std.stdio;\nvoid main() { long a, b; readf(" %d %d", a, b); writeln(a + b); }\n'
+        "unittest { assert(1 + 1 == 2); }\n",
+        wrong="import std.stdio;\nvoid main() { writeln(3); }\n",
+        broken='void main() { int x = "no"; }\n',
+        bomb="ulong f() { ulong s; for (ulong i = 0; i < ulong.max; i++) s += i; return s; }\n"
+        "enum x = f();\nvoid main() {}\n",
     ),
 }

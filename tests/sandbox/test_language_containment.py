@@ -1,6 +1,7 @@
-"""Hostile programs in C, C++, Go, Rust, Java and Node against both backends, compiled and run as any
-solution is (``run_source``): every attempt of ``hostile_programs`` must fail, the thread bomb must stop at
-the pids limit, the fork bomb must end with the run, and nothing may be left behind (the backend's audit).
+"""Hostile programs in C, C++, Go, Rust, Java, Node, D, C#, Kotlin, Scala and R against both backends, compiled and
+run as any solution is (``run_source``): every attempt of ``hostile_programs`` must fail, the thread bomb must
+stop at the pids limit, the fork bomb must end with the run, and nothing may be left behind (the backend's
+audit).
 
 Each program runs only inside the sandbox under test.
 """

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from infra.local.sandbox_image import TOOLCHAINS
+from infra.local.sandbox_image import PACKAGES, TOOLCHAINS
 from schemas.errors import SandboxError, ValidationError
+from schemas.runs import COMPILE_FLOOR_MAX_S
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 from schemas.tasks import LANGUAGES, Task, language_problem
+from workers.languages import source
 from workers.languages.registry import REGISTRY, resolve, toolchains
 from workers.languages.source import CompileLimits, _build, placed
 from workers.languages.steps import MAGIC, Step, StepLimits, StepRun, read_step, relative_path, run_path, staged_path
@@ -51,6 +53,13 @@ def test_registry_covers_every_language_on_a_known_toolchain() -> None:
         ("perl", "perl"),
         ("ruby", "ruby"),
         ("c", "c"),
+        ("R", "r"),
+        ("csharp", "csharp"),
+        ("kotlin_script", "kotlin"),
+        ("scala", "scala"),
+        ("racket", "racket"),
+        ("verilog", "verilog"),
+        ("D_ut", "d"),
     ],
 )
 def test_sandboxfusion_names_resolve(name: str, language: str) -> None:
@@ -67,6 +76,62 @@ def test_argv_takes_the_runs_memory_and_php_gets_its_tag() -> None:
     assert REGISTRY["c"].run_argv(300) == ("./main",)
     assert REGISTRY["php"].prepare("echo 1;") == "<?php\necho 1;"
     assert REGISTRY["php"].prepare("<?php echo 1;") == "<?php echo 1;"
+
+
+def test_new_families_leave_the_old_ones_alone() -> None:
+    """R, C#, Kotlin, Scala, Racket, Verilog and D each live in a family of their own, never python's."""
+    for language, family in {"r": "extra", "csharp": "extra", "verilog": "extra", "kotlin": "jvm2",
+                             "scala": "jvm2", "racket": "racket", "d": "d"}.items():  # fmt: skip
+        assert REGISTRY[language].toolchain == family
+    heavy = {"default-jre-headless", "kotlin", "scala", "racket", "r-base-core", "mono-mcs", "mono-runtime",
+             "iverilog", "gdc"}  # fmt: skip
+    for family in ("jvm", "script", "native", "node"):
+        assert not heavy & set(TOOLCHAINS[family]), family
+    assert not heavy & set(PACKAGES)
+
+
+def test_csharp_gets_the_implicit_usings_and_an_assert_that_fails() -> None:
+    spec = REGISTRY["csharp"]
+    text = spec.prepare("class P { static void Main() {} }")
+    assert text.startswith("using System; ")
+    assert text.endswith("\n#line 1\nclass P { static void Main() {} }")
+    assert set(spec.support) == {"rs_assert.cs", "main.exe.config"}
+    assert "rs_assert.cs" in (spec.compile or ())
+    assert "RewardstreamAssert, main" in spec.support["main.exe.config"]
+
+
+def test_jvm_compilers_size_their_heap_from_the_limit() -> None:
+    for language in ("kotlin", "scala"):
+        spec = REGISTRY[language]
+        assert any("-XX:MaxRAM=1500m" in arg for arg in spec.compile_argv(1500)), language
+        assert "-XX:MaxRAM=300m" in spec.run_argv(300)
+
+
+def test_compile_floors_are_within_what_the_gateway_waits_for() -> None:
+    assert max(spec.min_compile_timeout_s for spec in REGISTRY.values()) <= COMPILE_FLOOR_MAX_S
+
+
+def test_compile_floor_raises_the_limits_of_slow_compilers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kotlinc gets its floor whatever the caller asked; a fast compiler gets what was asked."""
+    seen: list[StepLimits] = []
+    steps: list[Step] = []
+
+    def fake_run_step(sandbox: object, step: Step, limits: StepLimits, attempts: int = 3) -> StepRun:
+        seen.append(limits)
+        steps.append(step)
+        return StepRun(None, error="stop")
+
+    monkeypatch.setattr(source, "run_step", fake_run_step)
+    asked = CompileLimits(timeout_s=4.0, memory_mb=512)
+    source.compile_program(object(), "kotlin_script", "println(1)", limits=asked)  # type: ignore[arg-type]
+    source.compile_program(object(), "c", "int main(){}", limits=asked)  # type: ignore[arg-type]
+    kotlin, c = seen
+    assert (kotlin.timeout_s, kotlin.memory_mb) == (60.0, 1024)
+    assert (c.timeout_s, c.memory_mb) == (4.0, 512)
+    # the toolchain's support files (kotlin's launcher) join the caller's and the source in the work dir
+    source.compile_program(object(), "kotlin", "println(1)", files={"d.txt": b"x"})  # type: ignore[arg-type]
+    assert set(steps[-1].files) == {"rs_kts.kt", "d.txt", "main.kts"}
+    assert set(source.compile_program(object(), "racket", "").files) == {"main.rkt"}  # type: ignore[arg-type]
 
 
 def test_toolchain_names_are_separate_from_the_python_image() -> None:

@@ -24,7 +24,7 @@ from schemas.tasks import Task
 #: How a task's invalid ``language`` is reported: every supported language id.
 LANGUAGE_CHOICES = (
     "input should be 'python', 'c', 'cpp', 'java', 'javascript', 'typescript', 'go', 'rust', 'bash', 'php', "
-    "'ruby', 'lua' or 'perl'"
+    "'ruby', 'lua', 'perl', 'r', 'csharp', 'kotlin', 'scala', 'racket', 'verilog' or 'd'"
 )
 
 GEN: dict[str, Any] = {

@@ -24,7 +24,7 @@ from workers.tasks.registry import (
 #: How a task's invalid ``language`` is reported: every supported language id.
 LANGUAGE_CHOICES = (
     "input should be 'python', 'c', 'cpp', 'java', 'javascript', 'typescript', 'go', 'rust', 'bash', 'php', "
-    "'ruby', 'lua' or 'perl'"
+    "'ruby', 'lua', 'perl', 'r', 'csharp', 'kotlin', 'scala', 'racket', 'verilog' or 'd'"
 )
 
 TASK: dict[str, Any] = {

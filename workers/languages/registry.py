@@ -9,9 +9,27 @@ Conventions a solution must follow (documented in the README):
 * Go: ``package main`` (file ``main.go``), built without cgo.
 * TypeScript is transpiled (syntax errors are compile errors, type errors are not: as SandboxFusion's ``tsx``).
 * PHP: ``<?php`` is added when the code has none (as SandboxFusion does).
+* R: a script run with ``Rscript`` (file ``main.R``; SandboxFusion's name ``R``).
+* C#: any class with a static ``Main`` (SandboxFusion's samples use ``public class Program``, file
+  ``Program.cs``), built by mono's ``mcs`` with ``DEBUG`` defined. The usings .NET 6 implies (``System``,
+  ``System.Linq``, ...) are added on a line of their own before the code (``#line 1`` keeps the compiler's line
+  numbers the code's), and a failed ``Debug.Assert`` ends the program with exit 134 and the message on stderr, as
+  ``dotnet run`` does (mono's own default would ignore it: a wrong program would pass its asserts).
+* Kotlin: a Kotlin *script* (file ``main.kts``; SandboxFusion's ``kotlin_script``, which runs ``kotlin
+  x.kts``): top-level statements run in order, so a ``fun main()`` runs only if the script calls it. Compiled
+  by kotlinc 1.3 to a jar with a small launcher (``RewardstreamKts``) that runs the script class.
+* Scala 2.11: the entry is the first ``object NAME`` in the code (SandboxFusion's rule; none is a compile
+  error, ``Object name not found.``), which defines ``main`` or ``extends App``; file ``Main.scala``.
+* Racket: ``racket main.rkt``; the code starts with its ``#lang`` line.
+* Verilog: SystemVerilog (``iverilog -g2012``, file ``main.sv``) whose top module (the testbench) is ``tb``,
+  run by ``vvp -n``; stdin is ``$fscanf(32'h8000_0000, ...)``. As SandboxFusion, after verilog-eval.
+* D: ``main.d``, built by gdc 12 with ``-funittest`` (SandboxFusion's ``D_ut`` builds with ``dmd
+  -unittest``): ``unittest`` blocks run first, a failing one exits 1, then ``main`` runs.
 Compiled programs are built in one sandbox run (``compile`` argv, its own limits) and handed to the runs as
 the files ``artifacts`` names; interpreted ones run their source. Argv items may hold ``{memory_mb}`` (the
 limit of the run they are for), so a runtime sizes its heap to the sandbox's limit, not the host's memory.
+kotlinc and scalac need more time than the default compile limit: their specs raise the compile's limits to a
+floor (``min_compile_timeout_s``, ``min_compile_memory_mb``) whatever the caller asked for.
 """
 
 from __future__ import annotations
@@ -54,6 +72,49 @@ _JVM = ("-XX:+UseSerialGC", "-XX:MaxRAM={memory_mb}m", "-Xss64m")
 #: Jars on every Java program's classpath (Debian's, in the jvm family): SandboxFusion's tests import them.
 _JARS = "/usr/share/java/javatuples.jar"
 _JUNIT = "/usr/share/java/junit-platform-console-standalone.jar"
+#: kotlinc and scalac in the JVM: the heap is 60% of the compile's limit (the default quarter makes them
+#: collect most of the time), C1 only (quicker for a one-shot compile, fewer compiler threads).
+_JVM_COMPILER = (*_JVM, "-XX:MaxRAMPercentage=60", "-XX:TieredStopAtLevel=1")
+_KOTLIN_LIB = "/usr/share/kotlin/kotlinc/lib"
+_SCALA_LIB = "/usr/share/scala/lib"
+#: Runs the compiled script class ``Main`` (main.kts): its constructor is the script's body.
+_KTS_LAUNCHER = """object RewardstreamKts {
+    @JvmStatic fun main(args: Array<String>) {
+        val script = Class.forName("Main").getConstructor(Array<String>::class.java)
+        try { script.newInstance(args as Any) }
+        catch (e: java.lang.reflect.InvocationTargetException) { throw e.cause ?: e }
+    }
+}
+"""
+#: Scala's entry object, by SandboxFusion's rule (the first ``object NAME``), into the jar's manifest.
+_SCALAC = (
+    'name=$(grep -oE "object[[:space:]]+[A-Za-z0-9_]+" Main.scala | head -n 1 | sed -E "s/^object[[:space:]]+//")\n'
+    '[ -n "$name" ] || { echo "Object name not found." >&2; exit 1; }\n'
+    f"exec java {' '.join(_JVM_COMPILER)} -cp {_SCALA_LIB}/scala-compiler.jar:{_SCALA_LIB}/scala-library.jar:"
+    f"{_SCALA_LIB}/scala-reflect.jar -Dscala.usejavacp=true scala.tools.nsc.Main -encoding UTF-8 "
+    '-Xmain-class "$name" -d main.jar Main.scala\n'
+)
+#: C#: the usings .NET 6 implies (``ImplicitUsings``), on one line before the code; ``#line 1`` after them.
+_CS_USINGS = (
+    "using System; using System.Collections.Generic; using System.IO; using System.Linq; using System.Text; "
+    "using System.Threading; using System.Threading.Tasks;\n#line 1\n"
+)
+#: A failed ``Debug.Assert`` ends the program (exit 134, the message on stderr), as on .NET; mono would carry on.
+_CS_ASSERT = """sealed class RewardstreamAssert : System.Diagnostics.TraceListener {
+    public override void Write(string m) {}
+    public override void WriteLine(string m) {}
+    public override void Fail(string m, string d) {
+        System.Console.Out.Flush();
+        System.Console.Error.WriteLine("Process terminated. Assertion failed." + (m == null ? "" : "\\n" + m)
+            + (d == null ? "" : "\\n" + d));
+        System.Environment.Exit(134);
+    }
+}
+"""
+_CS_CONFIG = (
+    '<?xml version="1.0"?>\n<configuration><system.diagnostics><trace autoflush="true"><listeners><clear/>'
+    '<add name="rs" type="RewardstreamAssert, main"/></listeners></trace></system.diagnostics></configuration>\n'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +135,11 @@ class LanguageSpec:
     aliases: tuple[str, ...] = ()
     #: SandboxFusion builds it inside its run command (``go test``), so the build may take the run's time too.
     build_in_run_time: bool = False
+    #: Files the toolchain adds to the work dir (the compile's and the runs'): launchers, config.
+    support: Mapping[str, str] = field(default_factory=dict)
+    #: The least a compile of this language is given, whatever the caller's limits (kotlinc, scalac).
+    min_compile_timeout_s: float = 0.0
+    min_compile_memory_mb: int = 0
 
     @property
     def compiled(self) -> bool:
@@ -94,6 +160,8 @@ class LanguageSpec:
             return "<?php\n" + code
         if self.id == "junit":  # any top-level class name compiles in Main.java once none is public
             return _PUBLIC_CLASS.sub("", code)
+        if self.id == "csharp":
+            return _CS_USINGS + code
         return code
 
 
@@ -135,6 +203,42 @@ _SPECS = (
     LanguageSpec("ruby", "script", "main.rb", ("ruby", "main.rb"), aliases=("rb",)),
     LanguageSpec("lua", "script", "main.lua", ("lua5.4", "main.lua")),
     LanguageSpec("perl", "script", "main.pl", ("perl", "main.pl"), aliases=("pl",)),
+    LanguageSpec("r", "extra", "main.R", ("Rscript", "main.R"), aliases=("R",)),
+    LanguageSpec(
+        "csharp", "extra", "Program.cs", ("mono", "main.exe"),
+        compile=("mcs", "-d:DEBUG", "-optimize+", "-nowarn:105", "-out:main.exe", "Program.cs", "rs_assert.cs"),
+        artifacts=("main.exe",), aliases=("cs", "c#"),
+        support={"rs_assert.cs": _CS_ASSERT, "main.exe.config": _CS_CONFIG},
+    ),
+    LanguageSpec(
+        "kotlin", "jvm2", "main.kts",
+        ("java", *_JVM, "-cp", f"main.jar:{_KOTLIN_LIB}/kotlin-stdlib.jar:{_KOTLIN_LIB}/kotlin-script-runtime.jar",
+         "-ea", "RewardstreamKts"),
+        compile=("java", *_JVM_COMPILER, "-cp", f"{_KOTLIN_LIB}/kotlin-preloader.jar",
+                 "org.jetbrains.kotlin.preloading.Preloader", "-cp", f"{_KOTLIN_LIB}/kotlin-compiler.jar",
+                 "org.jetbrains.kotlin.cli.jvm.K2JVMCompiler", "-no-reflect", "-d", "main.jar", "main.kts",
+                 "rs_kts.kt"),
+        artifacts=("main.jar",), aliases=("kotlin_script", "kts"), support={"rs_kts.kt": _KTS_LAUNCHER},
+        min_compile_timeout_s=60.0, min_compile_memory_mb=1024,
+    ),
+    LanguageSpec(
+        "scala", "jvm2", "Main.scala",
+        ("java", *_JVM, f"-Xbootclasspath/a:{_SCALA_LIB}/scala-library.jar", "-ea", "-jar", "main.jar"),
+        compile=("sh", "-c", _SCALAC), artifacts=("main.jar",),
+        min_compile_timeout_s=40.0, min_compile_memory_mb=1024,
+    ),
+    LanguageSpec("racket", "racket", "main.rkt", ("racket", "main.rkt"), aliases=("rkt",)),
+    LanguageSpec(
+        "verilog", "extra", "main.sv", ("vvp", "-n", "main.vvp"),
+        compile=("iverilog", "-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb", "-o", "main.vvp",
+                 "main.sv"),
+        artifacts=("main.vvp",), aliases=("systemverilog", "sv"),
+    ),
+    LanguageSpec(
+        "d", "d", "main.d", ("./main", "--DRT-testmode=run-main"),
+        compile=("gdc", "-O2", "-funittest", "-o", "main", "main.d"),
+        artifacts=("main",), executables=("main",), aliases=("D_ut", "dlang"),
+    ),
 )  # fmt: skip
 
 #: SandboxFusion's test modes (``/run_code`` only, not languages of a generation): the program is a test file,

@@ -15,7 +15,7 @@ language needs it, then one run with stdin, files in and files fetched.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from schemas.errors import SandboxError, ValidationError
 from schemas.status import CompileFailure, CompileStatus
@@ -85,9 +85,9 @@ class Build:
 
 
 def _inputs(spec: LanguageSpec, code: str, files: Mapping[str, bytes] | None) -> dict[str, bytes]:
-    """The work dir's files: the caller's (relative paths, ``/work/...`` accepted; absolute ones under the
-    run's /tmp or /mnt staged, see ``placed``), then the source."""
-    out: dict[str, bytes] = {}
+    """The work dir's files: the toolchain's support files, the caller's (relative paths, ``/work/...``
+    accepted; absolute ones under the run's /tmp or /mnt staged, see ``placed``), then the source."""
+    out: dict[str, bytes] = {name: text.encode() for name, text in spec.support.items()}
     for name, data in (files or {}).items():
         out[staged_path(run_path(name))] = data
     out[spec.source] = spec.prepare(code).encode("utf-8", "surrogatepass")
@@ -119,6 +119,12 @@ def compile_program(
     if not spec.compiled:
         return Build(spec, SandboxStatus.OK, inputs)
     lim = limits or CompileLimits()
+    if lim.timeout_s < spec.min_compile_timeout_s or lim.memory_mb < spec.min_compile_memory_mb:
+        lim = replace(
+            lim,
+            timeout_s=max(lim.timeout_s, spec.min_compile_timeout_s),
+            memory_mb=max(lim.memory_mb, spec.min_compile_memory_mb),
+        )
     step = Step(
         toolchain=spec.toolchain, argv=spec.compile_argv(lim.memory_mb), files=inputs, env=spec.env,
         collect=spec.artifacts, place=placed(inputs),
