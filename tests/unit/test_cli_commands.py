@@ -45,3 +45,13 @@ def test_help_and_unknown_commands_still_see_every_command() -> None:
             assert "No such command" in text, text
         else:
             assert all(name in text for name in COMMAND_MODULES), text
+
+
+def test_each_command_runs_under_its_own_name_when_only_its_module_is_loaded() -> None:
+    for name in ("grade", "demo", "up", "tasks"):
+        result = subprocess.run(
+            [sys.executable, "-m", "rewardstream", name, "--help"], capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"rewardstream {name} [OPTIONS]" in " ".join(result.stdout.split()), result.stdout
