@@ -72,6 +72,7 @@ from workers.grading.suites import (
 from workers.languages.registry import LanguageSpec, resolve
 from workers.languages.source import Build, CompileLimits, compile_program
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
+from workers.sandbox.common import error_result
 
 #: What a grading run reports is defined in ``workers.grading.results``; importers take it from here too.
 __all__ = [
@@ -147,20 +148,7 @@ class GraderConfig:
 
 def _error_result(exc: Exception, backend: str) -> SandboxResult:
     """A backend that raised instead of returning is an infrastructure failure like any other."""
-    return SandboxResult(
-        status=SandboxStatus.SANDBOX_ERROR,
-        exit_code=None,
-        signal=None,
-        stdout=b"",
-        stderr=b"",
-        stdout_truncated=False,
-        stderr_truncated=False,
-        wall_ms=0.0,
-        cpu_ms=0.0,
-        max_rss_kb=0,
-        backend=backend,
-        error=fit(SandboxRun, "error", f"{type(exc).__name__}: {exc}"),
-    )
+    return error_result(backend, fit(SandboxRun, "error", f"{type(exc).__name__}: {exc}"))
 
 
 class Grader:
