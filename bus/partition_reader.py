@@ -5,13 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.clients import make_reader
 from schemas.errors import KafkaError
 
 #: (offset, key, value) of one record; value None is a tombstone.
 Record = tuple[int, bytes | None, bytes | None]
+
+#: What a partition answers while its leader is still being elected (a topic created a moment ago, a broker
+#: restarting): the broker's own "try again", never a reason to fail a restore.
+_NO_LEADER_YET = frozenset({LibKafkaError.NOT_LEADER_FOR_PARTITION, LibKafkaError.LEADER_NOT_AVAILABLE})
 
 
 def read_to_end(
@@ -25,13 +30,13 @@ def read_to_end(
     consumer = make_reader(client_config, group)
     try:
         tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        deadline = time.monotonic() + timeout_s
+        low, high = watermarks(consumer, tp, deadline)
         begin = max(start, low)
         if begin >= high:
             return [], max(high, start)
         consumer.assign([TopicPartition(topic, partition, begin)])
         found: list[Record] = []
-        deadline = time.monotonic() + timeout_s
         while True:
             for msg in consumer.consume(1000, timeout=0.5):
                 if msg.error() is not None:
@@ -48,3 +53,21 @@ def read_to_end(
         raise KafkaError(f"reading {topic}[{partition}] failed: {exc}", topic=topic) from exc
     finally:
         consumer.close()
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """The partition's (low, high) offsets; while it has no leader yet, asked again with backoff until
+    ``deadline`` (the last answer raises)."""
+    backoff = 0.05
+    while True:
+        left = max(deadline - time.monotonic(), 0.001)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=left, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            leaderless = isinstance(error, LibKafkaError) and error.code() in _NO_LEADER_YET
+            if not leaderless or time.monotonic() + backoff > deadline:
+                raise
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 1.0)
