@@ -8,6 +8,7 @@ it had not committed). /metrics serves dead letters by reason, like the workers'
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -86,7 +87,11 @@ def run(
     server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
     where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
     if engine is Engine.kafka:
+        import faulthandler
+
         from streams.reward.kafka_engine import EngineOptions, RewardEngine, run_engine
+
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # SREs: stacks of a stuck processor
 
         options_ = EngineOptions(
             app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards, crash_attempts=settings.crash_attempts
