@@ -17,6 +17,20 @@ if TYPE_CHECKING:
 # does not import them.
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test on an episode pipeline (``episode_env.Stack``) reports where its rewards stopped: the
+    worker's and the processors' logs, taken while they still run (before the fixtures' teardown)."""
+    report = yield
+    if report.failed and report.when in ("setup", "call"):
+        from tests.integration.episode_env import Stack
+
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, Stack):
+                report.sections.append(("episode pipeline diagnostics", value.diagnostics()))
+    return report
+
+
 @pytest.fixture(scope="module")
 def process_sandbox() -> Iterator[Sandbox]:
     """One process sandbox a module (skipped, or failed under CI, when it cannot start)."""

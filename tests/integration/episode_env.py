@@ -24,7 +24,7 @@ from bus.metrics import WorkerMetrics
 from schemas.settings import Settings
 from schemas.tasks import Task
 from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
-from tests.integration.reward_env import reward_env
+from tests.integration.reward_env import RewardEnv, reward_env
 from workers.loop_config import WorkerStats
 from workers.roles.episode_worker import build_episode_worker, clock_topic, state_changelog
 from workers.roles.service import Dependencies
@@ -37,9 +37,18 @@ class Stack:
     settings: Settings
     env: dict[str, str]
     logs: Path
+    reward: RewardEnv
+    worker: subprocess.Popen[bytes] | None = None
 
     def worker_logs(self) -> str:
         return self.logs.read_text(errors="replace")[-6000:]
+
+    def diagnostics(self) -> str:
+        """Where an episode's reward stopped: the logs of the episode worker and of the reward processors (with
+        their task stacks, asked for now), and how often a processor was restarted."""
+        if self.worker is not None and self.worker.poll() is None:
+            self.worker.send_signal(signal.SIGUSR1)  # its threads' stacks, to its log (faulthandler)
+        return f"reward processor restarts: {self.reward.restarts}\n{self.reward.diagnose()}"
 
 
 @contextmanager
@@ -79,9 +88,11 @@ def episode_stack(
                     [sys.executable, "-m", "rewardstream", "worker", "episode", "--concurrency", str(concurrency)],
                     env=child_env, stdout=out, stderr=subprocess.STDOUT,
                 )  # fmt: skip
+        stack = Stack(settings, child_env, logs, env, worker)
         try:
             env.start()
-            yield Stack(settings, child_env, logs)
+            with env.supervised():  # as ``up --pipeline`` does: a processor that stops itself (code 70) restarts
+                yield stack
             assert worker is None or worker.poll() is None, logs.read_text(errors="replace")[-6000:]
         finally:
             if worker is not None:

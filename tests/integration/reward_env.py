@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -100,6 +101,23 @@ class RewardEnv:
                 self.restarts += 1
                 self.start(policy, tag, kill_after, engine)
 
+    @contextmanager
+    def supervised(self) -> Iterator[None]:
+        """``supervise`` every half second in a thread until the block ends: for tests whose waits do not."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(0.5):
+                self.supervise()
+
+        thread = threading.Thread(target=loop, name="processor-supervisor", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+
     def live(self, tag: str = "p") -> subprocess.Popen[bytes]:
         """The running processor started as ``tag``: after a restart code 70 it is the supervisor's new one, not
         the process the test started (crash-only recovery is the design; the test's SIGKILL must hit the live one)."""
@@ -110,8 +128,8 @@ class RewardEnv:
 
     def logs(self, tail: int | None = 6000) -> str:
         """The processors' output (each file's last ``tail`` characters; None: all of it)."""
-        texts = (p.read_text(errors="replace") for p in sorted(self.tmp.glob("*.log")))
-        return "\n".join(t if tail is None else t[-tail:] for t in texts)
+        texts = ((p.name, p.read_text(errors="replace")) for p in sorted(self.tmp.glob("*.log")))
+        return "\n".join(f"==> {name} <==\n{t if tail is None else t[-tail:]}" for name, t in texts)
 
     def diagnose(self) -> str:
         """Ask live processors to log every task's stack (SIGUSR1), then return all logs."""

@@ -12,7 +12,6 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -122,27 +121,13 @@ def pipeline(
                     argv, cwd=REPO, env=worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
                 )
             env.procs.append(proc)
-        stop = threading.Event()
-        watcher = threading.Thread(target=_supervise, args=(env, stop), name="processor-supervisor", daemon=True)
-        watcher.start()
         settings = Settings(
             topic_prefix=env.prefix,
             topic_partitions=PARTITIONS,
             opensearch_index_prefix=index_prefix or "unused",
         )
-        try:
+        with env.supervised():
             yield Pipeline(env, settings, worker_env)
-        finally:
-            stop.set()
-            watcher.join(timeout=10)
-
-
-def _supervise(env: RewardEnv, stop: threading.Event) -> None:
-    """Restart the reward processor when it exits (it exits with code 70 on a stall, expecting a supervisor)."""
-    current = env.procs[0]
-    while not stop.wait(0.5):
-        if current.poll() is not None:
-            current = env.start(tag="processor")
 
 
 def trainer_main(argv: list[str]) -> None:
