@@ -28,6 +28,8 @@ pytestmark = pytest.mark.sandbox
 BACKENDS = ("process", "docker")
 #: Tight compile limits for the bombs: what stops them is the compile step's own limits.
 BOMB_LIMITS = CompileLimits(timeout_s=4.0, memory_mb=512)
+#: How ``run_source`` says the compile step's limits stopped the compiler.
+STOPPED_BY_LIMITS = ("compile_timeout: the compiler ran past its", "compile_error: the compiler ran out of its")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -91,6 +93,11 @@ def test_graded_right(backend: Sandbox, policy: Policy, language: str) -> None:
         )
         assert bomb.status == "fail", bomb.to_json()
         assert bomb.result.run.status in ("compile_error", "compile_timeout"), bomb.to_json()
+        if solutions.bomb_crash is None:  # the compile step's limits stopped it, not a plain compile error
+            assert (bomb.result.run.error or "").startswith(STOPPED_BY_LIMITS), bomb.to_json()
+        else:
+            assert bomb.result.compile is not None
+            assert solutions.bomb_crash.encode() in bomb.result.compile.output.stderr, bomb.to_json()
         assert bomb.reward == 0.0
         assert bomb.result.infra_error is None
         # kotlinc and scalac get their floor (``min_compile_timeout_s``) whatever the limits say
