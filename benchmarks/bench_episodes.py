@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.latency import summary, timed
 from bus.admin import delete_topics, ensure_topics
 from schemas.settings import Settings
 from schemas.status import SandboxStatus
@@ -65,21 +66,6 @@ def task(max_turns: int) -> Task:
         "episode": {"max_turns": max_turns, "step_timeout_s": 10, "idle_timeout_s": 600},
         "hidden_tests": {"kind": "call", "cases": [{"id": "h0", "args": [], "expected": 1}]},
     })  # fmt: skip
-
-
-def summary(ms: list[float]) -> dict[str, float]:
-    ordered = sorted(ms)
-    return {
-        "p50": round(statistics.median(ordered), 2),
-        "p99": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
-        "n": len(ordered),
-    }
-
-
-def timed(call: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    call()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def metrics_url(logs: Path, timeout_s: float = 60.0) -> str:

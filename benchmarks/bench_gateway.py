@@ -22,13 +22,12 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 import requests
 
+from benchmarks.latency import summary, timed
 from bus.admin import delete_topics, ensure_topics
 from schemas.settings import Settings
 from schemas.topics import catalog
@@ -45,21 +45,6 @@ from workers.sandbox.factory import make_sandbox
 
 PARTITIONS = 6
 PROGRAM = "print(1)"
-
-
-def summary(ms: list[float]) -> dict[str, float]:
-    ordered = sorted(ms)
-    return {
-        "p50": round(statistics.median(ordered), 2),
-        "p99": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
-        "n": len(ordered),
-    }
-
-
-def timed(call: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    call()
-    return (time.perf_counter() - t0) * 1e3
 
 
 def via_gateway(session: requests.Session, url: str) -> None:
