@@ -14,9 +14,9 @@ from schemas.errors import KafkaError
 #: (offset, key, value) of one record; value None is a tombstone.
 Record = tuple[int, bytes | None, bytes | None]
 
-#: What a partition answers while its leader is still being elected (a topic created a moment ago, a broker
-#: restarting): the broker's own "try again", never a reason to fail a restore.
-_NO_LEADER_YET = frozenset({LibKafkaError.NOT_LEADER_FOR_PARTITION, LibKafkaError.LEADER_NOT_AVAILABLE})
+#: What a topic says for a while after it was created or its leader moved: asked again, not an error.
+SETTLING = frozenset({LibKafkaError.NOT_LEADER_FOR_PARTITION, LibKafkaError.LEADER_NOT_AVAILABLE,
+                      LibKafkaError.UNKNOWN_TOPIC_OR_PART})  # fmt: skip
 
 
 def read_to_end(
@@ -31,7 +31,7 @@ def read_to_end(
     try:
         tp = TopicPartition(topic, partition)
         deadline = time.monotonic() + timeout_s
-        low, high = watermarks(consumer, tp, deadline)
+        low, high = settled_watermarks(consumer, tp, deadline)
         begin = max(start, low)
         if begin >= high:
             return [], max(high, start)
@@ -55,19 +55,16 @@ def read_to_end(
         consumer.close()
 
 
-def watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
-    """The partition's (low, high) offsets; while it has no leader yet, asked again with backoff until
-    ``deadline`` (the last answer raises)."""
-    backoff = 0.05
+def settled_watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """``tp``'s (low, high) offsets. While its leader is still settling (a topic created a moment ago, a broker
+    failing over) it is asked again until ``deadline``; then, or for any other error, the error raises."""
     while True:
-        left = max(deadline - time.monotonic(), 0.001)
         try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=left, cached=False)
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()), cached=False)
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            leaderless = isinstance(error, LibKafkaError) and error.code() in _NO_LEADER_YET
-            if not leaderless or time.monotonic() + backoff > deadline:
+            settling = isinstance(error, LibKafkaError) and (error.code() in SETTLING or error.retriable())
+            if not settling or time.monotonic() >= deadline:
                 raise
-        time.sleep(backoff)
-        backoff = min(backoff * 2, 1.0)
+        time.sleep(0.1)

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka import KafkaError as KafkaErrorCode
 
 from bus.clients import make_reader
+from bus.partition_reader import settled_watermarks
 from schemas.errors import KafkaError
 
 #: A read fails when no partition made progress for this long (a stuck broker, not a big topic).
@@ -50,11 +50,6 @@ def partitions(config: Mapping[str, str], topic: str, timeout_s: float = 30.0) -
         consumer.close()
 
 
-#: What a topic says for a while after it was created or its leader moved: asked again, not an error.
-_SETTLING = frozenset({KafkaErrorCode.NOT_LEADER_FOR_PARTITION, KafkaErrorCode.LEADER_NOT_AVAILABLE,
-                       KafkaErrorCode.UNKNOWN_TOPIC_OR_PART})  # fmt: skip
-
-
 def watermarks(config: Mapping[str, str], topic: str, timeout_s: float = 30.0) -> dict[int, tuple[int, int]]:
     """partition -> (low, high) watermark offsets now. A partition whose leader is still settling (a topic
     just created, a broker failing over) is asked again until ``timeout_s``."""
@@ -62,24 +57,11 @@ def watermarks(config: Mapping[str, str], topic: str, timeout_s: float = 30.0) -
     ids = partitions(config, topic, timeout_s)
     consumer = scan_consumer(config)
     try:
-        return {p: _watermark(consumer, TopicPartition(topic, p), deadline) for p in ids}
+        return {p: settled_watermarks(consumer, TopicPartition(topic, p), deadline) for p in ids}
     except KafkaException as exc:
         raise KafkaError(f"reading watermarks of {topic} failed: {exc}", topic=topic) from exc
     finally:
         consumer.close()
-
-
-def _watermark(consumer: Consumer, partition: TopicPartition, deadline: float) -> tuple[int, int]:
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(partition, timeout=max(0.1, deadline - time.monotonic()))
-            return low, high
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            settling = isinstance(error, KafkaErrorCode) and (error.code() in _SETTLING or error.retriable())
-            if not settling or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)
 
 
 def offsets_for_time(
