@@ -25,12 +25,14 @@ import contextlib
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bus.errors import from_exception
+from bus.partition_reader import settled_watermarks
 from schemas.errors import RewardstreamError
 
 log = logging.getLogger(__name__)
@@ -178,7 +180,7 @@ def start_marks(
         offset = tp.offset
         if offset < 0:
             try:
-                offset, _high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+                offset, _high = settled_watermarks(consumer, tp, time.monotonic() + timeout_s)
             except KafkaException as exc:
                 log.warning("%s: crash guard off for %s[%d]: %s", guard.component, tp.topic, tp.partition,
                             from_exception("log start", exc))  # fmt: skip
