@@ -60,7 +60,8 @@ def pipeline_with_artifacts(
                         start_new_session=True,
                     )
                 )
-        yield env, worker_env
+        with env.supervised():  # as `up --pipeline` does: a processor that stops itself restarts
+            yield env, worker_env
 
 
 def test_explain_tells_the_whole_story_of_a_submitted_generation(  # noqa: PLR0917 - fixtures
