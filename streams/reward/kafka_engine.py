@@ -52,7 +52,7 @@ from schemas.topics import catalog_for, topic_for
 from streams.reward.join import JoinState, emitted
 from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
-from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
+from streams.reward.processor import RESTART_EXIT_CODE, InputEnds, RewardProcessor, Topics
 
 log = logging.getLogger("rewardstream.rewards")
 
@@ -201,7 +201,7 @@ class _Outputs:
     async def send_log(self, key: bytes, value: bytes) -> None:
         self._stage.produce(self._names["logs"], key, value)
 
-    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
         inputs = [self._names[r] for r in ("executions", "verdicts", "judgements")]
         return await asyncio.to_thread(
             settled_inputs, self._liveness, self._options.app_id, inputs, partitions, processed

@@ -21,6 +21,7 @@ from bus.clients import make_reader
 from schemas.errors import KafkaError
 from schemas.settings import Settings
 from schemas.topics import WRITER_ROLE, catalog_for, group_for, topic_for
+from streams.reward.processor import InputEnds
 from streams.reward.rewards_log import idle_partitions
 
 
@@ -116,11 +117,13 @@ def settled_inputs(
     inputs: list[str],
     partitions: set[int],
     processed: Mapping[tuple[str, int], int],
-) -> set[tuple[str, int]]:
-    """The input (topic, partition)s ``group_id`` has read to the end whose writer is not still coming.
+) -> InputEnds:
+    """The input (topic, partition)s ``group_id`` has read to the end, and of those the ones whose writer is not
+    still coming.
 
     The writers are read first: a writer commits its results and its progress in one transaction, so one with
     nothing left here before the ends are read has every result of it below those ends (read the other way
     round, a verdict committed between the two reads would be given up as missing)."""
     working = liveness.working({(topic, p) for topic in inputs for p in partitions})
-    return idle_partitions(liveness.client_config, group_id, inputs, partitions, processed=processed) - working
+    read, ends = idle_partitions(liveness.client_config, group_id, inputs, partitions, processed=processed)
+    return InputEnds(read=frozenset(read), settled=frozenset(read) - working, ends=ends)

@@ -19,7 +19,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from schemas.caps import fit
@@ -55,6 +55,8 @@ _MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore
     "verdicts": HiddenVerdict,
     "judgements": JudgeScore,
 }
+#: The input role that carries each part.
+_ROLE_OF_PART = {"execution": "executions", "verdict": "verdicts", "judgement": "judgements"}
 log = logging.getLogger("rewardstream.rewards")
 
 
@@ -80,9 +82,21 @@ class Outputs(Protocol):
     async def send_dlq(self, key: bytes | None, value: bytes) -> None: ...
     async def send_log(self, key: bytes, value: bytes) -> None: ...
 
-    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
-        """The input (topic, partition)s of ``partitions`` with nothing left to read (``processed``: last offsets)."""
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
+        """Where the input (topic, partition)s of ``partitions`` stand (``processed``: last offsets)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class InputEnds:
+    """Where inputs stand against their ends on the broker."""
+
+    #: Consumed to the end: nothing committed on them is left to process.
+    read: frozenset[tuple[str, int]]
+    #: Of ``read``, those whose writer is not still coming (``liveness``): their silence may count as "now".
+    settled: frozenset[tuple[str, int]]
+    #: The end (high watermark) of each input asked about; empty when the engine does not know them.
+    ends: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +145,9 @@ class RewardProcessor:
         self.worker = fit(LogRecord, "worker", f"{socket.gethostname()}:{os.getpid()}")
         self._topic_time: dict[tuple[str, int], float] = {}
         self.processed: dict[tuple[str, int], int] = {}
+        #: Late generation -> input -> the offset that input must be read to before the generation's missing part
+        #: on it may be given up (``_drained``); kept only while the generation is a deadline candidate.
+        self._drain_to: dict[str, dict[tuple[str, int], int]] = {}
         self.counts: dict[str, int] = {
             "rewards": 0,
             "dlq": 0,
@@ -205,13 +222,16 @@ class RewardProcessor:
         ]
         due: list[JoinState] = []
         now: dict[int, float] = {}
+        late = {s.generation_id for s in candidates}
+        self._drain_to = {g: targets for g, targets in self._drain_to.items() if g in late}
         if candidates:
-            idle = await self.outputs.caught_up({s.partition for s in candidates}, dict(self.processed))
+            ends = await self.outputs.caught_up({s.partition for s in candidates}, dict(self.processed))
+            idle = set(ends.settled)
             now = {
                 p: max(self._partition_time(p, 0.0, set()), self._partition_time(p, wall, idle))
                 for p in {s.partition for s in candidates}
             }
-            due = [s for s in candidates if now[s.partition] >= self._due_at(s)]
+            due = [s for s in candidates if now[s.partition] >= self._due_at(s) and self._drained(s, ends)]
             if len(due) < len(candidates):
                 lagging = sorted({tp for tp in self._inputs(candidates) if tp not in idle})
                 self.note_waiting(f"{len(candidates) - len(due)} generations past the deadline wait for {lagging}")
@@ -251,6 +271,22 @@ class RewardProcessor:
 
     def _inputs(self, states: list[JoinState]) -> set[tuple[str, int]]:
         return {(topic, s.partition) for s in states for topic in self.topics.roles}
+
+    def _inputs_of_missing(self, state: JoinState) -> set[tuple[str, int]]:
+        """The inputs that would carry the parts ``state`` still awaits."""
+        roles = {_ROLE_OF_PART[part] for part in state.missing(self.policy)}
+        return {(topic, state.partition) for topic, role in self.topics.roles.items() if role in roles}
+
+    def _drained(self, state: JoinState, ends: InputEnds) -> bool:
+        """Whether every input that would carry a part ``state`` misses is read as far as it reached when the
+        state was first found late. Event time says the part is late, yet it may be committed on the input,
+        unread (one transaction's first verdict moved the clock; the rest wait behind it). A fixed target, not
+        "read to the end now": a busy input is rarely at its end at the moment a tick asks."""
+        targets = self._drain_to.setdefault(state.generation_id, {})
+        for tp in self._inputs_of_missing(state):
+            if tp not in ends.read and self.processed.get(tp, -1) + 1 < targets.setdefault(tp, ends.ends.get(tp, 0)):
+                return False
+        return True
 
     def _due_at(self, state: JoinState) -> float:
         """When the state next needs a decision: the deadline, or (held back by a sandbox_error) the retry limit."""

@@ -30,8 +30,9 @@ def idle_partitions(
     *,
     processed: Mapping[tuple[str, int], int],
     timeout_s: float = 10.0,
-) -> set[tuple[str, int]]:
-    """The ``(topic, partition)`` of ``topics`` x ``partitions`` consumed to the end (committed or processed).
+) -> tuple[set[tuple[str, int]], dict[tuple[str, int], int]]:
+    """The ``(topic, partition)`` of ``topics`` x ``partitions`` consumed to the end (committed or processed),
+    and the end (high watermark) of each one.
 
     "The end" is the last committed record, not the high watermark: the workers write in transactions, so a
     partition whose producer stopped (a judge that died) ends with a commit marker (and maybe aborted
@@ -43,17 +44,19 @@ def idle_partitions(
     try:
         idle: set[tuple[str, int]] = set()
         behind: dict[tuple[str, int], tuple[int, int]] = {}
+        ends: dict[tuple[str, int], int] = {}
         wanted = [TopicPartition(t, p) for t in topics for p in partitions]
         for tp in consumer.committed(wanted, timeout=timeout_s):
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
             )
+            ends[(tp.topic, tp.partition)] = high
             done = max(tp.offset, low, processed.get((tp.topic, tp.partition), -1) + 1)
             if done >= high:
                 idle.add((tp.topic, tp.partition))
             else:
                 behind[(tp.topic, tp.partition)] = (done, high)
-        return idle | _only_markers_left(client_config, behind, timeout_s)
+        return idle | _only_markers_left(client_config, behind, timeout_s), ends
     except KafkaException as exc:
         raise KafkaError(f"reading consumer lag of {group_id} failed: {exc}") from exc
     finally:

@@ -14,7 +14,7 @@ from streams.reward.faust.emit_then_mark import EmitThenMark, watermark_key
 from streams.reward.faust.join import FaustJoin
 from streams.reward.join import JoinState, PartEvent, emitted
 from streams.reward.policy import Policy, load_policy
-from streams.reward.processor import RewardProcessor, Topics
+from streams.reward.processor import InputEnds, RewardProcessor, Topics
 from tests.unit.reward_events import execution, judgement, verdict
 
 INPUTS = {"x.executions": "executions", "x.verdicts": "verdicts", "x.judgements": "judgements"}
@@ -54,7 +54,12 @@ class Outputs:
         self.logs: list[bytes] = []
         self.crash_after_reward = False
         self.crash_before_reward = False
+        #: Inputs read to the end whose writer is gone (``InputEnds.settled``).
         self.idle: set[tuple[str, int]] = set()
+        #: Inputs with committed records not yet processed (every other input is read to its end).
+        self.unread: set[tuple[str, int]] = set()
+        #: How many records wait on each of ``unread`` beyond what was processed.
+        self.waiting = 1
 
     async def send_reward(self, partition: int, key: bytes, value: bytes) -> int:
         if self.crash_before_reward:
@@ -75,8 +80,10 @@ class Outputs:
         log = self.rewards.get(partition, [])
         return [(i, v) for i, v in enumerate(log) if i >= start], len(log)
 
-    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
-        return {tp for tp in self.idle if tp[1] in partitions}
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
+        read = frozenset((t, p) for t in INPUTS for p in partitions) - self.unread
+        ends = {tp: processed.get(tp, -1) + 1 + self.waiting for tp in self.unread}
+        return InputEnds(read=read, settled=read & self.idle, ends=ends)
 
 
 class TransactionalOutputs:
@@ -96,8 +103,8 @@ class TransactionalOutputs:
     async def send_log(self, key: bytes, value: bytes) -> None:
         raise AssertionError("no log record expected")
 
-    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
-        return set()
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
+        return InputEnds(read=frozenset(), settled=frozenset())
 
 
 class Clock:
@@ -267,6 +274,42 @@ def test_deadline_fires_in_stream_when_every_input_moved_past_it(policy: Policy)
     by_gen = {r.generation_id: r for r in rewards(outputs)}
     assert by_gen["g"].missing == ["judgement"]
     assert by_gen["h"].missing == []
+
+
+def test_a_missing_part_committed_but_not_yet_read_is_not_given_up(policy: Policy) -> None:
+    """A writer's transaction holds verdicts stamped after the deadline; its first one moved the verdicts
+    clock past it while the rest still wait on the input (the Faust agent handles one message at a time,
+    and can stall after a restart): the generations they complete are not rewarded without them."""
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    feed(proc, [execution("g"), judgement("g")], ts=T0)
+    later = T0 + policy.join.deadline_s + 1
+    feed(proc, [execution("h"), judgement("h"), verdict("h")], ts=later, start=10)  # every clock past g's deadline
+    outputs.unread = {("x.verdicts", 0)}  # g's verdict is committed behind h's, not yet delivered
+    asyncio.run(proc.tick({0}))
+    assert [r.generation_id for r in rewards(outputs)] == ["h"]
+    feed(proc, [verdict("g")], ts=later, start=13)
+    outputs.unread = set()
+    by_gen = {r.generation_id: r for r in rewards(outputs)}
+    assert (by_gen["g"].missing, by_gen["g"].reward) == ([], 1.0)
+
+
+def test_a_late_part_on_a_busy_input_is_given_up_once_read_as_far_as_it_reached(policy: Policy) -> None:
+    """The wait for unread records is for those committed when the part was found late, not for the input's
+    end: a busy verifier's topic always has a record more waiting, and a verdict that never comes (its
+    generation dead-lettered) must still end in a reward at the deadline."""
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    feed(proc, [execution("g"), judgement("g")], ts=T0)
+    later = T0 + policy.join.deadline_s + 1
+    feed(proc, [execution("h"), judgement("h"), verdict("h")], ts=later, start=10)
+    outputs.unread = {("x.verdicts", 0)}  # one record committed behind h's verdict (offset 13), and always one more
+    asyncio.run(proc.tick({0}))
+    assert [r.generation_id for r in rewards(outputs)] == ["h"]
+    feed(proc, [verdict("other")], ts=later, start=13)  # what was waiting was someone else's verdict
+    asyncio.run(proc.tick({0}))
+    by_gen = {r.generation_id: r for r in rewards(outputs)}
+    assert (by_gen["g"].missing, by_gen["g"].reward) == (["verdict"], 0.0)
 
 
 def test_an_input_read_to_its_end_counts_as_now_only_after_a_quiet_deadline(policy: Policy) -> None:

@@ -22,7 +22,7 @@ from typing import Protocol
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import RewardEvent
 from streams.reward.join import PENDING_PREFIX, JoinState, emitted, emitted_from_reward
-from streams.reward.processor import StateStore
+from streams.reward.processor import InputEnds, StateStore
 
 log = logging.getLogger("rewardstream.rewards")
 
@@ -40,9 +40,7 @@ class AckedOutputs(Protocol):
 
     async def send_dlq(self, key: bytes | None, value: bytes) -> None: ...
     async def send_log(self, key: bytes, value: bytes) -> None: ...
-    async def caught_up(
-        self, partitions: set[int], processed: Mapping[tuple[str, int], int]
-    ) -> set[tuple[str, int]]: ...
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds: ...
 
 
 def watermark_key(partition: int) -> str:
@@ -105,7 +103,7 @@ class EmitThenMark:
     async def send_log(self, key: bytes, value: bytes) -> None:
         await self._outputs.send_log(key, value)
 
-    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
         return await self._outputs.caught_up(partitions, processed)
 
     async def mark_sent(self, partition: int) -> None:

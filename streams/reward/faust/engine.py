@@ -31,7 +31,7 @@ from streams.reward.faust.join import FaustJoin
 from streams.reward.faust.read_committed import isolation_level, read_committed_app_class
 from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
-from streams.reward.processor import RESTART_EXIT_CODE, RewardProcessor, Topics
+from streams.reward.processor import RESTART_EXIT_CODE, InputEnds, RewardProcessor, Topics
 from streams.reward.rewards_log import read_partition
 
 log = logging.getLogger("rewardstream.rewards")
@@ -140,7 +140,7 @@ class _FaustOutputs:
             read_partition, self._client_config, self._rewards.get_topic_name(), partition, start
         )
 
-    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> set[tuple[str, int]]:
+    async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
         return await asyncio.to_thread(
             settled_inputs, self._liveness, self._group_id, self._inputs, partitions, processed
         )
@@ -319,13 +319,14 @@ def _watchdog(app: Any, join: FaustJoin, input_names: set[str], options: AppOpti
             return
         try:
             check = marks.caught_up(owned, dict(processor.processed))
-            idle = await asyncio.wait_for(check, max(2 * options.stall_timeout_s, 10.0))
+            ends = await asyncio.wait_for(check, max(2 * options.stall_timeout_s, 10.0))
         except TimeoutError:
             _exit("the progress check hung")
         except Exception:
             log.exception("progress check failed; retrying")
             return
-        backlog = [(t, p) for t in input_names for p in owned if (t, p) not in idle]
+        # messages waiting, not a writer still at work (its input may be read to the end for minutes)
+        backlog = [(t, p) for t in input_names for p in owned if (t, p) not in ends.read]
         if backlog:
             processor.note_waiting(f"inputs with messages waiting: {backlog}; now {join.doing}")
         stalled = join.stalled(backlog, options.stall_timeout_s)
