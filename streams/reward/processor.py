@@ -19,7 +19,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.caps import fit
@@ -95,8 +95,8 @@ class InputEnds:
     read: frozenset[tuple[str, int]]
     #: Of ``read``, those whose writer is not still coming (``liveness``): their silence may count as "now".
     settled: frozenset[tuple[str, int]]
-    #: The end (high watermark) of each input asked about; empty when the engine does not know them.
-    ends: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    #: The end (high watermark) of each input asked about.
+    ends: Mapping[tuple[str, int], int]
 
 
 @dataclass(frozen=True, slots=True)

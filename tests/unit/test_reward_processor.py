@@ -104,7 +104,7 @@ class TransactionalOutputs:
         raise AssertionError("no log record expected")
 
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
-        return InputEnds(read=frozenset(), settled=frozenset())
+        return InputEnds(read=frozenset(), settled=frozenset(), ends={})
 
 
 class Clock:
