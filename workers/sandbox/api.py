@@ -57,6 +57,8 @@ class SandboxResult:
     backend: str
     error: str | None = None
     pids_limit_hit: bool = False
+    #: How long the host kept the run waiting for a CPU (its time limit does not count it).
+    wait_ms: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         """The CLI/JSON shape: bytes decoded as UTF-8 (invalid bytes replaced), status as its string."""
@@ -91,6 +93,8 @@ class Measured(Protocol):
     def cpu_ms(self) -> float: ...
     @property
     def max_rss_kb(self) -> int: ...
+    @property
+    def wait_ms(self) -> float: ...
 
 
 def measured_json(run: Measured) -> dict[str, object]:
@@ -107,6 +111,7 @@ def measured_json(run: Measured) -> dict[str, object]:
         "wall_ms": run.wall_ms,
         "cpu_ms": run.cpu_ms,
         "max_rss_kb": run.max_rss_kb,
+        "wait_ms": run.wait_ms,
     }
 
 

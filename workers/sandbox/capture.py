@@ -68,9 +68,12 @@ class Capture:
         cpu_ms: float = 0.0,
         max_rss_kb: int = 0,
         pids_limit_hit: bool = False,
+        wait_ms: float = 0.0,
+        error: str | None = None,
     ) -> SandboxResult:
         """The result of a run that reached the program. ``returncode`` as bwrap, runc and the in-sandbox
-        servers report it (128 + N for a death by signal N); none counts once the parent stopped the run."""
+        servers report it (128 + N for a death by signal N); none counts once the parent stopped the run.
+        ``error``: why a run the host starved (``stopped_for`` ``SANDBOX_ERROR``) says nothing of the program."""
         exit_code: int | None = None
         sig: int | None = None
         if stopped_for is None and returncode is not None:
@@ -91,4 +94,6 @@ class Capture:
             max_rss_kb=max_rss_kb,
             backend=backend,
             pids_limit_hit=pids_limit_hit,
+            wait_ms=wait_ms,
+            error=error,
         )

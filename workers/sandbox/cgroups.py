@@ -16,12 +16,16 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.errors import SandboxError
 from workers.sandbox.audit import pid_alive
+from workers.sandbox.guest_clock import WaitGain
+
+#: A run's usage so far: (its CPU seconds, the largest run delay one of its threads gained since the last call).
+Usage = Callable[[], tuple[float, float]]
 
 _V1_CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
 _V2_CONTROLLERS = ("memory", "pids", "cpu")
@@ -247,6 +251,10 @@ class RunCgroup:
         cg = self._by_ctrl
         return CgroupStats(cpu_ns(cg) / 1e6, peak_bytes(cg), oom_kills(cg), pids_limit_hits(cg))
 
+    def usage(self) -> Usage:
+        """The run's usage, for its time limit (``usage_of``)."""
+        return usage_of(self._by_ctrl)
+
     def _members(self) -> set[int]:
         """What ``cgroup.procs`` lists. cgroup v2 lists a task whose pid is already released (it is exiting) as
         0, which ``kill`` would read as "my own process group": callers signal positive pids only."""
@@ -357,6 +365,20 @@ def _flat_keyed(path: Path, lenient: bool) -> dict[str, int]:
         if not lenient:
             raise
         return {}
+
+
+def threads_file(cg: CgroupDirs) -> Path:
+    """The file listing every thread of the cgroup (v1: the cpu controller's ``tasks``; v2: ``cgroup.threads``)."""
+    return cg["cpu"] / "tasks" if "cpu" in cg else _v2(cg) / "cgroup.threads"
+
+
+def usage_of(cg: CgroupDirs) -> Usage:
+    """A run's usage from now on, for its time limit (``guest_clock``): the CPU seconds the cgroup used since
+    this call, and the largest run delay one of its threads gained since the previous reading."""
+    gain = WaitGain()
+    threads = threads_file(cg)
+    cpu0 = cpu_ns(cg, lenient=True)
+    return lambda: (max(0, cpu_ns(cg, lenient=True) - cpu0) / 1e9, gain.read(listed_pids(threads)))
 
 
 def pids_current(cg: CgroupDirs) -> int:

@@ -25,18 +25,21 @@ from typing import Any
 from schemas.errors import SandboxError
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.capture import Capture, start_marker
-from workers.sandbox.cgroups import cpu_ns, listed_pids, oom_kills, peak_bytes, procs_file, reset_peak
+from workers.sandbox.cgroups import cpu_ns, listed_pids, oom_kills, peak_bytes, procs_file, reset_peak, usage_of
 from workers.sandbox.common import base_env, check_relpath, error_result
 from workers.sandbox.docker_config import ContainerConfig, Limits
 from workers.sandbox.docker_entry import ENTRY_DEADLINES, EntryServer
 from workers.sandbox.docker_pool import Container
 from workers.sandbox.docker_reset import kill_run
-from workers.sandbox.output_pump import Observed, pump
+from workers.sandbox.output_pump import Deadlines, Observed, RunClock, pump
 from workers.sandbox.run_spec import encode_spec, memfd
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
 
 BACKEND = "docker"
 _STDIN_FILE = "/tmp/.rs-stdin"  # noqa: S108 (inside the container's private tmpfs)
+#: A ``docker exec`` or one-shot container: setup (the tar extraction) gets its own small allowance; running out
+#: of time before the start marker is no verdict (the program never ran).
+EXEC_DEADLINES = Deadlines(setup_s=5.0, drain_s=0.0, timeout_before_start=False)
 _START = 'tar -x -f - -C / --no-same-permissions && exec 0<{stdin} && rm -f {stdin} && printf %s "$0" && exec "$@"'
 
 
@@ -67,7 +70,8 @@ class RunPaths:
         )["Id"]
         sock = self._api.exec_start(exec_id, socket=True)
         cap = Capture(spec.output_limit_bytes, marker)
-        stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap)
+        clock = RunClock(spec.timeout_s, time.monotonic(), EXEC_DEADLINES, usage_of(cg))
+        stopped_for, started_at, ended_at = _talk(sock, archive, cap, clock)
         # Measure before any kill: a killed container's cgroup disappears with it.
         cpu_ms = max(0, cpu_ns(cg, lenient=True) - cpu0) / 1e6
         oom = max(0, oom_kills(cg, lenient=True) - oom0)
@@ -89,6 +93,8 @@ class RunPaths:
             oom_kills=oom,
             cpu_ms=cpu_ms,
             max_rss_kb=peak_kb,
+            wait_ms=clock.host_wait_ms(),
+            error=clock.contention(),
         )
 
     def entered(self, container: Container, entry: EntryServer, spec: SandboxSpec) -> SandboxResult:
@@ -122,7 +128,7 @@ class RunPaths:
                 [own_netns(), netns_of(container.init_pid)],
             )
             obs = pump(out_fd=mine[0], err_fd=mine[1], exit_fd=mine[2], timeout_s=spec.timeout_s, spawn_at=spawn_at,
-                       cap=cap, deadlines=ENTRY_DEADLINES, watch=watch)  # fmt: skip
+                       cap=cap, deadlines=ENTRY_DEADLINES, watch=watch, usage=usage_of(cg))  # fmt: skip
             raw = _read_status(mine[2], 2.0) if obs.exited else b""
             if len(raw) != 4:
                 # Stopped (timeout, output limit, no start) or the supervisor died (OOM-killed): kill the run
@@ -155,6 +161,8 @@ class RunPaths:
             oom_kills=oom,
             cpu_ms=cpu_ms,
             max_rss_kb=peak_kb,
+            wait_ms=obs.host_wait_ms(),
+            error=obs.contention(),
         )
 
     def oneshot(
@@ -174,7 +182,9 @@ class RunPaths:
         try:
             sock = self._api.attach_socket(cid, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             cap = Capture(spec.output_limit_bytes, marker)
-            stopped_for, started_at, ended_at = _talk(sock, archive, spec, cap, start=lambda: self._api.start(cid))
+            # No cgroup to read before the container exists: the limit counts wall time (a one-shot run's).
+            clock = RunClock(spec.timeout_s, time.monotonic(), EXEC_DEADLINES, None)
+            stopped_for, started_at, ended_at = _talk(sock, archive, cap, clock, start=lambda: self._api.start(cid))
             if stopped_for is not None:
                 with contextlib.suppress(Exception):
                     self._api.kill(cid)
@@ -189,7 +199,7 @@ class RunPaths:
 
 
 def _talk(
-    sock: Any, archive: bytes, spec: SandboxSpec, cap: Capture, start: Callable[[], object] | None = None
+    sock: Any, archive: bytes, cap: Capture, clock: RunClock, start: Callable[[], object] | None = None
 ) -> tuple[SandboxStatus | None, float | None, float | None]:
     """Start the run (``start``, unless it runs already), send it its files and stdin (``archive``) and pump its
     output (``_pump``); the attached socket is closed however that ends."""
@@ -197,10 +207,10 @@ def _talk(
     try:
         if start is not None:
             start()
-        spawn_at = time.monotonic()
+        clock.restart(time.monotonic())
         raw.sendall(archive)
         raw.shutdown(socket.SHUT_WR)
-        return _pump(raw, spec, cap, spawn_at)
+        return _pump(raw, cap, clock)
     finally:
         with contextlib.suppress(OSError):
             raw.close()
@@ -208,23 +218,21 @@ def _talk(
             sock.close()
 
 
-def _pump(
-    raw: socket.socket, spec: SandboxSpec, cap: Capture, spawn_at: float
-) -> tuple[SandboxStatus | None, float | None, float | None]:
-    """Demultiplex docker's stream frames with caps and a deadline; return (stop reason, start, end).
+def _pump(raw: socket.socket, cap: Capture, clock: RunClock) -> tuple[SandboxStatus | None, float | None, float | None]:
+    """Demultiplex docker's stream frames with caps and the run's time limit; return (stop reason, start, end).
 
     docker copies stdout and stderr separately: a stderr frame written after the start marker can come before
     the marker's frame. A stderr overflow before the marker is therefore only an output limit once the marker
     arrives (it is printed before the program exists); until then stderr is dropped. No marker ever: the
     program never ran (no stop reason, no start)."""
     buf = bytearray()
-    deadline = spawn_at + spec.timeout_s + 5.0  # setup (tar extraction) gets its own small allowance
     err_over = False
     while True:
         now = time.monotonic()
-        if now >= deadline:
-            return (SandboxStatus.TIMEOUT if cap.started_at else None), cap.started_at, now
-        ready, _, _ = select.select([raw], [], [], deadline - now)
+        stop, why = clock.stop_reason(now)
+        if stop:
+            return why, cap.started_at, now
+        ready, _, _ = select.select([raw], [], [], max(0.0, clock.next_at - now))
         chunk = raw.recv(1 << 16) if ready else None
         if chunk == b"":
             return None, cap.started_at, time.monotonic()
@@ -242,8 +250,8 @@ def _pump(
                 return SandboxStatus.OUTPUT_LIMIT, cap.started_at, time.monotonic()
             if cap.started_at is not None and err_over:
                 return SandboxStatus.OUTPUT_LIMIT, cap.started_at, time.monotonic()
-            if cap.started_at is not None and deadline > cap.started_at + spec.timeout_s:
-                deadline = cap.started_at + spec.timeout_s
+            if cap.started_at is not None and clock.limit is None:
+                clock.start(cap.started_at)
 
 
 def _frames(buf: bytearray) -> list[tuple[int, bytes]]:

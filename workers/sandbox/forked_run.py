@@ -76,7 +76,7 @@ def _execute(
                 os.close(fd)
             theirs.clear()
         obs = pump(out_fd=out_r, err_fd=err_r, exit_fd=status_r, timeout_s=spec.timeout_s, spawn_at=spawn_at,
-                   cap=cap, deadlines=_DEADLINES, watch=_tcp_watch(spec, group))  # fmt: skip
+                   cap=cap, deadlines=_DEADLINES, watch=_tcp_watch(spec, group), usage=group.usage())  # fmt: skip
     finally:
         for fd in theirs:
             os.close(fd)
@@ -126,6 +126,8 @@ def _result(
         cpu_ms=stats.cpu_ms,
         max_rss_kb=stats.memory_peak_bytes // 1024,
         pids_limit_hit=stats.pids_limit_hits > 0,
+        wait_ms=obs.host_wait_ms(),
+        error=obs.contention(),
     )
 
 
