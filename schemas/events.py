@@ -213,6 +213,12 @@ class SandboxRun(Contract):
     max_rss_kb: int = Field(ge=0, description="peak memory of the process tree")
     backend: ShortText = Field(description="sandbox backend that ran it (process, docker)")
     error: str | None = Field(None, max_length=4096, description="sandbox failure detail for SREs")
+    wait_ms: float = Field(
+        0.0, ge=0, description="time the run waited for a CPU the host gave to others (its limits never count it)"
+    )
+    host_retries: int = Field(
+        0, ge=0, le=1000, description="times the run was repeated because the host starved it (not the program)"
+    )
 
 
 class CaseResult(Contract):

@@ -334,7 +334,10 @@ def test_assert_suites_run_last_and_are_counted_in_argv() -> None:
     )
     assert spec.argv[-1] == "1"
     assert int(spec.argv[-2]) == len(spec.stdin)
-    assert spec.timeout_s == pytest.approx(3.0)
+    # Limits are per case: the assert suite may take its load and its check (2 x 1 s), the call suite a load
+    # and a call per case (2 x 2 cases x 1 s), plus the start-up grace.
+    assert len(CALL.cases) == 2
+    assert spec.timeout_s == pytest.approx(2.0 + 4.0 + 1.0)
 
 
 def test_nonces_are_fresh() -> None:

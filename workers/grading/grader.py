@@ -63,6 +63,7 @@ from workers.grading.suites import (
     harness_bytecode,
     harness_source,
     infra_problem,
+    is_contention,
     job_suite,
     new_nonce,
     order_for_harness,
@@ -139,6 +140,8 @@ class GraderConfig:
     attempts: int = 3
     backoff_s: float = 0.25
     backoff_max_s: float = 4.0
+    #: The first backoff after a run the host starved (``host contention``): the host is busy.
+    contention_backoff_s: float = 2.0
     startup_grace_s: float = 5.0
     pids_limit: int = 64
     max_stdout_bytes: int = 1 << 20
@@ -149,6 +152,20 @@ class GraderConfig:
 def _error_result(exc: Exception, backend: str) -> SandboxResult:
     """A backend that raised instead of returning is an infrastructure failure like any other."""
     return error_result(backend, fit(SandboxRun, "error", f"{type(exc).__name__}: {exc}"))
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """One suite run after its retries: the last attempt's result and records, how many attempts it took, the
+    infrastructure problem left (None: the run is evidence), the candidate's output, and how many attempts
+    were repeated because the host starved them."""
+
+    result: SandboxResult
+    records: Records
+    attempts: int
+    problem: str | None
+    output: CandidateOutput
+    host_retries: int
 
 
 class Grader:
@@ -177,17 +194,15 @@ class Grader:
         workspace: WorkspaceJob | None = None,
         *,
         program: ProgramJob | None = None,
-    ) -> tuple[SandboxResult, Records, int, str | None, CandidateOutput]:
-        """Run once, retrying infrastructure failures with backoff.
-
-        Returns (result, records, attempts, infra problem, the candidate's output).
-        """
+    ) -> Executed:
+        """Run once, retrying infrastructure failures with backoff (longer when the host starved the run: it is
+        busy, give it time)."""
         cfg = self.config
         problem: str | None = None
         result: SandboxResult | None = None
         records: Records | None = None
         output: CandidateOutput | None = None
-        attempt = 0
+        attempt = starved = 0
         for attempt in range(1, max(1, cfg.attempts) + 1):
             nonce = new_nonce()
             spec = build_spec(
@@ -216,14 +231,17 @@ class Grader:
             problem = infra_problem(result, records)
             if problem is None:
                 break
+            contention = is_contention(result, records)
+            starved += contention
+            if attempt == cfg.attempts:
+                starved -= contention  # the last attempt was not repeated
             if attempt < cfg.attempts:
-                delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1))
+                base = cfg.contention_backoff_s if contention else cfg.backoff_s
+                delay = min(cfg.backoff_max_s, base * 2 ** (attempt - 1))
                 self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter, not crypto
-        if result is None or records is None:  # the loop always runs at least once
+        if result is None or records is None or output is None:  # the loop always runs at least once
             raise SandboxError("grader: no sandbox attempt was made")
-        if output is None:  # the loop always runs at least once
-            raise SandboxError("grader: no sandbox attempt was made")
-        return result, records, attempt, problem, output
+        return Executed(result, records, attempt, problem, output, starved)
 
     def run_suites(
         self,
@@ -273,9 +291,8 @@ class Grader:
     ) -> SuitesRun:
         order = order_for_harness(jobs)
         ordered = [jobs[i] for i in order]
-        result, records, attempts, problem, output = self._execute(
-            code, entry_point, ordered, limits, workspace, program=program
-        )
+        ran = self._execute(code, entry_point, ordered, limits, workspace, program=program)
+        result, records, problem, output = ran.result, ran.records, ran.problem, ran.output
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
             status=result.status,
@@ -285,9 +302,11 @@ class Grader:
             cpu_ms=result.cpu_ms,
             max_rss_kb=result.max_rss_kb,
             backend=result.backend,
-            attempts=attempts,
+            attempts=ran.attempts,
             error=sanitize_text(problem or result.error or "") or None,  # what the sandbox said, safe to store
             hardened=hardened if isinstance(hardened, bool) else None,
+            wait_ms=result.wait_ms,
+            host_retries=ran.host_retries,
         )
         outcomes: list[SuiteOutcome] = []
         position = {original: ran for ran, original in enumerate(order)}
@@ -358,7 +377,8 @@ class Grader:
     ) -> dict[str, CaseValue]:
         """See the module-level ``run_call_cases``."""
         job = call_job_suite(cases, limits.timeout_s)
-        _result, records, _, problem, _output = self._execute(code, entry_point, [job], limits)
+        ran = self._execute(code, entry_point, [job], limits)
+        records, problem = ran.records, ran.problem
         if problem is not None:
             raise SandboxError(f"run_call_cases: {problem}")
         if records.protocol_error is not None:

@@ -25,7 +25,11 @@ Why it is shaped like this (the grader's trust argument):
   (never to the parent's stdout, which is the protocol channel). The parent keeps the last ``OUTPUT_CAP``
   bytes of each stream and reports them, base64, in ``output`` records before ``done``: the grader shows
   the policy the candidate's output, never the protocol or check code's output.
-* Deadlines are enforced by the parent with SIGKILL; the outer sandbox enforces the whole run.
+* Time limits are the parent's, per case (a call, an io run, an assert check; loading the candidate's module has
+  one of its own), enforced with SIGKILL: the case's CPU time and its own time, never time it spent waiting
+  for a CPU (``guest_clock``, over the harness's session and the case's). A case the host starved past the
+  ceiling is reported with ``"contention": true``: the host repeats the run, it is never the candidate's
+  failure. The outer sandbox enforces the whole run.
 * Workspace jobs (an agent episode's final workspace, header ``"workspace"``): the parent restores the tar the
   host sent into ``ws/`` before any candidate process exists (``Workspace.prepare``). A call server imports
   ``module`` of ``module:function`` with ``ws/`` as its working directory and on ``sys.path`` after the
@@ -59,6 +63,8 @@ import signal
 import sys
 import time
 import types
+
+from workers.sandbox.guest_clock import HOST, SessionLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 
@@ -388,19 +394,19 @@ def send_msg(fd: int, obj: object) -> None:
     _write_all(fd, len(body).to_bytes(4, "big") + body)
 
 
-def _read_n(fd: int, n: int, deadline: float | None, sink: OutputPipes | None = None) -> bytes | None:
-    """Exactly ``n`` bytes, or None on EOF/deadline; ``sink``'s pipes are drained while waiting."""
+def _read_n(fd: int, n: int, limit: SessionLimit | None, sink: OutputPipes | None = None) -> bytes | None:
+    """Exactly ``n`` bytes, or None on EOF or once ``limit`` says stop; ``sink``'s pipes are drained while
+    waiting."""
     chunks: list[bytes] = []
     left = n
     while left > 0:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
+        if limit is not None:
+            if limit.poll() is not None:
                 return None
             watch = [fd, *sink.fds] if sink is not None else [fd]
-            ready, _, _ = select.select(watch, [], [], wait)
+            ready, _, _ = select.select(watch, [], [], limit.next_wait())
             if not ready:
-                return None
+                continue
             if sink is not None:
                 for other in ready:
                     if other != fd:
@@ -415,17 +421,17 @@ def _read_n(fd: int, n: int, deadline: float | None, sink: OutputPipes | None = 
     return b"".join(chunks)
 
 
-def recv_msg(fd: int, deadline: float | None, sink: OutputPipes | None = None) -> object:
-    """One length-prefixed JSON message; raises HarnessError on EOF, deadline, oversize or bad JSON."""
-    head = _read_n(fd, 4, deadline, sink)
+def recv_msg(fd: int, limit: SessionLimit | None, sink: OutputPipes | None = None) -> object:
+    """One length-prefixed JSON message; raises HarnessError on EOF, a limit reached, oversize or bad JSON."""
+    head = _read_n(fd, 4, limit, sink)
     if head is None:
-        raise HarnessError("no reply (process died or deadline passed)")
+        raise HarnessError("no reply (process died or time limit reached)")
     size = int.from_bytes(head, "big")
     if size > MAX_MESSAGE_BYTES:
         raise HarnessError("reply too large")
-    body = _read_n(fd, size, deadline, sink)
+    body = _read_n(fd, size, limit, sink)
     if body is None:
-        raise HarnessError("truncated reply (process died or deadline passed)")
+        raise HarnessError("truncated reply (process died or time limit reached)")
     return parse_msg(body)
 
 
@@ -762,17 +768,21 @@ class Server:
             os.close(fd)
         return cls(pid, req_w, rep_r, OutputPipes(capture, out_r, err_r))
 
-    def request(self, msg: dict[str, object], deadline: float) -> dict[str, Any]:
+    def limit(self, timeout_s: float) -> SessionLimit:
+        """A fresh limit of ``timeout_s`` on this server and the harness (one case's)."""
+        return SessionLimit(timeout_s, (_HARNESS_SID[0], self.pid))
+
+    def request(self, msg: dict[str, object], limit: SessionLimit) -> dict[str, Any]:
         """Send one request; the reply as a dict. HarnessError (and a killed server) on any failure."""
         if not self.alive:
             raise HarnessError("candidate process is gone")
         try:
             send_msg(self.req_fd, msg)
-            reply = recv_msg(self.rep_fd, deadline, self.output)
+            reply = recv_msg(self.rep_fd, limit, self.output)
         except (HarnessError, OSError) as exc:
-            timed_out = time.monotonic() >= deadline
             self.kill()
-            raise HarnessError("timeout" if timed_out else f"candidate process died: {exc}") from exc
+            why = limit.limit.reason
+            raise HarnessError(limit.limit.stop_text() if why else f"candidate process died: {exc}") from exc
         try:
             return check_reply(reply)
         except HarnessError:
@@ -787,6 +797,19 @@ class Server:
         for fd in (self.req_fd, self.rep_fd):
             _quietly(functools.partial(os.close, fd))
         self.output.finish()
+
+
+#: The harness's own session: its wait for a CPU counts as the case's (it pumps the case's pipes and runs an
+#: assert check's code).
+_HARNESS_SID = (os.getsid(0),)
+
+
+def stopped_record(cid: str, reason: str, limit: SessionLimit) -> dict[str, object]:
+    """The record of a case its limit stopped; ``contention`` marks one the host starved."""
+    record: dict[str, object] = {"id": cid, "ok": False, "error": limit.limit.stop_text(), **limit.limit.figures()}
+    if reason == HOST:
+        record["contention"] = True
+    return record
 
 
 def _kill_group(pid: int) -> None:
@@ -868,18 +891,19 @@ class CallServer:
 
     def __init__(self, capture: Capture) -> None:
         self.server: Server | None = None
-        self.load_error: str | None = "not loaded"
+        #: Why the candidate did not load (a case's record without its id), or None.
+        self.load_error: dict[str, object] | None = {"ok": False, "error": "not loaded"}
         self.capture = capture
 
     def get(
-        self, load: dict[str, object], secrets: tuple[bytearray, ...], deadline: float
-    ) -> tuple[Server, str | None]:
-        """A live server with the candidate loaded (``load`` is the request), or the one that failed to load
-        and why."""
+        self, load: dict[str, object], secrets: tuple[bytearray, ...], timeout_s: float
+    ) -> tuple[Server, dict[str, object] | None]:
+        """A live server with the candidate loaded (``load`` is the request, under a limit of its own), or the
+        one that failed to load and why."""
         if self.server is None or not self.server.alive or self.load_error is not None:
             self.kill()
             self.server = Server.spawn(secrets, self.capture)
-            self.load_error = _load(self.server, load, deadline)
+            self.load_error = _load(self.server, load, timeout_s)
         return self.server, self.load_error
 
     def kill(self) -> None:
@@ -899,17 +923,17 @@ class Job:
 
 
 def _run_call(job: Job, suite: dict[str, Any], out: SuiteRecords, shared: CallServer) -> None:
-    deadline = time.monotonic() + float(suite["timeout_s"])
+    timeout_s = float(suite["timeout_s"])
     secrets = job.secrets
     load, entry = _load_request(job.header, job.ws)
-    server, load_error = shared.get(load, secrets, deadline)
+    server, load_error = shared.get(load, secrets, timeout_s)
     for case in suite["cases"]:
         cid = str(case["id"])
         if not server.alive and load_error is None:
             # the candidate killed itself (or timed out); later cases still get a run
-            server, load_error = shared.get(load, secrets, deadline)
+            server, load_error = shared.get(load, secrets, timeout_s)
         if load_error is not None:
-            out.case({"id": cid, "ok": False, "error": load_error})
+            out.case({"id": cid, **load_error})
             continue
         msg = {
             "op": "call",
@@ -917,7 +941,7 @@ def _run_call(job: Job, suite: dict[str, Any], out: SuiteRecords, shared: CallSe
             "args": tag_plain(case.get("args", [])),
             "kwargs": tag_plain(case.get("kwargs", {})),
         }
-        out.case(_call_record(cid, server, msg, deadline))
+        out.case(_call_record(cid, server, msg, server.limit(timeout_s)))
 
 
 def _load_request(job: dict[str, Any], ws: Workspace | None) -> tuple[dict[str, object], str]:
@@ -930,23 +954,32 @@ def _load_request(job: dict[str, Any], ws: Workspace | None) -> tuple[dict[str, 
     return {"op": "load", "module": module, "workspace": {"dir": ws.dir, "pycache": ws.pycache}}, function
 
 
-def _load(server: Server, load: dict[str, object], deadline: float) -> str | None:
-    """Load the candidate module in ``server``: None, or why it did not load (the candidate's failure)."""
+def _load(server: Server, load: dict[str, object], timeout_s: float) -> dict[str, object] | None:
+    """Load the candidate module in ``server`` under a limit of its own: None, or the record (without its id)
+    of every case that needs it: why it did not load (the candidate's failure), or that the host starved the
+    load (``contention``: the host repeats the run)."""
+    limit = server.limit(timeout_s)
     try:
-        reply = server.request(load, deadline)
+        reply = server.request(load, limit)
     except HarnessError as exc:
-        return f"module load: {exc}"
-    return None if reply["ok"] else _error_text(reply)
+        if limit.limit.reason is not None:
+            record = stopped_record("", limit.limit.reason, limit)
+            del record["id"]
+            return {**record, "error": f"module load: {record['error']}"}
+        return {"ok": False, "error": f"module load: {exc}"}
+    return None if reply["ok"] else {"ok": False, "error": _error_text(reply)}
 
 
-def _call_record(cid: str, server: Server, msg: dict[str, object], deadline: float) -> dict[str, object]:
+def _call_record(cid: str, server: Server, msg: dict[str, object], limit: SessionLimit) -> dict[str, object]:
     """The record of one call case: the reply's value as typed JSON, or why there is none."""
     started = time.monotonic()
     try:
-        reply = server.request(msg, deadline)
+        reply = server.request(msg, limit)
     except HarnessError as exc:
+        if limit.limit.reason is not None:
+            return stopped_record(cid, limit.limit.reason, limit)
         return {"id": cid, "ok": False, "error": str(exc)}
-    return reply_record(cid, reply, round((time.monotonic() - started) * 1000, 3))
+    return {**reply_record(cid, reply, round((time.monotonic() - started) * 1000, 3)), **limit.limit.figures()}
 
 
 def reply_record(cid: str, reply: dict[str, Any], ms: float) -> dict[str, object]:
@@ -981,10 +1014,10 @@ class EntryPoint:
     the check really exercised the candidate.
     """
 
-    def __init__(self, server: Server, name: str, deadline: float) -> None:
+    def __init__(self, server: Server, name: str, limit: SessionLimit) -> None:
         self._server = server
         self._name = name
-        self._deadline = deadline
+        self._limit = limit
         self.answered = 0
 
     def __call__(self, *args: object, **kwargs: object) -> object:
@@ -998,7 +1031,7 @@ class EntryPoint:
         except NonPlainError as exc:
             raise CandidateCallError(f"check passed a non-plain argument to {self._name}: {exc}") from None
         try:
-            reply = self._server.request(msg, self._deadline)
+            reply = self._server.request(msg, self._limit)
         except HarnessError as exc:
             raise CandidateCallError(f"{self._name}: {exc}") from None
         if not reply["ok"]:
@@ -1029,14 +1062,15 @@ def check_namespace(entry_point: str, candidate: EntryPoint) -> dict[str, Any]:
 def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out: SuiteRecords) -> None:
     """Run the task's helpers and ``check(candidate)`` here in the parent; the candidate answers through
     its entry point only."""
-    deadline = time.monotonic() + float(suite["timeout_s"])
+    timeout_s = float(suite["timeout_s"])
     entry = str(job["entry_point"])
-    candidate = EntryPoint(server, entry, deadline)
     try:
-        load_error = _load(server, {"op": "load", "code": str(job["code"])}, deadline)
+        load_error = _load(server, {"op": "load", "code": str(job["code"])}, timeout_s)
         if load_error is not None:
-            out.case({"id": "check", "ok": False, "error": load_error})
+            out.case({"id": "check", **load_error})
             return
+        limit = server.limit(timeout_s)
+        candidate = EntryPoint(server, entry, limit)
         namespace = check_namespace(entry, candidate)
         try:
             helpers = str(suite.get("helpers", ""))
@@ -1045,34 +1079,34 @@ def _run_assert(job: dict[str, Any], suite: dict[str, Any], server: Server, out:
             exec(compile(str(suite["check"]), "check.py", "exec", dont_inherit=True), namespace)  # noqa: S102
             namespace["check"](candidate)
         except BaseException as exc:
-            out.case({"id": "check", "ok": False, "error": _describe_exc(exc), "calls": candidate.answered})
+            if limit.limit.reason is not None:
+                out.case({**stopped_record("check", limit.limit.reason, limit), "calls": candidate.answered})
+            else:
+                out.case({"id": "check", "ok": False, "error": _describe_exc(exc), "calls": candidate.answered})
             return
         if candidate.answered == 0:
             out.case({"id": "check", "ok": False, "error": "check never called the candidate"})
         elif not server.alive:
             out.case({"id": "check", "ok": False, "error": "candidate process died"})
         else:
-            out.case({"id": "check", "ok": True, "calls": candidate.answered})
+            out.case({"id": "check", "ok": True, "calls": candidate.answered, **limit.limit.figures()})
     finally:
         server.kill()
 
 
 def _run_io(job: Job, suite: dict[str, Any], out: SuiteRecords, capture: Capture) -> None:
-    deadline = time.monotonic() + float(suite["timeout_s"])
+    timeout_s = float(suite["timeout_s"])
     secrets, ws = job.secrets, job.ws
     code: Program = str(job.header["code"]) if ws is None else (list(suite["command"]), ws)
     cap = int(suite.get("max_stdout_bytes", 1 << 20))
     for case in suite["cases"]:
         cid = str(case["id"])
-        if time.monotonic() >= deadline:
-            out.case({"id": cid, "ok": False, "error": "timeout (suite deadline passed)"})
-            continue
         stdin = str(case.get("stdin", "")).encode()
-        out.case(_io_case(cid, code, stdin, secrets, deadline, cap, capture))
+        out.case(_io_case(cid, code, stdin, secrets, timeout_s, cap, capture))
 
 
 def _io_case(  # noqa: PLR0917
-    cid: str, code: Program, stdin: bytes, secrets: tuple[bytearray, ...], deadline: float, cap: int, capture: Capture
+    cid: str, code: Program, stdin: bytes, secrets: tuple[bytearray, ...], timeout_s: float, cap: int, capture: Capture
 ) -> dict[str, object]:
     started = time.monotonic()
     mem = os.memfd_create("stdin")
@@ -1096,15 +1130,20 @@ def _io_case(  # noqa: PLR0917
             os._exit(status)
     for fd in (mem, out_w, err_w):
         os.close(fd)
+    limit = SessionLimit(timeout_s, (_HARNESS_SID[0], pid))
     try:
-        stdout, stderr, timed_out, truncated = _collect(out_r, err_r, deadline, cap, capture)
+        stdout, stderr, stopped, truncated = _collect(out_r, err_r, pid, limit, cap, capture)
     finally:
         os.close(out_r)
         os.close(err_r)
-    exit_code, sig = _reap(pid, timed_out)
-    record: dict[str, object] = {"id": cid, "ms": round((time.monotonic() - started) * 1000, 3)}
-    if timed_out:
-        return {**record, "ok": False, "error": "timeout"}
+    exit_code, sig = _reap(pid, stopped is not None or truncated)
+    if stopped is not None:
+        return {**stopped_record(cid, stopped, limit), "ms": round((time.monotonic() - started) * 1000, 3)}
+    record: dict[str, object] = {
+        "id": cid,
+        "ms": round((time.monotonic() - started) * 1000, 3),
+        **limit.limit.figures(),
+    }
     if truncated:
         return {**record, "ok": False, "error": f"stdout exceeds {cap} bytes"}
     try:
@@ -1168,32 +1207,57 @@ def _site_exit_builtins() -> None:
         pass
 
 
-def _collect(
-    out_r: int, err_r: int, deadline: float, cap: int, capture: Capture | None = None
-) -> tuple[bytes, bytes, bool, bool]:
-    """Read a child's stdout (capped) and stderr (tail kept) until both close or the deadline passes."""
+def _collect(  # noqa: PLR0917
+    out_r: int, err_r: int, pid: int, limit: SessionLimit, cap: int, capture: Capture | None = None
+) -> tuple[bytes, bytes, str | None, bool]:
+    """Read a child's stdout (capped) and stderr (tail kept) until both close and the child has ended, or its
+    limit stops it (the third item: why)."""
     out = bytearray()
     err = bytearray()
     open_fds = {out_r, err_r}
-    while open_fds:
-        wait = deadline - time.monotonic()
-        if wait <= 0:
-            return bytes(out), bytes(err), True, False
-        ready, _, _ = select.select(list(open_fds), [], [], min(wait, 0.5))
-        for fd in ready:
-            chunk = _read(fd, 1 << 16)
-            if chunk and capture is not None:
-                capture.add(0 if fd == out_r else 1, chunk)
-            if not chunk:
-                open_fds.discard(fd)
-            elif fd == out_r:
-                out += chunk
-                if len(out) > cap:
-                    return bytes(out[:cap]), bytes(err), False, True
-            else:
-                err += chunk
-                del err[: max(0, len(err) - 4 * MAX_ERROR_CHARS)]
-    return bytes(out), bytes(err), False, False
+    exited = os.pidfd_open(pid)
+    try:
+        while open_fds or not _readable(exited):
+            stopped = limit.poll()
+            if stopped is not None:
+                return bytes(out), bytes(err), stopped, False
+            watched = list(open_fds) or [exited]
+            ready, _, _ = select.select(watched, [], [], limit.next_wait())
+            more = _drain(ready, out_r, err_r, out, err, cap, capture)
+            if more is None:
+                return bytes(out[:cap]), bytes(err), None, True
+            open_fds -= more
+    finally:
+        os.close(exited)
+    return bytes(out), bytes(err), None, False
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` (a pidfd: the process ended) is readable now."""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def _drain(  # noqa: PLR0917
+    ready: list[int], out_r: int, err_r: int, out: bytearray, err: bytearray, cap: int, capture: Capture | None
+) -> set[int] | None:
+    """Read what is ready of a child's pipes: the ones that closed, or None once stdout passed ``cap``."""
+    closed: set[int] = set()
+    for fd in ready:
+        if fd not in (out_r, err_r):
+            continue  # the pidfd: the child ended
+        chunk = _read(fd, 1 << 16)
+        if chunk and capture is not None:
+            capture.add(0 if fd == out_r else 1, chunk)
+        if not chunk:
+            closed.add(fd)
+        elif fd == out_r:
+            out += chunk
+            if len(out) > cap:
+                return None
+        else:
+            err += chunk
+            del err[: max(0, len(err) - 4 * MAX_ERROR_CHARS)]
+    return closed
 
 
 def _reap(pid: int, force: bool) -> tuple[int | None, int | None]:

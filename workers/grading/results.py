@@ -39,6 +39,10 @@ class RunInfo:
     attempts: int
     error: str | None = None
     hardened: bool | None = None
+    #: How long the (last) run waited for a CPU the host gave to others (its limits did not count it).
+    wait_ms: float = 0.0
+    #: How many times the run was repeated because the host starved it (never the candidate's doing).
+    host_retries: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -52,6 +56,8 @@ class RunInfo:
             "attempts": self.attempts,
             "error": self.error,
             "hardened": self.hardened,
+            "wait_ms": round(self.wait_ms, 3),
+            "host_retries": self.host_retries,
         }
 
 

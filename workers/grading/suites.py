@@ -26,6 +26,8 @@ from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
+from workers.sandbox.guest_clock import CONTENTION
+from workers.sandbox.guest_source import guest_source
 
 MAGIC = b"@@RS1"
 NONCE_HEX_LEN = 32
@@ -192,10 +194,21 @@ class Records:
     cases: dict[int, dict[str, list[dict[str, Any]]]]
     suites_done: frozenset[int]
 
+    def starved(self) -> str | None:
+        """The harness's own word that the host starved a case past its ceiling (``"contention": true``), or
+        None. Only the harness writes framed records: a candidate cannot claim it."""
+        for by_id in self.cases.values():
+            for found in by_id.values():
+                for rec in found:
+                    if rec.get("contention") is True and rec["ok"] is False:
+                        return f"case {rec['id']}: {rec.get('error')}"
+        return None
+
 
 def harness_source() -> bytes:
-    """The harness program's bytes (read on demand; callers keep it)."""
-    return resources.files("workers.grading").joinpath(HARNESS_FILE).read_bytes()
+    """The harness program's bytes as shipped, the guest modules it imports spliced in (read on demand; callers
+    keep it)."""
+    return guest_source(resources.files("workers.grading").joinpath(HARNESS_FILE).read_bytes())
 
 
 def harness_bytecode(source: bytes) -> bytes:
@@ -279,7 +292,7 @@ def build_spec(
     if program is not None:
         header["program"] = {"executables": list(program.executables)}
         files = {**program.files, **files}
-    timeout = sum(float(s.payload["timeout_s"]) for s in suites) + startup_grace_s
+    timeout = sum(suite_budget_s(s) for s in suites) + startup_grace_s
     if workspace is not None:
         header["workspace"] = {**WORKSPACE_FILES, "env": WORKSPACE_ENV}
         files |= {WORKSPACE_FILES["tar"]: workspace.tar, WORKSPACE_FILES["restore"]: workspace.restorer}
@@ -305,6 +318,16 @@ def build_spec(
     return replace(
         spec, workdir_size_mb=max(size_mb, spec.workdir_size_mb), workdir_inodes=max(inodes, spec.workdir_inodes)
     )
+
+
+def suite_budget_s(suite: JobSuite) -> float:
+    """The most time a suite can take in the harness: its limit per case (``timeout_s``), and as much again for
+    each load of the candidate's module a call or assert case may need (a server that timed out is replaced)."""
+    limit = float(suite.payload["timeout_s"])
+    if suite.kind == "assert":
+        return 2 * limit  # the load, then the check
+    cases = len(suite.payload["cases"])
+    return (2 if suite.kind == "call" else 1) * cases * limit
 
 
 def new_nonce() -> bytes:
@@ -442,6 +465,12 @@ def graded_ids(suite: AnySuite) -> list[str]:
     return [COMMAND_CASE_ID] if isinstance(suite, CommandSuite) else suite.case_ids()
 
 
+def is_contention(result: SandboxResult, records: Records) -> bool:
+    """Whether the host starved this run (the backend stopped it, or the harness stopped one of its cases)."""
+    starved_run = result.status == "sandbox_error" and (result.error or "").startswith(CONTENTION)
+    return starved_run or records.starved() is not None
+
+
 def infra_problem(result: SandboxResult, records: Records) -> str | None:
     """Why this run says nothing about the candidate (the infrastructure's fault), or None.
 
@@ -457,4 +486,4 @@ def infra_problem(result: SandboxResult, records: Records) -> str | None:
         return "harness received a short job"
     if records.harness_error is not None:
         return f"harness error: {records.harness_error}"
-    return None
+    return records.starved()

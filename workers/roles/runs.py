@@ -40,6 +40,8 @@ def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
         max_rss_kb=max(run.max_rss_kb, 0),
         backend=run.backend or "?",
         error=(infra_error or run.error or None) and fit(SandboxRun, "error", str(infra_error or run.error)),
+        wait_ms=max(run.wait_ms, 0.0),
+        host_retries=max(run.host_retries, 0),
     )
 
 
@@ -61,6 +63,8 @@ def run_fields(run: SandboxRun, attempts: int, passed: int, total: int) -> dict[
         "backend": run.backend,
         "wall_ms": round(run.wall_ms, 3),
         "cpu_ms": round(run.cpu_ms, 3),
+        "wait_ms": round(run.wait_ms, 3),
+        "host_retries": run.host_retries,
         "max_rss_kb": run.max_rss_kb,
         "exit_code": run.exit_code,
         "attempts": attempts,
