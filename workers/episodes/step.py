@@ -51,6 +51,8 @@ from workers.episodes import step_runner
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, SnapshotTooLargeError, pack, unpack
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import classify
+from workers.sandbox.guest_clock import CONTENTION
+from workers.sandbox.guest_source import guest_source
 
 RUNNER_FILE = "step_runner.py"
 #: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
@@ -181,7 +183,7 @@ def output_limit(caps: Caps, limits: StepLimits) -> int:
 @cache
 def runner_code() -> tuple[bytes, bytes]:
     """(this interpreter's bytecode magic, 16 bytes zero-padded, + the marshalled runner; its source)."""
-    source = resources.files("workers.episodes").joinpath(RUNNER_FILE).read_bytes()
+    source = guest_source(resources.files("workers.episodes").joinpath(RUNNER_FILE).read_bytes())
     code = compile(source, RUNNER_FILE, "exec", dont_inherit=True)
     return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code), source
 
@@ -318,15 +320,10 @@ def interpret(  # noqa: PLR0917 - the step's whole context
     result: SandboxResult, nonce: bytes, action: StepAction, caps: Caps, limits: StepLimits, before: Previous
 ) -> StepOutcome:
     """The outcome of a step's run: the infrastructure's failures as ``sandbox_error``, all else the agent's."""
-    if result.status == SandboxStatus.SANDBOX_ERROR:
-        return before.outcome(SandboxStatus.SANDBOX_ERROR, f"sandbox error: {result.error or 'unknown'}")
     report = parse_frames(result.stdout, nonce)
-    if report.hello is None:
-        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
-        why = f"the step runner did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
-        return before.outcome(SandboxStatus.SANDBOX_ERROR, why)
-    if report.runner_error is not None:
-        return before.outcome(SandboxStatus.SANDBOX_ERROR, f"step runner: {report.runner_error}")
+    infra = _infra_problem(result, report)
+    if infra is not None:
+        return before.outcome(SandboxStatus.SANDBOX_ERROR, infra)
     if report.result is None or report.workspace is None:
         status = result.status
         if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT):
@@ -343,6 +340,20 @@ def interpret(  # noqa: PLR0917 - the step's whole context
         why = f"the step runner's report is malformed ({type(exc).__name__}: {exc})"
         return before.outcome(SandboxStatus.CRASHED, f"{why}: the workspace is the previous snapshot")
     return _unwritten(action, outcome)
+
+
+def _infra_problem(result: SandboxResult, report: Report) -> str | None:
+    """Why the run says nothing about the agent's action (the infrastructure's fault), or None."""
+    if result.status == SandboxStatus.SANDBOX_ERROR:
+        return f"sandbox error: {result.error or 'unknown'}"
+    if report.hello is None:
+        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        return f"the step runner did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
+    if report.runner_error is not None:
+        return f"step runner: {report.runner_error}"
+    if report.result is not None and report.result.get("contention") is True:
+        return f"{CONTENTION}: the command waited {report.result.get('wait_ms')} ms for a CPU; repeated"
+    return None
 
 
 def _unwritten(action: StepAction, outcome: StepOutcome) -> StepOutcome:

@@ -21,7 +21,10 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
   trusted, only convenient. It is byte for byte what ``snapshot.pack`` makes of the same directory, so a
   workspace the step left as it was is recognised here (the tar equals the one sent in) and not sent back:
   ``"unchanged": true``, and the host keeps its own copy (a false claim only keeps the previous workspace).
-* Deadlines are SIGKILL, enforced by the parent; the outer sandbox enforces the whole run.
+* An exec's limit is its command's CPU time and own time, never time it waited for a CPU (``guest_clock``, over
+  our session and the command's), enforced by the parent with SIGKILL; a command the host starved past the
+  ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The outer
+  sandbox enforces the whole run.
 
 Wire format. stdin (``python3 -I -S -B -c BOOT PYC SRC JOB``, BOOT in ``step``, reads the program first):
 ``NONCE`` (32 bytes) ``HEADER`` (one JSON object) ``\\n`` ``DATA`` (``data_bytes``) ``TAR`` (``tar_bytes``).
@@ -49,6 +52,8 @@ import signal
 import stat
 import sys
 import time
+
+from workers.sandbox.guest_clock import HOST, SessionLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -495,13 +500,18 @@ class Pipes:
         self.kept = {out_r: bytearray(), err_r: bytearray()}
         self.total = {out_r: 0, err_r: 0}
 
-    def pump(self, deadline: float, pidfd: int | None = None) -> bool:
+    def pump(self, until: float | SessionLimit, pidfd: int | None = None) -> bool:
         """Read until the child exits (``pidfd`` readable), or without one until both pipes are at EOF;
-        False when ``deadline`` passes first."""
+        False when the deadline ``until`` passes, or the limit ``until`` stops it, first."""
         while self.open or pidfd is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                return False
+            if isinstance(until, SessionLimit):
+                if until.poll() is not None:
+                    return False
+                wait = until.next_wait()
+            else:
+                wait = until - time.monotonic()
+                if wait <= 0:
+                    return False
             watch = self.open if pidfd is None else [*self.open, pidfd]
             ready, _, _ = select.select(watch, [], [], wait)
             if pidfd is not None and pidfd in ready:
@@ -520,6 +530,22 @@ class Pipes:
     def close(self) -> None:
         for fd in self.fds:
             os.close(fd)
+
+
+def _wait_command(pid: int, pipes: Pipes, limit: SessionLimit) -> tuple[bool, int]:
+    """Pump the command's pipes until it exits or its limit stops it (then its group is killed); (whether the
+    limit stopped it, its wait status)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        stopped = not pipes.pump(limit, pidfd)
+    finally:
+        os.close(pidfd)
+    if stopped:
+        try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return stopped, os.waitpid(pid, 0)[1]
 
 
 def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
@@ -543,19 +569,10 @@ def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
         for fd in (null, out_w, err_w):
             os.close(fd)
     timed_out, status = False, 0
+    limit = SessionLimit(timeout_s, (os.getsid(0), pid)) if pid > 0 else None
     try:
-        if pid > 0:
-            pidfd = os.pidfd_open(pid)
-            try:
-                timed_out = not pipes.pump(started + timeout_s, pidfd)
-            finally:
-                os.close(pidfd)
-            if timed_out:
-                try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            _, status = os.waitpid(pid, 0)
+        if pid > 0 and limit is not None:
+            timed_out, status = _wait_command(pid, pipes, limit)
         sweep(time.monotonic() + SWEEP_S)
         pipes.pump(time.monotonic() + DRAIN_S)  # every writer is dead: EOF comes at once
     finally:
@@ -569,7 +586,10 @@ def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
         "stdout_bytes": pipes.total[out_r],
         "stderr_bytes": pipes.total[err_r],
         "ms": round((time.monotonic() - started) * 1000, 3),
+        **(limit.limit.figures() if limit is not None else {}),
     }
+    if timed_out and limit is not None and limit.limit.reason == HOST:
+        result.update(timed_out=False, contention=True)
     if spawn_error is not None:
         result.update(exit_code=127, spawn_error=spawn_error)
     elif not timed_out:

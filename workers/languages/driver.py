@@ -4,7 +4,7 @@ One driver run is one step of a program in a language: a compile (the compiler, 
 back) or a run (the program with its stdin, then the files the caller fetches). Why a driver between the
 sandbox and the program, rather than the program as the sandbox's argv:
 
-* The step's own deadline, output caps and exit status are measured by a process the program does not own:
+* The step's own time limit, output caps and exit status are measured by a process the program does not own:
   the driver forks the program into a process group of its own, with stdin from a memfd and stdout/stderr to
   pipes only the driver reads; the driver is non-dumpable, so a same-uid program can neither ptrace it nor
   open its memory or fds. The sandbox still enforces the whole run (time, memory, pids) from outside.
@@ -16,12 +16,15 @@ sandbox and the program, rather than the program as the sandbox's argv:
   leaves running is killed with the sandbox at the end of the run.
 
 Protocol: stdin is the 32-byte nonce, ``\\n``, one JSON header line, then the program's stdin. Header:
-``argv``, ``timeout_s``, ``max_output_bytes`` (per stream; more ends the step as ``output_limit``),
-``executables`` (files made executable first: the host writes every file 0644), ``collect`` (paths whose
-regular files are sent back), ``collect_always`` (also after a failed step), ``max_collect_bytes``,
-``max_collect_files``. Records: ``hello``; ``step`` (``exit``, ``signal``, ``timeout``, ``output_limit``,
-``ms``, ``cpu_ms``, ``max_rss_kb``, ``stdout``/``stderr`` base64, ``stdout_bytes``/``stderr_bytes`` written);
-one ``file`` per file collected (``path``, ``b64``) or ``missing`` (``path``, ``why``); ``done``.
+``argv``; ``timeout_s``, the program's limit (its CPU time and its own time, never time it waited for a CPU:
+``guest_clock``, over the driver's session and the program's); ``max_output_bytes`` (per stream; more ends
+the step as ``output_limit``); ``executables`` (files made executable first: the host writes every file
+0644); ``collect`` (paths whose regular files are sent back); ``collect_always`` (also after a failed step);
+``max_collect_bytes``; ``max_collect_files``. Records: ``hello``; ``step`` (``exit``, ``signal``,
+``timeout``, ``output_limit``, ``contention`` (the host starved the step past its ceiling: no verdict),
+``ms``, ``cpu_ms``, ``wait_ms``, ``max_rss_kb``, ``stdout``/``stderr`` base64, ``stdout_bytes``/
+``stderr_bytes`` written); one ``file`` per file collected (``path``, ``b64``) or ``missing`` (``path``,
+``why``); ``done``.
 Started as ``python3 -I -S -B -c SOURCE``.
 """
 
@@ -36,6 +39,8 @@ import signal
 import stat
 import sys
 import time
+
+from workers.sandbox.guest_clock import HOST, SessionLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -160,19 +165,21 @@ class Streams:
             os.close(fd)
 
 
-def _pump(pid: int, streams: Streams, deadline: float) -> bool:
-    """Read the program's output until it ends (then drain briefly), its deadline or its output cap; True if
-    the deadline passed."""
+def _pump(pid: int, streams: Streams, limit: SessionLimit) -> str | None:
+    """Read the program's output until it ends (then drain briefly), its limit stops it or its output cap;
+    why the limit stopped it, or None."""
     exited = os.pidfd_open(pid)
     drain_until: float | None = None
     try:
         while streams.open and not streams.over:
             now = time.monotonic()
-            if drain_until is None and now >= deadline:
-                return True
-            if drain_until is not None and now >= drain_until:
-                return False
-            wait = (drain_until if drain_until is not None else deadline) - now
+            if drain_until is None:
+                stopped = limit.poll()
+                if stopped is not None:
+                    return stopped
+            elif now >= drain_until:
+                return None
+            wait = drain_until - now if drain_until is not None else limit.next_wait()
             watched = [*streams.open, *([exited] if drain_until is None else [])]
             ready, _, _ = select.select(watched, [], [], wait)
             if exited in ready:
@@ -183,7 +190,7 @@ def _pump(pid: int, streams: Streams, deadline: float) -> bool:
                 continue
             for fd in ready:
                 streams.read(fd)
-        return False
+        return None
     finally:
         os.close(exited)
 
@@ -193,21 +200,25 @@ def run_step(header: dict[str, Any], stdin: bytes) -> dict[str, Any]:
     argv = [str(a) for a in header["argv"]]
     started = time.monotonic()
     pid, out_r, err_r = _spawn(argv, stdin)
+    limit = SessionLimit(float(header["timeout_s"]), (os.getsid(0), pid))
     streams = Streams(out_r, err_r, int(header["max_output_bytes"]))
+    stopped: str | None = None
     try:
-        timed_out = _pump(pid, streams, started + float(header["timeout_s"]))
+        stopped = _pump(pid, streams, limit)
     finally:
         ended = time.monotonic()
         _kill_group(pid)
         _, status, usage = os.wait4(pid, 0)
         streams.close()
-    killed = timed_out or streams.over
+    killed = stopped is not None or streams.over
     return {
         "exit": None if killed or os.WIFSIGNALED(status) else os.WEXITSTATUS(status),
         "signal": None if killed or not os.WIFSIGNALED(status) else os.WTERMSIG(status),
-        "timeout": timed_out,
+        "timeout": stopped is not None and stopped != HOST,
+        "contention": stopped == HOST,
         "output_limit": streams.over,
         "ms": round((ended - started) * 1000, 3),
+        "wait_ms": limit.limit.figures()["wait_ms"],
         "cpu_ms": round((usage.ru_utime + usage.ru_stime) * 1000, 3),
         "max_rss_kb": int(usage.ru_maxrss),
         "stdout": base64.b64encode(bytes(streams.data[out_r])).decode(),

@@ -143,7 +143,7 @@ def _build(spec: LanguageSpec, inputs: dict[str, bytes], ran: StepRun, limits: C
         return Build(spec, CompileFailure.COMPILE_ERROR, error=ran.error or "no result", attempts=ran.attempts)
     stage = ran.stage
     if stage.status is SandboxStatus.TIMEOUT:
-        why = f"compile_timeout: the compiler ran past its {limits.timeout_s:g} s limit"
+        why = f"compile_timeout: the compiler ran past its {limits.timeout_s:g} s limit (CPU or own time)"
         return Build(spec, CompileFailure.COMPILE_TIMEOUT, stage=stage, reason=why, attempts=ran.attempts)
     reasons = {
         SandboxStatus.NONZERO_EXIT: f"compile_error: the compiler exited {stage.exit_code}",

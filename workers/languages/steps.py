@@ -27,6 +27,8 @@ from typing import Any
 from schemas.errors import SandboxError
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus, measured_json
 from workers.sandbox.common import CRASH_SIGNALS
+from workers.sandbox.guest_clock import CONTENTION
+from workers.sandbox.guest_source import guest_source
 
 MAGIC = b"@@RS1"
 DRIVER_FILE = "driver.py"
@@ -38,7 +40,7 @@ GRACE_S = 5.0
 
 def driver_source() -> str:
     """The step driver's source (read on demand; callers keep it)."""
-    return resources.files("workers.languages").joinpath(DRIVER_FILE).read_text(encoding="utf-8")
+    return guest_source(resources.files("workers.languages").joinpath(DRIVER_FILE).read_bytes()).decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,7 @@ class Stage:
     """What one step's program (a compiler, or the program) did, measured by the driver and the sandbox.
 
     ``status`` is a ``SandboxStatus`` value other than ``sandbox_error``: ``ok``, ``nonzero_exit``,
-    ``timeout`` (the step's deadline), ``memory_limit``, ``output_limit`` (a stream over its cap: the step was
+    ``timeout`` (the step's time limit), ``memory_limit``, ``output_limit`` (a stream over its cap: the step was
     killed), ``killed`` or ``crashed`` (a signal). ``wall_ms`` is the program's own time, from its fork to its
     end. ``stdout``/``stderr`` are the first bytes kept; ``*_bytes`` how many it wrote.
     """
@@ -61,6 +63,8 @@ class Stage:
     wall_ms: float
     cpu_ms: float
     max_rss_kb: int
+    #: How long the host kept the step waiting for a CPU (its limit does not count it).
+    wait_ms: float = 0.0
 
     @property
     def stdout_truncated(self) -> bool:
@@ -286,6 +290,7 @@ def _stage(rec: dict[str, Any], result: SandboxResult) -> Stage:
         wall_ms=_num(rec.get("ms")),
         cpu_ms=_num(rec.get("cpu_ms")),
         max_rss_kb=max(_int(rec.get("max_rss_kb")) or 0, 0),
+        wait_ms=_num(rec.get("wait_ms")),
     )
 
 
@@ -295,7 +300,9 @@ def _unreported(result: SandboxResult) -> Stage:
     status = result.status
     if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT):
         status = SandboxStatus.KILLED
-    return Stage(status, None, result.signal, b"", b"", 0, 0, result.wall_ms, result.cpu_ms, result.max_rss_kb)
+    return Stage(
+        status, None, result.signal, b"", b"", 0, 0, result.wall_ms, result.cpu_ms, result.max_rss_kb, result.wait_ms
+    )
 
 
 def read_step(result: SandboxResult, nonce: bytes, step: Step, limits: StepLimits, attempt: int = 1) -> StepRun:
@@ -309,6 +316,9 @@ def read_step(result: SandboxResult, nonce: bytes, step: Step, limits: StepLimit
         why = f"the step driver did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
         return StepRun(None, error=why, attempts=attempt, backend=backend)
     step_rec = next((r["step"] for r in records if isinstance(r.get("step"), dict)), None)
+    if step_rec is not None and step_rec.get("contention") is True:
+        why = f"{CONTENTION}: the step waited {_num(step_rec.get('wait_ms')) / 1000:.1f} s for a CPU"
+        return StepRun(None, error=why, attempts=attempt, backend=backend)
     stage = _unreported(result) if step_rec is None else _stage(step_rec, result)
     files, missing = _files(records, step.collect, limits)
     return StepRun(stage, files, missing, None, attempt, backend)
