@@ -115,6 +115,19 @@ class SandboxSettings(_Group):
     run_dir: Path = Field(Path("/run/rewardstream-sandbox"), description="process backend mounts")
     cgroup_parent: Path | None = Field(None, description="delegated cgroup for runs (default: own)")
     pool_size: int = Field(4, description="warm containers kept ready by the docker backend")
+    slots: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="sandbox runs a host runs at once, all workers together (0: 2 per core, "
+        "fewer if memory is short); a run waits for a slot, and its limits never count the wait",
+    )
+    start_rate: float = Field(
+        0.0, ge=0, le=100_000, description="sandbox starts per second a host paces (0: 25 per core), jittered"
+    )
+    slots_dir: Path | None = Field(
+        None, description="where the host's slot locks live, shared by every worker on it; default <run_dir>/slots"
+    )
 
     def image_version(self) -> str:
         """The tag of ``image`` (``latest`` when untagged); it versions the rootfs too."""
@@ -266,6 +279,9 @@ class Settings(BaseSettings):
     sandbox_run_dir: ClassVar[Flat[Path]] = Flat("sandbox", "run_dir")
     sandbox_cgroup_parent: ClassVar[Flat[Path | None]] = Flat("sandbox", "cgroup_parent")
     sandbox_pool_size: ClassVar[Flat[int]] = Flat("sandbox", "pool_size")
+    sandbox_slots: ClassVar[Flat[int]] = Flat("sandbox", "slots")
+    sandbox_start_rate: ClassVar[Flat[float]] = Flat("sandbox", "start_rate")
+    sandbox_slots_dir: ClassVar[Flat[Path | None]] = Flat("sandbox", "slots_dir")
     worker_concurrency: ClassVar[Flat[int]] = Flat("worker", "concurrency")
     worker_max_in_flight: ClassVar[Flat[int]] = Flat("worker", "max_in_flight")
     worker_drain_timeout_s: ClassVar[Flat[float]] = Flat("worker", "drain_timeout_s")

@@ -39,6 +39,7 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
+from workers.sandbox.admission import Admission
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.audit import poll_until_empty
 from workers.sandbox.cgroups import v1_memory_mounted
@@ -109,6 +110,7 @@ class DockerSandbox:
         #: The warm containers (per image and limits) and their entry servers.
         self.pool = WarmPool(self._api, self._config, pool_size, nsenter)
         self._runs = RunPaths(self._api, self._config)
+        self._admission = Admission.from_settings(settings)
 
     # ---- lifecycle -----------------------------------------------------------------------------------
 
@@ -135,9 +137,16 @@ class DockerSandbox:
 
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` in a pristine container; infrastructure failures become ``sandbox_error``."""
-        t0 = time.monotonic()
         if self.pool.closed:
             return error_result(self.name, "sandbox is closed")
+        try:
+            with self._admission.admit():
+                return self._run(spec)
+        except OSError as exc:  # the slot files: the host's fault
+            return error_result(self.name, f"sandbox slots: {type(exc).__name__}: {exc}")
+
+    def _run(self, spec: SandboxSpec) -> SandboxResult:
+        t0 = time.monotonic()
         try:
             archive = archive_of(spec)
             container = self.pool.acquire(Limits.of(spec, self._image_for(spec.toolchain)))

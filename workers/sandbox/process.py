@@ -24,6 +24,7 @@ from pathlib import Path
 
 from schemas.errors import SandboxError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
+from workers.sandbox.admission import Admission
 from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager
@@ -61,6 +62,7 @@ class ProcessSandbox:
         if not (rootfs / "usr" / "bin" / "python3").exists():
             raise SandboxError(f"sandbox rootfs {rootfs} is incomplete (no /usr/bin/python3)")
         self._uid = settings.sandbox_uid
+        self._admission = Admission.from_settings(settings)
         self._seccomp = build_filter()
         self._mounter = Mounter()
         self._cgroups = CgroupManager(settings.sandbox_cgroup_parent)
@@ -152,7 +154,8 @@ class ProcessSandbox:
                 return error_result(self.name, "sandbox is closed")
             self._active += 1
         try:
-            return self._run(spec)
+            with self._admission.admit():
+                return self._run(spec)
         except (SandboxError, OSError, subprocess.SubprocessError, ValueError) as exc:
             return error_result(self.name, f"{type(exc).__name__}: {exc}", (time.monotonic() - t0) * 1e3)
         finally:
