@@ -25,13 +25,14 @@ demo: $(STAMP)
 # 1. the integration suite, two files at a time: it mostly waits (brokers, deadlines, killed processes);
 # 2. the unit tests and the sandbox suites that judge outcomes (grading, reward hacks, forced outcomes,
 #    agent steps), two files at a time: each file has its own sandboxes, and its verdicts do not hang on timing;
-# 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages, the two
+# 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages (and the one
+#    that saturates every core to show verdicts do not change), the two
 #    files that stop and start the services under the others, and the cgroup v2 guest.
 # Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
 # few minutes of Debian downloads, later runs: a check), next to the lint, which needs no service.
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
-	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py)
+	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py test_host_load.py)
 test: $(STAMP)
 	$(BIN)/rewardstream up
 	$(BIN)/rewardstream sandbox toolchains --build all --docker > .toolchains.log 2>&1 & build=$$!; \
