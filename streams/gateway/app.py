@@ -1,7 +1,7 @@
 """The gateway's HTTP API (FastAPI): ``/run_code``, ``/v1/rewards``, ``/get_reward``, ``/health``, ``/metrics``.
 
 Every answer is JSON. Validation errors are FastAPI's 422 (``{"detail": [{"loc": ["body", "generations", 3,
-"task_id"], "msg": ..., "type": ...}]}``: the pydantic location names the field), the door's are 401/403/413/429
+"task_id"], "msg": ..., "type": ...}]}``: the pydantic location names the field), the door's are 401/403/408/413/429
 (``streams.gateway.guard``), Kafka unreachable is 503, a run or reward that did not come back in time is 504
 (verl's sandbox client retries those). Nothing here holds state another replica would need: runs and rewards
 are in Kafka.
@@ -372,5 +372,7 @@ def create_app(deps: GatewayDeps) -> ASGIApp:
         tokens=deps.config.tokens,
         concurrency=deps.config.token_concurrency,
         max_body_bytes=deps.config.max_body_bytes,
+        body_timeout_s=deps.config.body_timeout_s,
+        peer_body_reads=deps.config.peer_body_reads,
         metrics=deps.metrics,
     )

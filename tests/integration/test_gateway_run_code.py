@@ -1,6 +1,7 @@
 """``POST /run_code`` through the real gateway process, Kafka and an executor with real sandboxes, driven by the
 real ``sandbox-fusion`` client: answers, timeouts, errors, files in and out, 50 at once; the door (tokens, caps,
-the per-token limit, Kafka down); the run's log record and dead letters; a fuzz from the OpenAPI schema.
+the per-token limit, stalled bodies, the per-address cap, Kafka down); the run's log record and dead letters; a
+fuzz from the OpenAPI schema.
 
 One executor and one gateway per module (the expensive part), shared by every test here.
 """
@@ -8,13 +9,14 @@ One executor and one gateway per module (the expensive part), shared by every te
 from __future__ import annotations
 
 import base64
+import http.client
 import importlib.util
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +32,7 @@ from schemathesis.core.result import Ok
 
 from schemas.codec import decode
 from schemas.events import DeadLetter, LogRecord
-from tests.integration.gateway_env import Stack, free_port, stack
+from tests.integration.gateway_env import Stack, StalledClient, free_port, metric, stack
 from tests.integration.reward_env import REPO, Reader
 from tests.sandbox.language_programs import SOLUTIONS
 
@@ -329,6 +331,68 @@ def test_the_door_tokens_caps_and_the_per_token_limit(runs: Stack) -> None:
 
 def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def test_stalled_bodies_hold_no_slot_and_are_408_at_the_deadline(runs: Stack) -> None:
+    """Issue 24: on the tokenless loopback bind every client shares one ``anonymous`` limit; four clients that
+    send headers and stall their body used to hold its slots (429 for everyone, for as long as they liked)."""
+    gateway = runs.gateway("stalls", gateway_token_concurrency="2", gateway_body_timeout_s="3")  # noqa: S106
+    stalled = [StalledClient(gateway.url) for _ in range(4)]
+    try:
+        _wait_for(lambda: metric(gateway.url, "rewardstream_gateway_body_reads") == 4, "4 bodies arriving")
+        asked_after = time.monotonic() - stalled[-1].sent
+        ok = requests.post(f"{gateway.url}/run_code", json={"language": "python", "code": "print(6 * 7)"}, timeout=120)
+        assert asked_after < 3, "the well-behaved request came after the stalled ones' deadline: nothing was tested"
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["run_result"]["stdout"] == "42\n"
+        for client in stalled:
+            status, headers, body, seconds = client.answer()
+            assert status == 408, body
+            assert "within 3s (RS_GATEWAY_BODY_TIMEOUT_S)" in str(body["detail"])
+            assert headers["content-type"] == "application/json"
+            assert headers["connection"] == "close"  # and closed (``answer`` waits for that)
+            assert 3 <= seconds < 15, seconds
+    finally:
+        for client in stalled:
+            client.close()
+    assert metric(gateway.url, "rewardstream_gateway_body_reads") == 0
+
+
+def test_stalled_bodies_from_one_address_are_capped_and_other_addresses_answered(runs: Stack) -> None:
+    gateway = runs.gateway("peer-cap", gateway_body_timeout_s="5", gateway_peer_body_reads="5")
+    stalled = [StalledClient(gateway.url) for _ in range(8)]
+    try:
+        _wait_for(lambda: sum(c.closed_at is not None for c in stalled) == 3, "the 3 past the cap answered")
+        # a request without a body (this probe) from the same address needs no body slot
+        assert metric(gateway.url, "rewardstream_gateway_body_reads") == 5
+        # another address (the whole of 127/8 is loopback) is not held back by this one's stalled bodies ...
+        asked_after = time.monotonic() - stalled[-1].sent
+        host, port = gateway.url.removeprefix("http://").split(":")
+        other = http.client.HTTPConnection(host, int(port), timeout=120, source_address=("127.0.0.2", 0))
+        other.request("POST", "/run_code", orjson.dumps({"language": "python", "code": "print(5)"}),
+                      {"Content-Type": "application/json"})  # fmt: skip
+        answer = other.getresponse()
+        assert asked_after < 5, "asked after the stalled ones' deadline: nothing was tested"
+        assert answer.status == 200
+        assert orjson.loads(answer.read())["run_result"]["stdout"] == "5\n"
+        other.close()
+        answers = sorted((c.answer() for c in stalled), key=lambda a: a[3])
+        assert [a[0] for a in answers] == [429] * 3 + [408] * 5, answers
+        for _status, headers, body, seconds in answers[:3]:
+            assert "RS_GATEWAY_PEER_BODY_READS" in str(body["detail"])
+            assert headers["connection"] == "close"
+            assert seconds < 5  # at once, not at the deadline
+        assert all(seconds >= 5 for *_, seconds in answers[3:])
+    finally:
+        for client in stalled:
+            client.close()
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
+        time.sleep(0.05)
 
 
 def test_it_refuses_to_listen_beyond_loopback_without_tokens(runs: Stack) -> None:
