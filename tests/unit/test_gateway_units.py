@@ -1,11 +1,12 @@
 """The gateway's pure parts: the bind refusal, the door (tokens, caps, the per-token limit, stalled bodies, the
-per-address cap), SandboxFusion's shapes
+per-address cap), lone surrogates found and errors made encodable, SandboxFusion's shapes
 and statuses, OpenRLHF labels and completions, and the executor's run handler (expiry, reply fitting)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,8 @@ import httpx
 import orjson
 import pytest
 from fastapi import FastAPI
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from schemas.codec import MAX_MESSAGE_BYTES, decode, encode
@@ -26,6 +29,9 @@ from streams.gateway.config import GatewayConfig, home_partition, is_loopback, p
 from streams.gateway.guard import Counts, Guard, expects_body
 from streams.gateway.rewards_api import LabelError, completion_code, parse_label
 from streams.gateway.sandbox_fusion import RunCodeRequest, response_of
+from streams.gateway.strict_json import validation_response
+from streams.gateway.surrogates import lone_surrogate_at
+from tests.unit.lone_surrogates import with_a_lone_surrogate
 from workers.handler import Done, InvalidEventError, Source
 from workers.roles.run_code import RunHandler
 from workers.runs.program import CommandRun, SourceRun
@@ -228,6 +234,58 @@ def test_which_requests_have_a_body_to_wait_for() -> None:
     assert counts.get("a") == 1
     counts.give("a")
     assert counts.held == {}  # an address at zero is forgotten
+
+
+# ---- lone surrogates ----------------------------------------------------------------------------------------
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, data=st.data())
+def test_a_lone_surrogate_is_found_where_it_was_put(value: object, data: st.DataObject) -> None:
+    assert lone_surrogate_at(value) is None  # text without surrogates, and pairs joined, are fine
+    assert lone_surrogate_at(json.loads(json.dumps(value))) is None
+    spoiled, loc = data.draw(with_a_lone_surrogate(value))
+    parsed = json.loads(json.dumps(spoiled))  # through JSON as a client sends it: a "\udXXX" escape
+    found = lone_surrogate_at(parsed)
+    assert found is not None
+    assert found[0] == loc
+    assert "not valid Unicode: a lone surrogate" in found[1]
+    found[1].encode()  # the problem itself can be sent
+
+
+def test_errors_that_echo_what_no_encoder_takes_are_still_a_json_422() -> None:
+    errors = [
+        {
+            "type": "string_type",
+            "loc": ("body", "k\udc80"),
+            "msg": "m\ud800",
+            "input": "x\ud800",
+            "ctx": {"c": "\udfff"},
+        },
+        {"type": "model_attributes_type", "loc": ("body",), "msg": "not an object", "input": b"\xff\xfe{"},
+    ]
+    answer = validation_response(errors)
+    assert answer.status_code == 422
+    detail = orjson.loads(answer.body)["detail"]
+    assert detail[0] == {
+        "type": "string_type", "loc": ["body", "k\\udc80"], "msg": "m\\ud800", "input": "x\\ud800",
+        "ctx": {"c": "\\udfff"},
+    }  # fmt: skip
+    assert detail[1]["input"] == "\\xff\\xfe{"
+    nan = validation_response([{"type": "greater_than", "loc": ("body", "run_timeout"), "msg": "> 0",
+                                "input": float("nan"), "ctx": {"gt": 0.0}}])  # fmt: skip
+    assert orjson.loads(nan.body)["detail"] == [
+        {"type": "greater_than", "loc": ["body", "run_timeout"], "msg": "> 0", "input": None, "ctx": {"gt": 0.0}}
+    ]
+    plain = validation_response([{"type": "missing", "loc": ("body", "code"), "msg": "Field required", "input": {}}])
+    assert orjson.loads(plain.body) == {
+        "detail": [{"type": "missing", "loc": ["body", "code"], "msg": "Field required", "input": {}}]
+    }  # as FastAPI's own handler answers
 
 
 # ---- SandboxFusion ------------------------------------------------------------------------------------------
