@@ -171,6 +171,14 @@ class GatewaySettings(_Group):
     max_body_bytes: int = Field(
         4 << 20, ge=1024, le=256 << 20, description="largest request body the gateway reads: 413 past it"
     )
+    body_timeout_s: float = Field(
+        10.0, gt=0, le=600,
+        description="longest a request may take to send its whole body, from its headers: 408 past it (a stalled "
+        "body holds no slot of its token meanwhile)",
+    )  # fmt: skip
+    peer_body_reads: int = Field(
+        64, ge=1, le=100_000, description="requests one peer address may have sending their bodies at once: 429 past it"
+    )
     max_batch: int = Field(256, ge=1, le=10_000, description="generations in one POST /v1/rewards")
     reward_wait_s: float = Field(
         600.0, gt=0, le=3600, description="longest a rewards request waits for its rewards (wait=true, /get_reward)"
@@ -306,6 +314,8 @@ class Settings(BaseSettings):
     gateway_tokens: ClassVar[Flat[SecretStr | None]] = Flat("gateway", "tokens")
     gateway_token_concurrency: ClassVar[Flat[int]] = Flat("gateway", "token_concurrency")
     gateway_max_body_bytes: ClassVar[Flat[int]] = Flat("gateway", "max_body_bytes")
+    gateway_body_timeout_s: ClassVar[Flat[float]] = Flat("gateway", "body_timeout_s")
+    gateway_peer_body_reads: ClassVar[Flat[int]] = Flat("gateway", "peer_body_reads")
     gateway_max_batch: ClassVar[Flat[int]] = Flat("gateway", "max_batch")
     gateway_reward_wait_s: ClassVar[Flat[float]] = Flat("gateway", "reward_wait_s")
     gateway_run_queue_s: ClassVar[Flat[float]] = Flat("gateway", "run_queue_s")

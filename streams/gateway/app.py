@@ -1,10 +1,10 @@
 """The gateway's HTTP API (FastAPI): ``/run_code``, ``/v1/rewards``, ``/get_reward``, ``/health``, ``/metrics``.
 
 Every answer is JSON. Validation errors are FastAPI's 422 (``{"detail": [{"loc": ["body", "generations", 3,
-"task_id"], "msg": ..., "type": ...}]}``: the pydantic location names the field), the door's are 401/403/413/429
-(``streams.gateway.guard``), Kafka unreachable is 503, a run or reward that did not come back in time is 504
-(verl's sandbox client retries those). Nothing here holds state another replica would need: runs and rewards
-are in Kafka.
+"task_id"], "msg": ..., "type": ...}]}``: the pydantic location names the field; a lone surrogate anywhere in a
+JSON body is one too, ``strict_json``), the door's are 401/403/408/413/429 (``streams.gateway.guard``), Kafka
+unreachable is 503, a run or reward that did not come back in time is 504 (verl's sandbox client retries
+those). Nothing here holds state another replica would need: runs and rewards are in Kafka.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from streams.gateway.rewards_api import (
     parse_label,
 )
 from streams.gateway.sandbox_fusion import RunCodeRequest, RunCodeResponse, response_of
+from streams.gateway.strict_json import CheckedRoute, validation_handler
+from streams.gateway.surrogates import lone_surrogate_at
 
 #: A run's reply may come this long after the run's own time limits (sandbox start, files, the transaction).
 RUN_GRACE_S = 15.0
@@ -63,6 +65,15 @@ class GatewayDeps:
 
 def _invalid(loc: Sequence[str | int], message: str) -> RequestValidationError:
     return RequestValidationError([{"loc": tuple(loc), "msg": message, "type": "value_error", "input": None}])
+
+
+def _not_unicode(loc: Sequence[str | int], value: object) -> RequestValidationError:
+    """The 422 for text no encoder takes, at the first lone surrogate in ``value`` (else at ``loc``)."""
+    found = lone_surrogate_at(value)
+    if found is None:
+        return _invalid(loc, "not valid Unicode")
+    where, problem = found
+    return _invalid((*loc, *where), problem)
 
 
 def _unavailable(why: str) -> HTTPException:
@@ -149,8 +160,8 @@ class _Service:
             return encode(request)
         except ValidationError as exc:  # over the message cap
             raise HTTPException(413, f"the run request does not fit one Kafka message: {exc}") from None
-        except pydantic_core.PydanticSerializationError as exc:  # e.g. a lone surrogate in code or stdin
-            raise _invalid(("body", "code"), f"not valid Unicode: {exc}") from None
+        except pydantic_core.PydanticSerializationError:  # a lone surrogate the body check did not see
+            raise _not_unicode(("body",), body.model_dump()) from None
 
     async def _deliver(self, deliveries: Sequence[asyncio.Future[None]]) -> None:
         try:
@@ -202,8 +213,9 @@ class _Service:
             values = [(e.key(), encode(e)) for e in events]
         except ValidationError as exc:
             raise HTTPException(413, str(exc)) from None
-        except pydantic_core.PydanticSerializationError as exc:
-            raise _invalid(("body",), f"not valid Unicode: {exc}") from None
+        except pydantic_core.PydanticSerializationError:  # a lone surrogate the body check did not see
+            dumped = {"generations": [e.model_dump() for e in events]}
+            raise _not_unicode(("body",), dumped) from None
         futures = {e.generation_id: deps.rewards.expect(e.generation_id) for e in events}
         try:
             await self._deliver([deps.publisher.send(self.config.generations_topic, k, v) for k, v in values])
@@ -319,6 +331,8 @@ def create_app(deps: GatewayDeps) -> ASGIApp:
         docs_url="/docs",
         redoc_url="/redoc",
     )
+    app.router.route_class = CheckedRoute  # a JSON body with a lone surrogate is a 422 naming where it is
+    app.add_exception_handler(RequestValidationError, validation_handler)
     # Documents the bearer scheme in the OpenAPI; the check itself is the Guard's (before any route runs).
     secured = [Depends(HTTPBearer(auto_error=False, description="RS_GATEWAY_TOKENS (needed unless on loopback)"))]
 
@@ -372,5 +386,7 @@ def create_app(deps: GatewayDeps) -> ASGIApp:
         tokens=deps.config.tokens,
         concurrency=deps.config.token_concurrency,
         max_body_bytes=deps.config.max_body_bytes,
+        body_timeout_s=deps.config.body_timeout_s,
+        peer_body_reads=deps.config.peer_body_reads,
         metrics=deps.metrics,
     )

@@ -63,6 +63,8 @@ class GatewayConfig:
     tokens: tuple[str, ...]
     token_concurrency: int
     max_body_bytes: int
+    body_timeout_s: float
+    peer_body_reads: int
     max_batch: int
     reward_wait_s: float
     run_queue_s: float
@@ -95,6 +97,8 @@ class GatewayConfig:
             tokens=tokens,
             token_concurrency=settings.gateway_token_concurrency,
             max_body_bytes=settings.gateway_max_body_bytes,
+            body_timeout_s=settings.gateway_body_timeout_s,
+            peer_body_reads=settings.gateway_peer_body_reads,
             max_batch=settings.gateway_max_batch,
             reward_wait_s=settings.gateway_reward_wait_s,
             run_queue_s=settings.gateway_run_queue_s,

@@ -1,19 +1,26 @@
-"""The gateway's door: request size caps, bearer tokens and a per-token concurrency limit, as ASGI middleware.
+"""The gateway's door: request size caps, bearer tokens, a body deadline and concurrency limits, as ASGI middleware.
 
 Why middleware and not route dependencies: every protected route gets the same checks in the same order
 before any of its code runs (size first, so an oversized body is refused before it is read whole), and the
 concurrency slot is held until the last byte of the response is sent. Answers are JSON, ``{"detail": ...}``,
 as FastAPI's own errors: 413 (too large), 401 (no token: ``WWW-Authenticate: Bearer``), 403 (a token that is
-not ours), 429 (this token's requests in flight are at the limit). Tokens are compared in constant time and
-never logged; a request is counted under the index of its token (or ``anonymous`` on a loopback bind
-without tokens).
+not ours), 408 (the body did not arrive within ``body_timeout_s``), 429 (this token's requests in flight are
+at the limit, or this peer address already has ``peer_body_reads`` bodies arriving). Tokens are compared in
+constant time and never logged; a request is counted under the index of its token (or ``anonymous`` on a
+loopback bind without tokens).
+
+Why the token's slot is taken only once the whole body is in: a client that sends its headers and stalls
+would otherwise hold a slot of its token (of everyone's, on the tokenless loopback bind) for as long as it
+likes. A body is read under a deadline instead, and the bodies one peer address may have arriving at once are
+capped, so stalled uploads cost a bounded number of sockets and buffers per address and lock nobody out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import orjson
@@ -47,8 +54,50 @@ async def send_json(send: Send, status: int, body: object, headers: list[tuple[b
     await send({"type": "http.response.body", "body": data})
 
 
+#: Sent with an answer to a client that is not sending its body (stalled, or one too many of its address):
+#: the connection is closed at once rather than left waiting for the rest (uvicorn drains it otherwise).
+CLOSE = [(b"connection", b"close")]
+
+
+class BodyTooLargeError(Exception):
+    """A body that grew past the cap while it was being read."""
+
+
+def expects_body(headers: Mapping[bytes, bytes]) -> bool:
+    """Whether a request has a body still to come: a non-zero Content-Length, or any Transfer-Encoding."""
+    length = headers.get(b"content-length")
+    return b"transfer-encoding" in headers or (length is not None and length.strip(b" 0") != b"")
+
+
+def peer_of(scope: Scope) -> str:
+    """The client's address (the TCP peer: a proxy in front is one peer)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+class Counts:
+    """How many of something each key holds; a key at zero is dropped (addresses come and go)."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, int] = {}
+
+    def get(self, key: str) -> int:
+        return self.held.get(key, 0)
+
+    def take(self, key: str) -> None:
+        self.held[key] = self.held.get(key, 0) + 1
+
+    def give(self, key: str) -> None:
+        left = self.held.get(key, 0) - 1
+        if left > 0:
+            self.held[key] = left
+        else:
+            self.held.pop(key, None)
+
+
 class Guard:
-    """Wraps the app: ``max_body_bytes``, ``tokens`` (empty: none needed) and ``concurrency`` per token."""
+    """Wraps the app: ``max_body_bytes``, ``tokens`` (empty: none needed), ``concurrency`` per token, a body
+    read within ``body_timeout_s``, and at most ``peer_body_reads`` bodies arriving per peer address."""
 
     def __init__(
         self,
@@ -57,6 +106,8 @@ class Guard:
         tokens: tuple[str, ...],
         concurrency: int,
         max_body_bytes: int,
+        body_timeout_s: float = 10.0,
+        peer_body_reads: int = 64,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.app = app
@@ -64,7 +115,10 @@ class Guard:
         self.tokens = tuple(t.encode() for t in tokens)
         self.concurrency = concurrency
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.peer_body_reads = peer_body_reads
         self.in_flight: dict[str, int] = {}
+        self.reading = Counts()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,44 +153,64 @@ class Guard:
                 extra = [(b"www-authenticate", b'Bearer realm="rewardstream"')] if status == 401 else None
                 await self._refuse(send, status, problem, extra)
                 return
+        body = await self._body(scope, headers, receive, send)
+        if body is None:  # refused, or the client left
+            return
+        if who is not None:
             if self.in_flight.get(who, 0) >= self.concurrency:
                 await self._refuse(send, 429, f"{self.concurrency} requests of this client are already in flight")
                 return
             self.in_flight[who] = self.in_flight.get(who, 0) + 1
         try:
-            await self._call_capped(scope, receive, send)
+            await self.app(scope, _replay(body, receive), send)
         finally:
             if who is not None:
                 self.in_flight[who] -= 1
 
-    async def _call_capped(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Read the whole body first (up to the cap), then hand it to the app: a chunked body that grows past
-        the cap is refused before the app sees any of it."""
+    async def _body(self, scope: Scope, headers: Mapping[bytes, bytes], receive: Receive, send: Send) -> bytes | None:
+        """The whole body, read within the deadline while this peer holds one of its body slots; None when it
+        was refused (408, 413, 429) or the client left."""
+        peer = peer_of(scope) if expects_body(headers) else None
+        if peer is not None:
+            if self.reading.get(peer) >= self.peer_body_reads:
+                await self._refuse(
+                    send, 429,
+                    f"{self.peer_body_reads} requests from this address are already sending their bodies "
+                    "(RS_GATEWAY_PEER_BODY_READS)",
+                    CLOSE,
+                )  # fmt: skip
+                return None
+            self.reading.take(peer)
+            self.metrics.body_reads.inc()
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                return await self._read_capped(receive)
+        except TimeoutError:
+            status, extra = 408, CLOSE
+            problem = f"the request body did not arrive within {self.body_timeout_s:g}s (RS_GATEWAY_BODY_TIMEOUT_S)"
+        except BodyTooLargeError:
+            status, extra = 413, None
+            problem = f"the request body is over the {self.max_body_bytes}-byte cap (RS_GATEWAY_MAX_BODY_BYTES)"
+        finally:
+            if peer is not None:  # given back before the answer is sent
+                self.reading.give(peer)
+                self.metrics.body_reads.dec()
+        await self._refuse(send, status, problem, extra)
+        return None
+
+    async def _read_capped(self, receive: Receive) -> bytes | None:
+        """Every chunk up to the cap (a chunked body that grows past it raises ``BodyTooLargeError`` before the
+        app sees any of it); None if the client disconnects first."""
         body = bytearray()
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return
+                return None
             body += message.get("body", b"")
             if len(body) > self.max_body_bytes:
-                await self._refuse(
-                    send,
-                    413,
-                    f"the request body is over the {self.max_body_bytes}-byte cap (RS_GATEWAY_MAX_BODY_BYTES)",
-                )
-                return
+                raise BodyTooLargeError
             if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()  # after the body: only the client's disconnect
-
-        await self.app(scope, replay, send)
+                return bytes(body)
 
     def _size_refusal(self, length: bytes | None) -> str | None:
         if length is None:
@@ -166,3 +240,17 @@ class Guard:
         self, send: Send, status: int, problem: str, headers: list[tuple[bytes, bytes]] | None = None
     ) -> None:
         await send_json(send, status, {"detail": problem}, headers)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The app's ``receive``: the whole body once, then the client's own messages (only its disconnect)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -35,6 +35,10 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "rewardstream_gateway_in_flight", "Requests being answered", registry=self.registry
         )  # fmt: skip
+        self.body_reads = Gauge(
+            "rewardstream_gateway_body_reads", "Requests whose bodies are still arriving (every peer's)",
+            registry=self.registry,
+        )  # fmt: skip
         self.runs = Counter(
             "rewardstream_gateway_runs", "/run_code answers, by SandboxFusion status (and timeout, unavailable)",
             ("status",), registry=self.registry,

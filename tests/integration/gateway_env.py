@@ -10,12 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import requests
 
 from bus.admin import delete_topics, ensure_topics
@@ -89,6 +91,55 @@ class Stack:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+
+
+class StalledClient:
+    """A client that sends its request's headers and the start of its body, then nothing; a thread reads what
+    the gateway answers, and when, until the gateway closes the connection."""
+
+    def __init__(self, url: str, path: str = "/run_code", source: str | None = None) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.sock = socket.create_connection(
+            (host, int(port)), timeout=120, source_address=(source, 0) if source else None
+        )
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 200\r\n\r\n"
+        )
+        self.sock.sendall(head.encode() + b'{"language": "py')
+        self.sent = time.monotonic()
+        self.raw = b""
+        self.closed_at: float | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := self.sock.recv(65536):
+                self.raw += chunk
+        except OSError:
+            pass
+        self.closed_at = time.monotonic()
+
+    def answer(self, timeout_s: float = 120.0) -> tuple[int, dict[str, str], dict[str, object], float]:
+        """(status, headers, JSON body, seconds from sending to the gateway's close); fails if it never closes."""
+        self.thread.join(timeout_s)
+        assert self.closed_at is not None, f"the gateway kept the stalled connection open: {self.raw[:300]!r}"
+        head, _, body = self.raw.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        return int(status_line.split()[1]), headers, orjson.loads(body), self.closed_at - self.sent
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def metric(url: str, name: str) -> float:
+    """One unlabelled sample of the gateway's ``/metrics``."""
+    for line in requests.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
 
 
 def wait_answering(gateway: Gateway, *, want_ok: bool = True, timeout_s: float = READY_S) -> None:

@@ -130,6 +130,10 @@ def test_bad_batches_are_422_naming_the_field(rewarded: Rewarded) -> None:
                           timeout=60)  # fmt: skip
     assert twice.status_code == 422
     assert twice.json()["detail"][0]["loc"] == ["body", "generations", 1, "generation_id"]
+    surrogate = requests.post(url, json={"generations": [{"task_id": task, "code": "def f():\ud800"}]}, timeout=60)
+    assert surrogate.status_code == 422, surrogate.text  # was a text/plain 500 (issue 24)
+    assert surrogate.json()["detail"][0]["loc"] == ["body", "generations", 0, "code"]
+    assert "lone surrogate" in surrogate.json()["detail"][0]["msg"]
     no_labels = requests.post(f"{rewarded.a.url}/get_reward", json={"query": ["x"]}, timeout=60)
     assert no_labels.status_code == 422
     assert no_labels.json()["detail"][0]["loc"] == ["body", "labels"]

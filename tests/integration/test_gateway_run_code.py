@@ -1,6 +1,7 @@
 """``POST /run_code`` through the real gateway process, Kafka and an executor with real sandboxes, driven by the
 real ``sandbox-fusion`` client: answers, timeouts, errors, files in and out, 50 at once; the door (tokens, caps,
-the per-token limit, Kafka down); the run's log record and dead letters; a fuzz from the OpenAPI schema.
+the per-token limit, stalled bodies, the per-address cap, Kafka down); lone surrogates; the run's log record and
+dead letters; a fuzz from the OpenAPI schema (and one with lone surrogates put in).
 
 One executor and one gateway per module (the expensive part), shared by every test here.
 """
@@ -8,13 +9,15 @@ One executor and one gateway per module (the expensive part), shared by every te
 from __future__ import annotations
 
 import base64
+import http.client
 import importlib.util
+import json
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,9 +33,10 @@ from schemathesis.core.result import Ok
 
 from schemas.codec import decode
 from schemas.events import DeadLetter, LogRecord
-from tests.integration.gateway_env import Stack, free_port, stack
+from tests.integration.gateway_env import Stack, StalledClient, free_port, metric, stack
 from tests.integration.reward_env import REPO, Reader
 from tests.sandbox.language_programs import SOLUTIONS
+from tests.unit.lone_surrogates import with_a_lone_surrogate
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
@@ -331,6 +335,119 @@ def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def test_stalled_bodies_hold_no_slot_and_are_408_at_the_deadline(runs: Stack) -> None:
+    """Issue 24: on the tokenless loopback bind every client shares one ``anonymous`` limit; four clients that
+    send headers and stall their body used to hold its slots (429 for everyone, for as long as they liked)."""
+    gateway = runs.gateway("stalls", gateway_token_concurrency="2", gateway_body_timeout_s="3")  # noqa: S106
+    stalled = [StalledClient(gateway.url) for _ in range(4)]
+    try:
+        _wait_for(lambda: metric(gateway.url, "rewardstream_gateway_body_reads") == 4, "4 bodies arriving")
+        asked_after = time.monotonic() - stalled[-1].sent
+        ok = requests.post(f"{gateway.url}/run_code", json={"language": "python", "code": "print(6 * 7)"}, timeout=120)
+        assert asked_after < 3, "the well-behaved request came after the stalled ones' deadline: nothing was tested"
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["run_result"]["stdout"] == "42\n"
+        for client in stalled:
+            status, headers, body, seconds = client.answer()
+            assert status == 408, body
+            assert "within 3s (RS_GATEWAY_BODY_TIMEOUT_S)" in str(body["detail"])
+            assert headers["content-type"] == "application/json"
+            assert headers["connection"] == "close"  # and closed (``answer`` waits for that)
+            assert 3 <= seconds < 15, seconds
+    finally:
+        for client in stalled:
+            client.close()
+    assert metric(gateway.url, "rewardstream_gateway_body_reads") == 0
+
+
+def test_stalled_bodies_from_one_address_are_capped_and_other_addresses_answered(runs: Stack) -> None:
+    gateway = runs.gateway("peer-cap", gateway_body_timeout_s="5", gateway_peer_body_reads="5")
+    stalled = [StalledClient(gateway.url) for _ in range(8)]
+    try:
+        _wait_for(lambda: sum(c.closed_at is not None for c in stalled) == 3, "the 3 past the cap answered")
+        # a request without a body (this probe) from the same address needs no body slot
+        assert metric(gateway.url, "rewardstream_gateway_body_reads") == 5
+        # another address (the whole of 127/8 is loopback) is not held back by this one's stalled bodies ...
+        asked_after = time.monotonic() - stalled[-1].sent
+        host, port = gateway.url.removeprefix("http://").split(":")
+        other = http.client.HTTPConnection(host, int(port), timeout=120, source_address=("127.0.0.2", 0))
+        other.request("POST", "/run_code", orjson.dumps({"language": "python", "code": "print(5)"}),
+                      {"Content-Type": "application/json"})  # fmt: skip
+        answer = other.getresponse()
+        assert asked_after < 5, "asked after the stalled ones' deadline: nothing was tested"
+        assert answer.status == 200
+        assert orjson.loads(answer.read())["run_result"]["stdout"] == "5\n"
+        other.close()
+        answers = sorted((c.answer() for c in stalled), key=lambda a: a[3])
+        assert [a[0] for a in answers] == [429] * 3 + [408] * 5, answers
+        for _status, headers, body, seconds in answers[:3]:
+            assert "RS_GATEWAY_PEER_BODY_READS" in str(body["detail"])
+            assert headers["connection"] == "close"
+            assert seconds < 5  # at once, not at the deadline
+        assert all(seconds >= 5 for *_, seconds in answers[3:])
+    finally:
+        for client in stalled:
+            client.close()
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
+        time.sleep(0.05)
+
+
+#: (route, a body with one lone surrogate, the location the 422 must name)
+SURROGATES: list[tuple[str, dict[str, Any], list[str | int]]] = [
+    ("/run_code", {"language": "python", "code": "print(1)\ud800"}, ["body", "code"]),
+    ("/run_code", {"language": "python", "code": "print(input())", "stdin": "\udc00x"}, ["body", "stdin"]),
+    ("/run_code", {"language": "py\ud800thon", "code": "print(1)"}, ["body", "language"]),
+    ("/run_code", {"language": "python", "code": "1", "files": {"a\udbff.txt": "aGk="}}, ["body", "files"]),
+    ("/run_code", {"language": "python", "code": "1", "fetch_files": ["ok", "\udfff"]}, ["body", "fetch_files", 1]),
+    ("/v1/rewards", {"generations": [{"task_id": "t/1", "code": "x"}, {"task_id": "t/1", "code": "def f():\ud800"}]},
+     ["body", "generations", 1, "code"]),
+    ("/v1/rewards", {"generations": [{"task_id": "t/\ud800", "code": "x"}]}, ["body", "generations", 0, "task_id"]),
+    ("/v1/rewards", {"run_id": "r\ud800", "generations": [{"task_id": "t", "code": "x"}]}, ["body", "run_id"]),
+    ("/v1/rewards", {"generations": [{"task_id": "t", "code": "x", "metadata": {"k\ud800": "v"}}]},
+     ["body", "generations", 0, "metadata"]),
+    ("/get_reward", {"query": ["ok", "x\ud800"], "labels": ["t", "t"]}, ["body", "query", 1]),
+    ("/get_reward", {"query": ["x"], "labels": ["\ud800"]}, ["body", "labels", 0]),
+    ("/get_reward", {"query": ["x"], "prompts": ["\ud800"], "labels": ["t"]}, ["body", "prompts", 0]),
+]  # fmt: skip
+
+
+def test_lone_surrogates_are_a_json_422_naming_the_field_and_log_nothing(url: str, runs: Stack) -> None:
+    """Issue 24: a lone surrogate (JSON's ``"\\ud800"``) in ``code``, ``stdin`` or ``language`` answered a text/plain
+    500 and logged a traceback (FastAPI's 422 echoes the input, which no UTF-8 encoder takes)."""
+    log = runs.gateways[0].log
+    logged_before = log.stat().st_size
+    json_body = {"Content-Type": "application/json"}
+    for route, body, loc in SURROGATES:
+        answer = requests.post(f"{url}{route}", data=json.dumps(body).encode(), headers=json_body, timeout=60)
+        assert answer.status_code == 422, (route, body, answer.text)
+        assert answer.headers["content-type"] == "application/json"
+        problem = answer.json()["detail"][0]
+        assert problem["loc"] == loc, (route, problem)
+        assert "not valid Unicode: a lone surrogate" in problem["msg"]
+    # the same as raw bytes (JSON parsers decode them with surrogatepass), and a body that is not UTF-8 at all
+    raw = requests.post(f"{url}/run_code", data=b'{"language": "python", "code": "\xed\xa0\x80"}',
+                        headers=json_body, timeout=60)  # fmt: skip
+    assert (raw.status_code, raw.json()["detail"][0]["loc"]) == (422, ["body", "code"])
+    not_utf8 = requests.post(f"{url}/run_code", data=b"\xff\xfe{", headers={"Content-Type": "text/plain"}, timeout=60)
+    assert not_utf8.status_code == 422
+    assert not_utf8.json()["detail"][0]["input"] == "\\xff\\xfe{"
+    nan = requests.post(f"{url}/run_code", data=b'{"language": "python", "code": "1", "run_timeout": NaN}',
+                        headers=json_body, timeout=60)  # fmt: skip
+    assert (nan.status_code, nan.json()["detail"][0]["loc"]) == (422, ["body", "run_timeout"])  # was a 500 too
+    pair = requests.post(f"{url}/run_code", data=json.dumps({"language": "python", "code": "print('\U0001f600')"}),
+                         headers=json_body, timeout=120)  # fmt: skip
+    assert pair.status_code == 200  # a surrogate pair is one character, not a lone surrogate
+    assert pair.json()["run_result"]["stdout"] == "\U0001f600\n"
+    logged = log.read_bytes()[logged_before:].decode(errors="replace")
+    assert "Traceback" not in logged
+    assert "Exception in ASGI application" not in logged
+
+
 def test_it_refuses_to_listen_beyond_loopback_without_tokens(runs: Stack) -> None:
     env = {k: v for k, v in runs.env.items() if k != "RS_GATEWAY_TOKENS"}
     done = subprocess.run(
@@ -391,6 +508,44 @@ def _fuzz(operation: Any, calls: dict[str, int]) -> None:
         response = case.call(timeout=180)
         calls[label] = calls.get(label, 0) + 1
         assert response.status_code < 500, f"{label}: {response.status_code} {response.text[:500]}"
+
+    call()
+
+
+def test_fuzzed_bodies_with_a_lone_surrogate_are_a_422_naming_where(url: str, runs: Stack) -> None:
+    """Valid bodies of every operation that takes one (schemathesis' strategies), with one lone surrogate put
+    into one of their strings or keys: a JSON 422 naming where it is, and no traceback in the gateway's log."""
+    log = runs.gateways[0].log
+    logged_before = log.stat().st_size
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    calls: dict[str, int] = {}
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result
+        operation = result.ok()
+        if operation.method.upper() == "POST":
+            _fuzz_surrogates(url, operation, calls)
+    assert set(calls) == {"POST /run_code", "POST /v1/rewards", "POST /get_reward"}, calls
+    logged = log.read_bytes()[logged_before:].decode(errors="replace")
+    assert "Traceback" not in logged
+    print(f"fuzzed with lone surrogates: {calls}")
+
+
+def _fuzz_surrogates(url: str, operation: Any, calls: dict[str, int]) -> None:
+    label = operation.label
+
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE), data=st.data())
+    def call(case: Any, data: st.DataObject) -> None:
+        body, loc = data.draw(with_a_lone_surrogate(case.body))
+        # sent as a client's JSON encoder sends it, "\udXXX" (schemathesis' own checks choke on the body)
+        response = requests.post(
+            f"{url}{operation.path}", params=case.query, data=json.dumps(body), timeout=60,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        calls[label] = calls.get(label, 0) + 1
+        assert response.status_code == 422, f"{label}: {response.status_code} {response.text[:500]}"
+        assert response.headers["content-type"] == "application/json"
+        assert response.json()["detail"][0]["loc"] == ["body", *loc], response.text[:500]
 
     call()
 

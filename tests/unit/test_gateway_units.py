@@ -1,17 +1,23 @@
-"""The gateway's pure parts: the bind refusal, the door (tokens, caps, the per-token limit), SandboxFusion's shapes
+"""The gateway's pure parts: the bind refusal, the door (tokens, caps, the per-token limit, stalled bodies, the
+per-address cap), lone surrogates found and errors made encodable, SandboxFusion's shapes
 and statuses, OpenRLHF labels and completions, and the executor's run handler (expiry, reply fitting)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, MutableMapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import FastAPI
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from schemas.codec import MAX_MESSAGE_BYTES, decode, encode
@@ -20,9 +26,12 @@ from schemas.runs import RunReply, RunRequest, RunStep
 from schemas.settings import Settings
 from schemas.status import SandboxStatus
 from streams.gateway.config import GatewayConfig, home_partition, is_loopback, parse_tokens
-from streams.gateway.guard import Guard
+from streams.gateway.guard import Counts, Guard, expects_body
 from streams.gateway.rewards_api import LabelError, completion_code, parse_label
 from streams.gateway.sandbox_fusion import RunCodeRequest, response_of
+from streams.gateway.strict_json import validation_response
+from streams.gateway.surrogates import lone_surrogate_at
+from tests.unit.lone_surrogates import with_a_lone_surrogate
 from workers.handler import Done, InvalidEventError, Source
 from workers.roles.run_code import RunHandler
 from workers.runs.program import CommandRun, SourceRun
@@ -122,6 +131,161 @@ def test_the_per_token_limit_is_429_and_frees_its_slot() -> None:
     guard.in_flight["token-0"] = 0
     assert _call(guard, "POST", "/work", json={}, headers=AUTH).status_code == 200
     assert guard.in_flight["token-0"] == 0  # the slot is given back
+
+
+def _stalling(guard: Guard, peer: str = "10.0.0.1") -> Coroutine[Any, Any, list[dict[str, Any]]]:
+    """A request that declares a body and never sends it (its client stays connected): what it was answered."""
+
+    async def go() -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.Event().wait()  # the body never comes
+            raise AssertionError("unreachable")
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        headers = [(b"content-length", b"100"), (b"authorization", f"Bearer {TOKEN}".encode())]
+        scope = {"type": "http", "method": "POST", "path": "/work", "headers": headers, "client": (peer, 40000)}
+        await guard(scope, receive, send)
+        return sent
+
+    return go()
+
+
+def _answer(sent: list[dict[str, Any]]) -> tuple[int, dict[bytes, bytes], Any]:
+    start, body = sent
+    return start["status"], dict(start["headers"]), orjson.loads(body["body"])
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_a_stalled_body_holds_no_slot_and_is_408_at_its_deadline() -> None:
+    """Four clients that send headers and stall do not lock out their token (one slot): its slot is taken
+    only once a body is in, and each stalled one is answered 408 at the deadline and its connection closed."""
+    guard = Guard(_app(), tokens=(TOKEN,), concurrency=1, max_body_bytes=1000, body_timeout_s=0.5)
+
+    async def go() -> tuple[httpx.Response, list[list[dict[str, Any]]], float]:
+        started = time.monotonic()
+        stalled = [asyncio.create_task(_stalling(guard)) for _ in range(4)]
+        await _until(lambda: guard.reading.get("10.0.0.1") == 4)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guard), base_url="http://gw.test") as client:
+            good = await client.post("/work", json={"a": 1}, headers=AUTH)
+        answers = await asyncio.wait_for(asyncio.gather(*stalled), 10)
+        return good, answers, time.monotonic() - started
+
+    good, answers, elapsed = asyncio.run(go())
+    assert good.status_code == 200
+    assert good.json()["ok"] is True
+    for sent in answers:
+        status, headers, body = _answer(sent)
+        assert status == 408
+        assert headers[b"connection"] == b"close"
+        assert "within 0.5s (RS_GATEWAY_BODY_TIMEOUT_S)" in body["detail"]
+    assert elapsed >= 0.5
+    assert guard.reading.held == {}  # every body slot given back
+    assert guard.in_flight == {"token-0": 0}  # the one request that ran took the slot, and gave it back
+    assert guard.metrics.registry.get_sample_value("rewardstream_gateway_body_reads") == 0
+    assert guard.metrics.registry.get_sample_value(
+        "rewardstream_gateway_requests_total", {"route": "other", "status": "408"}
+    ) == 4  # fmt: skip
+
+
+def test_bodies_arriving_at_once_are_capped_per_peer_address() -> None:
+    guard = Guard(_app(), tokens=(TOKEN,), concurrency=8, max_body_bytes=1000, body_timeout_s=60, peer_body_reads=2)
+
+    async def go() -> None:
+        stalled = [asyncio.create_task(_stalling(guard)) for _ in range(2)]
+        await _until(lambda: guard.reading.get("10.0.0.1") == 2)
+        status, headers, body = _answer(await asyncio.wait_for(_stalling(guard), 5))  # one too many: at once
+        assert status == 429
+        assert headers[b"connection"] == b"close"
+        assert "RS_GATEWAY_PEER_BODY_READS" in body["detail"]
+        # another address is not held back; nor is a request of the same one that has no body to send
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guard), base_url="http://gw.test") as client:
+            assert (await client.post("/work", json={}, headers=AUTH)).status_code == 200
+        bodiless = httpx.ASGITransport(app=guard, client=("10.0.0.1", 40001))
+        async with httpx.AsyncClient(transport=bodiless, base_url="http://gw.test") as client:
+            assert (await client.get("/health")).status_code == 200
+        for task in stalled:  # the clients go away: their slots are given back
+            task.cancel()
+        await asyncio.gather(*stalled, return_exceptions=True)
+
+    asyncio.run(go())
+    assert guard.reading.held == {}
+    assert guard.metrics.registry.get_sample_value("rewardstream_gateway_body_reads") == 0
+
+
+def test_which_requests_have_a_body_to_wait_for() -> None:
+    assert expects_body({b"content-length": b"12"})
+    assert expects_body({b"transfer-encoding": b"chunked"})
+    assert not expects_body({})
+    assert not expects_body({b"content-length": b"0"})
+    assert not expects_body({b"content-length": b"000"})
+    counts = Counts()
+    counts.take("a")
+    counts.take("a")
+    counts.give("a")
+    assert counts.get("a") == 1
+    counts.give("a")
+    assert counts.held == {}  # an address at zero is forgotten
+
+
+# ---- lone surrogates ----------------------------------------------------------------------------------------
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, data=st.data())
+def test_a_lone_surrogate_is_found_where_it_was_put(value: object, data: st.DataObject) -> None:
+    assert lone_surrogate_at(value) is None  # text without surrogates, and pairs joined, are fine
+    assert lone_surrogate_at(json.loads(json.dumps(value))) is None
+    spoiled, loc = data.draw(with_a_lone_surrogate(value))
+    parsed = json.loads(json.dumps(spoiled))  # through JSON as a client sends it: a "\udXXX" escape
+    found = lone_surrogate_at(parsed)
+    assert found is not None
+    assert found[0] == loc
+    assert "not valid Unicode: a lone surrogate" in found[1]
+    found[1].encode()  # the problem itself can be sent
+
+
+def test_errors_that_echo_what_no_encoder_takes_are_still_a_json_422() -> None:
+    errors = [
+        {
+            "type": "string_type",
+            "loc": ("body", "k\udc80"),
+            "msg": "m\ud800",
+            "input": "x\ud800",
+            "ctx": {"c": "\udfff"},
+        },
+        {"type": "model_attributes_type", "loc": ("body",), "msg": "not an object", "input": b"\xff\xfe{"},
+    ]
+    answer = validation_response(errors)
+    assert answer.status_code == 422
+    detail = orjson.loads(answer.body)["detail"]
+    assert detail[0] == {
+        "type": "string_type", "loc": ["body", "k\\udc80"], "msg": "m\\ud800", "input": "x\\ud800",
+        "ctx": {"c": "\\udfff"},
+    }  # fmt: skip
+    assert detail[1]["input"] == "\\xff\\xfe{"
+    nan = validation_response([{"type": "greater_than", "loc": ("body", "run_timeout"), "msg": "> 0",
+                                "input": float("nan"), "ctx": {"gt": 0.0}}])  # fmt: skip
+    assert orjson.loads(nan.body)["detail"] == [
+        {"type": "greater_than", "loc": ["body", "run_timeout"], "msg": "> 0", "input": None, "ctx": {"gt": 0.0}}
+    ]
+    plain = validation_response([{"type": "missing", "loc": ("body", "code"), "msg": "Field required", "input": {}}])
+    assert orjson.loads(plain.body) == {
+        "detail": [{"type": "missing", "loc": ["body", "code"], "msg": "Field required", "input": {}}]
+    }  # as FastAPI's own handler answers
 
 
 # ---- SandboxFusion ------------------------------------------------------------------------------------------
