@@ -28,7 +28,7 @@ def _hold(directory: str, slots: int, ready: multiprocessing.synchronize.Event) 
         time.sleep(300)
 
 
-def _start_holders(tmp_path: Path, count: int, slots: int) -> list[multiprocessing.Process]:
+def _start_holders(tmp_path: Path, count: int, slots: int) -> list[multiprocessing.context.ForkProcess]:
     ctx = multiprocessing.get_context("fork")
     holders = []
     for _ in range(count):
