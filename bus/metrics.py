@@ -59,6 +59,15 @@ class WorkerMetrics:
             "rewardstream_run_seconds", "Wall time of one unit of work (a sandbox run, a bulk request)", labels,
             buckets=RUN_SECONDS_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self._sandbox_wait = Histogram(
+            "rewardstream_sandbox_wait_seconds", "Time a graded sandbox run waited for a CPU the host gave to "
+            "others (its limits never count it): the host's contention, per run", labels,
+            buckets=RUN_SECONDS_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self._host_retries = Counter(
+            "rewardstream_host_retries", "Sandbox runs repeated because the host starved them past their ceiling "
+            "(contention: never the program's failure)", labels, registry=self.registry,
+        )  # fmt: skip
         self._in_flight = Gauge("rewardstream_in_flight", "Units of work started, not finished", labels,
                                 registry=self.registry)  # fmt: skip
         self._lag = Gauge(
@@ -77,6 +86,12 @@ class WorkerMetrics:
     def sandbox_error(self, n: int = 1) -> None:
         """Count a sandbox infrastructure failure."""
         self._sandbox_errors.labels(self.role).inc(n)
+
+    def sandbox_run(self, wait_s: float, host_retries: int) -> None:
+        """Record what the host did to a graded run: its wait for a CPU, the times it was repeated for it."""
+        self._sandbox_wait.labels(self.role).observe(max(wait_s, 0.0))
+        if host_retries > 0:
+            self._host_retries.labels(self.role).inc(host_retries)
 
     def retry(self, dependency: str) -> None:
         """Count one retry of an unavailable dependency."""

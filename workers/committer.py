@@ -82,16 +82,21 @@ class Committer:
         self.stats.transactions += 1
         self.stats.committed += len(ready)
         for item in ready:
-            outcome = item.outcome
-            if isinstance(outcome, Done):
-                self.stats.results += 1
-                self.metrics.processed()
-                if outcome.status == "sandbox_error":
-                    self.metrics.sandbox_error()
-            elif isinstance(outcome, Reject):
-                self.stats.dead_letters += 1
-                self.metrics.dead_letter(type(outcome.error).__name__)
+            self._count(item.outcome)
         return "committed"
+
+    def _count(self, outcome: Done | Reject | None) -> None:
+        """The stats and metrics of one committed outcome."""
+        if isinstance(outcome, Done):
+            self.stats.results += 1
+            self.metrics.processed()
+            if outcome.status == "sandbox_error":
+                self.metrics.sandbox_error()
+            if outcome.run is not None:
+                self.metrics.sandbox_run(outcome.run.wait_ms / 1000, outcome.run.host_retries)
+        elif isinstance(outcome, Reject):
+            self.stats.dead_letters += 1
+            self.metrics.dead_letter(type(outcome.error).__name__)
 
     def abort(self) -> None:
         self.stats.aborted += 1

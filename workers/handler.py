@@ -16,7 +16,7 @@ from confluent_kafka import TopicPartition
 
 from schemas.codec import Contract, encode
 from schemas.errors import RewardstreamError
-from schemas.events import GenerationEvent, LogRecord
+from schemas.events import GenerationEvent, LogRecord, SandboxRun
 
 
 class InvalidEventError(RewardstreamError):
@@ -55,6 +55,8 @@ class Done:
     status: str = "ok"
     #: Uploads (artifacts) the outputs refer to; the result is committed only once all of them finished.
     uploads: tuple[Future[object], ...] = ()
+    #: The sandbox run the result reports, for the host's metrics (its wait for a CPU, its host retries).
+    run: SandboxRun | None = None
 
     def ready(self) -> bool:
         """Whether every upload has finished (raises the first upload failure)."""

@@ -124,6 +124,14 @@ def _section(console: Console, title: str, rows: dict[str, object] | None) -> No
     console.print(table)
 
 
+def _host(sandbox: dict[str, Any]) -> str:
+    """What the host did to a run: how long it waited for a CPU (never counted by its limits) and how often it
+    was repeated because the host starved it."""
+    waited = f"waited {float(sandbox.get('wait_ms', 0.0)) / 1000:.1f} s for a CPU (not counted)"
+    retries = int(sandbox.get("host_retries", 0))
+    return waited + (f"; repeated {retries}x: the host starved it" if retries else "")
+
+
 def _where(section: dict[str, Any]) -> str:
     loc = section["location"]
     return f"{loc['topic']}[{loc['partition']}]@{loc['offset']}"
@@ -151,14 +159,15 @@ def _render(story: dict[str, Any], console: Console) -> None:
     _section(console, "public tests (executor)", ex and {
         "sandbox": ex["sandbox"]["status"], "passed": f"{ex['passed']}/{ex['total']}",
         "cases": ", ".join(f"{c['case_id']}={c['status']}" for c in ex["cases"]), "feedback": ex["feedback"],
-        "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)", "worker": ex["worker"], "at": _where(ex),
+        "host": _host(ex["sandbox"]), "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)",
+        "worker": ex["worker"], "at": _where(ex),
     })  # fmt: skip
     _section(console, "hidden verdict (verifier; counts only)", ver and {
         "sandbox": ver["sandbox"]["status"], "passed": f"{ver['passed']}/{ver['total']}",
         "statuses": ", ".join(f"{k}: {v}" for k, v in ver["statuses"].items()),
         "static flags": ", ".join(f"{f['rule']} (line {f['line']})" for f in ver["static_flags"]) or "none",
         "flag counts": ", ".join(f"{k}: {v}" for k, v in ver.get("static_flag_counts", {}).items()) or "-",
-        "grader": ver["grader_version"], "worker": ver["worker"], "at": _where(ver),
+        "host": _host(ver["sandbox"]), "grader": ver["grader_version"], "worker": ver["worker"], "at": _where(ver),
     })  # fmt: skip
     _section(console, "judge", judge and {
         "score": judge["score"] if judge["status"] == "ok" else f"error: {judge['error']}",

@@ -36,6 +36,16 @@ def test_every_series_the_issue_asks_for_is_exposed() -> None:
     assert m.value("rewardstream_consumer_lag", topic="rs.generations", partition="2") == 0
 
 
+def test_what_the_host_did_to_runs_is_counted() -> None:
+    m = WorkerMetrics("verifier")
+    m.sandbox_run(2.5, 0)
+    m.sandbox_run(0.0, 2)
+    assert m.value("rewardstream_sandbox_wait_seconds_count") == 2
+    assert m.value("rewardstream_sandbox_wait_seconds_sum") == pytest.approx(2.5)
+    assert m.value("rewardstream_host_retries_total") == 2
+    assert b"rewardstream_sandbox_wait_seconds_bucket" in m.exposition()
+
+
 def test_endpoint_serves_the_registry_and_frees_its_port() -> None:
     m = WorkerMetrics("indexer")
     m.processed(2)

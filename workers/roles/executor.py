@@ -187,4 +187,4 @@ class ExecutorHandler:
         artifact_fields(fields, artifacts)
         message = f"executor: {result.passed}/{result.total} public cases passed ({run.status})"
         record = ctx.log_record(event, source, log_level(run), message, fields)
-        return Done((encode_output(ctx.output_topic, event, result),), record, run.status, uploads)
+        return Done((encode_output(ctx.output_topic, event, result),), record, run.status, uploads, run)

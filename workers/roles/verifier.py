@@ -108,4 +108,4 @@ class VerifierHandler:
         artifact_fields(fields, artifacts)
         message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"
         record = ctx.log_record(event, source, log_level(run), message, fields)
-        return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status, uploads)
+        return Done((encode_output(ctx.output_topic, event, verdict),), record, run.status, uploads, run)
