@@ -12,6 +12,12 @@ the policy can learn from; so is an exec ``timeout_s`` out of range and a write 
 ``base64``. Only an action that is not an action at all (not JSON, a wrong type, an unknown kind, a missing
 field) is undecodable and goes to the DLQ. ``action_problem`` judges strings only: the worker still checks on
 disk that no parent of a path is a symlink and that a read's target stays inside the workspace.
+
+A write too large for one message travels as a claim check: the SDK uploads its bytes to S3 under their
+sha256 (``schemas.content``) and the ``ActionEvent`` carries ``content`` (ref, sha256, size) instead of
+``text``/``base64`` (``EventWriteAction``). Only the trainer's side makes one: the agent's contract
+(``WriteAction``, what a model or a transcript writes) has no such field. The episode worker decides with the
+task's ``workspace_max_mb`` whether it is applied, and reads nothing but our own content address.
 """
 
 from __future__ import annotations
@@ -24,16 +30,17 @@ from pydantic import BeforeValidator, Field, SerializerFunctionWrapHandler, mode
 from pydantic_core import PydanticCustomError
 
 from schemas.caps import cap
-from schemas.codec import Contract, S3Url
+from schemas.codec import Contract, S3Url, Sha256
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, Envelope, Id, ShortText
 from schemas.paths import path_problem
 from schemas.status import ObservationStatus
 from schemas.tasks import MAX_TURNS, Command, TaskId, command_problem
 from schemas.text import sanitize_text
 
-#: Most bytes one ``write`` may put in a file (decoded: base64 counts as the bytes it stands for). Its
-#: base64 form still fits one message; text full of control characters escapes larger (send it as base64).
-MAX_WRITE_BYTES = 512 * 1024
+#: Most bytes one ``write`` may put in a file, whatever the task (decoded: base64 counts as the bytes it stands
+#: for): the worker holds them in memory and a step's stdin carries them. Below it the task's
+#: ``episode.workspace_max_mb`` decides. A write too large for one message travels by claim check (``content``).
+MAX_WRITE_BYTES = 1 << 30
 #: A read's ``content`` kept in an observation. With stdout, stderr and the reason at their caps an
 #: observation fits the message cap even when every character is escaped (6 bytes each).
 CONTENT_MAX_CHARS = 128 * 1024
@@ -106,6 +113,37 @@ class WriteAction(_Action):
         return binascii.a2b_base64(self.base64 or "", strict_mode=True)
 
 
+class ContentClaim(Contract):
+    """A write's bytes in S3 (a claim check): how the SDK sends a write too large for one message."""
+
+    ref: S3Url = Field(
+        description="s3://<bucket>/sha256/<2>/<sha256>: the content address of sha256 in the episode worker's "
+        "bucket (anything else is rejected)"
+    )
+    sha256: Sha256 = Field(description="sha256 of the bytes (what the worker checks them against)")
+    size: int = Field(ge=0, description="bytes of the content: the file's size (checked before anything is read)")
+
+
+class EventWriteAction(WriteAction):
+    """A write as an ``ActionEvent`` carries it: the agent's ``WriteAction``, or its bytes by claim check
+    (``content`` instead of ``text``/``base64``; exactly one of the three: none is undecodable, two rejected)."""
+
+    content: ContentClaim | None = Field(
+        None, description="the bytes in S3 (claim check), for a write too large for one message; set by the SDK"
+    )
+
+    @model_validator(mode="after")
+    def _some_content(self) -> EventWriteAction:
+        if self.text is None and self.base64 is None and self.content is None:
+            raise PydanticCustomError("write_content", "one of text, base64 and content must be set", {"field": "text"})
+        return self
+
+
+def claim_of(action: object) -> ContentClaim | None:
+    """The claim check ``action`` carries its bytes by, or None (inline, or not a write)."""
+    return action.content if isinstance(action, EventWriteAction) else None
+
+
 class ReadAction(_Action):
     """Read one file of the workspace; its text comes back as the observation's ``content``."""
 
@@ -153,8 +191,27 @@ Action = Annotated[
 AnyAction = ExecAction | WriteAction | ReadAction | SubmitAction | OpenAction | ForkAction
 
 
+def _wire_write(value: object) -> object:
+    """An agent's ``WriteAction`` model given to an ``ActionEvent``: its fields (the event's write takes them)."""
+    if isinstance(value, WriteAction) and not isinstance(value, EventWriteAction):
+        return value.model_dump(mode="json")
+    return value
+
+
+#: An action as an ``ActionEvent`` carries it: the contract's object, a write possibly by claim check.
+EventAction = Annotated[
+    ExecAction | EventWriteAction | ReadAction | SubmitAction | OpenAction | ForkAction,
+    Field(discriminator="action"),
+    BeforeValidator(_wire_write),
+]
+
+
 def write_size(action: WriteAction) -> int | None:
-    """Bytes ``action`` would write, or None when its content cannot be written (bad base64, lone surrogate)."""
+    """Bytes ``action`` would write, or None when its content cannot be written (bad base64, lone surrogate).
+    A claim check's is the size it declares (the worker checks the bytes against it)."""
+    claim = claim_of(action)
+    if claim is not None:
+        return claim.size
     if action.text is not None:
         try:
             return len(action.text.encode("utf-8"))
@@ -192,6 +249,8 @@ def _exec_problem(action: ExecAction) -> str | None:
 def _write_problem(action: WriteAction) -> str | None:
     if action.text is not None and action.base64 is not None:
         return "write has both text and base64 (send exactly one)"
+    if claim_of(action) is not None and (action.text is not None or action.base64 is not None):
+        return "write has both inline content and a content claim (send exactly one)"
     size = write_size(action)
     if size is None:
         return "text is not valid UTF-8" if action.text is not None else "base64 is not valid base64"
@@ -214,7 +273,10 @@ class ActionEvent(Envelope):
 
     episode_id: Id = Field(description="the episode (the Kafka key); a fresh id for open and fork")
     turn: int = Field(ge=0, le=MAX_TURNS, description="0 for open/fork, then 1, 2, ... per action: duplicates show")
-    action: Action = Field(description='the action, exactly as the SDK sends it ({"action": "exec", ...})')
+    action: EventAction = Field(
+        description='the action, exactly as the SDK sends it ({"action": "exec", ...}); a write too large for one '
+        "message carries its bytes by claim check (content)"
+    )
 
     @model_validator(mode="after")
     def _turn_zero_starts(self) -> ActionEvent:

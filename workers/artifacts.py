@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from schemas.content import KEY_PREFIX, content_key, content_url
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 
@@ -39,7 +40,6 @@ RETRIABLE_CODES = frozenset(
         "XMinioServerNotInitialized",
     }
 )
-KEY_PREFIX = "sha256"
 #: How many keys known to exist a store remembers (skips the existence check; ~100 bytes each).
 KNOWN_KEYS = 65_536
 
@@ -80,11 +80,6 @@ class StoredArtifact:
     sha256: str
     size: int
     uploaded: bool  # False when the content was already there
-
-
-def content_key(sha256_hex: str) -> str:
-    """Object key of content with this digest (two-char fan-out keeps listings manageable)."""
-    return f"{KEY_PREFIX}/{sha256_hex[:2]}/{sha256_hex}"
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -184,7 +179,7 @@ class ArtifactStore:
 
     def url_for(self, sha256_hex: str) -> str:
         """The ``s3://`` URL content with this digest has (or would have)."""
-        return f"s3://{self.bucket}/{content_key(sha256_hex)}"
+        return content_url(self.bucket, sha256_hex)
 
     def put(self, data: bytes, content_type: str = "application/octet-stream") -> StoredArtifact:
         """Store ``data`` under its sha256 (skipping the upload if it is already there); return where."""
@@ -230,19 +225,22 @@ class ArtifactStore:
 
         return self.put(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), "application/json")
 
-    def get(self, url: str) -> bytes:
-        """Read an artifact back and check its bytes still match the digest in its key."""
+    def get(self, url: str, *, max_bytes: int | None = None) -> bytes:
+        """Read an artifact back and check its bytes still match the digest in its key. ``max_bytes``: read no
+        more than that (a larger object is refused, never held in memory whole: the caller named its size)."""
         bucket, key = parse_url(url)
 
         def download() -> bytes:
             response = self._client.get_object(bucket, key)
             try:
-                return bytes(response.read())
+                return bytes(response.read() if max_bytes is None else response.read(max_bytes + 1))
             finally:
                 response.close()
                 response.release_conn()
 
         data = self._with_retry(f"get {url}", download)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ArtifactError(f"artifact {url} is larger than {max_bytes} bytes")
         expected = key.rsplit("/", 1)[-1]
         if key.startswith(f"{KEY_PREFIX}/") and hashlib.sha256(data).hexdigest() != expected:
             raise ArtifactError(f"artifact {url} does not match its sha256 (corrupted or overwritten)")

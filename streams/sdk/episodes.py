@@ -33,8 +33,9 @@ from schemas.codec import DecodeError, decode, encode, one_line, problems_of
 from schemas.episodes import ActionEvent, AnyAction, ObservationEvent
 from schemas.errors import RewardstreamError, ValidationError
 from schemas.events import RewardEvent
-from schemas.settings import Settings
+from schemas.settings import S3Settings, Settings
 from schemas.topics import catalog_for, topic_for
+from streams.sdk.claims import Claim, ContentStore, Inline, Outgoing, Withheld, route, unsendable, withheld_observation
 from streams.sdk.client import TrainerClient
 from streams.sdk.config import SdkError
 
@@ -67,11 +68,15 @@ class EpisodeConfig:
     policy_version: str = "0"
     #: How long an action waits for its observation unless told (a step runs at most its step_timeout_s).
     answer_timeout_s: float = 300.0
+    #: The episode worker's S3: where a write too large for one message goes by claim check (None: such a
+    #: write is answered ``rejected`` here, not sent).
+    s3: S3Settings | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, run_id: str, **overrides: Any) -> EpisodeConfig:
-        """Topic names and Kafka connection from the one settings object."""
+        """Topic names, the Kafka connection and the S3 store from the one settings object."""
         specs = catalog_for(settings)
+        overrides.setdefault("s3", settings.s3)
         return cls(
             kafka=settings.kafka_client_config(),
             actions_topic=topic_for("actions", specs).name,
@@ -94,6 +99,7 @@ class EpisodeClient:
         self._unclaimed: OrderedDict[tuple[str, int], ObservationEvent] = OrderedDict()
         self._error: BaseException | None = None
         self._stop = threading.Event()
+        self._content: ContentStore | None = None
         self._producer: Producer = make_producer(config.kafka, **{"linger.ms": 2})
         try:
             self._start = {p: high for p, (_low, high) in watermarks(config.kafka, config.observations_topic).items()}
@@ -198,6 +204,17 @@ class EpisodeClient:
         self._producer.poll(0)
         return future
 
+    def claimed(self, claim: Claim) -> Inline | Withheld:
+        """A write too large for one message, its bytes in S3 (blocking: an upload); withheld when this client
+        has no S3. Raises ``ContentUploadError`` (an ``SdkError``) when S3 fails: the infrastructure's."""
+        if self.config.s3 is None:
+            return unsendable(claim)
+        with self._cond:
+            if self._content is None:
+                self._content = ContentStore.from_settings(self.config.s3)
+            store = self._content
+        return store.claimed(claim)
+
     def _future(self, key: tuple[str, int]) -> ObservationFuture:
         """The future of (episode, turn)'s observation, registered before it can arrive (done at once when the
         consumer read it already)."""
@@ -300,17 +317,25 @@ class Episode:
         self.turn = turn
         self.opened: ObservationEvent | None = None
         self.ended: str | None = None
+        self._withheld: ObservationEvent | None = None
 
     def act(self, action: Mapping[str, Any] | AnyAction, *, timeout_s: float | None = None) -> ObservationEvent:
-        """Send ``action`` (the contract's JSON object, or a model) as the next turn; its observation."""
+        """Send ``action`` (the contract's JSON object, or a model) as the next turn; its observation (whatever
+        its size: a write too large for a message goes by claim check, see ``streams.sdk.claims``)."""
         key, future = self.begin(action)
         return self.settle(self.client.answer(future, key, timeout_s))
 
     def begin(self, action: Mapping[str, Any] | AnyAction) -> tuple[tuple[str, int], ObservationFuture]:
         """Publish ``action`` as the next turn without waiting: its (episode, turn) key and observation future.
 
-        The non-blocking half of ``act`` (the asyncio face awaits the future); hand the observation to
-        ``settle`` so the episode knows its turn. One action at a time: the next turn follows the answer."""
+        The non-blocking half of ``act`` but for a claim check's upload (the asyncio face runs that in a thread,
+        see ``prepare``); hand the observation to ``settle`` so the episode knows its turn. One at a time."""
+        out = self.prepare(action)
+        return self.publish(self.client.claimed(out) if isinstance(out, Claim) else out)
+
+    def prepare(self, action: Mapping[str, Any] | AnyAction) -> Outgoing:
+        """``action`` as the next turn's event and how it goes out (no I/O): inline, a ``Claim`` whose bytes
+        ``client.claimed`` uploads, or withheld. ValidationError when it is not an action at all."""
         if self.ended is not None:
             raise EpisodeError(f"episode {self.episode_id!r} has ended ({self.ended})")
         body = action.model_dump(mode="json") if isinstance(action, pydantic.BaseModel) else dict(action)
@@ -321,10 +346,25 @@ class Episode:
         except pydantic.ValidationError as exc:
             problems = one_line(problems_of(exc), "action")
             raise ValidationError(f"bad action for episode {self.episode_id!r}: {problems}") from None
-        return (self.episode_id, turn), self.client.send(event)
+        return route(event)
+
+    def publish(self, out: Inline | Withheld) -> tuple[tuple[str, int], ObservationFuture]:
+        """Send a prepared event: its key and observation future (a withheld one's is its rejection, at once)."""
+        key = (out.event.episode_id, out.event.turn)
+        if isinstance(out, Inline):
+            return key, self.client.send(out.event)
+        self._withheld = withheld_observation(out)
+        future = ObservationFuture()
+        future.set_running_or_notify_cancel()
+        future.set_result(self._withheld)
+        return key, future
 
     def settle(self, obs: ObservationEvent) -> ObservationEvent:
-        """Take ``obs`` (the answer to the last ``begin``) as where the episode stands; return it."""
+        """Take ``obs`` (the answer to the last ``begin``) as where the episode stands; return it. A withheld
+        action's rejection leaves the turn as it was: the worker never saw it."""
+        if obs is self._withheld:
+            self._withheld = None
+            return obs
         self.turn = obs.turn
         self.ended = obs.ended
         return obs

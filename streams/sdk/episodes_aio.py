@@ -21,6 +21,7 @@ from typing import Any
 from schemas.episodes import AnyAction, ObservationEvent
 from schemas.events import RewardEvent
 from streams.sdk.aio import AsyncTrainerClient
+from streams.sdk.claims import Claim
 from streams.sdk.client import TrainerClient
 from streams.sdk.episodes import (
     Episode,
@@ -123,8 +124,12 @@ class AsyncEpisode:
         return self.sync.ended
 
     async def act(self, action: Mapping[str, Any] | AnyAction, *, timeout_s: float | None = None) -> ObservationEvent:
-        """Send ``action`` (the contract's JSON object, or a model) as the next turn; await its observation."""
-        key, future = self.sync.begin(action)
+        """Send ``action`` (the contract's JSON object, or a model) as the next turn; await its observation. A
+        write too large for one message has its bytes uploaded in a thread (``Episode.prepare``)."""
+        out = self.sync.prepare(action)
+        if isinstance(out, Claim):
+            out = await asyncio.to_thread(self.sync.client.claimed, out)
+        key, future = self.sync.publish(out)
         return self.sync.settle(await self.client.answer(key, future, timeout_s))
 
     async def exec(self, command: str | list[str], timeout_s: float | None = None) -> ObservationEvent:

@@ -52,6 +52,13 @@ def test_put_is_content_addressed_deduplicated_and_verified(
     )  # fmt: skip
     assert event.code_ref == first.url
 
+    # A bounded read (a claim check's declared size): the object whole, or refused without reading it all.
+    assert store.get(first.url, max_bytes=len(code)) == code.encode()
+    with pytest.raises(ArtifactError, match=f"is larger than {len(code) - 1} bytes") as larger:
+        store.get(first.url, max_bytes=len(code) - 1)
+    assert not larger.value.outage
+    assert store.get(first.url, max_bytes=len(code) + 10) == code.encode()  # the connection is fine after it
+
     # Per-case results as canonical JSON: the same results in another key order share one object.
     results = store.put_json({"cases": [{"id": "c1", "status": "passed"}], "total": 1})
     same = store.put_json({"total": 1, "cases": [{"status": "passed", "id": "c1"}]})

@@ -8,7 +8,8 @@ import pytest
 import urllib3.exceptions
 from minio.error import S3Error
 
-from workers.artifacts import ArtifactError, content_key, is_retriable, parse_url
+from schemas.content import content_key
+from workers.artifacts import ArtifactError, is_retriable, parse_url
 
 
 def _s3_error(code: str) -> S3Error:

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import MAX_NESTING, Contract, DecodeError, EncodeError, decode, encode
+from schemas.episodes import ActionEvent
 from schemas.jsonschema import models
 from tests.unit.test_schemas_roundtrip import STRATEGIES
 
@@ -98,7 +99,7 @@ def _object(pairs: list[tuple[str, str]]) -> str:
 
 def _containers(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     arrays = st.lists(inner, max_size=5).map(lambda xs: "[" + ",".join(xs) + "]")
-    keys = st.sampled_from(["a", "code", "turn", "schema_version", "a"])  # "a" twice: duplicate keys
+    keys = st.sampled_from(["a", "code", "turn", "schema_version", "content", "size", "a"])  # "a" twice: duplicates
     return arrays | st.lists(st.tuples(keys, inner), max_size=5).map(_object)
 
 
@@ -155,3 +156,26 @@ def test_mutated_valid_events(model: type[Contract], data: st.DataObject, edits:
     for kind, where, blob in edits:
         wire = _mutate(wire, kind, where, blob)
     decode_only_decode_error(wire, model)
+
+
+OUR_REF = '"s3://bkt/sha256/ab/' + "ab" * 32 + '"'
+CLAIM_VALUES = [OUR_REF, '"s3://bkt/x y"', '"s3://B/x"', '"' + "ab" * 32 + '"', "-1", "0", "9223372036854775808", "1.5"]
+claim_values = json_tokens | st.sampled_from([*CLAIM_VALUES, '"1"', "true"])
+
+
+@SLOW_OK
+@given(
+    fields=st.lists(st.tuples(st.sampled_from(["ref", "sha256", "size", "extra", "ref"]), claim_values), max_size=5),
+    inline=st.sampled_from(["", ',"text":"x"', ',"base64":"eA=="', ',"content":null']),
+    whole=st.none() | json_texts,
+)
+def test_a_claim_checked_write_decodes_or_names_its_problem(
+    fields: list[tuple[str, str]], inline: str, whole: str | None
+) -> None:
+    """A write's ``content`` (the claim check) of any shape: only DecodeError, and what decodes round-trips."""
+    content = whole if whole is not None else _object(fields)
+    body = '{"action":"write","path":"a"' + inline + ',"content":' + content + "}"
+    data = ('{"episode_id":"e","turn":1,"action":' + body + "}").encode("utf-8", "surrogatepass")
+    value = decode_only_decode_error(data, ActionEvent)
+    if value is not None:
+        assert decode(encode(value), ActionEvent) == value

@@ -79,7 +79,14 @@ def test_writes_carry_their_bytes_text_or_base64() -> None:
         ({"action": "write", "path": "../x", "text": "x"}, "path has a '..' segment"),
         ({"action": "write", "path": "/etc/passwd", "text": "x"}, "path is absolute"),
         ({"action": "read", "path": "a//b"}, "path is not normalised"),
-        ({"action": "write", "path": "big", "base64": "QUFB" * 200_000}, "over the 524288-byte cap"),
+        (
+            {
+                "action": "write",
+                "path": "big",
+                "content": {"ref": "s3://bkt/x", "sha256": "ab" * 32, "size": (64 << 20) + 1},
+            },
+            "over the workspace cap (67108864 bytes",
+        ),
         ({"action": "write", "path": "bad", "base64": "not base64!"}, "base64 is not valid base64"),
     ],
 )

@@ -26,10 +26,13 @@ class DictStore:
         self.objects[self.url_for(digest)] = data
         return StoredArtifact(self.url_for(digest), "bucket", f"sha256/{digest}", digest, len(data), True)
 
-    def get(self, url: str) -> bytes:
+    def get(self, url: str, *, max_bytes: int | None = None) -> bytes:
         if url not in self.objects:
             raise ArtifactError(f"no such artifact {url}")
-        return self.objects[url]
+        data = self.objects[url]
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ArtifactError(f"artifact {url} is larger than {max_bytes} bytes")
+        return data
 
 
 def _packed(data: bytes) -> Packed:

@@ -3,8 +3,8 @@ reason, observations that are safe to store and fit one message, and fuzzing thr
 
 from __future__ import annotations
 
-import base64
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -19,11 +19,15 @@ from schemas.episodes import (
     MAX_WRITE_BYTES,
     REASON_MAX_CHARS,
     ActionEvent,
+    ContentClaim,
+    EventWriteAction,
     ExecAction,
     ObservationEvent,
     ReadAction,
     WriteAction,
     action_problem,
+    claim_of,
+    write_size,
 )
 from schemas.events import OUTPUT_TAIL_MAX_CHARS
 from schemas.paths import MAX_PATH_BYTES
@@ -81,7 +85,15 @@ REFUSED: list[tuple[str, bytes, str]] = [
      "'open', 'fork' (got 'fly')"),
     ("no action kind", event({"path": "a"}), "action.action: required field is missing"),
     ("no action", orjson.dumps({"episode_id": "e", "turn": 1}), "action: required field is missing"),
-    ("no content", event({"action": "write", "path": "a"}), "action.text: one of text and base64 must be set"),
+    ("no content", event({"action": "write", "path": "a"}), "action.text: one of text, base64 and content must be "
+     "set"),
+    ("claim without sha", event({"action": "write", "path": "a", "content": {"ref": "s3://bkt/x", "size": 1}}),
+     "action.content.sha256: required field is missing"),
+    ("claim of a negative size", event({"action": "write", "path": "a", "content": {"ref": "s3://bkt/x",
+     "sha256": "ab" * 32, "size": -1}}), "action.content.size: input should be greater than or equal to 0"),
+    ("claim to a web page", event({"action": "write", "path": "a", "content": {"ref": "https://evil/x",
+     "sha256": "ab" * 32, "size": 1}}), "action.content.ref: string should match pattern "
+     "'^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\\s]{1,1024}$'"),
     ("string timeout", event({"action": "exec", "command": "ls", "timeout_s": "10"}),
      "action.timeout_s: input should be a valid number"),
     ("command not text", event({"action": "exec", "command": 3}),
@@ -107,6 +119,20 @@ def test_undecodable_actions_name_the_field(data: bytes, message: str) -> None:
 
 DECODABLE_BUT_INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("text and base64", {"action": "write", "path": "a", "text": "x", "base64": "eA=="}, "both text and base64"),
+    (
+        "text and a claim",
+        {"action": "write", "path": "a", "text": "x", "content": {"ref": "s3://bkt/x", "sha256": "ab" * 32, "size": 1}},
+        "both inline content and a content claim",
+    ),
+    (
+        "claim over the cap",
+        {
+            "action": "write",
+            "path": "a",
+            "content": {"ref": "s3://bkt/x", "sha256": "ab" * 32, "size": MAX_WRITE_BYTES + 1},
+        },
+        f"write of {MAX_WRITE_BYTES + 1} bytes is over the {MAX_WRITE_BYTES}-byte cap",
+    ),
     ("zero timeout", {"action": "exec", "command": "ls", "timeout_s": 0}, "timeout_s must be more than 0"),
     ("negative timeout", {"action": "exec", "command": "ls", "timeout_s": -3}, "timeout_s must be more than 0"),
     ("timeout over a day", {"action": "exec", "command": "ls", "timeout_s": 86_401}, "at most 86400 s"),
@@ -130,6 +156,12 @@ def _write(path: str = "a.py", **content: str) -> WriteAction:
     return WriteAction(action="write", path=path, **content)
 
 
+def _claimed(path: str = "a.py", size: int = 5) -> EventWriteAction:
+    sha = "ab" * 32
+    claim = ContentClaim(ref=f"s3://bkt/sha256/ab/{sha}", sha256=sha, size=size)
+    return EventWriteAction(action="write", path=path, content=claim)
+
+
 @pytest.mark.parametrize(
     ("action", "reason"),
     [
@@ -140,10 +172,9 @@ def _write(path: str = "a.py", **content: str) -> WriteAction:
         (_write("a/./b", text="x"), "path is not normalised (empty or '.' segment)"),
         (_write("a/" * MAX_PATH_BYTES, text="x"), f"path is {2 * MAX_PATH_BYTES} bytes, over the 1024-byte cap"),
         (ReadAction(action="read", path="x/../../y"), "path has a '..' segment (it would leave the workspace)"),
-        (_write(text="é" * (MAX_WRITE_BYTES // 2 + 1)), f"write of {MAX_WRITE_BYTES + 2} bytes is over the "
-         f"{MAX_WRITE_BYTES}-byte cap"),
-        (_write(base64=base64.b64encode(b"x" * (MAX_WRITE_BYTES + 1)).decode()),
-         f"write of {MAX_WRITE_BYTES + 1} bytes is over the {MAX_WRITE_BYTES}-byte cap"),  # the decoded size
+        (_claimed(size=MAX_WRITE_BYTES + 1), f"write of {MAX_WRITE_BYTES + 1} bytes is over the "
+         f"{MAX_WRITE_BYTES}-byte cap"),  # the size the claim declares: nothing is read
+        (_claimed("../x", size=5), "path has a '..' segment (it would leave the workspace)"),
         (_write(base64="not base64!"), "base64 is not valid base64"),
         (_write(base64="eA"), "base64 is not valid base64"),  # no padding
         (_write(text="\ud800"), "text is not valid UTF-8"),
@@ -165,11 +196,33 @@ def test_rejections_say_why(action: WriteAction | ReadAction | ExecAction, reaso
     assert action_problem(action) == reason
 
 
-def test_a_write_at_the_cap_is_fine_and_fits_one_message() -> None:
-    action = _write(base64=base64.b64encode(b"\xff" * MAX_WRITE_BYTES).decode())
-    assert action_problem(action) is None
+def test_a_write_at_the_cap_is_fine_by_claim_check_and_its_event_is_small() -> None:
+    action = _claimed(size=MAX_WRITE_BYTES)
+    assert (action_problem(action), write_size(action), claim_of(action)) == (None, MAX_WRITE_BYTES, action.content)
     wire = encode(ActionEvent(episode_id="e", turn=1, action=action))
-    assert len(wire) < MAX_MESSAGE_BYTES
+    assert len(wire) < 1024
+    assert decode(wire, ActionEvent).action == action
+
+
+def test_an_inline_write_is_byte_identical_on_the_wire_and_an_agents_model_is_taken_as_it_is() -> None:
+    """The claim field is left out when unset: an inline write encodes as before the claim existed."""
+    line = CONTRACT_ACTIONS[3]
+    agents = WriteAction.model_validate_json(line)
+    from_model = ActionEvent(episode_id="ep-2", turn=1, action=agents, event_id="e1",  # type: ignore[arg-type]
+                             created_at=datetime(2026, 1, 2, tzinfo=UTC))  # fmt: skip
+    assert isinstance(from_model.action, EventWriteAction)
+    assert claim_of(from_model.action) is None
+    assert encode(from_model) == (
+        b'{"schema_version":"1.0","event_id":"e1","created_at":"2026-01-02T00:00:00Z","episode_id":"ep-2",'
+        b'"turn":1,"action":{"action":"write","path":"calc/ops.py","text":"def add(a, b):\\n    return a + b\\n"}}'
+    )
+
+
+def test_only_the_trainers_side_makes_a_claim_check() -> None:
+    """The agent's contract has no content field: a model or a transcript cannot name an object in S3."""
+    claim = {"ref": "s3://bkt/sha256/ab/" + "ab" * 32, "sha256": "ab" * 32, "size": 1}
+    with pytest.raises(pydantic.ValidationError, match="content"):
+        WriteAction.model_validate({"action": "write", "path": "a", "content": claim})
 
 
 # ---- observations --------------------------------------------------------------------------------------------

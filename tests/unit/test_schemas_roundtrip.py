@@ -15,13 +15,14 @@ from schemas.codec import Contract, decode, encode
 from schemas.episodes import (
     ActionEvent,
     ActionKind,
+    ContentClaim,
+    EventWriteAction,
     ExecAction,
     ForkAction,
     ObservationEvent,
     OpenAction,
     ReadAction,
     SubmitAction,
-    WriteAction,
 )
 from schemas.events import (
     CaseResult,
@@ -266,12 +267,25 @@ agent_actions = st.one_of(
         command=st.text(max_size=20) | st.lists(st.text(max_size=8), max_size=3),
         timeout_s=st.none() | st.floats(min_value=0.001, max_value=86_400),
     ),
-    st.builds(WriteAction, action=st.just("write"), path=st.text(max_size=20), text=st.text(max_size=40)),
+    st.builds(EventWriteAction, action=st.just("write"), path=st.text(max_size=20), text=st.text(max_size=40)),
     st.builds(
-        WriteAction,
+        EventWriteAction,
         action=st.just("write"),
         path=st.text(max_size=20),
         base64=st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()),
+    ),
+    # a write too large for one message: its bytes by claim check (any ref here: the worker judges it)
+    st.builds(
+        EventWriteAction,
+        action=st.just("write"),
+        path=st.text(max_size=20),
+        content=st.builds(
+            ContentClaim,
+            ref=st.from_regex(r"s3://[a-z0-9]{3,10}/sha256/[0-9a-f]{2}/[0-9a-f]{64}", fullmatch=True),
+            sha256=st.text("0123456789abcdef", min_size=64, max_size=64),
+            size=st.integers(0, 2**62),
+        ),
+        text=st.none() | st.text(max_size=10),  # both: decodable, the agent's rejection
     ),
     st.builds(ReadAction, action=st.just("read"), path=st.text(max_size=20)),
     st.builds(SubmitAction, action=st.just("submit")),

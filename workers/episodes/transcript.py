@@ -16,7 +16,15 @@ from typing import Any
 
 import orjson
 
-from schemas.episodes import ActionEvent, ExecAction, ForkAction, ObservationEvent, OpenAction, WriteAction
+from schemas.episodes import (
+    ActionEvent,
+    ExecAction,
+    ForkAction,
+    ObservationEvent,
+    OpenAction,
+    WriteAction,
+    claim_of,
+)
 from workers.episodes.turns import EpisodeState, TranscriptLine
 from workers.judge.base import TranscriptStep
 
@@ -35,8 +43,7 @@ def detail(event: ActionEvent) -> str:
         command = action.command if isinstance(action.command, str) else shlex.join(action.command)
         text = command
     elif isinstance(action, WriteAction):
-        size = len(action.text.encode("utf-8", "replace")) if action.text is not None else len(action.base64 or "")
-        text = f"{action.path} ({size} {'bytes' if action.text is not None else 'base64 chars'})"
+        text = f"{action.path} ({_write_amount(action)})"
     elif isinstance(action, OpenAction):
         text = action.task_id
     elif isinstance(action, ForkAction):
@@ -45,6 +52,15 @@ def detail(event: ActionEvent) -> str:
         text = getattr(action, "path", "")
     text = text.replace("\n", " ")
     return text if len(text) <= DETAIL_MAX_CHARS else text[: DETAIL_MAX_CHARS - 3] + "..."
+
+
+def _write_amount(action: WriteAction) -> str:
+    claim = claim_of(action)
+    if claim is not None:
+        return f"{claim.size} bytes by claim check"
+    if action.text is not None:
+        return f"{len(action.text.encode('utf-8', 'replace'))} bytes"
+    return f"{len(action.base64 or '')} base64 chars"
 
 
 def noted(state: EpisodeState, event: ActionEvent | None, observation: ObservationEvent) -> EpisodeState:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from schemas.episodes import (
     ActionEvent,
+    ContentClaim,
     EndReason,
     ExecAction,
     ForkAction,
@@ -22,6 +23,8 @@ from schemas.episodes import (
     SubmitAction,
     WriteAction,
     action_problem,
+    claim_of,
+    write_size,
 )
 from schemas.tasks import EpisodeLimits
 from workers.episodes.step import StepAction
@@ -86,13 +89,22 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimedWrite:
+    """Write the bytes ``claim`` names to ``path``: the handler reads them (our content address only, checked
+    against the claim's sha256 and size) and runs the write as a step, or rejects the action if it cannot."""
+
+    path: str
+    claim: ContentClaim
+
+
+@dataclass(frozen=True, slots=True)
 class Submit:
     """End the episode and reward its workspace as it is; ``why`` is the end reason."""
 
     why: EndReason
 
 
-Decision = Duplicate | Rejected | Start | Step | Submit
+Decision = Duplicate | Rejected | Start | Step | ClaimedWrite | Submit
 
 
 def decide(  # noqa: PLR0911 - one return per rule of the contract, in the order they apply
@@ -117,10 +129,23 @@ def decide(  # noqa: PLR0911 - one return per rule of the contract, in the order
         return Submit("submitted")
     if event.turn > limits.max_turns:  # the worker ends an episode at its last turn; this is a stale state's
         return Rejected(f"the episode has ended (max_turns: {limits.max_turns})", consumes_turn=False)
-    problem = action_problem(action)
+    problem = action_problem(action) or _workspace_problem(action, limits)
     if problem is not None:
         return Rejected(problem, consumes_turn=True)
+    claim = claim_of(action)
+    if isinstance(action, WriteAction) and claim is not None:
+        return ClaimedWrite(action.path, claim)
     return _step(action, state, limits, now_s)
+
+
+def _workspace_problem(action: ExecAction | WriteAction | ReadAction, limits: EpisodeLimits) -> str | None:
+    """Why a write cannot fit the task's workspace whatever it holds (decided before any byte is read)."""
+    size = write_size(action) if isinstance(action, WriteAction) else None
+    cap = limits.workspace_max_mb << 20
+    if size is not None and size > cap:
+        return (f"write of {size} bytes is over the workspace cap ({cap} bytes: the task's episode.workspace_max_mb "
+                f"is {limits.workspace_max_mb})")  # fmt: skip
+    return None
 
 
 def _step(
@@ -148,6 +173,8 @@ def step_action(action: ExecAction | WriteAction | ReadAction, limits: EpisodeLi
         return StepAction.exec(action.command, timeout_s=min(asked, limits.step_timeout_s))
     if isinstance(action, ReadAction):
         return StepAction.read(action.path)
+    if claim_of(action) is not None:
+        raise ValueError("a claimed write's bytes are read by the handler (decide returns ClaimedWrite)")
     data = action.text.encode("utf-8") if action.text is not None else base64.b64decode(action.base64 or "")
     return StepAction.write(action.path, data)
 

@@ -27,13 +27,14 @@ from schemas.status import SandboxStatus
 from schemas.tasks import EpisodeLimits, PublicTask
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.episodes import transcript, turns
+from workers.episodes.claims import claimed_bytes
 from workers.episodes.observe import end_observation, step_observation, submitted
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.snapshot import Packed
 from workers.episodes.sources import CommittedEpisodes
-from workers.episodes.step import StepLimits, run_step
+from workers.episodes.step import StepAction, StepLimits, run_step
 from workers.episodes.table import EpisodeTable, dumps
-from workers.episodes.turns import EpisodeState, Rejected, Step
+from workers.episodes.turns import ClaimedWrite, EpisodeState, Rejected, Step
 from workers.episodes.workspaces import Workspaces
 from workers.handler import Done, InfrastructureError, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
@@ -199,9 +200,38 @@ class EpisodeHandler:
         observation = observation.model_copy(update={"ended": why})
         return self._done(source, event, observation, after, submit=True)
 
-    def _step(
-        self, state: EpisodeState, event: ActionEvent, decision: Step, task: PublicTask, *, source: Source, now_s: float
+    def _claimed_write(
+        self,
+        state: EpisodeState,
+        event: ActionEvent,
+        decision: ClaimedWrite,
+        task: PublicTask,
+        *,
+        source: Source,
+        now_s: float,
     ) -> Outcome:
+        """A write whose bytes came by claim check: read (ours only, checked) and written as any write; a claim
+        that cannot be read as it says is the agent's rejected action, an S3 outage a retry."""
+        with _infrastructure(f"step {event.turn} of {event.episode_id}: reading its write's content"):
+            data = claimed_bytes(self.store, decision.claim)
+        if isinstance(data, str):
+            rejected = Rejected(data, consumes_turn=True)
+            return self._rejected(state, event, rejected, task.episode_limits, source=source, now_s=now_s)
+        step = Step(StepAction.write(decision.path, data))
+        return self._step(state, event, step, task, source=source, now_s=now_s)
+
+    def _step(
+        self,
+        state: EpisodeState,
+        event: ActionEvent,
+        decision: Step | ClaimedWrite,
+        task: PublicTask,
+        *,
+        source: Source,
+        now_s: float,
+    ) -> Outcome:
+        if isinstance(decision, ClaimedWrite):  # its bytes are read first
+            return self._claimed_write(state, event, decision, task, source=source, now_s=now_s)
         limits = task.episode_limits
         where = f"step {event.turn} of {event.episode_id}"
         with _infrastructure(f"{where}: reading its workspace"):

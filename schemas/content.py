@@ -1,0 +1,21 @@
+"""Content addresses in S3: the one key layout every producer and reader of the artifact store agrees on.
+
+Why in the contracts: a claim check (a write's content, a generation's code, a workspace snapshot) names an
+object by the sha256 of its bytes. The SDK that uploads and the worker that reads must make the same key, and
+a worker reads only that key for a digest, so a ref can never make it read any other object.
+"""
+
+from __future__ import annotations
+
+#: The first segment of every content-addressed key.
+KEY_PREFIX = "sha256"
+
+
+def content_key(sha256_hex: str) -> str:
+    """Object key of content with this digest (two-char fan-out keeps listings manageable)."""
+    return f"{KEY_PREFIX}/{sha256_hex[:2]}/{sha256_hex}"
+
+
+def content_url(bucket: str, sha256_hex: str) -> str:
+    """The ``s3://`` URL content with this digest has (or would have) in ``bucket``."""
+    return f"s3://{bucket}/{content_key(sha256_hex)}"
