@@ -23,9 +23,9 @@ from workers.sandbox.guest_clock import (
     HOST,
     IDLE,
     Limit,
-    SessionUsage,
+    ProcUsage,
     WaitGain,
-    proc_stat,
+    proc_cpu_s,
     run_delay_s,
 )
 
@@ -127,24 +127,20 @@ def child() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def test_readings_of_a_real_process(child: subprocess.Popen[bytes]) -> None:
-    usage = SessionUsage((child.pid,))
+    """On the host ``/proc`` shows every process: the busy child's CPU is among what is read."""
+    usage = ProcUsage()
     deadline = time.monotonic() + 20
     cpu = 0.0
     while cpu < 0.3 and time.monotonic() < deadline:
         time.sleep(0.05)
         cpu, _gain = usage.sample()
     assert cpu >= 0.3
-    stat = proc_stat(child.pid)
-    assert stat is not None
-    assert stat[0] == child.pid  # the session it started
+    used = proc_cpu_s(child.pid)
+    assert used is not None
+    assert used > 0
     assert run_delay_s(child.pid) is not None
-    assert proc_stat(2**22 + 1) is None  # past pid_max: no such process
+    assert proc_cpu_s(2**22 + 1) is None  # past pid_max: no such process
     assert run_delay_s(2**22 + 1) is None
-
-
-def test_a_session_of_nobody_reads_nothing() -> None:
-    usage = SessionUsage((2**22 + 1,))
-    assert usage.sample() == (0.0, 0.0)
 
 
 def test_wait_gain_keeps_per_thread_deltas() -> None:

@@ -21,10 +21,10 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
   trusted, only convenient. It is byte for byte what ``snapshot.pack`` makes of the same directory, so a
   workspace the step left as it was is recognised here (the tar equals the one sent in) and not sent back:
   ``"unchanged": true``, and the host keeps its own copy (a false claim only keeps the previous workspace).
-* An exec's limit is its command's CPU time and own time, never time it waited for a CPU (``guest_clock``, over
-  our session and the command's), enforced by the parent with SIGKILL; a command the host starved past the
-  ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The outer
-  sandbox enforces the whole run.
+* An exec's limit is the CPU time and own time of every process of the run while it runs, never time spent
+  waiting for a CPU (``guest_clock``), enforced by the parent with SIGKILL; a command the host starved past
+  the ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The
+  outer sandbox enforces the whole run.
 
 Wire format. stdin (``python3 -I -S -B -c BOOT PYC SRC JOB``, BOOT in ``step``, reads the program first):
 ``NONCE`` (32 bytes) ``HEADER`` (one JSON object) ``\\n`` ``DATA`` (``data_bytes``) ``TAR`` (``tar_bytes``).
@@ -53,7 +53,7 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest_clock import HOST, SessionLimit
+from workers.sandbox.guest_clock import HOST, ProcLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -500,11 +500,11 @@ class Pipes:
         self.kept = {out_r: bytearray(), err_r: bytearray()}
         self.total = {out_r: 0, err_r: 0}
 
-    def pump(self, until: float | SessionLimit, pidfd: int | None = None) -> bool:
+    def pump(self, until: float | ProcLimit, pidfd: int | None = None) -> bool:
         """Read until the child exits (``pidfd`` readable), or without one until both pipes are at EOF;
         False when the deadline ``until`` passes, or the limit ``until`` stops it, first."""
         while self.open or pidfd is not None:
-            if isinstance(until, SessionLimit):
+            if isinstance(until, ProcLimit):
                 if until.poll() is not None:
                     return False
                 wait = until.next_wait()
@@ -532,7 +532,7 @@ class Pipes:
             os.close(fd)
 
 
-def _wait_command(pid: int, pipes: Pipes, limit: SessionLimit) -> tuple[bool, int]:
+def _wait_command(pid: int, pipes: Pipes, limit: ProcLimit) -> tuple[bool, int]:
     """Pump the command's pipes until it exits or its limit stops it (then its group is killed); (whether the
     limit stopped it, its wait status)."""
     pidfd = os.pidfd_open(pid)
@@ -569,7 +569,7 @@ def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
         for fd in (null, out_w, err_w):
             os.close(fd)
     timed_out, status = False, 0
-    limit = SessionLimit(timeout_s, (os.getsid(0), pid)) if pid > 0 else None
+    limit = ProcLimit(timeout_s) if pid > 0 else None
     try:
         if pid > 0 and limit is not None:
             timed_out, status = _wait_command(pid, pipes, limit)

@@ -26,10 +26,10 @@ Why it is shaped like this (the grader's trust argument):
   bytes of each stream and reports them, base64, in ``output`` records before ``done``: the grader shows
   the policy the candidate's output, never the protocol or check code's output.
 * Time limits are the parent's, per case (a call, an io run, an assert check; loading the candidate's module has
-  one of its own), enforced with SIGKILL: the case's CPU time and its own time, never time it spent waiting
-  for a CPU (``guest_clock``, over the harness's session and the case's). A case the host starved past the
-  ceiling is reported with ``"contention": true``: the host repeats the run, it is never the candidate's
-  failure. The outer sandbox enforces the whole run.
+  one of its own), enforced with SIGKILL: the CPU time and own time of every process of the run while the case
+  runs (one that left the case's group still counts), never time spent waiting for a CPU (``guest_clock``).
+  A case the host starved past the ceiling is reported with ``"contention": true``: the host repeats the
+  run, it is never the candidate's failure. The outer sandbox enforces the whole run.
 * Workspace jobs (an agent episode's final workspace, header ``"workspace"``): the parent restores the tar the
   host sent into ``ws/`` before any candidate process exists (``Workspace.prepare``). A call server imports
   ``module`` of ``module:function`` with ``ws/`` as its working directory and on ``sys.path`` after the
@@ -64,7 +64,7 @@ import sys
 import time
 import types
 
-from workers.sandbox.guest_clock import HOST, SessionLimit
+from workers.sandbox.guest_clock import HOST, ProcLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 
@@ -394,7 +394,7 @@ def send_msg(fd: int, obj: object) -> None:
     _write_all(fd, len(body).to_bytes(4, "big") + body)
 
 
-def _read_n(fd: int, n: int, limit: SessionLimit | None, sink: OutputPipes | None = None) -> bytes | None:
+def _read_n(fd: int, n: int, limit: ProcLimit | None, sink: OutputPipes | None = None) -> bytes | None:
     """Exactly ``n`` bytes, or None on EOF or once ``limit`` says stop; ``sink``'s pipes are drained while
     waiting."""
     chunks: list[bytes] = []
@@ -421,7 +421,7 @@ def _read_n(fd: int, n: int, limit: SessionLimit | None, sink: OutputPipes | Non
     return b"".join(chunks)
 
 
-def recv_msg(fd: int, limit: SessionLimit | None, sink: OutputPipes | None = None) -> object:
+def recv_msg(fd: int, limit: ProcLimit | None, sink: OutputPipes | None = None) -> object:
     """One length-prefixed JSON message; raises HarnessError on EOF, a limit reached, oversize or bad JSON."""
     head = _read_n(fd, 4, limit, sink)
     if head is None:
@@ -768,11 +768,11 @@ class Server:
             os.close(fd)
         return cls(pid, req_w, rep_r, OutputPipes(capture, out_r, err_r))
 
-    def limit(self, timeout_s: float) -> SessionLimit:
+    def limit(self, timeout_s: float) -> ProcLimit:
         """A fresh limit of ``timeout_s`` on this server and the harness (one case's)."""
-        return SessionLimit(timeout_s, (_HARNESS_SID[0], self.pid))
+        return ProcLimit(timeout_s)
 
-    def request(self, msg: dict[str, object], limit: SessionLimit) -> dict[str, Any]:
+    def request(self, msg: dict[str, object], limit: ProcLimit) -> dict[str, Any]:
         """Send one request; the reply as a dict. HarnessError (and a killed server) on any failure."""
         if not self.alive:
             raise HarnessError("candidate process is gone")
@@ -799,12 +799,7 @@ class Server:
         self.output.finish()
 
 
-#: The harness's own session: its wait for a CPU counts as the case's (it pumps the case's pipes and runs an
-#: assert check's code).
-_HARNESS_SID = (os.getsid(0),)
-
-
-def stopped_record(cid: str, reason: str, limit: SessionLimit) -> dict[str, object]:
+def stopped_record(cid: str, reason: str, limit: ProcLimit) -> dict[str, object]:
     """The record of a case its limit stopped; ``contention`` marks one the host starved."""
     record: dict[str, object] = {"id": cid, "ok": False, "error": limit.limit.stop_text(), **limit.limit.figures()}
     if reason == HOST:
@@ -970,7 +965,7 @@ def _load(server: Server, load: dict[str, object], timeout_s: float) -> dict[str
     return None if reply["ok"] else {"ok": False, "error": _error_text(reply)}
 
 
-def _call_record(cid: str, server: Server, msg: dict[str, object], limit: SessionLimit) -> dict[str, object]:
+def _call_record(cid: str, server: Server, msg: dict[str, object], limit: ProcLimit) -> dict[str, object]:
     """The record of one call case: the reply's value as typed JSON, or why there is none."""
     started = time.monotonic()
     try:
@@ -1014,7 +1009,7 @@ class EntryPoint:
     the check really exercised the candidate.
     """
 
-    def __init__(self, server: Server, name: str, limit: SessionLimit) -> None:
+    def __init__(self, server: Server, name: str, limit: ProcLimit) -> None:
         self._server = server
         self._name = name
         self._limit = limit
@@ -1130,7 +1125,7 @@ def _io_case(  # noqa: PLR0917
             os._exit(status)
     for fd in (mem, out_w, err_w):
         os.close(fd)
-    limit = SessionLimit(timeout_s, (_HARNESS_SID[0], pid))
+    limit = ProcLimit(timeout_s)
     try:
         stdout, stderr, stopped, truncated = _collect(out_r, err_r, pid, limit, cap, capture)
     finally:
@@ -1208,7 +1203,7 @@ def _site_exit_builtins() -> None:
 
 
 def _collect(  # noqa: PLR0917
-    out_r: int, err_r: int, pid: int, limit: SessionLimit, cap: int, capture: Capture | None = None
+    out_r: int, err_r: int, pid: int, limit: ProcLimit, cap: int, capture: Capture | None = None
 ) -> tuple[bytes, bytes, str | None, bool]:
     """Read a child's stdout (capped) and stderr (tail kept) until both close and the child has ended, or its
     limit stops it (the third item: why)."""

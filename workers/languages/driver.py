@@ -17,7 +17,7 @@ sandbox and the program, rather than the program as the sandbox's argv:
 
 Protocol: stdin is the 32-byte nonce, ``\\n``, one JSON header line, then the program's stdin. Header:
 ``argv``; ``timeout_s``, the program's limit (its CPU time and its own time, never time it waited for a CPU:
-``guest_clock``, over the driver's session and the program's); ``max_output_bytes`` (per stream; more ends
+``guest_clock``, over every process of the run); ``max_output_bytes`` (per stream; more ends
 the step as ``output_limit``); ``executables`` (files made executable first: the host writes every file
 0644); ``collect`` (paths whose regular files are sent back); ``collect_always`` (also after a failed step);
 ``max_collect_bytes``; ``max_collect_files``. Records: ``hello``; ``step`` (``exit``, ``signal``,
@@ -40,7 +40,7 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest_clock import HOST, SessionLimit
+from workers.sandbox.guest_clock import HOST, ProcLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class Streams:
             os.close(fd)
 
 
-def _pump(pid: int, streams: Streams, limit: SessionLimit) -> str | None:
+def _pump(pid: int, streams: Streams, limit: ProcLimit) -> str | None:
     """Read the program's output until it ends (then drain briefly), its limit stops it or its output cap;
     why the limit stopped it, or None."""
     exited = os.pidfd_open(pid)
@@ -200,7 +200,7 @@ def run_step(header: dict[str, Any], stdin: bytes) -> dict[str, Any]:
     argv = [str(a) for a in header["argv"]]
     started = time.monotonic()
     pid, out_r, err_r = _spawn(argv, stdin)
-    limit = SessionLimit(float(header["timeout_s"]), (os.getsid(0), pid))
+    limit = ProcLimit(float(header["timeout_s"]))
     streams = Streams(out_r, err_r, int(header["max_output_bytes"]))
     stopped: str | None = None
     try:

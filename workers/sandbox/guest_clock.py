@@ -24,7 +24,8 @@ misses (a process that lived and died between two samples) counts as the run's o
 very short processes on a starved host is credited less than it waited.
 
 This works the same on cgroup v1 and v2, on the host (the run cgroup's threads; CPU time from the cgroup) and
-inside a sandbox (the processes of the sessions a case runs in; CPU time from ``/proc/<pid>/stat``).
+inside a sandbox (every process of the run's pid namespace, whatever session it moved to: a process that
+escapes a case's process group still counts against the case it runs in; CPU time from ``/proc/<pid>/stat``).
 
 Guest code: standard library only, and no ``from __future__`` import (it is spliced in after the host
 program's). The in-sandbox programs (the grading harness, the language driver, the episode step runner) get
@@ -62,8 +63,8 @@ def run_delay_s(tid: int) -> float | None:
         return None
 
 
-def proc_stat(pid: int) -> tuple[int, float] | None:
-    """(session id, CPU seconds of the process and of the children it reaped) of ``pid``; None once gone."""
+def proc_cpu_s(pid: int) -> float | None:
+    """CPU seconds of process ``pid`` and of the children it reaped; None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -72,8 +73,7 @@ def proc_stat(pid: int) -> tuple[int, float] | None:
     # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
     fields = data[data.rfind(b")") + 2 :].split()
     try:
-        ticks = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        return int(fields[3]), ticks * TICK_S
+        return (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) * TICK_S
     except (IndexError, ValueError):
         return None
 
@@ -106,13 +106,12 @@ class WaitGain:
         return gain
 
 
-class SessionUsage:
-    """CPU time and run delay of every process of some sessions, read from ``/proc`` (inside a sandbox: the
-    harness's own session and the one a case's child started with ``setsid``). The CPU of a process that died
-    is in the figure of whichever process of the sessions reaped it; the total never goes down."""
+class ProcUsage:
+    """CPU time and run delay of every process ``/proc`` shows: inside a sandbox, the run's own pid namespace,
+    all of it the run's (an in-sandbox program, the candidate's processes, whatever they started). The CPU of
+    a process that died is in the figure of whichever process reaped it; the total never goes down."""
 
-    def __init__(self, sids: tuple[int, ...]) -> None:
-        self.sids = sids
+    def __init__(self) -> None:
         self.gain = WaitGain()
         self.cpu_s = 0.0
         self.base_cpu_s, _ = self._read()
@@ -125,11 +124,10 @@ class SessionUsage:
         except OSError:
             pids = []
         for pid in pids:
-            stat = proc_stat(pid)
-            if stat is None or stat[0] not in self.sids:
-                continue
-            cpu += stat[1]
-            tids += threads_of(pid)
+            used = proc_cpu_s(pid)
+            if used is not None:
+                cpu += used
+                tids += threads_of(pid)
         return cpu, self.gain.read(tids)
 
     def sample(self) -> tuple[float, float]:
@@ -202,15 +200,16 @@ class Limit:
         return {"cpu_ms": round(self.cpu_s * 1000, 3), "wait_ms": round(self.host_wait_s * 1000, 3)}
 
 
-class SessionLimit:
-    """``Limit`` over the processes of some sessions, read by ``SessionUsage`` (the in-sandbox programs' form)."""
+class ProcLimit:
+    """``Limit`` over every process of the run, read by ``ProcUsage``: the in-sandbox programs' form, one per
+    case or step, from its start."""
 
-    def __init__(self, limit_s: float, sids: tuple[int, ...]) -> None:
-        self.usage = SessionUsage(sids)
+    def __init__(self, limit_s: float) -> None:
+        self.usage = ProcUsage()
         self.limit = Limit(limit_s)
 
     def poll(self) -> str | None:
-        """Read the sessions now; the reason to stop, or None."""
+        """Read the run now; the reason to stop, or None."""
         cpu, gain = self.usage.sample()
         return self.limit.check(cpu, gain)
 
