@@ -745,6 +745,7 @@ class Server:
 
     @classmethod
     def spawn(cls, secrets: tuple[bytearray, ...], capture: Capture) -> Server:
+        """Fork a server child (its own session and process group, kept by ``sweep_strays`` while alive)."""
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -766,6 +767,7 @@ class Server:
                 os._exit(code)
         for fd in (req_r, rep_w, out_w, err_w):
             os.close(fd)
+        _LIVE_SERVERS.add(pid)
         return cls(pid, req_w, rep_r, OutputPipes(capture, out_r, err_r))
 
     def limit(self, timeout_s: float) -> ProcLimit:
@@ -793,6 +795,7 @@ class Server:
         if not self.alive:
             return
         self.alive = False
+        _LIVE_SERVERS.discard(self.pid)
         _kill_group(self.pid)
         for fd in (self.req_fd, self.rep_fd):
             _quietly(functools.partial(os.close, fd))
@@ -805,6 +808,43 @@ def stopped_record(cid: str, reason: str, limit: ProcLimit) -> dict[str, object]
     if reason == HOST:
         record["contention"] = True
     return record
+
+
+#: The process groups of live server children (each is its own group): a case's leftovers are everything else.
+_LIVE_SERVERS: set[int] = set()
+
+
+def sweep_strays(rounds: int = 5) -> None:
+    """SIGKILL every process of the run but the harness, its parent, the sandbox's init and the live servers'
+    process groups: what a case left running (a child that left its group, a daemon) would otherwise compute
+    in the background of later cases, on time no case's limit was counting while it waited. Zombies (ours to
+    reap) and processes we may not signal (the infrastructure's) are left alone."""
+    keep = {1, os.getpid(), os.getppid()}
+    for _ in range(rounds):
+        killed = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in keep or _zombie(int(name)):
+                continue
+            pid = int(name)
+            try:
+                if os.getpgid(pid) in _LIVE_SERVERS:
+                    continue
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+            except OSError:
+                continue
+        if not killed:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie) or is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return True
+    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
 
 
 def _kill_group(pid: int) -> None:
@@ -866,10 +906,13 @@ class SuiteRecords:
         self.reported: set[str] = set()
 
     def case(self, record: dict[str, object]) -> None:
+        """Report one case, then end whatever it left running (``sweep_strays``): nothing a case started
+        works on in the background of the next one."""
         cid = record.get("id")
         if type(cid) is str and cid not in self.reported:
             self.reported.add(cid)
             self.out.emit({"suite": self.sid, **record})
+        sweep_strays()
 
     def fail_rest(self, why: str) -> None:
         for cid in self.case_ids:
