@@ -33,8 +33,9 @@ RUNS_PER_CORE = 2
 RUN_MEMORY_BYTES = 512 << 20
 #: Starts per second per core by default (a start costs a few ms of host CPU).
 STARTS_PER_CORE_S = 25.0
-#: How long a run waiting for a slot sleeps between tries at most (with jitter).
-_POLL_MAX_S = 0.05
+#: How long a run waiting for a slot sleeps between tries at most (with jitter): short, so that every waiter has
+#: about the same chance at a slot that comes free.
+_POLL_MAX_S = 0.01
 
 
 def host_cores() -> int:
