@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -29,52 +28,14 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.sandbox.language_programs import SOLUTIONS
+from tests.sandbox.busy_host import busy_host
+from tests.sandbox.language_programs import eight_case_sum_task, right_and_wrong
 
-LANGUAGES = ("python", "c", "cpp", "go", "rust", "java", "javascript", "bash")
-PAIRS = [(3, 4), (-10, 2), (4_000_000_000, 5_000_000_000), (0, 0), (7, -7), (123456789, 987654321), (-5, -6)]
-TASK = {
-    "task_id": "bench/sum",
-    "prompt": "Read two integers from stdin and print their sum.",
-    "limits": {"timeout_s": 10, "memory_mb": 512},
-    "public_tests": {"kind": "io", "cases": [{"stdin": "1 2\n", "expected_stdout": "3\n"}]},
-    "hidden_tests": {
-        "kind": "io",
-        "cases": [{"stdin": f"{a} {b}\n", "expected_stdout": f"{a + b}\n"} for a, b in [*PAIRS, (2**40, 2**41)]],
-    },
-}
-HOGS_PER_CORE = 2
+TASK = eight_case_sum_task("bench/sum")
 BIN = Path(sys.executable).parent
-
-
-def corpus(copies: int) -> list[dict[str, str]]:
-    """Every language's right and wrong solution, ``copies`` times each."""
-    return [
-        {"task_id": "bench/sum", "generation_id": f"{lang}-{kind}-{i}", "language": lang, "code": code}
-        for i in range(copies)
-        for lang in LANGUAGES
-        for kind, code in (("right", SOLUTIONS[lang].right), ("wrong", SOLUTIONS[lang].wrong))
-    ]
-
-
-@contextmanager
-def busy_host() -> Iterator[None]:
-    """Two busy loops per core while inside."""
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(HOGS_PER_CORE * (os.cpu_count() or 2))
-    ]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 def grade_cli(workdir: Path, backend: str, concurrency: int) -> tuple[float, dict[str, dict[str, Any]]]:
@@ -204,7 +165,7 @@ def main() -> None:
     parser.add_argument("--no-pipeline", action="store_true", help="skip part 2 (needs Kafka)")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
-    lines = corpus(args.copies)
+    lines = right_and_wrong("bench/sum", args.copies)
     report: dict[str, Any] = {"backend": args.backend, "solutions": len(lines), "concurrency": args.concurrency}
     with tempfile.TemporaryDirectory(prefix="rs-bench-load-") as tmp:
         workdir = Path(tmp)

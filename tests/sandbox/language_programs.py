@@ -203,3 +203,34 @@ SOLUTIONS: dict[str, Solutions] = {
         "enum x = f();\nvoid main() {}\n",
     ),
 }
+
+
+#: What the host-load test and benchmark grade: compiled languages, JIT runtimes and interpreters.
+LOAD_LANGUAGES = ("python", "c", "cpp", "go", "rust", "java", "javascript", "bash")
+_LOAD_PAIRS = [(3, 4), (-10, 2), (4_000_000_000, 5_000_000_000), (0, 0), (7, -7), (123456789, 987654321), (-5, -6)]
+
+
+def eight_case_sum_task(task_id: str) -> dict[str, object]:
+    """The sum task with eight hidden cases (eight starts of a JIT runtime per run: what a busy host slows)."""
+    hidden = [*_LOAD_PAIRS, (2**40, 2**41)]
+    return {
+        "task_id": task_id,
+        "prompt": "Read two integers from stdin and print their sum.",
+        "limits": {"timeout_s": 10, "memory_mb": 512},
+        "public_tests": {"kind": "io", "cases": [{"stdin": "1 2\n", "expected_stdout": "3\n"}]},
+        "hidden_tests": {
+            "kind": "io",
+            "cases": [{"stdin": f"{a} {b}\n", "expected_stdout": f"{a + b}\n"} for a, b in hidden],
+        },
+    }
+
+
+def right_and_wrong(task_id: str, copies: int = 1) -> list[dict[str, str]]:
+    """Solution lines (``grade --solutions``) of every load language's right and wrong solution, ``copies``
+    times each: generation ids ``<language>-right-<i>`` and ``<language>-wrong-<i>``."""
+    return [
+        {"task_id": task_id, "generation_id": f"{lang}-{kind}-{i}", "language": lang, "code": code}
+        for i in range(copies)
+        for lang in LOAD_LANGUAGES
+        for kind, code in (("right", SOLUTIONS[lang].right), ("wrong", SOLUTIONS[lang].wrong))
+    ]

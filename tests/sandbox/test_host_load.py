@@ -23,22 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.language_programs import SOLUTIONS
+from tests.sandbox.busy_host import HOGS_PER_CORE, busy_host
+from tests.sandbox.language_programs import LOAD_LANGUAGES, eight_case_sum_task, right_and_wrong
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.timeout(1500)]
 
-LANGUAGES = ("python", "c", "cpp", "go", "rust", "java", "javascript", "bash")
-PAIRS = [(3, 4), (-10, 2), (4_000_000_000, 5_000_000_000), (0, 0), (7, -7), (123456789, 987654321), (-5, -6)]
-SUM_TASK = {
-    "task_id": "load/sum",
-    "prompt": "Read two integers from stdin and print their sum.",
-    "limits": {"timeout_s": 10, "memory_mb": 512},
-    "public_tests": {"kind": "io", "cases": [{"stdin": "1 2\n", "expected_stdout": "3\n"}]},
-    "hidden_tests": {
-        "kind": "io",
-        "cases": [{"stdin": f"{a} {b}\n", "expected_stdout": f"{a + b}\n"} for a, b in [*PAIRS, (2**40, 2**41)]],
-    },
-}
+SUM_TASK = eight_case_sum_task("load/sum")
 SLEEP_TASK = {
     "task_id": "load/sleep",
     "prompt": "Print 1.",
@@ -46,17 +36,12 @@ SLEEP_TASK = {
     "hidden_tests": {"kind": "io", "cases": [{"stdin": "", "expected_stdout": "1\n"}]},
 }
 SLEEPER = "import time\ntime.sleep(120)\nprint(1)\n"
-HOGS_PER_CORE = 2
 
 
 def _corpus(directory: Path) -> tuple[Path, Path]:
     tasks = directory / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in (SUM_TASK, SLEEP_TASK)))
-    lines = [
-        {"task_id": "load/sum", "generation_id": f"{lang}-{kind}", "language": lang, "code": code}
-        for lang in LANGUAGES
-        for kind, code in (("right", SOLUTIONS[lang].right), ("wrong", SOLUTIONS[lang].wrong))
-    ]
+    lines = right_and_wrong("load/sum")
     lines.append({"task_id": "load/sleep", "generation_id": "python-sleeper", "language": "python", "code": SLEEPER})
     solutions = directory / "solutions.jsonl"
     solutions.write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -76,17 +61,9 @@ def _grade(backend: str, tasks: Path, solutions: Path, out: Path) -> dict[str, d
 
 
 @pytest.fixture
-def busy_host() -> Iterator[int]:
-    """Two busy loops per core, for the length of the test (plain loops of our own, not candidate code)."""
-    count = HOGS_PER_CORE * (os.cpu_count() or 2)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
+def busy() -> Iterator[int]:
+    with busy_host() as count:
         yield count
-    finally:
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait(timeout=30)
 
 
 def _verdict(result: dict[str, object]) -> tuple[object, ...]:
@@ -99,8 +76,8 @@ def _verdict(result: dict[str, object]) -> tuple[object, ...]:
 
 
 def _check_expected(results: dict[str, dict[str, object]]) -> None:
-    for lang in LANGUAGES:
-        right, wrong = results[f"{lang}-right"], results[f"{lang}-wrong"]
+    for lang in LOAD_LANGUAGES:
+        right, wrong = results[f"{lang}-right-0"], results[f"{lang}-wrong-0"]
         assert (right["status"], right["reward"]) == ("pass", 1.0), right
         assert (wrong["status"], wrong["reward"]) == ("fail", 0.0), wrong
     sleeper = results["python-sleeper"]
@@ -118,8 +95,7 @@ def test_verdicts_on_a_saturated_host_are_the_verdicts_of_an_idle_one(
     tasks, solutions = _corpus(tmp_path)
     idle = _grade(backend, tasks, solutions, tmp_path / "idle.jsonl")
     _check_expected(idle)
-    busy = request.getfixturevalue("busy_host")
-    assert busy == HOGS_PER_CORE * (os.cpu_count() or 2)
+    assert request.getfixturevalue("busy") == HOGS_PER_CORE * (os.cpu_count() or 2)
     loaded = _grade(backend, tasks, solutions, tmp_path / "loaded.jsonl")
     assert set(loaded) == set(idle)
     assert not [g for g, r in loaded.items() if r["status"] == "sandbox_error"], loaded
