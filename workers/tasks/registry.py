@@ -29,16 +29,14 @@ gives every one of them its version files (``migrate``).
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote
 
 from schemas.codec import DecodeError, decode, encode
-from schemas.errors import RewardstreamError, ValidationError
+from schemas.errors import RewardstreamError
 from schemas.registry_layout import (
     HIDDEN_DIR,
     PUBLIC_DIR,
@@ -52,7 +50,19 @@ from schemas.registry_layout import (
 )
 from schemas.settings import Settings
 from schemas.tasks import PublicTask, Task, task_version
-from workers.tasks.visibility import hidden_repeats_public
+from workers.tasks.files import (
+    LineError,
+    TaskFileError,
+    TaskWarning,
+    WeakTasksError,
+    load_jsonl,
+    load_numbered,
+    numbered_tasks,
+    parse_jsonl,
+    task_warnings,
+    write_atomic,
+    write_jsonl,
+)
 
 __all__ = [
     "HIDDEN_DIR",
@@ -84,69 +94,6 @@ class TaskVersionNotFoundError(TaskNotFoundError):
 
 
 @dataclass(frozen=True, slots=True)
-class LineError:
-    """One problem in a JSONL task file."""
-
-    line: int
-    path: str
-    problem: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        return f"line {self.line}: {where}{self.problem}"
-
-
-_LISTED = 20
-
-
-def _listed(items: Sequence[object]) -> str:
-    """The first few of ``items``, ``; ``-joined, and how many more there are: an error line stays readable."""
-    more = f"; ... and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
-    return "; ".join(str(item) for item in items[:_LISTED]) + more
-
-
-class TaskFileError(ValidationError):
-    """A task file has invalid lines; ``errors`` lists every one (nothing was stored)."""
-
-    def __init__(self, source: str, errors: Sequence[LineError]) -> None:
-        self.source = source
-        self.errors: tuple[LineError, ...] = tuple(errors)
-        super().__init__(f"{len(self.errors)} error(s) in {source}, nothing stored: {_listed(self.errors)}")
-
-
-@dataclass(frozen=True, slots=True)
-class TaskWarning:
-    """A task that loads but is probably a mistake (e.g. hidden cases the public suite already shows)."""
-
-    task_id: str
-    problem: str
-
-    def __str__(self) -> str:
-        return f"task {self.task_id}: {self.problem}"
-
-
-class WeakTasksError(ValidationError):
-    """``strict`` loading refused a file because some tasks have warnings (nothing was stored)."""
-
-    def __init__(self, source: str, warnings: Sequence[TaskWarning]) -> None:
-        self.source = source
-        self.warnings: tuple[TaskWarning, ...] = tuple(warnings)
-        super().__init__(
-            f"{len(self.warnings)} task(s) in {source} refused (strict), nothing stored: {_listed(self.warnings)}"
-        )
-
-
-def task_warnings(tasks: Iterable[Task]) -> list[TaskWarning]:
-    """Every task whose hidden suite gives no signal beyond its public suite."""
-    out: list[TaskWarning] = []
-    for task in tasks:
-        why = hidden_repeats_public(task)
-        if why is not None:
-            out.append(TaskWarning(task.task_id, f"{why}: the hidden suite gives no signal the public one does not"))
-    return out
-
-
-@dataclass(frozen=True, slots=True)
 class StoreReport:
     """What ``TaskRegistry.store`` did, and the warnings about what it stored. ``versions``: each stored
     task's version, now its latest; ``replaced``: the version an updated task had before (still readable);
@@ -172,72 +119,6 @@ class StoreReport:
             "replaced": dict(self.replaced),
             "migrated": list(self.migrated),
         }
-
-
-def parse_jsonl(data: bytes, source: str = "<tasks>") -> list[Task]:
-    """Validate every line of a JSONL task file; raise TaskFileError listing all problems."""
-    return [task for _, task in numbered_tasks(data, source)]
-
-
-def numbered_tasks(data: bytes, source: str = "<tasks>") -> list[tuple[int, Task]]:
-    """Every task of a JSONL task file with its line number (``parse_jsonl``'s rules: the wire codec's
-    validation, blank lines skipped, a task id at most once); raise TaskFileError listing all problems."""
-    tasks: list[tuple[int, Task]] = []
-    errors: list[LineError] = []
-    first_line: dict[str, int] = {}
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            task = decode(line, Task)
-        except DecodeError as exc:
-            errors.extend(LineError(number, path, problem) for path, problem in exc.problems)
-            continue
-        if task.task_id in first_line:
-            errors.append(LineError(number, "task_id", f"duplicate of line {first_line[task.task_id]}"))
-            continue
-        first_line[task.task_id] = number
-        tasks.append((number, task))
-    if errors:
-        raise TaskFileError(source, errors)
-    if not tasks:
-        raise TaskFileError(source, [LineError(0, "", "no tasks in file")])
-    return tasks
-
-
-def load_jsonl(path: Path) -> list[Task]:
-    """Read and validate a JSONL task file (see ``parse_jsonl``)."""
-    return [task for _, task in load_numbered(path)]
-
-
-def load_numbered(path: Path) -> list[tuple[int, Task]]:
-    """Read and validate a JSONL task file, each task with its line number (see ``numbered_tasks``)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ValidationError(f"cannot read task file {path}: {exc.strerror or exc}") from exc
-    return numbered_tasks(data, str(path))
-
-
-def write_jsonl(path: Path, tasks: Iterable[Task]) -> None:
-    """Write tasks as JSONL atomically (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, b"".join(encode(t) + b"\n" for t in tasks), 0o600)
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` with ``mode`` so readers see the old or the new file, never a torn one."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class TaskRegistry:
@@ -302,14 +183,14 @@ class TaskRegistry:
         before = self._before(task.task_id)
         self._write_version(task.task_id, version, hidden, encode(view))
         if read_latest(self.root, task.task_id) != version:
-            _write_atomic(latest_pointer(self.root, task.task_id), version.encode() + b"\n", 0o644)
+            write_atomic(latest_pointer(self.root, task.task_id), version.encode() + b"\n", 0o644)
         latest_public = encode(view.model_copy(update={"task_version": None}))  # as before versions
         for path, data, mode in (
             (self.hidden_dir / file_name(task.task_id), hidden, 0o600),
             (self.public_dir / file_name(task.task_id), latest_public, 0o644),
         ):
             if not _holds(path, data):
-                _write_atomic(path, data, mode)
+                write_atomic(path, data, mode)
         return version, before
 
     def _before(self, task_id: str) -> str | None:
@@ -331,7 +212,7 @@ class TaskRegistry:
             directory.mkdir(mode=0o700 if is_hidden else 0o755, exist_ok=True)
             path = directory / f"{version}.json"
             if not _holds(path, data):
-                _write_atomic(path, data, mode)
+                write_atomic(path, data, mode)
 
     def migrate(self) -> tuple[str, ...]:
         """Give every task stored before versions its version files and pointer (its latest files are left as
@@ -346,7 +227,7 @@ class TaskRegistry:
                 continue
             version = task_version(task)
             self._write_version(task_id, version, encode(task), encode(task.public()))
-            _write_atomic(latest_pointer(self.root, task_id), version.encode() + b"\n", 0o644)
+            write_atomic(latest_pointer(self.root, task_id), version.encode() + b"\n", 0o644)
             done.append(task_id)
         return tuple(done)
 
