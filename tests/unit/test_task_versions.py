@@ -384,3 +384,76 @@ def test_an_episode_keeps_the_version_it_opened_on_and_a_fork_its_sources(
     assert c_gen.task_version == first  # a fork keeps its source's version
     (a_gen,) = generations(box.act("a", 3, {"action": "submit"}).outputs)
     assert a_gen.task_version == first
+
+
+# ---- producers ----------------------------------------------------------------------------------------------
+
+
+def test_the_sdk_pins_the_latest_version_when_it_publishes(tmp_path: Path) -> None:
+    from schemas.settings import Settings
+    from streams.sdk import TrainerClient, TrainerConfig
+
+    settings = Settings(tasks_dir=tmp_path, kafka_bootstrap="127.0.0.1:1")
+    config = TrainerConfig.from_settings(settings, "run-1", producer_overrides={"log_level": 0})
+    assert config.task_versions == LatestVersions(tmp_path)
+    client = TrainerClient(config, consume=False)
+    try:
+        unpinned = client.generation("T/1", ADD, generation_id="g1")
+        assert client.pinned(unpinned) is unpinned  # no such task in the registry: published unpinned
+        TaskRegistry(tmp_path).store([WRONG])
+        assert client.pinned(unpinned).task_version == V1
+        TaskRegistry(tmp_path).store([RIGHT])
+        assert client.pinned(unpinned).task_version == V2  # the latest at publish time
+        own = client.generation("T/1", ADD, generation_id="g2", task_version=V1)
+        assert client.pinned(own).task_version == V1  # a trainer's own pin is kept
+    finally:
+        client.close(flush_timeout_s=0)
+    off = TrainerConfig.from_settings(settings, "run-1", task_versions=None, producer_overrides={"log_level": 0})
+    quiet = TrainerClient(off, consume=False)
+    try:
+        assert quiet.pinned(unpinned).task_version is None
+    finally:
+        quiet.close(flush_timeout_s=0)
+
+
+def test_a_resolver_that_gives_no_version_is_refused() -> None:
+    from schemas.errors import ValidationError
+    from streams.sdk import TrainerClient, TrainerConfig
+
+    config = TrainerConfig(
+        kafka={"bootstrap.servers": "127.0.0.1:1"}, generations_topic="g", rewards_topic="r", run_id="run-1",
+        producer_overrides={"log_level": 0}, task_versions=lambda _task_id: "latest",
+    )  # fmt: skip
+    client = TrainerClient(config, consume=False)
+    try:
+        with pytest.raises(ValidationError, match="'latest' for T/1: not a task version"):
+            client.pinned(generation())
+    finally:
+        client.close(flush_timeout_s=0)
+
+
+def test_the_gateway_resolver_reads_the_registry_at_each_call(tmp_path: Path) -> None:
+    from rewardstream.cli.serve import task_versions
+    from schemas.settings import Settings
+
+    latest = task_versions(Settings(tasks_dir=tmp_path))
+    assert latest("T/1") is None
+    _legacy_registry(tmp_path, WRONG)
+    assert latest("T/1") == V1  # a registry stored before versions: the gateway can read its digest
+    TaskRegistry(tmp_path).store([RIGHT])
+    assert latest("T/1") == V2
+    assert latest("../x") is None
+
+
+def test_submit_lines_may_pin_a_version(tmp_path: Path) -> None:
+    from rewardstream.cli.submit import read_solutions
+    from schemas.errors import ValidationError
+
+    path = tmp_path / "s.jsonl"
+    rows = [{"task_id": "T/1", "generation_id": "a", "code": ADD, "task_version": V1},
+            {"task_id": "T/1", "generation_id": "b", "code": ADD}]  # fmt: skip
+    path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    assert [r.get("task_version") for r in read_solutions(path)] == [V1, None]
+    path.write_bytes(orjson.dumps({**rows[0], "task_version": 7}))
+    with pytest.raises(ValidationError, match=r"s.jsonl:1: task_version must be a string"):
+        read_solutions(path)
