@@ -457,3 +457,59 @@ def test_submit_lines_may_pin_a_version(tmp_path: Path) -> None:
     path.write_bytes(orjson.dumps({**rows[0], "task_version": 7}))
     with pytest.raises(ValidationError, match=r"s.jsonl:1: task_version must be a string"):
         read_solutions(path)
+
+
+# ---- explain and replay -----------------------------------------------------------------------------------------
+
+
+def _versioned_story(generation_version: str | None, graded: str) -> dict[str, Any]:
+    from streams.explain.story import build_story
+    from streams.reward.policy import default_policy_path
+    from tests.unit.explain_stories import located
+
+    found = located(generation(generation_id="g", episode_id="g", task_version=generation_version))
+    for items in found.events.values():
+        for i, item in enumerate(items):
+            if item.event.task_version is None and not isinstance(item.event, GenerationEvent):
+                items[i] = type(item)(item.record, item.event.model_copy(update={"task_version": graded}))
+    return build_story(found, [], [default_policy_path()])
+
+
+def test_explain_shows_the_version_of_every_part() -> None:
+    import io
+
+    from rich.console import Console
+
+    from rewardstream.cli.explain import _render
+
+    story = _versioned_story(None, V1)
+    assert story["generation"]["task_version"] is None
+    assert {story[s]["task_version"] for s in ("execution", "verdict", "judgement", "reward")} == {V1}
+    out = io.StringIO()
+    _render(story, Console(file=out, width=200, soft_wrap=True, color_system=None, force_terminal=False))
+    assert out.getvalue().count(f"task version  {V1}") >= 4
+    assert "pinned task version" not in out.getvalue()
+    assert _versioned_story(V2, V2)["generation"]["task_version"] == V2
+
+
+def test_replay_pins_an_unpinned_generation_to_the_version_its_reward_records() -> None:
+    from bus.scan import Record
+    from schemas.events import RewardEvent
+    from streams.replay.source import Selected, pinned
+
+    def selected(event: GenerationEvent) -> Selected:
+        return Selected(Record("rs.generations", 0, 1, 0, event.key(), encode(event)), event)
+
+    def reward(gid: str, version: str | None) -> RewardEvent:
+        return RewardEvent(generation_id=gid, episode_id=gid, run_id="r", task_id="T/1", reward=0.0,
+                           policy_name="default", policy_version="2", task_version=version)  # fmt: skip
+
+    unpinned, own, old, gone = (generation(generation_id=g, episode_id=g) for g in ("u", "o", "old", "gone"))
+    own = own.model_copy(update={"task_version": V2})
+    chosen = [selected(e) for e in (unpinned, own, old, gone)]
+    rewards = {"u": reward("u", V1), "o": reward("o", V1), "old": reward("old", None)}
+    copied = pinned(chosen, rewards)
+    assert decode(copied[0].record.value, GenerationEvent).task_version == V1  # as the original was graded
+    assert decode(copied[0].record.value, GenerationEvent).model_copy(update={"task_version": None}) == unpinned
+    assert copied[0].record.key == chosen[0].record.key
+    assert [c.record.value for c in copied[1:]] == [c.record.value for c in chosen[1:]]  # byte for byte
