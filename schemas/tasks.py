@@ -4,6 +4,9 @@ Hidden tests decide rewards, so they live only in ``Task``; anything a trainer m
 ``PublicTask`` (``Task.public()``). Every test case has a stable ``id`` (its index unless given) so the
 grader can key each result by it: a case without a result is a failure (``schemas.suites``).
 
+A task's version is its content digest (``task_version``); a public view names the version it is a view of,
+so executors, judges and trainers, who never read the hidden tests, can still say which task they saw.
+
 A *workspace task* (one with ``workspace``) is for agents acting over many turns: the episode starts from
 its files, ``episode`` bounds it, ``protected`` globs are reset to the original before any grading run, its
 public suite may be a ``command`` (the agent's own test run: feedback, never a gate), and its hidden suite is
