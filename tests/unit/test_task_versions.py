@@ -513,3 +513,18 @@ def test_replay_pins_an_unpinned_generation_to_the_version_its_reward_records() 
     assert decode(copied[0].record.value, GenerationEvent).model_copy(update={"task_version": None}) == unpinned
     assert copied[0].record.key == chosen[0].record.key
     assert [c.record.value for c in copied[1:]] == [c.record.value for c in chosen[1:]]  # byte for byte
+
+
+def test_the_split_holds_whatever_the_umask(tmp_path: Path) -> None:
+    import os
+
+    old = os.umask(0o077)
+    try:
+        TaskRegistry(tmp_path).store([WRONG])
+    finally:
+        os.umask(old)
+    public = versions_dir(tmp_path, "T/1", hidden=False)
+    assert stat.S_IMODE(public.stat().st_mode) == 0o755
+    assert stat.S_IMODE((public / f"{V1}.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE(latest_pointer(tmp_path, "T/1").stat().st_mode) == 0o644
+    assert stat.S_IMODE(versions_dir(tmp_path, "T/1", hidden=True).stat().st_mode) == 0o700

@@ -209,7 +209,9 @@ class TaskRegistry:
         """A version's files, hidden first; written once (what is there already is kept if it is right)."""
         for is_hidden, data, mode in ((True, hidden, 0o600), (False, public, 0o644)):
             directory = versions_dir(self.root, task_id, hidden=is_hidden)
-            directory.mkdir(mode=0o700 if is_hidden else 0o755, exist_ok=True)
+            if not directory.is_dir():
+                directory.mkdir(mode=0o700)  # explicit below, whatever the umask: public views are world-readable
+                directory.chmod(0o700 if is_hidden else 0o755)
             path = directory / f"{version}.json"
             if not _holds(path, data):
                 write_atomic(path, data, mode)
