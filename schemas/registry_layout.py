@@ -18,8 +18,9 @@ version names the task's content without revealing it.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+import threading
 from pathlib import Path
 from urllib.parse import quote
 
@@ -74,15 +75,57 @@ def read_latest(root: Path, task_id: str) -> str | None:
     return text if len(data) <= _POINTER_MAX and is_version(text) else None
 
 
-@dataclass(frozen=True, slots=True)
 class LatestVersions:
     """``task_id -> its latest version`` from a registry directory, None when it cannot tell (no such task, a
-    task stored before versions, a registry that is not there): what a producer pins a generation to."""
+    task stored before versions, a registry that is not there): what a producer pins a generation to.
 
-    root: Path
+    Called once per published generation, so it costs one ``stat`` of the pointer when the pointer has not
+    changed (its identity: inode, mtime, size; a load replaces it by a rename, a new inode), and a read when it
+    has: never a stale version. Thread-safe."""
+
+    _MEMO = 65_536
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._known: dict[str, tuple[str, tuple[int, int, int] | None, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LatestVersions) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"LatestVersions({str(self.root)!r})"
 
     def __call__(self, task_id: str) -> str | None:
+        with self._lock:
+            known = self._known.get(task_id)
+        if known is None:
+            try:
+                path = str(latest_pointer(self.root, task_id))
+            except ValueError:
+                return None
+            known = (path, None, None)
+        path, identity, version = known
         try:
-            return read_latest(self.root, task_id)
-        except (OSError, ValueError):
+            info = os.stat(path)
+        except OSError:
+            self._remember(task_id, path, None, None)
             return None
+        now = (info.st_ino, info.st_mtime_ns, info.st_size)
+        if now == identity:
+            return version
+        try:
+            version = read_latest(self.root, task_id)
+        except OSError:
+            return None
+        self._remember(task_id, path, now, version)
+        return version
+
+    def _remember(self, task_id: str, path: str, identity: tuple[int, int, int] | None, version: str | None) -> None:
+        with self._lock:
+            if len(self._known) >= self._MEMO:
+                self._known.clear()
+            self._known[task_id] = (path, identity, version)

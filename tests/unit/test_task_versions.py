@@ -218,9 +218,13 @@ def test_latest_versions_for_producers(tmp_path: Path) -> None:
     TaskRegistry(tmp_path).store([WRONG])
     assert latest("T/1") == V1
     TaskRegistry(tmp_path).store([RIGHT])
-    assert latest("T/1") == V2  # read each time, never cached
+    assert latest("T/1") == V2  # the pointer's identity is checked each time: never a stale version
+    TaskRegistry(tmp_path).store([WRONG])  # a pointer of the same size, replaced within the same second
+    assert latest("T/1") == V1
     assert latest("No/such") is None
     assert latest("..") is None
+    TaskRegistry(tmp_path).store([add_task(1, "No/such")])
+    assert latest("No/such") == task_version(add_task(1, "No/such"))  # a miss is not remembered as final
 
 
 @settings(max_examples=200, deadline=None)
