@@ -84,10 +84,29 @@ class Event(Envelope):
     episode_id: Id = Field(description="Kafka key; equals generation_id for one-shot generations")
     run_id: Id = Field(description="training run that produced the generation")
     task_id: TaskId = Field(description="task the program was generated for")
+    task_version: Sha256 | None = Field(
+        None,
+        description="version of the task (sha256 of its wire bytes, schemas.tasks.task_version): on a generation "
+        "the version to grade against (a producer pins it; none: the latest when each role reads it); on a result "
+        "or a reward the version it was graded against (none: not known to the role). Left out when unset",
+    )
 
     def key(self) -> bytes:
         """The Kafka key: the episode id, so one episode stays on one partition everywhere."""
         return self.episode_id.encode()
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An event without a task version encodes byte for byte as before versions: the field is left out."""
+        return _without_none(handler(self), "task_version")
+
+
+def _without_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
+    """``data`` without the optional fields ``names`` that are None (fields added to 1.0 later)."""
+    for name in names:
+        if name in data and data[name] is None:
+            del data[name]
+    return data
 
 
 class AboutGeneration(Protocol):
@@ -190,12 +209,9 @@ class GenerationEvent(Event):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A one-shot generation's wire form is as before the episode fields: they are left out unless set."""
-        data: dict[str, Any] = handler(self)
-        for name in ("workspace_ref", "workspace_sha256", "transcript_ref"):
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
+        """A one-shot generation's wire form is as before the episode fields and the task version: they are left
+        out unless set."""
+        return _without_none(handler(self), "task_version", "workspace_ref", "workspace_sha256", "transcript_ref")
 
 
 class SandboxRun(Contract):

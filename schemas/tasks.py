@@ -4,6 +4,9 @@ Hidden tests decide rewards, so they live only in ``Task``; anything a trainer m
 ``PublicTask`` (``Task.public()``). Every test case has a stable ``id`` (its index unless given) so the
 grader can key each result by it: a case without a result is a failure (``schemas.suites``).
 
+A task's version is its content digest (``task_version``); a public view names the version it is a view of,
+so executors, judges and trainers, who never read the hidden tests, can still say which task they saw.
+
 A *workspace task* (one with ``workspace``) is for agents acting over many turns: the episode starts from
 its files, ``episode`` bounds it, ``protected`` globs are reset to the original before any grading run, its
 public suite may be a ``command`` (the agent's own test run: feedback, never a gate), and its hidden suite is
@@ -15,6 +18,7 @@ of grading it as a one-shot program).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Annotated, Any, ClassVar
 
@@ -30,7 +34,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from schemas.codec import Contract
+from schemas.codec import Contract, Sha256, encode
 from schemas.globs import MAX_GLOBS
 from schemas.suites import (
     LANGUAGES,
@@ -105,6 +109,7 @@ __all__ = [
     "command_problem",
     "language_problem",
     "suite_languages",
+    "task_version",
 ]
 
 TASK_SCHEMA = "rewardstream.task/v1"
@@ -249,10 +254,9 @@ class Task(_TaskBase):
         return [(name, s) for name, s in named if s is not None]
 
     def public(self) -> PublicTask:
-        """The part of this task a trainer may read (no hidden tests)."""
-        return PublicTask.model_validate(
-            self.model_dump(exclude={"hidden_tests"}, by_alias=True, mode="python", round_trip=True)
-        )
+        """The part of this task a trainer may read (no hidden tests), naming the version it is a view of."""
+        view = self.model_dump(exclude={"hidden_tests"}, by_alias=True, mode="python", round_trip=True)
+        return PublicTask.model_validate({**view, "task_version": task_version(self)})
 
 
 class PublicTask(_TaskBase):
@@ -265,9 +269,28 @@ class PublicTask(_TaskBase):
     public_tests: PublicSuite | None = Field(
         None, description="tests whose feedback the trainer may see (command: workspace tasks only)"
     )
+    task_version: Sha256 | None = Field(
+        None,
+        description="the version of the full task this is a view of (task_version: the sha256 of its wire bytes); "
+        "set by the registry, left out when unknown",
+    )
 
     def _suites(self) -> list[tuple[str, AnyTaskSuite]]:
         return [("public_tests", self.public_tests)] if self.public_tests is not None else []
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unset(handler(self), "workspace", "episode", "protected", "task_version")
+
+
+def task_version(task: Task) -> str:
+    """A task's version: the sha256 (hex) of its canonical wire bytes (``encode(task)``, hidden tests included).
+
+    Why the content: the same task loaded twice is the same version, a corrected one is another, and any
+    reader can check the bytes it holds against the version it was asked for. A generation is graded against
+    exactly one version by every role (``GenerationEvent.task_version``, or the latest when it names none).
+    """
+    return hashlib.sha256(encode(task)).hexdigest()
 
 
 def language_problem(task: Task | PublicTask, language: str) -> str | None:

@@ -137,14 +137,20 @@ def _where(section: dict[str, Any]) -> str:
     return f"{loc['topic']}[{loc['partition']}]@{loc['offset']}"
 
 
+def _version(section: dict[str, Any], name: str = "task version") -> dict[str, object]:
+    """The task version a section names, as a row (none when it names none: printed as before versions)."""
+    version = section.get("task_version")
+    return {name: version} if version else {}
+
+
 def _render(story: dict[str, Any], console: Console) -> None:
     gen, ex, ver, judge, reward = (story[k] for k in ("generation", "execution", "verdict", "judgement", "reward"))
     episode = story.get("episode")
     console.print(f"[bold]generation {story['generation_id']}[/bold]")
     _section(console, "event", gen and {
         "run / task": f"{gen['run_id']} / {gen['task_id']}", "policy version": gen["policy_version"],
-        "created": gen["created_at"], "code": f"{gen['code_chars']} chars inline" if gen["code_ref"] is None
-        else gen["code_ref"], "at": _where(gen),
+        **_version(gen, "pinned task version"), "created": gen["created_at"],
+        "code": f"{gen['code_chars']} chars inline" if gen["code_ref"] is None else gen["code_ref"], "at": _where(gen),
     } | ({"code": "none: an agent episode's final workspace (below)"} if episode is not None else {}))  # fmt: skip
     if gen and gen["code"]:
         lines = gen["code"].splitlines()
@@ -160,22 +166,24 @@ def _render(story: dict[str, Any], console: Console) -> None:
         "sandbox": ex["sandbox"]["status"], "passed": f"{ex['passed']}/{ex['total']}",
         "cases": ", ".join(f"{c['case_id']}={c['status']}" for c in ex["cases"]), "feedback": ex["feedback"],
         "host": _host(ex["sandbox"]), "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)",
-        "worker": ex["worker"], "at": _where(ex),
+        "worker": ex["worker"], **_version(ex), "at": _where(ex),
     })  # fmt: skip
     _section(console, "hidden verdict (verifier; counts only)", ver and {
         "sandbox": ver["sandbox"]["status"], "passed": f"{ver['passed']}/{ver['total']}",
         "statuses": ", ".join(f"{k}: {v}" for k, v in ver["statuses"].items()),
         "static flags": ", ".join(f"{f['rule']} (line {f['line']})" for f in ver["static_flags"]) or "none",
         "flag counts": ", ".join(f"{k}: {v}" for k, v in ver.get("static_flag_counts", {}).items()) or "-",
-        "host": _host(ver["sandbox"]), "grader": ver["grader_version"], "worker": ver["worker"], "at": _where(ver),
+        "host": _host(ver["sandbox"]), "grader": ver["grader_version"], "worker": ver["worker"], **_version(ver),
+        "at": _where(ver),
     })  # fmt: skip
     _section(console, "judge", judge and {
         "score": judge["score"] if judge["status"] == "ok" else f"error: {judge['error']}",
         "model": f"{judge['judge_model']} (prompt {judge['prompt_version']})", "rationale": judge["rationale"],
-        "at": _where(judge),
+        **_version(judge), "at": _where(judge),
     })  # fmt: skip
     _section(console, "reward", reward and {
         "reward": reward["reward"], "policy": f"{reward['policy_name']} v{reward['policy_version']}",
+        **_version(reward),
         "flags": ", ".join(reward["flags"]) or "none", "missing": ", ".join(reward["missing"]) or "none",
         "reasons": "\n".join(reward["reasons"]), "at": _where(reward),
     })  # fmt: skip

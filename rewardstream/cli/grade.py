@@ -5,9 +5,11 @@ SOLUTIONS.jsonl --out RESULTS.jsonl`` (solution lines ``{"task_id", "generation_
 ``language`` python unless given; a language a suite does not take fails it, ``unsupported_language``) writes one
 result line per solution as it finishes, with a progress bar on stderr. The result JSON is a contract:
 ``{"generation_id", "task_id", "status": "pass"|"fail"|"sandbox_error", "public": {"passed", "total"},
-"hidden": {"passed", "total"}, "flags", "reward", ...}``. The reward is the pipeline's: the reward policy
-file (``--policy``, default the packaged one) applied by ``rewardstream.cli.graded``. Exit code 0 when every
-solution got a verdict, 1 when any ended ``sandbox_error``; bad input is one error line and exit code 2.
+"hidden": {"passed", "total"}, "flags", "reward", ...}``, with ``task_version``, the version of the task graded
+against (its content digest, as the registry and the pipeline's events name it). The reward is the
+pipeline's: the reward policy file (``--policy``, default the packaged one) applied by
+``rewardstream.cli.graded``. Exit code 0 when every solution got a verdict, 1 when any ended
+``sandbox_error``; bad input is one error line and exit code 2.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from schemas.caps import fit_item
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
 from schemas.events import RewardEvent
-from schemas.tasks import Language, Task
+from schemas.tasks import Language, Task, task_version
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
 from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
@@ -121,7 +123,7 @@ def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task]
     return tasks, solutions
 
 
-def result_line(solution: Solution, graded: Future[Graded]) -> tuple[str, float, bytes]:
+def result_line(solution: Solution, graded: Future[Graded], version: str | None = None) -> tuple[str, float, bytes]:
     """(status, reward, JSONL line) of one solution: its own outcome, whatever happened to the others.
 
     A grader that raised, or a result that cannot be written, is an infrastructure failure of that one
@@ -141,6 +143,7 @@ def result_line(solution: Solution, graded: Future[Graded]) -> tuple[str, float,
         "flags": [],
         "reward": 0.0,
         "reasons": [fit_item(RewardEvent, "reasons", sanitize_text(why))],
+        "task_version": version,
     }
     return "sandbox_error", 0.0, orjson.dumps(failed) + b"\n"
 
@@ -252,7 +255,8 @@ def _grade_many(
                 for s in sols
             }
             for fut in as_completed(futures):
-                status, reward, line = result_line(futures[fut], fut)
+                solution = futures[fut]
+                status, reward, line = result_line(solution, fut, task_version(the_tasks[solution.task_id]))
                 with lock:
                     fh.write(line)
                     fh.flush()

@@ -8,7 +8,7 @@ line contract of ``rewardstream grade``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from schemas.caps import fit, fit_item
@@ -20,7 +20,7 @@ from schemas.events import (
     RewardEvent,
     StaticFlag,
 )
-from schemas.tasks import Task
+from schemas.tasks import Task, task_version
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX, Policy, Scored, Signals, evaluate
 from workers.grading.grader import GRADER_VERSION, Grader, GradeResult
 from workers.grading.static_analysis import rule_counts, shown_flags
@@ -41,13 +41,15 @@ SANDBOX_ERROR_REASON = "sandbox_error: the infrastructure failed; this is not a 
 
 @dataclass(frozen=True, slots=True)
 class Graded:
-    """A grade with its reward: ``flags`` are the hack rules that gated it, ``policy`` its (name, version)."""
+    """A grade with its reward: ``flags`` are the hack rules that gated it, ``policy`` its (name, version),
+    ``task_version`` the version of the task it was graded against (``schemas.tasks.task_version``)."""
 
     result: GradeResult
     reward: float
     flags: tuple[str, ...]
     reasons: tuple[str, ...]
     policy: tuple[str, str]
+    task_version: str | None = None
 
     @property
     def status(self) -> str:
@@ -77,6 +79,7 @@ class Graded:
             "run": r.run.to_json(),
             "policy": {"name": self.policy[0], "version": self.policy[1]},
             "grader_version": GRADER_VERSION,
+            "task_version": self.task_version,
             # a solution in another language says which, and how its build went (python results as before)
             **({"language": r.language} if r.language != "python" else {}),
             **({"compile": r.compile.to_json()} if r.compile is not None else {}),
@@ -141,6 +144,6 @@ class PolicyGrader:
     policy: Policy
 
     def grade(self, task: Task, code: str, *, generation_id: str = "", language: str = "python") -> Graded:
-        """Grade ``code`` (in ``language``) for ``task`` and reward it."""
+        """Grade ``code`` (in ``language``) for ``task`` and reward it, naming the task's version."""
         graded = self.grader.grade(task, code, generation_id=generation_id, language=language)
-        return apply_policy(graded, self.policy)
+        return replace(apply_policy(graded, self.policy), task_version=task_version(task))

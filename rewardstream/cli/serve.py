@@ -1,7 +1,7 @@
 """``rewardstream serve [--host H] [--port P]``: the HTTP gateway (SandboxFusion ``/run_code``, rewards).
 
-The CLI wires it: the gateway (``streams.gateway``) talks only to Kafka; whether a task exists comes from the
-task registry (``workers.tasks``), handed to it here.
+The CLI wires it: the gateway (``streams.gateway``) talks only to Kafka; whether a task exists, and its latest
+version (each generation is pinned to it), come from the task registry (``workers.tasks``), handed to it here.
 """
 
 from __future__ import annotations
@@ -34,6 +34,22 @@ def task_checker(settings: Settings) -> Callable[[str], bool]:
     return exists
 
 
+def task_versions(settings: Settings) -> Callable[[str], str | None]:
+    """A task's latest version in the registry, read at each call (None when it cannot be told): what the
+    gateway pins each generation to, so every role grades it against that one version."""
+    from workers.tasks.registry import TaskRegistry
+
+    registry = TaskRegistry.from_settings(settings)
+
+    def latest(task_id: str) -> str | None:
+        try:
+            return registry.latest_version(task_id)
+        except Exception:  # not found or unreadable: the generation goes unpinned (the roles take the latest)
+            return None
+
+    return latest
+
+
 @app.command()
 def serve(
     host: str | None = typer.Option(None, "--host", help="bind address (default RS_GATEWAY_HOST, 127.0.0.1)"),
@@ -51,4 +67,4 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     config = GatewayConfig.from_settings(settings, host=host, port=port)
-    run_gateway(config, task_checker(settings))
+    run_gateway(config, task_checker(settings), task_version=task_versions(settings))

@@ -2,6 +2,8 @@
 
 Why a command: the quickest way to check a model's answers (or a grader change) end to end is the same
 path a trainer takes: the SDK publishes each line as a generation and waits for exactly one reward each.
+A line's ``task_version`` pins it to that version of its task; a line without one is pinned to the latest
+version in the registry (``RS_TASKS_DIR``) when it is published.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from streams.sdk import RewardFuture, RewardTimeoutError, TrainerClient, Trainer
 
 
 def read_solutions(path: Path) -> list[dict[str, str]]:
-    """Each line's task_id, generation_id, code and language (python unless given; the event checks it); a bad
-    line is named by its number."""
+    """Each line's task_id, generation_id, code and language (python unless given; the event checks it), and
+    its task_version when given (else the latest when published); a bad line is named by its number."""
     rows: list[dict[str, str]] = []
     seen: set[str] = set()
     try:
@@ -49,11 +51,13 @@ def read_solutions(path: Path) -> list[dict[str, str]]:
         if row["generation_id"] in seen:
             raise ValidationError(f"{path}:{number}: duplicate generation_id {row['generation_id']}")
         seen.add(row["generation_id"])
-        if not isinstance(row.get("language", "python"), str):
-            raise ValidationError(f"{path}:{number}: language must be a string")
-        rows.append(
-            {**{k: row[k] for k in ("task_id", "generation_id", "code")}, "language": row.get("language", "python")}
-        )
+        for key in ("language", "task_version"):
+            if key in row and not isinstance(row[key], str):
+                raise ValidationError(f"{path}:{number}: {key} must be a string")
+        rows.append({
+            **{k: row[k] for k in ("task_id", "generation_id", "code")}, "language": row.get("language", "python"),
+            **({"task_version": row["task_version"]} if "task_version" in row else {}),
+        })  # fmt: skip
     if not rows:
         raise ValidationError(f"{path}: no solutions")
     return rows
@@ -65,7 +69,11 @@ def _events(client: TrainerClient, rows: list[dict[str, str]], path: Path) -> li
         try:
             events.append(
                 client.generation(
-                    row["task_id"], row["code"], generation_id=row["generation_id"], language=row["language"]
+                    row["task_id"],
+                    row["code"],
+                    generation_id=row["generation_id"],
+                    language=row["language"],
+                    task_version=row.get("task_version"),
                 )
             )
         except ValidationError as exc:
@@ -76,7 +84,9 @@ def _events(client: TrainerClient, rows: list[dict[str, str]], path: Path) -> li
 @app.command("submit")
 def submit(
     *,
-    solutions: Annotated[Path, typer.Option("--solutions", help="JSONL: task_id, generation_id, code per line")],
+    solutions: Annotated[
+        Path, typer.Option("--solutions", help="JSONL: task_id, generation_id, code (language, task_version) per line")
+    ],
     out: Annotated[Path, typer.Option("--out", help="JSONL: one RewardEvent per solution, in input order")],
     run_id: Annotated[str | None, typer.Option("--run-id", help="run the generations belong to")] = None,
     timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="seconds to wait for every reward")] = 600.0,

@@ -1,4 +1,8 @@
-"""``rewardstream tasks load | show | list | humaneval``: the task registry."""
+"""``rewardstream tasks load | show | versions | list | humaneval``: the task registry.
+
+A load of a changed task stores a new version (its content digest) and makes it the latest; the old one stays
+readable (``show --version``), so what was graded against it can still be explained and replayed.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ _STRICT = typer.Option(
     "only repeats the public one",
 )
 _TASK_ID = typer.Argument(..., help="task id, e.g. HumanEval/0")
+_VERSION = typer.Option(None, "--version", help="a version of the task (default: its latest)")
 
 
 def _registry(directory: Path | None) -> TaskRegistry:
@@ -65,13 +70,32 @@ def load(
         f"stored {len(report.added) + len(report.updated) + len(report.unchanged)} tasks in {registry.root} "
         f"({len(report.added)} added, {len(report.updated)} updated, {len(report.unchanged)} unchanged)"
     )
+    for task_id in report.updated:  # what running pipelines grade unpinned generations against from now on
+        was = report.replaced.get(task_id)
+        typer.echo(f"updated {task_id}: version {report.versions[task_id]}" + (f" (was {was})" if was else ""))
+    if report.migrated:
+        typer.echo(f"{len(report.migrated)} task(s) stored before versions got their version files")
 
 
 @tasks_app.command("show")
-def show(task_id: str = _TASK_ID, directory: Path | None = _DIR) -> None:
-    """Print the public part of a task (never its hidden tests) as JSON."""
-    public = _registry(directory).public(task_id)
+def show(task_id: str = _TASK_ID, directory: Path | None = _DIR, version: str | None = _VERSION) -> None:
+    """Print the public part of a task (never its hidden tests) as JSON: of its latest version, or of --version.
+    ``task_version`` names the version shown."""
+    public = _registry(directory).public(task_id, version)
     print_json(public.model_dump(mode="json", by_alias=True))
+
+
+@tasks_app.command("versions")
+def versions(task_id: str = _TASK_ID, directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+    """Print every stored version of a task, oldest first, and which is the latest."""
+    registry = _registry(directory)
+    latest = registry.latest_version(task_id)
+    stored = registry.versions(task_id)
+    if as_json:
+        print_json({"task_id": task_id, "latest": latest, "versions": stored})
+        return
+    for item in stored:
+        typer.echo(item + ("  latest" if item == latest else ""))
 
 
 @tasks_app.command("list")

@@ -1,6 +1,8 @@
 """The whole story of one generation as one JSON-able dict with a stable shape (pure).
 
 Hidden tests never appear: a hidden verdict is shown as counts, per-case statuses and static flags only.
+Every event section says which task version it names (``task_version``: the generation's pin, the version
+each role graded against, the reward's; null when unset), so a reward can be traced to the task it measured.
 Artifacts are links (``s3://``), never their content. Every section is present; ``null`` when not found.
 A generation that came from an agent episode has one more section, ``episode`` (``streams.explain.steps``);
 a one-shot generation's story is exactly as it was without it.
@@ -42,7 +44,8 @@ def _pick(event: object, *names: str) -> dict[str, Any]:
 def _generation(found: Found) -> dict[str, Any]:
     event = found.event
     assert isinstance(event, GenerationEvent)  # noqa: S101 - located by role
-    fields = ("event_id", "run_id", "episode_id", "task_id", "turn", "sample_index", "group_id", "policy_version")
+    fields = ("event_id", "run_id", "episode_id", "task_id", "task_version", "turn", "sample_index", "group_id",
+              "policy_version")  # fmt: skip
     return {
         **_pick(event, *fields, "language"),
         "created_at": event.created_at.isoformat(),
@@ -60,7 +63,7 @@ def _execution(found: Found, attempts: int) -> dict[str, Any]:
     return {
         **_pick(event, "event_id", "attempt"),
         "attempts_seen": attempts,
-        **_pick(event, "worker", "suite_kind"),
+        **_pick(event, "worker", "task_version", "suite_kind"),
         "sandbox": event.run.model_dump(mode="json"),
         **_pick(event, "passed", "total"),
         "cases": [c.model_dump(mode="json") for c in event.cases],
@@ -76,7 +79,7 @@ def _verdict(found: Found, attempts: int) -> dict[str, Any]:
     return {
         **_pick(event, "event_id", "attempt"),
         "attempts_seen": attempts,
-        **_pick(event, "worker", "grader_version", "suite_kind"),
+        **_pick(event, "worker", "grader_version", "task_version", "suite_kind"),
         "sandbox": event.run.model_dump(mode="json"),
         **_pick(event, "passed", "total"),
         "statuses": {status: sum(1 for c in event.cases if c.status == status) for status in _statuses(event)},
@@ -95,7 +98,8 @@ def _statuses(event: HiddenVerdict) -> list[str]:
 def _judgement(found: Found) -> dict[str, Any]:
     event = found.event
     assert isinstance(event, JudgeScore)  # noqa: S101 - located by role
-    fields = ("event_id", "status", "score", "judge_model", "prompt_version", "rationale", "error", "latency_ms")
+    fields = ("event_id", "task_version", "status", "score", "judge_model", "prompt_version", "rationale", "error",
+              "latency_ms")  # fmt: skip
     return {**_pick(event, *fields), "location": found.location()}
 
 
@@ -107,6 +111,7 @@ def _reward(found: Found, count: int) -> dict[str, Any]:
         "reward": event.reward,
         "policy_name": event.policy_name,
         "policy_version": event.policy_version,
+        "task_version": event.task_version,
         "components": dict(sorted(event.components.items())),
         "reasons": list(event.reasons),
         "flags": list(event.flags),

@@ -51,9 +51,14 @@ RUN_GRACE_S = 15.0
 _ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 
 
+def _unpinned(_task_id: str) -> str | None:
+    return None
+
+
 @dataclass
 class GatewayDeps:
-    """What the app talks to; the CLI builds them (``task_exists`` reads the task registry)."""
+    """What the app talks to; the CLI builds them (``task_exists`` and ``task_version`` read the task
+    registry: whether a task exists, its latest version, which each generation is pinned to when published)."""
 
     config: GatewayConfig
     publisher: Publisher
@@ -61,6 +66,7 @@ class GatewayDeps:
     rewards: RewardTail
     task_exists: Callable[[str], bool]
     metrics: GatewayMetrics
+    task_version: Callable[[str], str | None] = _unpinned
 
 
 def _invalid(loc: Sequence[str | int], message: str) -> RequestValidationError:
@@ -191,6 +197,7 @@ class _Service:
                         episode_id=gid,
                         run_id=body.run_id,
                         task_id=gen.task_id,
+                        task_version=self.deps.task_version(gen.task_id),
                         policy_version=body.policy_version,
                         language=gen.language,
                         code=gen.code,

@@ -44,8 +44,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: GatewayConfig, task_exists: Callable[[str], bool], *, log_level: str = "info") -> None:
-    """Serve until stopped; the Kafka clients are closed on the way out."""
+def serve(
+    config: GatewayConfig,
+    task_exists: Callable[[str], bool],
+    *,
+    log_level: str = "info",
+    task_version: Callable[[str], str | None] | None = None,
+) -> None:
+    """Serve until stopped; the Kafka clients are closed on the way out. ``task_version`` gives a task's latest
+    version, which the generations of ``/v1/rewards`` and ``/get_reward`` are pinned to (None: unpinned)."""
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
     metrics = GatewayMetrics()
@@ -58,7 +65,10 @@ def serve(config: GatewayConfig, task_exists: Callable[[str], bool], *, log_leve
     try:
         replies.start()
         rewards.start()
-        app = create_app(GatewayDeps(config, publisher, replies, rewards, task_exists, metrics))
+        deps = GatewayDeps(config, publisher, replies, rewards, task_exists, metrics)
+        if task_version is not None:
+            deps.task_version = task_version
+        app = create_app(deps)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,

@@ -119,6 +119,7 @@ def _side(reward: RewardEvent | None) -> dict[str, Any] | None:
         "flags": list(reward.flags),
         "missing": list(reward.missing),
         "policy": f"{reward.policy_name} v{reward.policy_version}",
+        "task_version": reward.task_version,
         "components": dict(sorted(reward.components.items())),
     }
 

@@ -1,5 +1,6 @@
 """One replay, start to end: select, read the old rewards, run the pipeline on the replay namespace, copy the
-generations in, collect the new rewards, diff. The pipeline and its teardown are injected (the CLI wires the
+generations in (each graded against the task version its original was, ``source.pinned``), collect the new
+rewards, diff. The pipeline and its teardown are injected (the CLI wires the
 workers; ``streams`` never imports them).
 """
 
@@ -14,7 +15,7 @@ from streams.replay.diff import Replayed, Report, diff
 from streams.replay.namespace import Feed, feed_and_collect
 from streams.replay.ready import pipeline_groups, wait_groups_ready
 from streams.replay.selection import Selection
-from streams.replay.source import Found, read_rewards, select_generations
+from streams.replay.source import Found, pinned, read_rewards, select_generations
 
 
 class ReplayPipeline(Protocol):
@@ -77,7 +78,7 @@ def run_replay(plan: ReplayPlan, pipeline: ReplayPipeline, reporter: Reporter) -
         reporter.phase("waiting for the replay pipeline's consumer groups", None)
         wait_groups_ready(plan.kafka, pipeline_groups(plan.replay_prefix))
         reporter.phase("replaying", len(ids))
-        new = feed_and_collect(plan.kafka, feed, found.generations, reporter.update)
+        new = feed_and_collect(plan.kafka, feed, pinned(found.generations, old), reporter.update)
     finally:
         reporter.phase("stopping the replay pipeline", None)
         pipeline.stop()

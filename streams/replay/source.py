@@ -1,15 +1,16 @@
 """Reading the live topics for a replay: the selected generations, and the rewards they already got.
 
-Only reads: nothing here writes to a live topic.
+Only reads: nothing here writes to a live topic. ``pinned`` is what the replay copies: the generations byte for
+byte, except that an unpinned one is pinned to the task version its original reward was graded against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from bus.scan import Record, offsets_for_time, read_ranges, watermarks
-from schemas.codec import decode
+from schemas.codec import decode, encode
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent, RewardEvent
 from streams.replay.selection import ByRun, ByTime, Selection, SelectionError
@@ -108,3 +109,21 @@ def read_rewards(
         if reward.generation_id in generation_ids and reward.generation_id not in found:
             found[reward.generation_id] = reward
     return found
+
+
+def pinned(generations: Sequence[Selected], rewards: Mapping[str, RewardEvent]) -> list[Selected]:
+    """The generations as the replay copies them. A generation pinned to a task version is copied byte for
+    byte, and so graded against that version again. An unpinned one was graded against the latest version of
+    its task when the roles read it: it is pinned to the version its original reward records (re-encoded with
+    that one field added), so the replay grades the same task even if a corrected one was loaded since. One
+    whose reward names no version (or that has no reward) is copied as it is: graded against the latest."""
+    out: list[Selected] = []
+    for selected in generations:
+        event = selected.event
+        reward = rewards.get(event.generation_id)
+        if event.task_version is not None or reward is None or reward.task_version is None:
+            out.append(selected)
+            continue
+        event = event.model_copy(update={"task_version": reward.task_version})
+        out.append(Selected(replace(selected.record, value=encode(event)), event))
+    return out

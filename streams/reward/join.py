@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas.caps import fit_list
+from schemas.caps import cap, fit_list
 from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent, result_ids
 from streams.reward.policy import PARTS, Part, Policy, Scored, Signals, Withheld, evaluate
 
@@ -165,18 +165,43 @@ def reward_id(generation_id: str, policy: Policy) -> str:
     return uuid.uuid5(_NAMESPACE, f"{generation_id}\x00{policy.name}\x00{policy.version}").hex
 
 
+def task_versions(state: JoinState) -> tuple[str | None, str | None]:
+    """(the task version a reward records, a reason to add when its parts were graded against different ones).
+
+    Each role records the version it graded against. A generation pinned to a version is graded against that
+    one by every role; an unpinned one against the latest when each role read it, so a ``tasks load`` between
+    two roles' reads makes them differ. The reward then records the verdict's version (the hidden tests'
+    evidence decides it; else the execution's, else the judgement's) and says which part had which. A part
+    that names none (a role that cannot tell) disagrees with nobody."""
+    named = [(p, ev.task_version) for p in PARTS if (ev := getattr(state, p)) is not None and ev.task_version]
+    if not named:
+        return None, None
+    chosen = next((v for p, v in named if p == "verdict"), named[0][1])
+    if len({v for _p, v in named}) == 1:
+        return chosen, None
+    parts = ", ".join(f"{p} {v[:12]}" for p, v in named)
+    why = "an unpinned generation graded across a tasks load"
+    return chosen, f"task versions differ: {parts} ({why}); the reward records {chosen[:12]}"
+
+
 def reward_event(state: JoinState, scored: Scored, missing: tuple[Part, ...], policy: Policy) -> RewardEvent:
-    """The RewardEvent for a scored state, carrying the policy version and the ids of the events used."""
+    """The RewardEvent for a scored state, carrying the policy version, the task version and the ids of the
+    events used."""
     inputs = [InputRef(role=_ROLE[p], event_id=ev.event_id) for p in PARTS if (ev := getattr(state, p)) is not None]
+    version, differ = task_versions(state)
+    reasons = fit_list(RewardEvent, "reasons", scored.reasons)
+    if differ is not None:  # never cut: it says the parts do not describe one task
+        reasons = [*reasons[: cap(RewardEvent, "reasons") - 1], differ]
     return RewardEvent(
         event_id=reward_id(state.generation_id, policy),
         created_at=datetime.now(UTC),
         **result_ids(state),
+        task_version=version,
         reward=scored.reward,
         policy_name=policy.name,
         policy_version=policy.version,
         components=scored.components,
-        reasons=fit_list(RewardEvent, "reasons", scored.reasons),
+        reasons=reasons,
         flags=fit_list(RewardEvent, "flags", scored.flags),
         missing=list(missing),
         inputs=inputs,

@@ -30,6 +30,7 @@ from bus.clients import make_reader
 from schemas.codec import decode, encode, one_line, problems_of
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
+from schemas.registry_layout import is_version
 from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig, producer_config
 
 log = logging.getLogger("rewardstream.sdk")
@@ -104,8 +105,23 @@ class TrainerClient:
         except pydantic.ValidationError as exc:
             raise ValidationError(f"bad generation {gid!r}: {one_line(problems_of(exc), 'event')}") from None
 
+    def pinned(self, event: GenerationEvent) -> GenerationEvent:
+        """``event`` pinned to its task's latest version now, unless it names one or the version cannot be told
+        (``TrainerConfig.task_versions``): what ``send`` publishes."""
+        resolve = self.config.task_versions
+        if event.task_version is not None or resolve is None:
+            return event
+        version = resolve(event.task_id)
+        if version is None:
+            return event
+        if not is_version(version):
+            raise ValidationError(f"task_versions gave {version!r} for {event.task_id}: not a task version")
+        return event.model_copy(update={"task_version": version})
+
     def send(self, event: GenerationEvent) -> None:
-        """Queue one generation for publishing (batched); its reward comes out of ``rewards()``."""
+        """Queue one generation for publishing (batched), pinned to its task's latest version if it names none;
+        its reward comes out of ``rewards()``."""
+        event = self.pinned(event)
         value, key = encode(event), event.key()
         with self._producer_lock:
             while True:

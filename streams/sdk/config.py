@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bus.config import producer_config as bus_producer_config
 from schemas.errors import RewardstreamError
+from schemas.registry_layout import LatestVersions
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 
@@ -43,11 +44,18 @@ class TrainerConfig:
     dedup_lookback: int = 200_000  # messages per partition re-read below the committed offset on start
     group_prefix: str = "rewardstream-trainer."
     producer_overrides: Mapping[str, str | int | bool] = field(default_factory=dict)
+    #: task_id -> its latest version (None: cannot tell). A generation that names no ``task_version`` is pinned
+    #: to it when published, so every role grades it against that one version; None: generations go unpinned
+    #: (each role grades against the latest when it reads the task).
+    task_versions: Callable[[str], str | None] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, run_id: str, **overrides: Any) -> TrainerConfig:
-        """Topic names and Kafka connection from the one settings object."""
+        """Topic names and Kafka connection from the one settings object; generations are pinned to the latest
+        version in the task registry at ``settings.tasks_dir`` (the workers' registry, or a copy of it; pass
+        ``task_versions=None`` to publish unpinned)."""
         specs = catalog_for(settings)
+        overrides.setdefault("task_versions", LatestVersions(settings.tasks_dir))
         return cls(
             kafka=settings.kafka_client_config(),
             generations_topic=topic_for("generations", specs).name,

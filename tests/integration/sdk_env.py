@@ -121,10 +121,11 @@ def pipeline(
                     argv, cwd=REPO, env=worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
                 )
             env.procs.append(proc)
-        settings = Settings(
+        settings = Settings(  # the workers' registry: the SDK pins each generation to a version of it
             topic_prefix=env.prefix,
             topic_partitions=PARTITIONS,
             opensearch_index_prefix=index_prefix or "unused",
+            tasks_dir=registry_dir,
         )
         with env.supervised():
             yield Pipeline(env, settings, worker_env)

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 import pytest
 import requests
 
+from schemas.codec import decode
+from schemas.events import GenerationEvent
 from tests.integration.gateway_env import Gateway, Stack
-from tests.integration.reward_env import REPO
+from tests.integration.reward_env import REPO, Reader
 from tests.integration.sdk_env import Problems, convert_problems, pipeline
+from workers.tasks.registry import TaskRegistry
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
@@ -49,7 +52,7 @@ def _tasks(r: Rewarded) -> list[str]:
     return sorted(r.problems.canonical)
 
 
-def test_a_batch_waits_for_its_rewards_right_and_wrong(rewarded: Rewarded) -> None:
+def test_a_batch_waits_for_its_rewards_right_and_wrong(rewarded: Rewarded, kafka_config: dict[str, str]) -> None:
     task = _tasks(rewarded)[0]
     body = {
         "run_id": "gw-wait",
@@ -68,6 +71,19 @@ def test_a_batch_waits_for_its_rewards_right_and_wrong(rewarded: Rewarded) -> No
     assert out["rewards"][0]["generation_id"] == body["generations"][0]["generation_id"]  # type: ignore[index]
     assert all(r["status"] == "rewarded" and r["task_id"] == task for r in out["rewards"])
     assert out["rewards"][1]["reasons"]  # why it got 0
+    # The gateway pinned each generation to the task's latest version when it published it.
+    latest = TaskRegistry(rewarded.problems.registry_dir).latest_version(task)
+    reader = Reader(kafka_config, f"{rewarded.stack.prefix}generations")
+    try:
+
+        def published() -> dict[str, GenerationEvent]:
+            return {e.generation_id: e for e in (decode(v, GenerationEvent) for v in reader.values)}
+
+        ids = {r["generation_id"] for r in out["rewards"]}
+        reader.wait(lambda: ids <= set(published()), 60, "the gateway's generations")
+        assert {published()[gid].task_version for gid in ids} == {latest}
+    finally:
+        reader.close()
 
 
 def test_a_poll_on_another_replica_finds_the_reward(rewarded: Rewarded) -> None:

@@ -30,7 +30,7 @@ import pytest
 
 from schemas.codec import decode
 from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, JudgeScore
-from schemas.tasks import Task
+from schemas.tasks import Task, task_version
 from streams.reward.policy import Scored, Signals, evaluate, load_policy
 from tests.sandbox.swe_task import (
     CAPS,
@@ -304,7 +304,7 @@ def test_a_setuid_file_loses_its_bits_before_any_run(roles: Roles) -> None:
     graded = roles.grade("call", fixed)  # the workspace is still the agent's fix: graded as such
     assert graded.reward.reward == 1.0
     task_ = roles.tasks["swe/calc-call"]
-    got = roles.verifier.workspaces.graded(roles.event("call", fixed), task_)
+    got = roles.verifier.workspaces.graded(roles.event("call", fixed), task_, task_version(task_))
     assert isinstance(got, Graded)
     with tarfile.open(fileobj=io.BytesIO(got.workspace.data)) as tar:
         assert tar.getmember("calc/suid").mode == 0o755

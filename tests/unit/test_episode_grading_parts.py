@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from schemas.events import GenerationEvent
-from schemas.tasks import Archive, CommandSuite, IoSuite, Limits, Task, Workspace
+from schemas.tasks import Archive, CommandSuite, IoSuite, Limits, Task, Workspace, task_version
 from tests.unit.test_workspace_task_refusals import NoSandbox
 from workers.artifacts import ArtifactError
 from workers.episodes.diff import MAX_FILE_CHARS, changes, judged_code
@@ -185,7 +185,7 @@ def test_a_workspace_generation_of_a_one_shot_task_is_an_invalid_event(tmp_path:
     one_shot = Task.model_validate({"task_id": "T/1", "prompt": "", "entry_point": "f", "hidden_tests": hidden})
     workspaces = EpisodeWorkspaces(_context(tmp_path, [one_shot]))
     with pytest.raises(WorkspaceEventError, match="not a workspace task"):
-        workspaces.graded(_event("T/1"), one_shot)
+        workspaces.graded(_event("T/1"), one_shot, task_version(one_shot))
     assert issubclass(WorkspaceEventError, InvalidEventError)
 
 

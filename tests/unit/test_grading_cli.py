@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from rewardstream.cli import grade as grade_cli
 from rewardstream.cli.main import _register, app
+from schemas.tasks import Task, task_version
 from workers.grading import Grader, GraderConfig
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 
@@ -81,6 +82,7 @@ def test_single(cli: CliRunner, tmp_path: Path) -> None:
     assert out["hidden"] == {"passed": 2, "total": 2}
     assert out["generation_id"] == "sol"
     assert out["policy"] == {"name": "default", "version": "2"}  # the pipeline's policy, not a grader rule
+    assert out["task_version"] == task_version(Task.model_validate(TASK))  # as the registry names it
 
 
 def test_policy_option_rewards_with_that_file(cli: CliRunner, tmp_path: Path) -> None:
@@ -125,6 +127,7 @@ def test_batch(cli: CliRunner, tmp_path: Path) -> None:
     assert results["g2"]["status"] == "fail"
     assert results["g3"]["status"] == "fail"  # 2*3 == 6 but the public case 1*2 != 3
     assert results["g3"]["hidden"] == {"passed": 1, "total": 1}
+    assert results["g3"]["task_version"] == task_version(Task.model_validate(other))
 
 
 @pytest.mark.parametrize(

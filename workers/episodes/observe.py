@@ -62,6 +62,7 @@ def submitted(state: EpisodeState, workspace_ref: str, transcript_ref: str | Non
         episode_id=state.episode_id,
         run_id=state.run_id or UNKNOWN,
         task_id=state.task_id,
+        task_version=state.task_version,
         policy_version=state.policy_version or UNKNOWN,
         turn=state.turn,
         workspace_ref=workspace_ref,

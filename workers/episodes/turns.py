@@ -42,7 +42,8 @@ class EpisodeState:
     times are event times in seconds. ``history``: (turn, snapshot) at the start and at each turn that changed
     the workspace, what a fork from any committed turn starts from (``snapshot_at``). ``transcript``: the last
     lines of what the agent did (``workers.episodes.transcript``), ``transcript_omitted`` how many earlier ones
-    were dropped."""
+    were dropped. ``task_version``: the version of the task pinned when it opened (a fork keeps its source's),
+    which its steps, limits and submit use (None: a state from before versions, on the latest)."""
 
     episode_id: str
     task_id: str
@@ -56,6 +57,7 @@ class EpisodeState:
     history: tuple[tuple[int, str], ...] = ()
     transcript: tuple[TranscriptLine, ...] = ()
     transcript_omitted: int = 0
+    task_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

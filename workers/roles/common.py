@@ -1,7 +1,11 @@
 """What every role needs besides its own work: tasks, the code of a generation, artifacts, log records.
 
-Why a task cache: the registry is a directory of small files and the same task is graded thousands of
-times; tasks are immutable once loaded (a changed task gets a new id or a restart).
+Why a task cache keyed by version: the registry is a directory of small files and the same task is graded
+thousands of times; a version never changes once stored (its id is its content digest), so a cached version
+can never be outdated. A generation pinned to a version (``task_version``) is graded against exactly that one
+(one the registry does not have is an invalid event); an unpinned one against the latest version when the role
+reads it, the registry's ``latest`` pointer being read each time (never cached). Every result names the
+version it was graded against.
 
 Why artifacts are uploaded in a pool and their URLs known up front: a URL is the content's digest, so the
 result event can name it before the upload finished; the runtime commits the result only once every upload
@@ -14,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -28,6 +33,7 @@ from workers.handler import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
 
@@ -56,22 +62,22 @@ def one_shot(task: _T) -> _T:
     return task
 
 
-class Lru(Generic[T]):
-    """``load(key)``, the last ``size`` keys kept (thread-safe): what a role reads again and again."""
+class Lru(Generic[K, T]):
+    """``load()`` of a key, the last ``size`` keys kept (thread-safe): what a role reads again and again. Only
+    for what a key names for ever (a task's version, never "the latest")."""
 
-    def __init__(self, load: Callable[[str], T], size: int = 4096) -> None:
-        self._load = load
+    def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._items: OrderedDict[str, T] = OrderedDict()
+        self._items: OrderedDict[K, T] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> T:
+    def get(self, key: K, load: Callable[[], T]) -> T:
         with self._lock:
             found = self._items.get(key)
             if found is not None:
                 self._items.move_to_end(key)
                 return found
-        value = self._load(key)
+        value = load()
         with self._lock:
             self._items[key] = value
             if len(self._items) > self._size:
@@ -79,27 +85,57 @@ class Lru(Generic[T]):
         return value
 
 
+@dataclass(frozen=True, slots=True)
+class Versioned(Generic[_T]):
+    """A task as a role read it, and its version (None only for a task stored before versions whose digest this
+    role cannot compute: it may not read the hidden part)."""
+
+    task: _T
+    version: str | None
+
+
+@contextmanager
+def _unknown_task() -> Iterator[None]:
+    try:
+        yield
+    except TaskNotFoundError as exc:
+        raise UnknownTaskError(str(exc)) from exc
+
+
 class TaskSource:
-    """Cached reads of the registry; unknown tasks are invalid events (DLQ), not crashes."""
+    """Reads of the registry, cached by (task id, version); an unknown task or version is an invalid event
+    (DLQ, with why), not a crash."""
 
     def __init__(self, registry: TaskRegistry) -> None:
         self.registry = registry
-        self._public = Lru(registry.public)
-        self._full = Lru(registry.task)
+        self._public: Lru[tuple[str, str], PublicTask] = Lru()
+        self._full: Lru[tuple[str, str], Task] = Lru()
 
-    def public(self, task_id: str) -> PublicTask:
-        """The public view (executor, judge)."""
-        try:
-            return self._public.get(task_id)
-        except TaskNotFoundError as exc:
-            raise UnknownTaskError(str(exc)) from exc
+    def public(self, task_id: str, version: str | None = None) -> Versioned[PublicTask]:
+        """The public view (executor, judge) of ``version``, or of the latest version now."""
+        registry = self.registry
+        with _unknown_task():
+            chosen = version or registry.latest_version(task_id)
+            if chosen is None:
+                return Versioned(registry.public(task_id), None)
+            return Versioned(self._public.get((task_id, chosen), lambda: registry.public(task_id, chosen)), chosen)
 
-    def task(self, task_id: str) -> Task:
-        """The full task with hidden tests (verifier only)."""
-        try:
-            return self._full.get(task_id)
-        except TaskNotFoundError as exc:
-            raise UnknownTaskError(str(exc)) from exc
+    def task(self, task_id: str, version: str | None = None) -> Versioned[Task]:
+        """The full task with hidden tests (verifier only) of ``version``, or of the latest version now."""
+        registry = self.registry
+        with _unknown_task():
+            chosen = version or registry.latest_version(task_id)
+            if chosen is None:
+                return Versioned(registry.task(task_id), None)
+            return Versioned(self._full.get((task_id, chosen), lambda: registry.task(task_id, chosen)), chosen)
+
+    def for_event(self, event: GenerationEvent) -> Versioned[PublicTask]:
+        """The public view a generation is graded against: the version it names, else the latest now."""
+        return self.public(event.task_id, event.task_version)
+
+    def full_for_event(self, event: GenerationEvent) -> Versioned[Task]:
+        """The full task a generation is graded against: the version it names, else the latest now."""
+        return self.task(event.task_id, event.task_version)
 
 
 @dataclass(frozen=True)

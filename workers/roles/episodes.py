@@ -102,8 +102,8 @@ class EpisodeHandler:
     shipper: LogShipper | None = None
     #: An ended episode's state is deleted this long after its last action (``Settings.episode_retention_s``).
     retention_s: float = 86_400.0
-    #: task_id -> sha256 of its original snapshot (the bytes are in ``workspaces``)
-    _originals: dict[str, str] = field(default_factory=dict)
+    #: (task_id, task version) -> sha256 of its original snapshot (the bytes are in ``workspaces``)
+    _originals: dict[tuple[str, str], str] = field(default_factory=dict)
     #: partition -> (its epoch, episode_id -> (turn, event time in s of the first timer tick that saw that turn
     #: answered and committed)): where each episode's idle clock starts (``turns.overdue``'s ``answered_at_s``)
     _answered: dict[int, tuple[int, dict[str, tuple[int, float]]]] = field(default_factory=dict)
@@ -113,7 +113,7 @@ class EpisodeHandler:
         """The outputs of ``event`` (none for a duplicate); raises only for what is worth retrying."""
         now_s = source.timestamp_ms / 1000 if source.timestamp_ms > 0 else time.time()
         state = self.table.get(source, event.episode_id)
-        task = self.tasks.public(state.task_id) if state is not None else None
+        task = self.tasks.public(state.task_id, state.task_version).task if state is not None else None
         limits = task.episode_limits if task is not None else None
         decision = turns.decide(state, event, limits, now_s)
         if isinstance(decision, turns.Duplicate):
@@ -148,24 +148,27 @@ class EpisodeHandler:
         return self._done(source, event, observation, started)
 
     def _open(self, episode_id: str, action: OpenAction, now_s: float) -> EpisodeState | str:
-        """A new episode from the task's original workspace, or why there cannot be one."""
+        """A new episode from the task's original workspace (of its latest version, which the episode keeps), or
+        why there cannot be one."""
         try:
-            task = self.tasks.public(action.task_id)
+            read = self.tasks.public(action.task_id)
         except UnknownTaskError as exc:
             return str(exc)
+        task = read.task
         if task.workspace is None:
             return f"task {task.task_id} has no workspace"
         try:
             with _infrastructure(f"the original workspace of {task.task_id}"):
-                sha = self._original(task)
+                sha = self._original(task, read.version)
         except BrokenOriginalError as exc:  # the task's own workspace is unusable: no episode can start
             return str(exc)
         return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
-                            policy_version=action.policy_version, history=((0, sha),))  # fmt: skip
+                            policy_version=action.policy_version, history=((0, sha),),
+                            task_version=read.version)  # fmt: skip
 
     def _fork(self, episode_id: str, action: ForkAction, now_s: float) -> EpisodeState | str:
-        """A new episode from a committed turn of another (its task; the fork's own run and policy version, or
-        the source's when it names none), or why not."""
+        """A new episode from a committed turn of another (its task and task version; the fork's own run and
+        policy version, or the source's when it names none), or why not."""
         with _infrastructure(f"reading the fork's source {action.from_episode}"):
             origin = self.committed.get(action.from_episode)
         if origin is None:
@@ -176,7 +179,7 @@ class EpisodeHandler:
         run_id = action.run_id if action.run_id is not None else origin.run_id
         policy = action.policy_version if action.policy_version is not None else origin.policy_version
         return EpisodeState(episode_id, origin.task_id, 0, sha, now_s, now_s, run_id=run_id, policy_version=policy,
-                            history=((0, sha),))  # fmt: skip
+                            history=((0, sha),), task_version=origin.task_version)  # fmt: skip
 
     def _rejected(
         self,
@@ -270,7 +273,7 @@ class EpisodeHandler:
             if state.episode_id.encode() in busy:
                 continue
             try:
-                limits = self.tasks.public(state.task_id).episode_limits
+                limits = self.tasks.public(state.task_id, state.task_version).task.episode_limits
             except UnknownTaskError as exc:
                 log.warning("episode %s cannot be timed: %s", state.episode_id, exc)
                 continue
@@ -321,16 +324,19 @@ class EpisodeHandler:
         return {episode_id: since for episode_id, (_turn, since) in now.items()}
 
     # ---- helpers ---------------------------------------------------------------------------------------
-    def _original(self, task: PublicTask) -> str:
-        """The sha256 of the task's original snapshot, stored in S3 (made once per task and worker)."""
+    def _original(self, task: PublicTask, version: str | None) -> str:
+        """The sha256 of the task's original snapshot, stored in S3 (made once per task version and worker;
+        each time for a task stored before versions whose version this worker cannot tell)."""
+        key = None if version is None else (task.task_id, version)
         with self._lock:
-            known = self._originals.get(task.task_id)
+            known = None if key is None else self._originals.get(key)
         if known is not None:
             return known
         packed = task_original(task, self.store)
         self.workspaces.put(packed)
-        with self._lock:
-            self._originals[task.task_id] = packed.sha256
+        if key is not None:
+            with self._lock:
+                self._originals[key] = packed.sha256
         return packed.sha256
 
     def _done(

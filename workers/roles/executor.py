@@ -102,20 +102,20 @@ class ExecutorHandler:
         """Run the public suite of the event's task on its code (or on its episode's graded workspace)."""
         ctx = self.context
         artifacts: dict[ArtifactName, str] = {}
+        read = ctx.tasks.for_event(event)
         if event.workspace_ref is not None:
-            ran = self._episode(event)
+            ran = self._episode(event, read.task, read.version)
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = one_shot(ctx.tasks.public(event.task_id))
+            task = one_shot(read.task)
             code = ctx.code_of(event)
             ran = self._run(code, task, public_suite(task), None, event.language)
             code_upload = ctx.store_code(artifacts, event, code)
-        return self._publish(event, source, ran, artifacts, code_upload)
+        return self._publish(event, source, ran, artifacts, code_upload, read.version)
 
-    def _episode(self, event: GenerationEvent) -> Ran:
-        task = self.context.tasks.public(event.task_id)
-        graded = self.workspaces.graded(event, task)
+    def _episode(self, event: GenerationEvent, task: PublicTask, version: str | None) -> Ran:
+        graded = self.workspaces.graded(event, task, version)
         if isinstance(graded, Unusable):
             return Ran(
                 None,
@@ -143,13 +143,14 @@ class ExecutorHandler:
             feedback_text = fit(ExecutionResult, "feedback", ran.run.error)
         return Ran(outcome, sandbox_run(ran.run, ran.infra_error), ran.run.attempts, ran.output, feedback_text)
 
-    def _publish(
+    def _publish(  # noqa: PLR0917
         self,
         event: GenerationEvent,
         source: Source,
         ran: Ran,
         artifacts: dict[ArtifactName, str],
         code_upload: Future[object] | None,
+        version: str | None,
     ) -> Outcome:
         ctx = self.context
         outcome, run, output = ran.outcome, ran.run, ran.output
@@ -168,6 +169,7 @@ class ExecutorHandler:
         )
         result = ExecutionResult(
             **result_ids(event),
+            task_version=version,
             attempt=min(max(ran.attempts, 1), 100),
             worker=ctx.worker,
             suite_kind=outcome.kind if outcome is not None and gated else None,  # type: ignore[arg-type]
@@ -183,7 +185,7 @@ class ExecutorHandler:
             artifacts=artifacts,
         )
         fields: dict[str, LogValue] = run_fields(run, ran.attempts, result.passed, result.total)
-        fields.update(stdout_bytes=output.stdout_bytes, stderr_bytes=output.stderr_bytes)
+        fields.update(stdout_bytes=output.stdout_bytes, stderr_bytes=output.stderr_bytes, task_version=version)
         artifact_fields(fields, artifacts)
         message = f"executor: {result.passed}/{result.total} public cases passed ({run.status})"
         record = ctx.log_record(event, source, log_level(run), message, fields)

@@ -36,14 +36,16 @@ class JudgeHandler:
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
         """Judge the code (or an episode's changes) against the task's public prompt."""
         ctx = self.context
+        read = ctx.tasks.for_event(event)
         if event.workspace_ref is not None:
-            got = self._episode(event)
+            got = self._episode(event, read.task, read.version)
         else:
-            task = one_shot(ctx.tasks.public(event.task_id))
+            task = one_shot(read.task)
             code = ctx.code_of(event)
             got = self.judge.score(JudgeRequest(event.task_id, task.prompt, task.entry_point, code))
         score = JudgeScore(
             **result_ids(event),
+            task_version=read.version,
             status="ok" if got.ok else "error",
             score=got.score,
             judge_model=fit(JudgeScore, "judge_model", got.model),
@@ -55,14 +57,14 @@ class JudgeHandler:
         fields: dict[str, LogValue] = {
             "status": score.status, "score": score.score, "judge_model": score.judge_model,
             "latency_ms": round(score.latency_ms, 3), "cached": got.cached, "error": score.error,
+            "task_version": read.version,
         }  # fmt: skip
         message = f"judge: score {score.score} ({score.status})"
         record = ctx.log_record(event, source, "info" if got.ok else "warning", message, fields)
         return Done((encode_output(ctx.output_topic, event, score),), record, score.status)
 
-    def _episode(self, event: GenerationEvent) -> JudgeOutcome:
-        task = self.context.tasks.public(event.task_id)
-        graded = self.workspaces.graded(event, task)
+    def _episode(self, event: GenerationEvent, task: PublicTask, version: str | None) -> JudgeOutcome:
+        graded = self.workspaces.graded(event, task, version)
         if isinstance(graded, Unusable):
             return JudgeOutcome(None, None, graded.reason, self.judge.model, self.judge.prompt_version, 0.0)
         code, function = episode_code(task, graded)

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 
 from schemas.caps import fit
 from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag, result_ids
+from schemas.tasks import Task
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION
 from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
@@ -39,12 +40,13 @@ class VerifierHandler:
         the hidden suite on its graded workspace)."""
         ctx = self.context
         artifacts: dict[ArtifactName, str] = {}
+        read = ctx.tasks.full_for_event(event)
         if event.workspace_ref is not None:
-            ran, flags = self._episode(event), []
+            ran, flags = self._episode(event, read.task, read.version), []
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
             code_upload = None
         else:
-            task = one_shot(ctx.tasks.task(event.task_id))
+            task = one_shot(read.task)
             code = ctx.code_of(event)
             flags = analyze(code) if event.language == "python" else []  # the analysis reads Python only
             got = self.grader.run_suites(
@@ -53,12 +55,11 @@ class VerifierHandler:
             )  # fmt: skip
             ran = Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
             code_upload = ctx.store_code(artifacts, event, code)
-        return self._publish(event, source, ran, flags, artifacts, code_upload)
+        return self._publish(event, source, ran, flags, artifacts, code_upload, read.version)
 
-    def _episode(self, event: GenerationEvent) -> Ran:
+    def _episode(self, event: GenerationEvent, task: Task, version: str | None) -> Ran:
         """The hidden suite in a fresh sandbox from the graded workspace: its cases exist only in that run."""
-        task = self.context.tasks.task(event.task_id)
-        graded = self.workspaces.graded(event, task)
+        graded = self.workspaces.graded(event, task, version)
         if isinstance(graded, Unusable):
             outcome = failed_suite(task.hidden_tests, "hidden", "error", graded.reason)
             return Ran(outcome, unusable_run(graded, self.grader.sandbox.name), 1)
@@ -75,6 +76,7 @@ class VerifierHandler:
         flags: list[Flag],
         artifacts: dict[ArtifactName, str],
         code_upload: Future[object] | None,
+        version: str | None,
     ) -> Outcome:
         ctx = self.context
         outcome, run = ran.outcome, ran.run
@@ -88,6 +90,7 @@ class VerifierHandler:
         )
         verdict = HiddenVerdict(
             **result_ids(event),
+            task_version=version,
             attempt=min(max(ran.attempts, 1), 100),
             worker=ctx.worker,
             grader_version=GRADER_VERSION,
@@ -105,6 +108,7 @@ class VerifierHandler:
         )
         fields = run_fields(run, ran.attempts, verdict.passed, verdict.total)
         fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
+        fields["task_version"] = version
         artifact_fields(fields, artifacts)
         message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"
         record = ctx.log_record(event, source, log_level(run), message, fields)

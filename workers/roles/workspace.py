@@ -58,20 +58,24 @@ class Unusable:
 
 
 class EpisodeWorkspaces:
-    """Graded workspaces of episode generations for one role; thread-safe (originals cached by task id)."""
+    """Graded workspaces of episode generations for one role; thread-safe (originals cached by task version)."""
 
     def __init__(self, context: RoleContext) -> None:
         self.context = context
-        self._originals = Lru(self._original, size=64)
+        self._originals: Lru[tuple[str, str], bytes] = Lru(size=64)
 
-    def graded(self, event: GenerationEvent, task: PublicTask | Task) -> Graded | Unusable:
-        """``event``'s final workspace with ``task``'s protected paths reset, or why it cannot be graded."""
+    def graded(self, event: GenerationEvent, task: PublicTask | Task, version: str | None) -> Graded | Unusable:
+        """``event``'s final workspace with ``task``'s protected paths reset, or why it cannot be graded.
+        ``version`` is the task's (its original is cached by it; None: made again)."""
         if task.workspace is None:
             raise WorkspaceEventError(f"task {task.task_id} is not a workspace task, but the generation names one")
         final = self._final(event)
         if isinstance(final, Unusable):
             return final
-        original = self._originals.get(task.task_id)
+        if version is None:
+            original = self._original(task)
+        else:
+            original = self._originals.get((task.task_id, version), lambda: self._original(task))
         try:
             packed = graded_workspace(final, original, task.protected, caps_of(task.episode_limits))
         except SnapshotError as exc:
@@ -93,8 +97,8 @@ class EpisodeWorkspaces:
                 raise  # an outage: retried by the runtime, never a verdict
             return Unusable(f"the workspace snapshot cannot be read: {exc}"[:2000])
 
-    def _original(self, task_id: str) -> bytes:
+    def _original(self, task: PublicTask | Task) -> bytes:
         try:
-            return task_original(self.context.tasks.public(task_id), self.context.artifacts).data
+            return task_original(task, self.context.artifacts).data
         except BrokenOriginalError as exc:
             raise WorkspaceEventError(str(exc)) from exc

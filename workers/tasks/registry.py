@@ -1,111 +1,111 @@
-"""The task registry: validated tasks on disk, hidden tests stored apart from what trainers may read.
+"""The task registry: validated tasks on disk, every version kept, hidden tests stored apart from what trainers
+may read.
 
-Layout under ``settings.tasks_dir``::
+Layout under ``settings.tasks_dir`` (``schemas.registry_layout``)::
 
-    public/<task>.json   PublicTask (no hidden tests)   dir 0755, files 0644: trainers, executors
-    hidden/<task>.json   full Task                      dir 0700, files 0600: verifiers only
+    public/<task>.json                  latest PublicTask (no hidden tests), as before versions   dir 0755, 0644
+    hidden/<task>.json                  latest full Task, as before versions                      dir 0700, 0600
+    public/versions/<task>/<v>.json     PublicTask of version <v>, with its task_version          0644
+    public/versions/<task>/latest       the latest version                                        0644
+    hidden/versions/<task>/<v>.json     full Task of version <v> (sha256 of these bytes = <v>)    dirs 0700, 0600
+
+A task's version is its content digest (``schemas.tasks.task_version``). A load of a changed task adds a
+version and moves ``latest``; the old version stays readable, so a generation pinned to it, its
+explanation and its replay still grade against it. Versions never change once written, so a reader may
+cache them for ever; ``latest`` is read each time.
 
 Why files: every worker machine can get the registry by syncing a directory (or mounting it read-only),
 and the hidden directory's permissions keep it out of reach of the unprivileged sandbox user. Each file
-is written atomically (temp file + rename), hidden before public, so a reader never sees a torn file or a
-public task without its hidden tests. A load validates every line first and stores nothing if any fails.
+is written atomically (temp file + rename): a version's hidden file, then its public view, then the
+pointer, then the latest views, so a reader never sees a torn file, a pointer to a version not yet
+there, or a public task without its hidden tests. A load validates every line first and stores nothing
+if any fails.
+
+A registry written before versions (only ``<task>.json`` files) keeps working: each such task reads as
+its own digest (a reader that cannot read its hidden part does not know it: None), and the next load
+gives every one of them its version files (``migrate``).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import hashlib
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from schemas.codec import DecodeError, decode, encode
-from schemas.errors import RewardstreamError, ValidationError
+from schemas.errors import RewardstreamError
+from schemas.registry_layout import (
+    HIDDEN_DIR,
+    PUBLIC_DIR,
+    VERSIONS_DIR,
+    file_name,
+    file_stem,
+    is_version,
+    latest_pointer,
+    read_latest,
+    versions_dir,
+)
 from schemas.settings import Settings
-from schemas.tasks import PublicTask, Task
-from workers.tasks.visibility import hidden_repeats_public
+from schemas.tasks import PublicTask, Task, task_version
+from workers.tasks.files import (
+    LineError,
+    TaskFileError,
+    TaskWarning,
+    WeakTasksError,
+    load_jsonl,
+    load_numbered,
+    numbered_tasks,
+    parse_jsonl,
+    task_warnings,
+    write_atomic,
+    write_jsonl,
+)
 
-PUBLIC_DIR = "public"
-HIDDEN_DIR = "hidden"
-_SAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+__all__ = [
+    "HIDDEN_DIR",
+    "PUBLIC_DIR",
+    "LineError",
+    "StoreReport",
+    "TaskFileError",
+    "TaskNotFoundError",
+    "TaskRegistry",
+    "TaskVersionNotFoundError",
+    "TaskWarning",
+    "WeakTasksError",
+    "file_name",
+    "load_jsonl",
+    "load_numbered",
+    "numbered_tasks",
+    "parse_jsonl",
+    "task_warnings",
+    "write_jsonl",
+]
 
 
 class TaskNotFoundError(RewardstreamError):
     """No task with that id is in the registry."""
 
 
-@dataclass(frozen=True, slots=True)
-class LineError:
-    """One problem in a JSONL task file."""
-
-    line: int
-    path: str
-    problem: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        return f"line {self.line}: {where}{self.problem}"
-
-
-_LISTED = 20
-
-
-def _listed(items: Sequence[object]) -> str:
-    """The first few of ``items``, ``; ``-joined, and how many more there are: an error line stays readable."""
-    more = f"; ... and {len(items) - _LISTED} more" if len(items) > _LISTED else ""
-    return "; ".join(str(item) for item in items[:_LISTED]) + more
-
-
-class TaskFileError(ValidationError):
-    """A task file has invalid lines; ``errors`` lists every one (nothing was stored)."""
-
-    def __init__(self, source: str, errors: Sequence[LineError]) -> None:
-        self.source = source
-        self.errors: tuple[LineError, ...] = tuple(errors)
-        super().__init__(f"{len(self.errors)} error(s) in {source}, nothing stored: {_listed(self.errors)}")
-
-
-@dataclass(frozen=True, slots=True)
-class TaskWarning:
-    """A task that loads but is probably a mistake (e.g. hidden cases the public suite already shows)."""
-
-    task_id: str
-    problem: str
-
-    def __str__(self) -> str:
-        return f"task {self.task_id}: {self.problem}"
-
-
-class WeakTasksError(ValidationError):
-    """``strict`` loading refused a file because some tasks have warnings (nothing was stored)."""
-
-    def __init__(self, source: str, warnings: Sequence[TaskWarning]) -> None:
-        self.source = source
-        self.warnings: tuple[TaskWarning, ...] = tuple(warnings)
-        super().__init__(
-            f"{len(self.warnings)} task(s) in {source} refused (strict), nothing stored: {_listed(self.warnings)}"
-        )
-
-
-def task_warnings(tasks: Iterable[Task]) -> list[TaskWarning]:
-    """Every task whose hidden suite gives no signal beyond its public suite."""
-    out: list[TaskWarning] = []
-    for task in tasks:
-        why = hidden_repeats_public(task)
-        if why is not None:
-            out.append(TaskWarning(task.task_id, f"{why}: the hidden suite gives no signal the public one does not"))
-    return out
+class TaskVersionNotFoundError(TaskNotFoundError):
+    """The registry has the task, but not in the version asked for."""
 
 
 @dataclass(frozen=True, slots=True)
 class StoreReport:
-    """What ``TaskRegistry.store`` did, and the warnings about what it stored."""
+    """What ``TaskRegistry.store`` did, and the warnings about what it stored. ``versions``: each stored
+    task's version, now its latest; ``replaced``: the version an updated task had before (still readable);
+    ``migrated``: tasks stored before versions that got their version files."""
 
     added: tuple[str, ...]
     updated: tuple[str, ...]
     unchanged: tuple[str, ...]
     warnings: tuple[TaskWarning, ...] = ()
+    versions: Mapping[str, str] = field(default_factory=dict)
+    replaced: Mapping[str, str] = field(default_factory=dict)
+    migrated: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         """JSON form for ``rewardstream tasks load --json``."""
@@ -115,118 +115,123 @@ class StoreReport:
             "unchanged": list(self.unchanged),
             "total": len(self.added) + len(self.updated) + len(self.unchanged),
             "warnings": [{"task_id": w.task_id, "problem": w.problem} for w in self.warnings],
+            "versions": dict(self.versions),
+            "replaced": dict(self.replaced),
+            "migrated": list(self.migrated),
         }
 
 
-def parse_jsonl(data: bytes, source: str = "<tasks>") -> list[Task]:
-    """Validate every line of a JSONL task file; raise TaskFileError listing all problems."""
-    return [task for _, task in numbered_tasks(data, source)]
-
-
-def numbered_tasks(data: bytes, source: str = "<tasks>") -> list[tuple[int, Task]]:
-    """Every task of a JSONL task file with its line number (``parse_jsonl``'s rules: the wire codec's
-    validation, blank lines skipped, a task id at most once); raise TaskFileError listing all problems."""
-    tasks: list[tuple[int, Task]] = []
-    errors: list[LineError] = []
-    first_line: dict[str, int] = {}
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            task = decode(line, Task)
-        except DecodeError as exc:
-            errors.extend(LineError(number, path, problem) for path, problem in exc.problems)
-            continue
-        if task.task_id in first_line:
-            errors.append(LineError(number, "task_id", f"duplicate of line {first_line[task.task_id]}"))
-            continue
-        first_line[task.task_id] = number
-        tasks.append((number, task))
-    if errors:
-        raise TaskFileError(source, errors)
-    if not tasks:
-        raise TaskFileError(source, [LineError(0, "", "no tasks in file")])
-    return tasks
-
-
-def load_jsonl(path: Path) -> list[Task]:
-    """Read and validate a JSONL task file (see ``parse_jsonl``)."""
-    return [task for _, task in load_numbered(path)]
-
-
-def load_numbered(path: Path) -> list[tuple[int, Task]]:
-    """Read and validate a JSONL task file, each task with its line number (see ``numbered_tasks``)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ValidationError(f"cannot read task file {path}: {exc.strerror or exc}") from exc
-    return numbered_tasks(data, str(path))
-
-
-def write_jsonl(path: Path, tasks: Iterable[Task]) -> None:
-    """Write tasks as JSONL atomically (readers never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, b"".join(encode(t) + b"\n" for t in tasks), 0o600)
-
-
-def file_name(task_id: str) -> str:
-    """File name for a task id (ids may contain '/', e.g. HumanEval/0)."""
-    return quote(task_id, safe=_SAFE) + ".json"
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` with ``mode`` so readers see the old or the new file, never a torn one."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class TaskRegistry:
-    """Read and write tasks under one directory. Cheap to create; holds no open resources."""
+    """Read and write tasks under one directory. Cheap to create; holds no open resources (only a memo of the
+    digests of tasks stored before versions, keyed by their files' identity)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.public_dir = root / PUBLIC_DIR
         self.hidden_dir = root / HIDDEN_DIR
+        self._legacy: dict[str, tuple[tuple[int, int, int], str]] = {}
+        self._legacy_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TaskRegistry:
         """The registry at ``settings.tasks_dir``."""
         return cls(settings.tasks_dir)
 
+    # ---- writing ----------------------------------------------------------------------------------------
     def _prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.public_dir.mkdir(mode=0o755, exist_ok=True)
-        self.hidden_dir.mkdir(mode=0o700, exist_ok=True)
-        self.public_dir.chmod(0o755)  # public views are meant to be world-readable
-        self.hidden_dir.chmod(0o700)  # explicit, whatever the umask
+        for directory, mode in (
+            (self.public_dir, 0o755),  # public views are meant to be world-readable
+            (self.hidden_dir, 0o700),  # explicit, whatever the umask
+            (self.public_dir / VERSIONS_DIR, 0o755),
+            (self.hidden_dir / VERSIONS_DIR, 0o700),
+        ):
+            directory.mkdir(mode=mode, exist_ok=True)
+            directory.chmod(mode)
 
     def store(self, tasks: Iterable[Task]) -> StoreReport:
-        """Write every task (hidden file first, then its public view); report what changed."""
+        """Store every task as its version (an old version stays readable) and make it the latest; tasks stored
+        before versions get their version files first. Report what changed."""
         self._prepare()
+        migrated = self.migrate()
         added: list[str] = []
         updated: list[str] = []
         unchanged: list[str] = []
+        versions: dict[str, str] = {}
+        replaced: dict[str, str] = {}
         for task in tasks:
-            name = file_name(task.task_id)
-            hidden, public = encode(task), encode(task.public())
-            hidden_path, public_path = self.hidden_dir / name, self.public_dir / name
-            old = hidden_path.read_bytes() if hidden_path.exists() else None
-            if old == hidden and public_path.exists() and public_path.read_bytes() == public:
+            version, before = self._store_one(task)
+            versions[task.task_id] = version
+            if before == version:
                 unchanged.append(task.task_id)
+            elif before is None:
+                added.append(task.task_id)
+            else:
+                updated.append(task.task_id)
+                if before:
+                    replaced[task.task_id] = before
+        return StoreReport(
+            tuple(added), tuple(updated), tuple(unchanged), versions=versions, replaced=replaced, migrated=migrated
+        )
+
+    def _store_one(self, task: Task) -> tuple[str, str | None]:
+        """(the task's version, the latest version it had before: None if it is new, "" if that cannot be
+        read). Files already as they should be are not written again."""
+        hidden = encode(task)
+        version = hashlib.sha256(hidden).hexdigest()  # == task_version(task): these are its wire bytes
+        view = task.public()
+        before = self._before(task.task_id)
+        self._write_version(task.task_id, version, hidden, encode(view))
+        if read_latest(self.root, task.task_id) != version:
+            write_atomic(latest_pointer(self.root, task.task_id), version.encode() + b"\n", 0o644)
+        latest_public = encode(view.model_copy(update={"task_version": None}))  # as before versions
+        for path, data, mode in (
+            (self.hidden_dir / file_name(task.task_id), hidden, 0o600),
+            (self.public_dir / file_name(task.task_id), latest_public, 0o644),
+        ):
+            if not _holds(path, data):
+                write_atomic(path, data, mode)
+        return version, before
+
+    def _before(self, task_id: str) -> str | None:
+        """The task's latest version before a load: None if it is new, "" if it cannot be told."""
+        pointed = read_latest(self.root, task_id)
+        if pointed is not None:
+            return pointed
+        if not (self.hidden_dir / file_name(task_id)).exists():
+            return None
+        try:
+            return self._digest_of(self.hidden_dir / file_name(task_id))
+        except (OSError, DecodeError):
+            return ""
+
+    def _write_version(self, task_id: str, version: str, hidden: bytes, public: bytes) -> None:
+        """A version's files, hidden first; written once (what is there already is kept if it is right)."""
+        for is_hidden, data, mode in ((True, hidden, 0o600), (False, public, 0o644)):
+            directory = versions_dir(self.root, task_id, hidden=is_hidden)
+            if not directory.is_dir():
+                directory.mkdir(mode=0o700)  # explicit below, whatever the umask: public views are world-readable
+                directory.chmod(0o700 if is_hidden else 0o755)
+            path = directory / f"{version}.json"
+            if not _holds(path, data):
+                write_atomic(path, data, mode)
+
+    def migrate(self) -> tuple[str, ...]:
+        """Give every task stored before versions its version files and pointer (its latest files are left as
+        they are); a task whose hidden file cannot be read or parsed is left alone. Returns the ids migrated."""
+        done: list[str] = []
+        for task_id in self.ids():
+            if read_latest(self.root, task_id) is not None:
                 continue
-            _write_atomic(hidden_path, hidden, 0o600)
-            _write_atomic(public_path, public, 0o644)
-            (added if old is None else updated).append(task.task_id)
-        return StoreReport(tuple(added), tuple(updated), tuple(unchanged))
+            try:
+                task = decode((self.hidden_dir / file_name(task_id)).read_bytes(), Task)
+            except (OSError, DecodeError):
+                continue
+            version = task_version(task)
+            self._write_version(task_id, version, encode(task), encode(task.public()))
+            write_atomic(latest_pointer(self.root, task_id), version.encode() + b"\n", 0o644)
+            done.append(task_id)
+        return tuple(done)
 
     def load_file(self, path: Path, *, strict: bool = False) -> StoreReport:
         """Validate a whole JSONL file, then store it; nothing is stored if any line is invalid, nor, when
@@ -235,28 +240,157 @@ class TaskRegistry:
         warnings = task_warnings(tasks)
         if strict and warnings:
             raise WeakTasksError(str(path), warnings)
-        report = self.store(tasks)
-        return StoreReport(report.added, report.updated, report.unchanged, tuple(warnings))
+        return replace(self.store(tasks), warnings=tuple(warnings))
 
+    # ---- reading ----------------------------------------------------------------------------------------
     def ids(self) -> list[str]:
         """Every task id in the registry, sorted."""
         if not self.public_dir.is_dir():
             return []
-        return sorted(unquote(p.name.removesuffix(".json")) for p in self.public_dir.glob("*.json"))
+        return sorted(unquote(p.name.removesuffix(".json")) for p in self.public_dir.glob("*.json") if p.is_file())
 
-    def public(self, task_id: str) -> PublicTask:
-        """The public view of a task: what trainers and executors may read."""
-        return decode(self._read(self.public_dir, task_id), PublicTask)
+    def latest_version(self, task_id: str) -> str | None:
+        """The task's latest version, read now (a load may move it at any moment). For a task stored before
+        versions, its digest; None if this reader cannot read its hidden part to compute it.
+        TaskNotFoundError if the registry has no such task."""
+        _check_id(task_id)
+        version = self._pointer(task_id)
+        if version is not None:
+            return version
+        return self._legacy_version(task_id)
 
-    def task(self, task_id: str) -> Task:
-        """The full task with hidden tests: verifiers only (needs read access to hidden/)."""
-        return decode(self._read(self.hidden_dir, task_id), Task)
+    def versions(self, task_id: str) -> list[str]:
+        """Every stored version of the task, oldest first (by when each was stored)."""
+        _check_id(task_id)
+        directory = versions_dir(self.root, task_id, hidden=False)
+        found = [(p.stat().st_mtime_ns, p.stem) for p in directory.glob("*.json") if is_version(p.stem)]
+        if found:
+            return [stem for _mtime, stem in sorted(found)]
+        legacy = self._legacy_version(task_id)
+        return [] if legacy is None else [legacy]
 
-    def _read(self, directory: Path, task_id: str) -> bytes:
-        path = directory / file_name(task_id)
+    def public(self, task_id: str, version: str | None = None) -> PublicTask:
+        """The public view of a task (what trainers and executors may read): of ``version``, or of the latest.
+        Its ``task_version`` names the version (None only for a task stored before versions whose digest this
+        reader cannot compute)."""
+        _check_id(task_id)
+        if version is None:
+            version = self.latest_version(task_id)
+            if version is None:
+                return decode(self._read(self.public_dir / file_name(task_id), task_id), PublicTask)
+        self._check_version(version)
+        path = versions_dir(self.root, task_id, hidden=False) / f"{version}.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            legacy = self._legacy_public(task_id, version)
+            if legacy is None:
+                raise self._no_version(task_id, version) from None
+            return legacy
+        except OSError as exc:
+            raise RewardstreamError(f"cannot read task {task_id!r} from {path}: {exc.strerror or exc}") from exc
+        view = decode(data, PublicTask)
+        if view.task_version != version:
+            raise RewardstreamError(f"{path} is not the public view of version {version} of task {task_id!r}")
+        return view
+
+    def task(self, task_id: str, version: str | None = None) -> Task:
+        """The full task with hidden tests (verifiers only: needs read access to hidden/): of ``version``, or of
+        the latest."""
+        _check_id(task_id)
+        if version is None:
+            version = self.latest_version(task_id)
+            if version is None:  # a task stored before versions whose hidden file this reader cannot read
+                return decode(self._read(self.hidden_dir / file_name(task_id), task_id), Task)
+        self._check_version(version)
+        path = versions_dir(self.root, task_id, hidden=True) / f"{version}.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            if self._legacy_version(task_id) != version:
+                raise self._no_version(task_id, version) from None
+            return decode(self._read(self.hidden_dir / file_name(task_id), task_id), Task)
+        except OSError as exc:
+            raise RewardstreamError(f"cannot read task {task_id!r} from {path}: {exc.strerror or exc}") from exc
+        if hashlib.sha256(data).hexdigest() != version:
+            raise RewardstreamError(f"{path} does not hold version {version} of task {task_id!r} (its digest differs)")
+        return decode(data, Task)
+
+    # ---- helpers ----------------------------------------------------------------------------------------
+    def _pointer(self, task_id: str) -> str | None:
+        try:
+            return read_latest(self.root, task_id)
+        except OSError as exc:
+            raise RewardstreamError(
+                f"cannot read the latest version of task {task_id!r}: {exc.strerror or exc}"
+            ) from exc
+
+    @staticmethod
+    def _check_version(version: str) -> None:
+        if not is_version(version):
+            raise TaskVersionNotFoundError(f"{version!r} is not a task version (64 lowercase hex digits)")
+
+    def _no_version(self, task_id: str, version: str) -> TaskVersionNotFoundError:
+        if not (self.public_dir / file_name(task_id)).exists() and read_latest(self.root, task_id) is None:
+            return TaskVersionNotFoundError(f"no task {task_id!r} in the registry at {self.root}")
+        return TaskVersionNotFoundError(f"no version {version} of task {task_id!r} in the registry at {self.root}")
+
+    def _legacy_version(self, task_id: str) -> str | None:
+        """The digest of a task stored before versions (None if its hidden file cannot be read here);
+        TaskNotFoundError if there is no such task."""
+        if not (self.public_dir / file_name(task_id)).exists():
+            raise TaskNotFoundError(f"no task {task_id!r} in the registry at {self.root}")
+        try:
+            return self._digest_of(self.hidden_dir / file_name(task_id))
+        except (OSError, DecodeError):
+            return None
+
+    def _digest_of(self, path: Path) -> str:
+        """The version of the full task in ``path`` (re-encoded: the bytes as a load would store them), memoised
+        by the file's identity so a registry stored before versions costs one parse per change."""
+        info = path.stat()
+        identity = (info.st_ino, info.st_mtime_ns, info.st_size)
+        with self._legacy_lock:
+            known = self._legacy.get(str(path))
+        if known is not None and known[0] == identity:
+            return known[1]
+        version = task_version(decode(path.read_bytes(), Task))
+        with self._legacy_lock:
+            if len(self._legacy) > 65_536:
+                self._legacy.clear()
+            self._legacy[str(path)] = (identity, version)
+        return version
+
+    def _legacy_public(self, task_id: str, version: str) -> PublicTask | None:
+        """The public view of a task stored before versions, if it is ``version``."""
+        try:
+            if self._legacy_version(task_id) != version:
+                return None
+        except TaskNotFoundError:
+            return None
+        view = decode(self._read(self.public_dir / file_name(task_id), task_id), PublicTask)
+        return view.model_copy(update={"task_version": version})
+
+    def _read(self, path: Path, task_id: str) -> bytes:
         try:
             return path.read_bytes()
         except FileNotFoundError:
             raise TaskNotFoundError(f"no task {task_id!r} in the registry at {self.root}") from None
         except OSError as exc:
             raise RewardstreamError(f"cannot read task {task_id!r} from {path}: {exc.strerror or exc}") from exc
+
+
+def _check_id(task_id: str) -> None:
+    """TaskNotFoundError for what cannot be a task id (it would name no file of the registry)."""
+    try:
+        file_stem(task_id)
+    except ValueError:
+        raise TaskNotFoundError(f"{task_id!r} is not a task id") from None
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` already holds exactly ``data``."""
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
