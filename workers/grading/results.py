@@ -128,6 +128,8 @@ class CompileInfo:
     wall_ms: float
     cpu_ms: float
     max_rss_kb: int
+    #: How long the compile waited for a CPU the host gave to others (its limit never counted it).
+    wait_ms: float = 0.0
 
     @classmethod
     def of(cls, build: Build) -> CompileInfo | None:
@@ -136,7 +138,7 @@ class CompileInfo:
         if stage is None:
             return None
         output = CandidateOutput(stage.stdout, stage.stderr, stage.stdout_bytes, stage.stderr_bytes)
-        return cls(build.status, build.reason, output, stage.wall_ms, stage.cpu_ms, stage.max_rss_kb)
+        return cls(build.status, build.reason, output, stage.wall_ms, stage.cpu_ms, stage.max_rss_kb, stage.wait_ms)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -147,6 +149,7 @@ class CompileInfo:
             "wall_ms": round(self.wall_ms, 3),
             "cpu_ms": round(self.cpu_ms, 3),
             "max_rss_kb": self.max_rss_kb,
+            "wait_ms": round(self.wait_ms, 3),
         }
 
 
