@@ -14,6 +14,7 @@ import secrets
 import tarfile
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,40 @@ def test_fifo_socket_and_setuid_do_not_survive(sandbox: Sandbox) -> None:
     assert got["group-writable"][2] == 0o644
     seen = sh(sandbox, left.snapshot, "stat -c '%n %a' *; ls -A")
     assert seen.stdout == b"group-writable 644\nkeep 644\nsuid 755\ngroup-writable\nkeep\nsuid\n"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Deep trees and long link chains (issue 24): the agent builds them, the steps after it carry on
+
+DEEP_CAPS = Caps(max_bytes=4 << 20, max_entries=2000)
+#: The episode worker's own step limits but for memory and caps: the steps after a deep tree need no more time.
+NORMAL = replace(LIMITS, grace_s=StepLimits().grace_s)
+CALC_BUGGY = b"def add(a, b):\n    return a - b\n"
+CALC_FIXED = b"def add(a, b):\n    return a + b\n"
+
+
+def deep_step(sandbox: Sandbox, snap: bytes, action: StepAction) -> StepOutcome:
+    outcome = run_step(sandbox, snap, action, DEEP_CAPS, NORMAL)
+    assert outcome.status != SandboxStatus.SANDBOX_ERROR, outcome.reason
+    return outcome
+
+
+def test_a_deep_tree_costs_the_steps_after_it_nothing(sandbox: Sandbox) -> None:
+    """450 levels made in one step (within the caps) used to make every later restore cubic: the steps after
+    it timed out and an honest fix was lost. Now they are ordinary steps, and the tree and the fix are kept."""
+    deep = "/".join(["d"] * 450)
+    made = deep_step(sandbox, snapshot({"calc.py": CALC_BUGGY}),
+                     StepAction.exec(f"mkdir -p {deep} && echo bottom > {deep}/f.txt && find d | wc -l"))  # fmt: skip
+    assert (made.status, made.stdout, made.workspace_kept, made.reason) == (SandboxStatus.OK, b"451\n", True, None)
+    assert members(made.snapshot)[f"{deep}/f.txt"] == ("f", b"bottom\n", 0o644)
+    read = deep_step(sandbox, made.snapshot, StepAction.read(f"{deep}/f.txt"))
+    assert (read.status, read.content) == (SandboxStatus.OK, b"bottom\n"), read.reason
+    fixed = deep_step(sandbox, made.snapshot, StepAction.write("calc.py", CALC_FIXED))
+    assert (fixed.status, fixed.workspace_kept) == (SandboxStatus.OK, True), fixed.reason
+    check = "python3 -c 'import calc; print(calc.add(2, 2))'; find d -type d | wc -l"
+    checked = deep_step(sandbox, fixed.snapshot, StepAction.exec(check))
+    assert (checked.status, checked.stdout) == (SandboxStatus.OK, b"4\n450\n"), (checked.reason, checked.stderr)
+    assert checked.snapshot == fixed.snapshot
 
 
 def test_unreadable_files_and_dirs_are_still_packed(sandbox: Sandbox) -> None:
