@@ -320,6 +320,46 @@ def test_a_deep_tree_costs_the_steps_after_it_nothing(sandbox: Sandbox) -> None:
     assert checked.snapshot == fixed.snapshot
 
 
+LINKS = (
+    "import os\n"
+    "for i in range(1500): os.symlink(f'l{i + 1}' if i < 1499 else 'ok.txt', f'l{i}')\n"
+    "for i in range(40): os.symlink(f'm{i + 1}' if i < 39 else 'ok.txt', f'm{i}')\n"
+    "os.symlink('b', 'a'); os.symlink('a', 'b'); os.symlink('self', 'self')\n"
+    "print(len(os.listdir()))\n"
+)
+
+
+def test_long_link_chains_and_loops_are_rejected_not_crashed(sandbox: Sandbox) -> None:
+    """A read through a 1,500-link chain ended the step ``crashed`` (``os.path.realpath`` recursed until
+    RecursionError). Links are followed as the kernel follows them, 40 at most: a longer chain or a loop is
+    ``rejected`` with the reason, a write never goes through a link, and the episode's workspace goes on."""
+    made = deep_step(sandbox, snapshot({"ok.txt": b"inside\n", "calc.py": CALC_BUGGY}),
+                     StepAction.exec(["python3", "-c", LINKS]))  # fmt: skip
+    assert (made.status, made.stdout, made.workspace_kept) == (SandboxStatus.OK, b"1545\n", True), made.reason
+    for action, why in [
+        (StepAction.read("l0"), "too many levels of symbolic links"),
+        (StepAction.read("l1459"), "too many levels of symbolic links"),  # 41 links
+        (StepAction.read("l0/x"), "too many levels of symbolic links"),
+        (StepAction.read("a"), "too many levels of symbolic links"),
+        (StepAction.read("self"), "too many levels of symbolic links"),
+        (StepAction.write("l0", b"pwned"), "symlink"),
+        (StepAction.write("a/x", b"pwned"), "symlink"),
+    ]:
+        out = deep_step(sandbox, made.snapshot, action)
+        assert (out.status, out.snapshot, out.workspace_kept) == (REJECTED, made.snapshot, True), (action, out)
+        assert out.reason is not None, action
+        assert why in out.reason, (action, out.reason)
+    for path in ("m0", "l1460"):  # 40 links: what the kernel follows too
+        out = deep_step(sandbox, made.snapshot, StepAction.read(path))
+        assert (out.status, out.content) == (SandboxStatus.OK, b"inside\n"), (path, out.reason)
+    kernel = deep_step(sandbox, made.snapshot, StepAction.exec("cat m0; cat l0"))
+    assert (kernel.status, kernel.stdout) == (SandboxStatus.NONZERO_EXIT, b"inside\n"), kernel.reason
+    assert b"Too many levels of symbolic links" in kernel.stderr, kernel.stderr
+    fixed = deep_step(sandbox, made.snapshot, StepAction.write("calc.py", CALC_FIXED))
+    checked = deep_step(sandbox, fixed.snapshot, StepAction.exec("python3 -c 'import calc; print(calc.add(2, 2))'"))
+    assert (checked.status, checked.stdout) == (SandboxStatus.OK, b"4\n"), (checked.reason, checked.stderr)
+
+
 def test_unreadable_files_and_dirs_are_still_packed(sandbox: Sandbox) -> None:
     command = "echo s > secret; chmod 000 secret; mkdir -p d/e; echo y > d/e/f; chmod 000 d/e; chmod 000 d"
     left = sh(sandbox, snapshot(), command)

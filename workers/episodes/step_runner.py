@@ -21,9 +21,10 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
   trusted, only convenient. It is byte for byte what ``snapshot.pack`` makes of the same directory, so a
   workspace the step left as it was is recognised here (the tar equals the one sent in) and not sent back:
   ``"unchanged": true``, and the host keeps its own copy (a false claim only keeps the previous workspace).
-* The workspace is walked one name at a time from an open directory (``Cursor``): no call resolves a long
-  path and nothing recurses, so restore and pack cost the same per entry at any depth. The cursor goes up
-  through ``..`` only while no other process runs.
+* The workspace is walked one name at a time from an open directory (``Cursor``; a read's ``open_inside``):
+  no call resolves a long path and nothing recurses, so restore and pack cost the same per entry at any
+  depth, and a read follows links as the kernel does (``MAX_SYMLINKS`` at most: a longer chain or a loop is
+  ``rejected``). The cursor goes up through ``..`` only while no other process runs.
 * Deadlines are SIGKILL, enforced by the parent; the outer sandbox enforces the whole run.
 
 Wire format. stdin (``python3 -I -S -B -c BOOT PYC SRC JOB``, BOOT in ``step``, reads the program first):
@@ -65,6 +66,9 @@ BLOCK = 512
 #: Longest name kept in a snapshot (``snapshot.MAX_NAME_BYTES``); longer ones are dropped, and say so.
 MAX_NAME_BYTES = 1024
 MAX_DROPPED = 100
+#: Symbolic links a read follows at most, in all (Linux's own ``MAXSYMLINKS``): a longer chain, or a loop, is
+#: ``rejected`` with that reason.
+MAX_SYMLINKS = 40
 SWEEP_S = 5.0
 DRAIN_S = 1.0
 _READ_CHUNK = 1 << 16
@@ -174,10 +178,6 @@ def check_path(path: object) -> list[str]:
     if "" in parts or "." in parts:
         raise StepError("path is not normalised (empty or '.' component)")
     return parts
-
-
-def _inside(real: str, root: str) -> bool:
-    return real == root or real.startswith(root + "/")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -660,32 +660,32 @@ def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
 
 
 def do_write(job: dict[str, Any], data: bytes) -> dict[str, Any]:
-    """Write ``data`` to the path (parents made); never through or onto a link, never outside the work dir."""
+    """Write ``data`` to the path (parents made); never through or onto a link, never outside the work dir.
+    Each name is looked up in its parent's fd (``Cursor``): nothing is resolved twice, nothing followed."""
     parts = check_path(job.get("path"))
-    current = ""
-    for part in parts[:-1]:
-        current += part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            os.mkdir(current, 0o755)
-        else:
-            if stat.S_ISLNK(st.st_mode):
-                raise StepError(f"{current} is a symlink: writes never go through one")
-            if not stat.S_ISDIR(st.st_mode):
-                raise StepError(f"{current} is not a directory")
-        current += "/"
-    target = current + parts[-1]
+    cursor = Cursor()
     try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        pass
-    else:
-        if stat.S_ISLNK(st.st_mode):
-            raise StepError(f"{target} is a symlink: writes never go through one")
-        if not stat.S_ISREG(st.st_mode):
-            raise StepError(f"{target} is not a regular file")
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        for i, part in enumerate(parts):
+            try:
+                mode: int | None = os.lstat(part, dir_fd=cursor.fd).st_mode
+            except FileNotFoundError:
+                mode = None
+            shown = "/".join(parts[: i + 1])
+            if mode is not None and stat.S_ISLNK(mode):
+                raise StepError(f"{shown} is a symlink: writes never go through one")
+            if i == len(parts) - 1:
+                if mode is not None and not stat.S_ISREG(mode):
+                    raise StepError(f"{shown} is not a regular file")
+                break
+            if mode is None:
+                os.mkdir(part, 0o755, dir_fd=cursor.fd)
+            elif not stat.S_ISDIR(mode):
+                raise StepError(f"{shown} is not a directory")
+            cursor.down(part.encode("utf-8"))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(parts[-1], flags, 0o644, dir_fd=cursor.fd)
+    finally:
+        cursor.close()
     try:
         _write_all(fd, data)
     finally:
@@ -696,14 +696,7 @@ def do_write(job: dict[str, Any], data: bytes) -> dict[str, Any]:
 def do_read(job: dict[str, Any], cap: int) -> dict[str, Any]:
     """The content of a regular file in the work dir (links followed only while they stay inside it)."""
     parts = check_path(job.get("path"))
-    root = os.getcwd()
-    real = os.path.realpath(os.path.join(root, *parts))
-    if not _inside(real, root):
-        raise StepError(f"{job['path']} leads outside the workspace")
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise StepError(f"{job['path']}: no such file") from None
+    fd = open_inside(parts, job["path"])
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise StepError(f"{job['path']} is not a regular file")
@@ -713,6 +706,83 @@ def do_read(job: dict[str, Any], cap: int) -> dict[str, Any]:
     finally:
         os.close(fd)
     return {"content": _b64(buf[:cap]), "size": min(len(buf), cap), "truncated": len(buf) > cap}
+
+
+def open_inside(parts: list[str], shown: str) -> int:
+    """An fd of the regular file that ``parts`` names in the work dir. Links are followed as the kernel
+    follows them (``MAX_SYMLINKS`` at most in all, so a long chain or a loop is a clear rejection), but by
+    this loop, one name at a time relative to an open directory: no recursion however long the chain, and
+    where it leads is known before anything is opened. That must be inside the work dir; StepError if not.
+    Only used while no other process runs (a read step runs no command)."""
+    root = [p for p in os.getcwd().split("/") if p]
+    where = list(root)  # the real path reached so far, as names
+    pending = parts[::-1]  # the names still to walk, the next one last
+    links = 0
+    fd = os.open(".", _DIR_FLAGS)
+    try:
+        while pending:
+            part = pending.pop()
+            if part in ("", ".", ".."):
+                if part == ".." and where:
+                    fd = _moved(fd, "..")
+                    where.pop()
+                continue
+            try:
+                mode = os.lstat(part, dir_fd=fd).st_mode
+            except FileNotFoundError:
+                raise _missing(shown, [*where, part], pending, root) from None
+            if stat.S_ISLNK(mode):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise StepError(f"{shown}: too many levels of symbolic links (a loop, or more than "
+                                    f"{MAX_SYMLINKS} links in a row)")  # fmt: skip
+                target = os.readlink(part, dir_fd=fd)
+                if target.startswith("/"):
+                    fd, where = _moved(fd, "/"), []
+                pending += reversed(target.split("/"))
+            elif not pending:
+                return _open_last(fd, part, mode, inside=[*where, part][: len(root)] == root, shown=shown)
+            elif stat.S_ISDIR(mode):  # a name before others (or before a trailing "/")
+                fd = _moved(fd, part)
+                where.append(part)
+            else:
+                raise StepError(f"{shown}: not a directory on the way")
+        if where[: len(root)] != root:  # it ended on a directory ("..", "." or a trailing "/" last)
+            raise StepError(f"{shown} leads outside the workspace")
+        raise StepError(f"{shown} is not a regular file")
+    finally:
+        os.close(fd)
+
+
+def _missing(shown: str, where: list[str], pending: list[str], root: list[str]) -> StepError:
+    """Why a read whose walk met a missing name fails: where the path would have led (``where``, the missing
+    name last, with the names still ``pending`` applied as plain names, as ``realpath`` does) is outside the
+    work dir, or nothing is there."""
+    led = list(where)
+    for part in reversed(pending):
+        if part == "..":
+            led = led[:-1]
+        elif part not in ("", "."):
+            led.append(part)
+    if led[: len(root)] != root:
+        return StepError(f"{shown} leads outside the workspace")
+    return StepError(f"{shown}: no such file")
+
+
+def _open_last(dir_fd: int, name: str, mode: int, *, inside: bool, shown: str) -> int:
+    """The file a read's walk ended on, opened if it is a regular file in the work dir."""
+    if not inside:
+        raise StepError(f"{shown} leads outside the workspace")
+    if not stat.S_ISREG(mode):
+        raise StepError(f"{shown} is not a regular file")
+    return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _moved(fd: int, name: str) -> int:
+    """The directory ``name`` of ``fd`` opened (``fd`` closed once it is)."""
+    new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    os.close(fd)
+    return new
 
 
 def command_argv(job: dict[str, Any]) -> list[str]:
@@ -777,6 +847,8 @@ def step(job: dict[str, Any], data: memoryview) -> tuple[dict[str, Any], bool]:
         return {"ok": False, "rejected": str(exc)[:2000]}, False
     except OSError as exc:  # ENOSPC, EDQUOT, EACCES...: the action failed, the workspace stays as it was
         return {"ok": False, "rejected": f"{exc.strerror or exc}"[:2000]}, False
+    except RecursionError:  # nothing here recurses on a path; were it ever to, it is still the agent's path
+        return {"ok": False, "rejected": "the path is too deep to resolve"}, False
     raise JobError(f"unknown action kind {kind!r}")
 
 
