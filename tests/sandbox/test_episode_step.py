@@ -278,6 +278,9 @@ def test_fifo_socket_and_setuid_do_not_survive(sandbox: Sandbox) -> None:
     assert "sock" not in got
     assert "fifo" not in got
     assert "sock" in left.dropped
+    assert left.reason is not None
+    assert "left out of the workspace" in left.reason, left.reason
+    assert "'sock'" in left.reason, left.reason
     assert b"made-fifo" not in left.stdout or "fifo" in left.dropped
     assert got["suid"][0] == "f"
     assert got["suid"][2] == 0o755
@@ -318,6 +321,22 @@ def test_a_deep_tree_costs_the_steps_after_it_nothing(sandbox: Sandbox) -> None:
     checked = deep_step(sandbox, fixed.snapshot, StepAction.exec(check))
     assert (checked.status, checked.stdout) == (SandboxStatus.OK, b"4\n450\n"), (checked.reason, checked.stderr)
     assert checked.snapshot == fixed.snapshot
+
+
+MAKEDIRS_600 = ["python3", "-c", "import os; os.makedirs('/'.join(['d'] * 600))"]
+
+
+def test_a_tree_deeper_than_a_path_allows_is_cut_where_paths_end_and_says_so(sandbox: Sandbox) -> None:
+    """Depth is capped by the path cap (``MAX_NAME_BYTES``, 1024 bytes: 512 levels of one-letter names): what
+    lies deeper is left out of the workspace, the outcome says so, and the workspace kept restores as usual."""
+    made = deep_step(sandbox, snapshot({"keep": b"k"}), StepAction.exec(MAKEDIRS_600))
+    assert (made.status, made.workspace_kept) == (SandboxStatus.OK, True), made.reason
+    assert made.reason is not None
+    assert "left out of the workspace" in made.reason, made.reason
+    assert "1024 bytes" in made.reason, made.reason
+    assert max(name.count("/") + 1 for name in members(made.snapshot) if name.startswith("d")) == 512
+    after = deep_step(sandbox, made.snapshot, StepAction.exec("find d -type d | wc -l; cat keep"))
+    assert (after.status, after.stdout, after.snapshot) == (SandboxStatus.OK, b"512\nk", made.snapshot), after.reason
 
 
 LINKS = (
