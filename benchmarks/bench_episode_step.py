@@ -7,7 +7,8 @@ Runs alternate on one backend instance so all see the same machine load: plain `
 (``true``: no tar comes back) and one that changes it (a new tar, re-validated on the host). Medians and
 p90s in ms, the overheads against plain ``true``, and the host-side re-validation alone.
 
-Run: ``.venv/bin/python -m benchmarks.bench_episode_step [--backend process|docker] [--runs N] [--files N]``.
+Run: ``.venv/bin/python -m benchmarks.bench_episode_step [--backend process|docker] [--runs N] [--files N]
+[--depth N]``.
 Prints one JSON object.
 """
 
@@ -27,14 +28,20 @@ from workers.sandbox.api import SandboxSpec, SandboxStatus
 from workers.sandbox.factory import make_sandbox
 
 
-def workspace(files: int, size: int) -> bytes:
-    """A small project: ``files`` files of ``size`` bytes in a few directories."""
+def workspace(files: int, size: int, depth: int = 0) -> bytes:
+    """A small project: ``files`` files of ``size`` bytes in a few directories, and below them a chain of
+    ``depth`` directories (``d/d/...``) with a file at every level (issue 24: its restore was once cubic)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for i in range(files):
             path = root / f"pkg{i % 4}" / f"mod{i}.py"
             path.parent.mkdir(exist_ok=True)
             path.write_bytes(b"x = 1\n" * (size // 6))
+        level = root
+        for _ in range(depth):
+            level /= "d"
+            level.mkdir()
+            (level / "f.py").write_bytes(b"x = 1\n")
         return pack(root).data
 
 
@@ -53,9 +60,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--size", type=int, default=2000)
+    parser.add_argument("--depth", type=int, default=0, help="a chain of this many directories in the workspace")
     args = parser.parse_args()
     caps = Caps()
-    snap = workspace(args.files, args.size)
+    snap = workspace(args.files, args.size, args.depth)
     size_mb, inodes = workdir_limits(caps)
     plain_true = SandboxSpec(argv=("true",), workdir_size_mb=size_mb, workdir_inodes=inodes)
     plain_python = SandboxSpec(argv=("python3", "-I", "-S", "-B", "-c", "pass"), workdir_size_mb=size_mb,
@@ -89,7 +97,7 @@ def main() -> None:
     out: dict[str, object] = {
         "backend": args.backend,
         "runs": args.runs,
-        "workspace": {"files": args.files, "tar_bytes": len(snap)},
+        "workspace": {"files": args.files, "depth": args.depth, "tar_bytes": len(snap)},
         **{f"{name}_ms": _summary(ms) for name, ms in series.items()},
     }
     for name in ("step_true", "step_write"):

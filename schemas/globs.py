@@ -198,26 +198,81 @@ def _match_name(tokens: tuple[_Token, ...], name: str) -> bool:
     return t == len(tokens)
 
 
-def _reach(glob: Glob, names: list[str]) -> list[bool]:
-    """``reach[k]``: the whole pattern matches the first ``k`` names (a forward DP, one row per segment)."""
-    reach = [True] + [False] * len(names)
+@dataclass(frozen=True, slots=True)
+class PathWalk:
+    """``is_protected`` of a path built one name at a time: a tree walked from its root hands each directory's
+    walk to its entries (``child``), so an entry costs its own name whatever its depth (matching each path
+    from scratch costs its whole depth for every entry: quadratic in a deep tree).
+
+    Per glob, ``columns`` holds the forward DP's column for the names so far (entry ``i``: the first ``i``
+    segments match all of them) and ``hits`` whether the whole glob matched a proper prefix of them (a
+    directory the path lies in); ``chars`` is the length of the path so far (-1 before its first name)."""
+
+    globs: tuple[Glob, ...]
+    columns: tuple[tuple[bool, ...], ...]
+    hits: tuple[bool, ...]
+    names: int = 0
+    chars: int = -1
+
+    @classmethod
+    def start(cls, patterns: Sequence[str]) -> PathWalk:
+        """The walk of the empty path under ``patterns`` (those ``glob_problem`` refuses match nothing)."""
+        globs = tuple(glob for glob in map(compile_glob, patterns) if glob is not None)
+        return cls(globs, tuple(_first_column(glob) for glob in globs), (False,) * len(globs))
+
+    def child(self, name: str) -> PathWalk:
+        """The walk one name further (``""`` and ``"."`` change nothing, as in ``matches``)."""
+        if name in ("", "."):
+            return self
+        chars = self.chars + 1 + len(name)
+        if chars > MAX_MATCH_CHARS:  # protected whatever comes next
+            return PathWalk(self.globs, self.columns, self.hits, self.names + 1, chars)
+        hits = tuple(
+            hit or (self.names > 0 and column[-1]) for column, hit in zip(self.columns, self.hits, strict=True)
+        )
+        columns = tuple(_next_column(glob, column, name) for glob, column in zip(self.globs, self.columns, strict=True))
+        return PathWalk(self.globs, columns, hits, self.names + 1, chars)
+
+    def walked(self, path: str) -> PathWalk:
+        """The walk on through every name of ``path``."""
+        walk = self
+        for name in path.split("/"):
+            walk = walk.child(name)
+        return walk
+
+    @property
+    def protected(self) -> bool:
+        """Whether a glob matches the path walked (or a directory it lies in); a path too long to exist is."""
+        if self.chars > MAX_MATCH_CHARS:
+            return True
+        return self.names > 0 and any(
+            hit or (not glob.dir_only and column[-1])
+            for glob, column, hit in zip(self.globs, self.columns, self.hits, strict=True)
+        )
+
+
+def _first_column(glob: Glob) -> tuple[bool, ...]:
+    """No name yet: only the empty prefix of segments matches, and a ``**`` before more segments (zero
+    directories)."""
+    column = [True]
     for i, segment in enumerate(glob.segments):
-        last = i == len(glob.segments) - 1
+        column.append(segment == DOUBLE and i < len(glob.segments) - 1 and column[-1])
+    return tuple(column)
+
+
+def _next_column(glob: Glob, previous: tuple[bool, ...], name: str) -> tuple[bool, ...]:
+    """The column after one more name: a name segment matches it after its predecessor matched the names
+    before it; a ``**`` keeps matching once it did, and starts where its predecessor matches (a trailing
+    ``/**`` one name later: it needs something inside)."""
+    column = [False]
+    last = len(glob.segments)
+    for i, segment in enumerate(glob.segments, start=1):
         if segment == DOUBLE:
-            row: list[bool] = []
-            seen = False
-            for k in range(len(names) + 1):
-                if last:  # a trailing /** needs something inside
-                    row.append(seen)
-                    seen = seen or reach[k]
-                else:  # zero or more directories
-                    seen = seen or reach[k]
-                    row.append(seen)
-            reach = row
+            column.append(previous[i] or (previous[i - 1] if i == last else column[i - 1]))
         else:
             assert isinstance(segment, tuple)  # noqa: S101 - not DOUBLE: a name's tokens
-            reach = [False] + [reach[k - 1] and _match_name(segment, names[k - 1]) for k in range(1, len(names) + 1)]
-    return reach
+            column.append(previous[i - 1] and _match_name(segment, name))
+    return tuple(column)
 
 
 def matches(pattern: str, path: str) -> bool:
@@ -226,18 +281,13 @@ def matches(pattern: str, path: str) -> bool:
     ``path`` is split on ``/``; empty and ``.`` names are ignored. A pattern ``glob_problem`` refuses, or a
     path longer than ``MAX_MATCH_CHARS``, matches nothing.
     """
-    glob = compile_glob(pattern)
-    if glob is None or len(path) > MAX_MATCH_CHARS:
+    if len(path) > MAX_MATCH_CHARS:
         return False
-    names = [name for name in path.split("/") if name not in ("", ".")]
-    if not names:
-        return False
-    reach = _reach(glob, names)
-    return any(reach[1:-1]) or (not glob.dir_only and reach[-1])
+    return PathWalk.start((pattern,)).walked(path).protected
 
 
 def is_protected(path: str, patterns: Sequence[str]) -> bool:
     """Whether any of ``patterns`` matches ``path``. Fails closed: a path too long to exist is protected."""
     if len(path) > MAX_MATCH_CHARS:
         return True
-    return any(matches(pattern, path) for pattern in patterns)
+    return PathWalk.start(patterns).walked(path).protected

@@ -128,3 +128,24 @@ def test_run_source_files_in_and_out(backend: Sandbox) -> None:
     assert (failed.compile_status, failed.run) == ("compile_error", None)
     assert failed.compile is not None
     assert failed.compile.exit_code not in (0, None)
+
+
+#: A program whose output directory is a 1,500-link chain (its own doing: the fetch finds nothing there).
+CHAIN = (
+    "import os\n"
+    "os.mkdir('real')\n"
+    "open('real/r.txt', 'w').write('r')\n"
+    "for i in range(1500): os.symlink(f'l{i + 1}' if i < 1499 else 'real', f'l{i}')\n"
+    "print('linked')\n"
+)
+
+
+def test_a_fetch_through_a_long_link_chain_is_missing_with_its_reason(backend: Sandbox) -> None:
+    """The driver's check that a fetched path stays in the work dir (``os.path.realpath``) recursed once per
+    link: a 1,500-link chain ended the driver before it said why the file was missing."""
+    ran = run_source(backend, "python", CHAIN, fetch_files=["l0/r.txt", "real/r.txt"])
+    assert ran.error is None
+    assert ran.run is not None
+    assert (ran.run.status.value, ran.run.stdout) == ("ok", b"linked\n")
+    assert ran.files == {"real/r.txt": b"r"}
+    assert ran.missing == {"l0/r.txt": "too many levels of symbolic links"}

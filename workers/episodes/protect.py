@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from schemas.globs import is_protected
+from schemas.globs import PathWalk, is_protected
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
 
 #: Protected in every workspace task, whatever it lists: what python or pytest loads before, or instead of, the
@@ -38,6 +38,7 @@ ALWAYS_PROTECTED = (
 #: Names checked below a link or file that stands where a directory may be: anything a pattern protects inside
 #: it (``tests/**``, ``__pycache__/``, ``tests/*.py``) must not be reachable through it.
 _PROBES = ("x", "x.py")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def protection(task_globs: Sequence[str]) -> tuple[str, ...]:
@@ -62,7 +63,7 @@ def graded_workspace(final: bytes, original: bytes, task_globs: Sequence[str], c
         unpack(final, work, caps)
         unpack(original, base, caps)
         try:
-            _remove_protected(work, "", protected)
+            _remove_protected(work, protected)
             restored = _protected_entries(base, protected)
             for rel, kind in restored:
                 _restore(work, base, rel, kind)
@@ -72,26 +73,37 @@ def graded_workspace(final: bytes, original: bytes, task_globs: Sequence[str], c
         return pack(work, Caps(caps.max_bytes + extra_bytes, caps.max_entries + len(restored)))
 
 
-def _remove_protected(root: Path, prefix: str, protected: Sequence[str]) -> None:
+def _remove_protected(root: Path, protected: Sequence[str]) -> None:
     """Delete every protected path under ``root`` (a matched directory with all it holds); links are unlinked,
-    never followed."""
-    for name in sorted(os.listdir(root / prefix) if prefix else os.listdir(root)):
-        rel = f"{prefix}{name}"
-        path = root / rel
-        mode = os.lstat(path).st_mode
-        if is_protected(rel, protected) or (
-            not stat.S_ISDIR(mode) and any(is_protected(f"{rel}/{probe}", protected) for probe in _PROBES)
-        ):
-            _delete(path, mode)
-        elif stat.S_ISDIR(mode):
-            _remove_protected(root, f"{rel}/", protected)
+    never followed. No recursion: the open directories of the current path wait on a stack with their
+    listings, each name is looked up in its parent's fd and matched from its parent's ``PathWalk``, so an
+    entry costs the same at any depth."""
+    root_fd = os.open(root, _DIR_FLAGS)
+    stack = [(root_fd, PathWalk.start(protected), sorted(os.listdir(root_fd), reverse=True))]
+    try:
+        while stack:
+            dir_fd, walk, names = stack[-1]
+            if not names:
+                os.close(stack.pop()[0])
+                continue
+            name = names.pop()
+            here = walk.child(name)
+            mode = os.lstat(name, dir_fd=dir_fd).st_mode
+            if here.protected or (not stat.S_ISDIR(mode) and any(here.child(p).protected for p in _PROBES)):
+                _delete(name, mode, dir_fd)
+            elif stat.S_ISDIR(mode):
+                stack.append((os.open(name, _DIR_FLAGS, dir_fd=dir_fd), here, []))
+                stack[-1][2].extend(sorted(os.listdir(stack[-1][0]), reverse=True))
+    finally:
+        for dir_fd, _, _ in stack:
+            os.close(dir_fd)
 
 
-def _delete(path: Path, mode: int) -> None:
+def _delete(path: Path | str, mode: int, dir_fd: int | None = None) -> None:
     if stat.S_ISDIR(mode):
-        shutil.rmtree(path)  # fd-based: a link inside is removed, not followed
+        shutil.rmtree(path, dir_fd=dir_fd)  # fd-based: a link inside is removed, not followed
     else:
-        path.unlink()
+        os.unlink(path, dir_fd=dir_fd)
 
 
 def _protected_entries(base: Path, protected: Sequence[str]) -> list[tuple[str, str]]:

@@ -10,8 +10,9 @@ the agent's program, and a snapshot may come from anywhere (S3, a task archive).
   no group/other write), and stops at the caps (``SnapshotTooLargeError``).
 * ``unpack`` writes into an empty directory only: each name must be a normalised relative path, no parent of
   an entry may be a link, a name is written once, files are created ``O_EXCL|O_NOFOLLOW`` under real
-  directories it made itself, links are made last; hard links, devices and anything else are refused. A
-  gzipped snapshot (a task's archive) is inflated at most to the caps, never further.
+  directories it made itself (in path order, each through its parent's fd), links are made last; hard
+  links, devices and anything else are refused. A gzipped snapshot (a task's archive) is inflated at most to
+  the caps, never further.
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ import stat
 import tarfile
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from schemas.errors import RewardstreamError
 
 #: Longest member name (POSIX PATH_MAX is 4096; names in a workspace are far shorter).
 MAX_NAME_BYTES = 1024
 _READ_CHUNK = 1 << 20
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NOT_PLAIN = frozenset(("", ".", ".."))
 
 
 class SnapshotError(RewardstreamError):
@@ -81,11 +84,11 @@ def _info(name: str, kind: bytes, *, size: int = 0, mode: int = 0o644, link: str
 def pack(root: Path, caps: Caps = Caps()) -> Packed:
     """Snapshot the directory ``root`` (not following anything); raise SnapshotTooLargeError over the caps."""
     buffer = io.BytesIO()
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    root_fd = os.open(root, _DIR_FLAGS)
     try:
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
             packer = _Packer(tar, caps)
-            packer.directory(root_fd, "")
+            packer.walk(root_fd)
     finally:
         os.close(root_fd)
     data = buffer.getvalue()
@@ -102,36 +105,54 @@ class _Packer:
         self.bytes = 0
         self.dropped: list[str] = []
 
-    def directory(self, dir_fd: int, prefix: str) -> None:
-        for name in sorted(os.listdir(dir_fd)):
-            path = f"{prefix}{name}"
-            if not _plain_name(path):
-                self.dropped.append(path.encode("utf-8", "backslashreplace").decode()[:200])
-                continue
-            st = os.lstat(name, dir_fd=dir_fd)
-            if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                self.dropped.append(path)  # FIFO, socket, device: nothing of it survives the step
-                continue
-            self.entries += 1
-            if self.entries > self.caps.max_entries:
-                raise SnapshotTooLargeError(f"workspace has more than {self.caps.max_entries} entries")
-            if stat.S_ISLNK(st.st_mode):
-                self.tar.addfile(_info(path, tarfile.SYMTYPE, mode=0o777, link=os.readlink(name, dir_fd=dir_fd)))
-            elif stat.S_ISDIR(st.st_mode):
-                self.tar.addfile(_info(path, tarfile.DIRTYPE, mode=0o755))
-                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-                try:
-                    self.directory(fd, f"{path}/")
-                finally:
-                    os.close(fd)
-            else:
-                try:
-                    data = _read_file(dir_fd, name, self.caps.max_bytes - self.bytes)
-                except SnapshotTooLargeError:
-                    raise SnapshotTooLargeError(f"workspace is over {self.caps.max_bytes} bytes") from None
-                self.bytes += len(data)
-                info = _info(path, tarfile.REGTYPE, size=len(data), mode=_safe_mode(st.st_mode, is_dir=False))
-                self.tar.addfile(info, io.BytesIO(data))
+    def walk(self, root_fd: int) -> None:
+        """Depth first, names sorted in each directory, with no recursion: the open directories of the
+        current path wait on a stack with their listings, and every call names one entry of its parent's fd
+        (an entry costs the same at any depth)."""
+        stack: list[tuple[int, str, list[str]]] = [(root_fd, "", sorted(os.listdir(root_fd), reverse=True))]
+        try:
+            while stack:
+                dir_fd, prefix, names = stack[-1]
+                if not names:
+                    stack.pop()
+                    if stack:  # the root's fd is the caller's
+                        os.close(dir_fd)
+                    continue
+                name = names.pop()
+                opened = self.entry(dir_fd, name, f"{prefix}{name}")
+                if opened is not None:
+                    stack.append((opened, f"{prefix}{name}/", []))
+                    stack[-1][2].extend(sorted(os.listdir(opened), reverse=True))
+        finally:
+            for dir_fd, _, _ in stack[1:]:
+                os.close(dir_fd)
+
+    def entry(self, dir_fd: int, name: str, path: str) -> int | None:
+        """Add the entry ``name`` of ``dir_fd`` (``path`` in the workspace); a directory's fd when it is one."""
+        if not _plain_name(path):  # a name under it would be longer still: nothing under it is walked
+            self.dropped.append(path.encode("utf-8", "backslashreplace").decode()[:200])
+            return None
+        st = os.lstat(name, dir_fd=dir_fd)
+        if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            self.dropped.append(path)  # FIFO, socket, device: nothing of it survives the step
+            return None
+        self.entries += 1
+        if self.entries > self.caps.max_entries:
+            raise SnapshotTooLargeError(f"workspace has more than {self.caps.max_entries} entries")
+        if stat.S_ISLNK(st.st_mode):
+            self.tar.addfile(_info(path, tarfile.SYMTYPE, mode=0o777, link=os.readlink(name, dir_fd=dir_fd)))
+        elif stat.S_ISDIR(st.st_mode):
+            self.tar.addfile(_info(path, tarfile.DIRTYPE, mode=0o755))
+            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        else:
+            try:
+                data = _read_file(dir_fd, name, self.caps.max_bytes - self.bytes)
+            except SnapshotTooLargeError:
+                raise SnapshotTooLargeError(f"workspace is over {self.caps.max_bytes} bytes") from None
+            self.bytes += len(data)
+            info = _info(path, tarfile.REGTYPE, size=len(data), mode=_safe_mode(st.st_mode, is_dir=False))
+            self.tar.addfile(info, io.BytesIO(data))
+        return None
 
 
 def _plain_name(path: str) -> bool:
@@ -160,28 +181,37 @@ def _read_file(dir_fd: int, name: str, limit: int) -> bytes:
         os.close(fd)
 
 
-def _checked_name(raw: str) -> PurePosixPath:
-    """A member name as a normalised relative path, or SnapshotError."""
+def _checked_name(raw: str) -> str:
+    """A member name as a normalised relative path (a directory's trailing ``/`` gone), or SnapshotError."""
     if not raw or "\x00" in raw or len(raw.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
         raise SnapshotError(f"bad entry name {raw[:80]!r}")
-    path = PurePosixPath(raw)
-    if path.is_absolute() or any(part in ("", ".", "..") for part in raw.rstrip("/").split("/")):
+    name = raw.rstrip("/")
+    if raw.startswith("/") or _NOT_PLAIN.intersection(name.split("/")):
         raise SnapshotError(f"entry {raw[:200]!r} is not a plain relative path")
-    return path
+    return name
 
 
 def unpack(data: bytes, dest: Path, caps: Caps = Caps()) -> int:
-    """Restore a snapshot into the empty directory ``dest``; the number of entries written."""
+    """Restore a snapshot into the empty directory ``dest``; the number of entries written. Entries are
+    written in path order (a canonical snapshot's own: parents first, everything under a name right after
+    it), each through its parent's fd: linear in the snapshot however deep its tree."""
     if any(dest.iterdir()):
         raise SnapshotError(f"{dest} is not empty")
     data = _inflated(data, caps)
-    root_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    root_fd = os.open(dest, _DIR_FLAGS)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = _members(tar)
+            if len(members) > caps.max_entries:
+                raise SnapshotTooLargeError(f"snapshot has more than {caps.max_entries} entries")
+            named = sorted(((_checked_name(m.name), m) for m in members), key=lambda e: e[0].split("/"))
             restorer = _Restorer(root_fd, caps)
-            for member in _members(tar):
-                restorer.entry(tar, member)
-            restorer.links()
+            try:
+                for name, member in named:
+                    restorer.entry(tar, name, member)
+                restorer.links()
+            finally:
+                restorer.close()
             return len(restorer.seen)
     except tarfile.TarError as exc:
         raise SnapshotError(f"not a snapshot: {exc}") from exc
@@ -207,28 +237,31 @@ def _inflated(data: bytes, caps: Caps) -> bytes:
 
 
 class _Restorer:
-    """One restore: every name once, nothing under a link, links last."""
+    """One restore, entries in path order: every name once, nothing under a link or a file, links last.
+
+    The open directories of the last entry's parent wait on a stack (the root's fd is the caller's): the next
+    entry closes what is not its parent's and opens (making) what is missing, one name at a time, so in path
+    order each directory is opened once."""
 
     def __init__(self, root_fd: int, caps: Caps) -> None:
-        self.root_fd = root_fd
+        self.stack: list[tuple[str, int]] = [("", root_fd)]
         self.caps = caps
-        self.seen: set[PurePosixPath] = set()
-        self.pending_links: list[tuple[PurePosixPath, str]] = []
-        self.link_paths: set[PurePosixPath] = set()
+        self.seen: set[str] = set()
+        self.under = "\x00"  # the last file or link + "/": what lies under it comes right after it
+        self.pending_links: list[tuple[str, str, str]] = []
         self.bytes = 0
 
-    def entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
-        if len(self.seen) >= self.caps.max_entries:
-            raise SnapshotTooLargeError(f"snapshot has more than {self.caps.max_entries} entries")
-        path = _checked_name(member.name)
-        if path in self.seen or any(parent in self.link_paths for parent in path.parents):
-            raise SnapshotError(f"entry {member.name!r} repeats a name or lies under a link")
-        self.seen.add(path)
+    def entry(self, tar: tarfile.TarFile, name: str, member: tarfile.TarInfo) -> None:
+        if name in self.seen or name.startswith(self.under):
+            raise SnapshotError(f"entry {member.name[:200]!r} repeats a name or lies under a link or a file")
+        self.seen.add(name)
+        parent, _, base = name.rpartition("/")
+        if member.isdir():
+            self.directory(name)
+            return
+        self.under = f"{name}/"
         if member.issym():
-            self.pending_links.append((path, member.linkname))
-            self.link_paths.add(path)
-        elif member.isdir():
-            _make_dirs(self.root_fd, path)
+            self.pending_links.append((parent, base, member.linkname))
         elif member.isreg():
             self.bytes += member.size
             if self.bytes > self.caps.max_bytes:
@@ -236,17 +269,32 @@ class _Restorer:
             source = tar.extractfile(member)
             if source is None:
                 raise SnapshotError(f"entry {member.name!r} has no data")
-            _write_file(self.root_fd, path, source.read(), member.mode)
+            _write_file(self.directory(parent), base, name, source.read(), member.mode)
         else:
             raise SnapshotError(f"entry {member.name!r} is neither a file, a directory nor a symlink")
 
+    def directory(self, path: str) -> int:
+        """An fd of the directory ``path`` (``""``: the root), made when it is not there."""
+        while self.stack[-1][0] and path != self.stack[-1][0] and not path.startswith(f"{self.stack[-1][0]}/"):
+            os.close(self.stack.pop()[1])
+        here = self.stack[-1][0]
+        if path != here:
+            for part in (path[len(here) + 1 :] if here else path).split("/"):
+                top, fd = self.stack[-1]
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                opened = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                self.stack.append((f"{top}/{part}" if top else part, opened))
+        return self.stack[-1][1]
+
     def links(self) -> None:
-        for path, target in self.pending_links:
-            parent_fd = _open_parent(self.root_fd, path)
-            try:
-                os.symlink(target, path.name, dir_fd=parent_fd)
-            finally:
-                os.close(parent_fd)
+        for parent, base, target in self.pending_links:
+            os.symlink(target, base, dir_fd=self.directory(parent))
+
+    def close(self) -> None:
+        for _, fd in self.stack[1:]:
+            os.close(fd)
+        del self.stack[1:]
 
 
 def _members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
@@ -256,49 +304,18 @@ def _members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
         raise SnapshotError(f"corrupt snapshot: {exc}") from exc
 
 
-def _open_parent(root_fd: int, path: PurePosixPath) -> int:
-    """An fd of ``path``'s parent, walked from the root one real directory at a time (never a link)."""
-    fd = os.dup(root_fd)
-    for part in path.parts[:-1]:
-        try:
-            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = next_fd
-    return fd
-
-
-def _make_dirs(root_fd: int, path: PurePosixPath) -> None:
-    fd = os.dup(root_fd)
+def _write_file(dir_fd: int, base: str, name: str, data: bytes, mode: int) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        for part in path.parts:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
+        fd = os.open(base, flags, _safe_mode(mode, is_dir=False), dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ELOOP):
+            raise SnapshotError(f"entry {name!r} is written twice") from exc
+        raise
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, _safe_mode(mode, is_dir=False))
     finally:
         os.close(fd)
-
-
-def _write_file(root_fd: int, path: PurePosixPath, data: bytes, mode: int) -> None:
-    if path.parent != PurePosixPath("."):
-        _make_dirs(root_fd, path.parent)
-    parent_fd = _open_parent(root_fd, path)
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(path.name, flags, _safe_mode(mode, is_dir=False), dir_fd=parent_fd)
-        except OSError as exc:
-            if exc.errno in (errno.EEXIST, errno.ELOOP):
-                raise SnapshotError(f"entry {str(path)!r} is written twice") from exc
-            raise
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fchmod(fd, _safe_mode(mode, is_dir=False))
-        finally:
-            os.close(fd)
-    finally:
-        os.close(parent_fd)

@@ -48,7 +48,15 @@ from typing import Any, Literal, NoReturn
 
 from schemas.status import REJECTED, ObservationStatus
 from workers.episodes import step_runner
-from workers.episodes.snapshot import Caps, Packed, SnapshotError, SnapshotTooLargeError, pack, unpack
+from workers.episodes.snapshot import (
+    MAX_NAME_BYTES,
+    Caps,
+    Packed,
+    SnapshotError,
+    SnapshotTooLargeError,
+    pack,
+    unpack,
+)
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import classify
 from workers.sandbox.guest_clock import CONTENTION
@@ -415,10 +423,24 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
             dropped += list(packed.dropped)
     elif ws.get("error") is not None:
         kept, kept_reason = False, f"the workspace the step left was not kept: {_text(ws['error'])}"
+    if kept_reason is None and dropped:
+        claimed = ws.get("n_dropped")
+        count = max(len(dropped), claimed if type(claimed) is int else 0)
+        kept_reason = _left_out(dropped, count)
     if kept_reason is not None:
         reason = f"{reason}; {kept_reason}" if reason else kept_reason
     return StepOutcome(
         snapshot=snapshot, sha256=sha, workspace_kept=kept, reason=reason, dropped=tuple(dropped), **fields
+    )
+
+
+def _left_out(dropped: list[str], count: int) -> str:
+    """What the agent is told of the entries the workspace did not keep (``dropped``: the first of them)."""
+    shown = ", ".join(repr(name[:80]) for name in dropped[:5])
+    more = f" and {count - 5} more" if count > 5 else ""
+    return (
+        f"{count} entries left out of the workspace (only regular files, directories and links survive a step, "
+        f"and only where their path is plain UTF-8 of at most {MAX_NAME_BYTES} bytes): {shown}{more}"
     )
 
 

@@ -21,6 +21,10 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
   trusted, only convenient. It is byte for byte what ``snapshot.pack`` makes of the same directory, so a
   workspace the step left as it was is recognised here (the tar equals the one sent in) and not sent back:
   ``"unchanged": true``, and the host keeps its own copy (a false claim only keeps the previous workspace).
+* The workspace is walked one name at a time from an open directory (``Cursor``; a read's ``open_inside``):
+  no call resolves a long path and nothing recurses, so restore and pack cost the same per entry at any
+  depth, and a read follows links as the kernel does (``MAX_SYMLINKS`` at most: a longer chain or a loop is
+  ``rejected``). The cursor goes up through ``..`` only while no other process runs.
 * An exec's limit is the CPU time and own time of every process of the run while it runs, never time spent
   waiting for a CPU (``guest_clock``), enforced by the parent with SIGKILL; a command the host starved past
   the ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The
@@ -67,6 +71,9 @@ BLOCK = 512
 #: Longest name kept in a snapshot (``snapshot.MAX_NAME_BYTES``); longer ones are dropped, and say so.
 MAX_NAME_BYTES = 1024
 MAX_DROPPED = 100
+#: Symbolic links a read follows at most, in all (Linux's own ``MAXSYMLINKS``): a longer chain, or a loop, is
+#: ``rejected`` with that reason.
+MAX_SYMLINKS = 40
 SWEEP_S = 5.0
 DRAIN_S = 1.0
 _READ_CHUNK = 1 << 16
@@ -176,10 +183,6 @@ def check_path(path: object) -> list[str]:
     if "" in parts or "." in parts:
         raise StepError("path is not normalised (empty or '.' component)")
     return parts
-
-
-def _inside(real: str, root: str) -> bool:
-    return real == root or real.startswith(root + "/")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -307,48 +310,105 @@ def _parse_pax(body: bytes) -> dict[bytes, bytes]:
 
 
 # --------------------------------------------------------------------------------------------------------
+# The walk: one directory fd that moves one name at a time
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NOT_PLAIN = frozenset((b"", b".", b".."))  # names a member's path never holds
+
+
+class Cursor:
+    """The directory of the work dir a walk is in: an fd, and its path (``b""``: the work dir itself).
+
+    Every call made through it names one entry of that directory, so an entry costs the same at any depth
+    (a path re-resolved per entry, and per parent of it, made a 450-level tree's restore cubic), and it holds
+    one fd however deep it goes. Going up opens ``..``: a cursor is only used while no other process runs
+    (the restore before the step's command starts, the pack after the sweep), so ``..`` is where it came from.
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.open(".", _DIR_FLAGS)
+        self.path = b""
+
+    def down(self, name: bytes) -> None:
+        """Into the directory ``name`` here (never through a link: a link or a file there is an OSError)."""
+        self._move(name)
+        self.path = self.path + b"/" + name if self.path else name
+
+    def up(self) -> None:
+        self._move(b"..")
+        self.path = self.path.rpartition(b"/")[0]
+
+    def toward(self, target: bytes) -> None:
+        """Up until ``target`` (a directory's path) is here or below; then down to it, making each directory
+        on the way that is not there yet."""
+        while self.path and target != self.path and not target.startswith(self.path + b"/"):
+            self.up()
+        if target == self.path:
+            return
+        for part in (target[len(self.path) + 1 :] if self.path else target).split(b"/"):
+            try:  # noqa: SIM105 - contextlib is not imported here (start-up cost)
+                os.mkdir(part, 0o755, dir_fd=self.fd)
+            except FileExistsError:
+                pass  # made before, as a parent of an earlier member
+            self.down(part)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def _move(self, name: bytes) -> None:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=self.fd)
+        os.close(self.fd)
+        self.fd = fd
+
+
+# --------------------------------------------------------------------------------------------------------
 # Restore (the snapshot the host sent: checked anyway, written only under the work dir)
 
 
 def restore(data: bytes | bytearray | memoryview) -> int:
-    """Write the snapshot's members under the (empty) cwd; links last; the number of members."""
+    """Write the snapshot's members under the (empty) cwd; the number of members. They are taken in path
+    order (a canonical snapshot's own: parents first, and everything under a name right after it) through
+    one ``Cursor``, so the restore is linear in the snapshot however deep its tree. Links are made last:
+    none is ever in the way of a later member."""
     if os.listdir("."):
         raise JobError("the work dir is not empty")
-    seen: set[bytes] = set()
-    links: list[tuple[bytes, bytes]] = []
-    for name, kind, mode, body, link in tar_members(data):
-        parts = name.split(b"/")
-        if not name or name.startswith(b"/") or any(p in (b"", b".", b"..") for p in parts) or b"\0" in name:
+    members = tar_members(data)
+    for name, *_ in members:
+        if name.startswith(b"/") or b"\0" in name or _NOT_PLAIN.intersection(name.split(b"/")):
             raise JobError(f"snapshot member {name[:200]!r} is not a plain relative path")
-        if name in seen or any(b"/".join(parts[:i]) in seen and not os.path.isdir(b"/".join(parts[:i]))
-                               for i in range(1, len(parts))):  # fmt: skip
-            raise JobError(f"snapshot member {name[:200]!r} repeats a name or lies under a non-directory")
-        seen.add(name)
-        if kind == b"2":
-            links.append((name, link))
-            continue
-        for i in range(1, len(parts)):
-            _make_dir(b"/".join(parts[:i]))
-        if kind == b"5":
-            _make_dir(name)
-        else:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    members.sort(key=lambda member: member[0].split(b"/"))
+    seen: set[bytes] = set()
+    under = b"\0"  # the last file or link + "/": in path order, what lies under it comes right after it
+    links: list[tuple[bytes, bytes, bytes]] = []  # (parent, name, target)
+    cursor = Cursor()
+    try:
+        for name, kind, mode, body, link in members:
+            if name in seen or name.startswith(under):
+                raise JobError(f"snapshot member {name[:200]!r} repeats a name or lies under a non-directory")
+            seen.add(name)
+            if kind == b"5":
+                cursor.toward(name)
+                continue
+            under = name + b"/"
+            parent, _, base = name.rpartition(b"/")
+            if kind == b"2":
+                links.append((parent, base, link))
+                continue
+            cursor.toward(parent)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(base, flags, 0o644, dir_fd=cursor.fd)
             try:
                 _write_all(fd, body)
                 os.fchmod(fd, 0o755 if mode & stat.S_IXUSR else 0o644)
             finally:
                 os.close(fd)
-    for name, link in links:
-        os.symlink(link, name)
+        for parent, base, link in links:
+            cursor.toward(parent)
+            os.symlink(link, base, dir_fd=cursor.fd)
+    finally:
+        cursor.close()
     return len(seen)
-
-
-def _make_dir(path: bytes) -> None:
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        if not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise JobError(f"snapshot member {path[:200]!r} is not a directory") from None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -372,7 +432,11 @@ class Packer:
     def pack(self) -> list[bytes]:
         """The tar of the cwd, as chunks (``self.size`` bytes in all): never copied into one object."""
         _readable_dir(".", os.lstat(".").st_mode)
-        self.directory("")
+        cursor = Cursor()
+        try:
+            self.walk(cursor)
+        finally:
+            cursor.close()
         self.add(tar_end(self.size))
         return self.chunks
 
@@ -387,42 +451,53 @@ class Packer:
         if len(self.dropped) < MAX_DROPPED:
             self.dropped.append(name.encode("utf-8", "backslashreplace").decode("utf-8")[:200])
 
-    def directory(self, prefix: str) -> None:
-        for name in sorted(os.listdir(prefix or ".")):
+    def walk(self, cursor: Cursor) -> None:
+        """Depth first, names sorted in each directory (``snapshot.pack``'s order), no recursion: each
+        directory's listing waits on a stack while the cursor is below it."""
+        stack: list[tuple[str, list[str]]] = [("", sorted(os.listdir(cursor.fd), reverse=True))]
+        while stack:
+            prefix, names = stack[-1]
+            if not names:
+                stack.pop()
+                if stack:
+                    cursor.up()
+                continue
+            name = names.pop()
             path = prefix + name
-            if not plain_name(path):
+            if not plain_name(path):  # a deeper name would be longer still: nothing under it is walked
                 self.drop(path)
                 continue
-            st = os.lstat(path)
+            st = os.lstat(name, dir_fd=cursor.fd)
             if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
                 self.drop(path)  # FIFO, socket, device: nothing of it survives the step
                 continue
             self.entries += 1
             if self.entries > self.max_entries:
                 raise WorkspaceError(f"the workspace has more than {self.max_entries} entries")
-            encoded = path.encode("utf-8")
+            encoded, local = path.encode("utf-8"), name.encode("utf-8")
             if stat.S_ISLNK(st.st_mode):
-                self.add(tar_entry(encoded, b"2", mode=0o777, link=os.readlink(encoded)))
+                self.add(tar_entry(encoded, b"2", mode=0o777, link=os.readlink(local, dir_fd=cursor.fd)))
             elif stat.S_ISDIR(st.st_mode):
                 self.add(tar_entry(encoded + b"/", b"5", mode=0o755))
-                _readable_dir(path, st.st_mode)
-                self.directory(path + "/")
+                _readable_dir(name, st.st_mode, cursor.fd)
+                cursor.down(local)
+                stack.append((path + "/", sorted(os.listdir(cursor.fd), reverse=True)))
             else:
-                data = _read_file(path, st.st_mode, self.max_bytes - self.bytes)
+                data = _read_file(name, path, cursor.fd, st.st_mode, self.max_bytes - self.bytes)
                 self.bytes += len(data)
                 self.add(tar_entry(encoded, b"0", data, 0o755 if st.st_mode & stat.S_IXUSR else 0o644))
 
 
-def _readable_dir(path: str, mode: int) -> None:
+def _readable_dir(name: str, mode: int, dir_fd: int | None = None) -> None:
     """A directory the agent made unreadable to its owner (us) is made readable again (its mode is not kept)."""
     if mode & 0o500 != 0o500:
-        os.chmod(path, 0o700)
+        os.chmod(name, 0o700, dir_fd=dir_fd)
 
 
-def _read_file(path: str, mode: int, limit: int) -> bytes:
+def _read_file(name: str, path: str, dir_fd: int, mode: int, limit: int) -> bytes:
     if not mode & stat.S_IRUSR:
-        os.chmod(path, 0o600)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.chmod(name, 0o600, dir_fd=dir_fd)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise WorkspaceError(f"{path[:200]} changed while it was packed")
@@ -605,32 +680,32 @@ def run_command(argv: list[str], timeout_s: float, cap: int) -> dict[str, Any]:
 
 
 def do_write(job: dict[str, Any], data: bytes) -> dict[str, Any]:
-    """Write ``data`` to the path (parents made); never through or onto a link, never outside the work dir."""
+    """Write ``data`` to the path (parents made); never through or onto a link, never outside the work dir.
+    Each name is looked up in its parent's fd (``Cursor``): nothing is resolved twice, nothing followed."""
     parts = check_path(job.get("path"))
-    current = ""
-    for part in parts[:-1]:
-        current += part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            os.mkdir(current, 0o755)
-        else:
-            if stat.S_ISLNK(st.st_mode):
-                raise StepError(f"{current} is a symlink: writes never go through one")
-            if not stat.S_ISDIR(st.st_mode):
-                raise StepError(f"{current} is not a directory")
-        current += "/"
-    target = current + parts[-1]
+    cursor = Cursor()
     try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        pass
-    else:
-        if stat.S_ISLNK(st.st_mode):
-            raise StepError(f"{target} is a symlink: writes never go through one")
-        if not stat.S_ISREG(st.st_mode):
-            raise StepError(f"{target} is not a regular file")
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        for i, part in enumerate(parts):
+            try:
+                mode: int | None = os.lstat(part, dir_fd=cursor.fd).st_mode
+            except FileNotFoundError:
+                mode = None
+            shown = "/".join(parts[: i + 1])
+            if mode is not None and stat.S_ISLNK(mode):
+                raise StepError(f"{shown} is a symlink: writes never go through one")
+            if i == len(parts) - 1:
+                if mode is not None and not stat.S_ISREG(mode):
+                    raise StepError(f"{shown} is not a regular file")
+                break
+            if mode is None:
+                os.mkdir(part, 0o755, dir_fd=cursor.fd)
+            elif not stat.S_ISDIR(mode):
+                raise StepError(f"{shown} is not a directory")
+            cursor.down(part.encode("utf-8"))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(parts[-1], flags, 0o644, dir_fd=cursor.fd)
+    finally:
+        cursor.close()
     try:
         _write_all(fd, data)
     finally:
@@ -641,14 +716,7 @@ def do_write(job: dict[str, Any], data: bytes) -> dict[str, Any]:
 def do_read(job: dict[str, Any], cap: int) -> dict[str, Any]:
     """The content of a regular file in the work dir (links followed only while they stay inside it)."""
     parts = check_path(job.get("path"))
-    root = os.getcwd()
-    real = os.path.realpath(os.path.join(root, *parts))
-    if not _inside(real, root):
-        raise StepError(f"{job['path']} leads outside the workspace")
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise StepError(f"{job['path']}: no such file") from None
+    fd = open_inside(parts, job["path"])
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise StepError(f"{job['path']} is not a regular file")
@@ -658,6 +726,83 @@ def do_read(job: dict[str, Any], cap: int) -> dict[str, Any]:
     finally:
         os.close(fd)
     return {"content": _b64(buf[:cap]), "size": min(len(buf), cap), "truncated": len(buf) > cap}
+
+
+def open_inside(parts: list[str], shown: str) -> int:
+    """An fd of the regular file that ``parts`` names in the work dir. Links are followed as the kernel
+    follows them (``MAX_SYMLINKS`` at most in all, so a long chain or a loop is a clear rejection), but by
+    this loop, one name at a time relative to an open directory: no recursion however long the chain, and
+    where it leads is known before anything is opened. That must be inside the work dir; StepError if not.
+    Only used while no other process runs (a read step runs no command)."""
+    root = [p for p in os.getcwd().split("/") if p]
+    where = list(root)  # the real path reached so far, as names
+    pending = parts[::-1]  # the names still to walk, the next one last
+    links = 0
+    fd = os.open(".", _DIR_FLAGS)
+    try:
+        while pending:
+            part = pending.pop()
+            if part in ("", ".", ".."):
+                if part == ".." and where:
+                    fd = _moved(fd, "..")
+                    where.pop()
+                continue
+            try:
+                mode = os.lstat(part, dir_fd=fd).st_mode
+            except FileNotFoundError:
+                raise _missing(shown, [*where, part], pending, root) from None
+            if stat.S_ISLNK(mode):
+                links += 1
+                if links > MAX_SYMLINKS:
+                    raise StepError(f"{shown}: too many levels of symbolic links (a loop, or more than "
+                                    f"{MAX_SYMLINKS} links in a row)")  # fmt: skip
+                target = os.readlink(part, dir_fd=fd)
+                if target.startswith("/"):
+                    fd, where = _moved(fd, "/"), []
+                pending += reversed(target.split("/"))
+            elif not pending:
+                return _open_last(fd, part, mode, inside=[*where, part][: len(root)] == root, shown=shown)
+            elif stat.S_ISDIR(mode):  # a name before others (or before a trailing "/")
+                fd = _moved(fd, part)
+                where.append(part)
+            else:
+                raise StepError(f"{shown}: not a directory on the way")
+        if where[: len(root)] != root:  # it ended on a directory ("..", "." or a trailing "/" last)
+            raise StepError(f"{shown} leads outside the workspace")
+        raise StepError(f"{shown} is not a regular file")
+    finally:
+        os.close(fd)
+
+
+def _missing(shown: str, where: list[str], pending: list[str], root: list[str]) -> StepError:
+    """Why a read whose walk met a missing name fails: where the path would have led (``where``, the missing
+    name last, with the names still ``pending`` applied as plain names, as ``realpath`` does) is outside the
+    work dir, or nothing is there."""
+    led = list(where)
+    for part in reversed(pending):
+        if part == "..":
+            led = led[:-1]
+        elif part not in ("", "."):
+            led.append(part)
+    if led[: len(root)] != root:
+        return StepError(f"{shown} leads outside the workspace")
+    return StepError(f"{shown}: no such file")
+
+
+def _open_last(dir_fd: int, name: str, mode: int, *, inside: bool, shown: str) -> int:
+    """The file a read's walk ended on, opened if it is a regular file in the work dir."""
+    if not inside:
+        raise StepError(f"{shown} leads outside the workspace")
+    if not stat.S_ISREG(mode):
+        raise StepError(f"{shown} is not a regular file")
+    return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _moved(fd: int, name: str) -> int:
+    """The directory ``name`` of ``fd`` opened (``fd`` closed once it is)."""
+    new = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    os.close(fd)
+    return new
 
 
 def command_argv(job: dict[str, Any]) -> list[str]:
@@ -722,6 +867,8 @@ def step(job: dict[str, Any], data: memoryview) -> tuple[dict[str, Any], bool]:
         return {"ok": False, "rejected": str(exc)[:2000]}, False
     except OSError as exc:  # ENOSPC, EDQUOT, EACCES...: the action failed, the workspace stays as it was
         return {"ok": False, "rejected": f"{exc.strerror or exc}"[:2000]}, False
+    except RecursionError:  # nothing here recurses on a path; were it ever to, it is still the agent's path
+        return {"ok": False, "rejected": "the path is too deep to resolve"}, False
     raise JobError(f"unknown action kind {kind!r}")
 
 

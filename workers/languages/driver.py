@@ -325,6 +325,9 @@ def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
         except OSError as exc:
             out.emit({"missing": name, "why": exc.strerror or "unreadable"})
             continue
+        except RecursionError:  # realpath recurses once per link: a long chain the program made (its doing)
+            out.emit({"missing": name, "why": "too many levels of symbolic links"})
+            continue
         for path in files:
             count += 1
             if count > max_files:
