@@ -20,6 +20,10 @@ from workers.sandbox.capture import Capture
 from workers.sandbox.cgroups import Usage
 from workers.sandbox.guest_clock import HOST, Limit
 
+#: How often the host reads a run for its limit. Coarser than inside the sandbox (where the per-case limits are
+#: enforced): one worker reads every run of its slots, and a tenth of a second past a limit is no verdict's.
+HOST_EVERY_S = 0.1
+
 _READ_CHUNK = 1 << 16
 
 
@@ -122,7 +126,7 @@ class RunClock:
 
     def start(self, started_at: float) -> None:
         """The program started: its limit runs from now."""
-        self.limit = Limit(self.timeout_s, started=started_at)
+        self.limit = Limit(self.timeout_s, started=started_at, every_s=HOST_EVERY_S)
         if self.usage is not None:
             self.usage()  # the baseline of the wait gains
         self.next_at = started_at
