@@ -64,7 +64,7 @@ import sys
 import time
 import types
 
-from workers.sandbox.guest_clock import HOST, ProcLimit
+from workers.sandbox.guest_clock import HOST, ProcLimit, become_subreaper, run_tree
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 
@@ -815,19 +815,25 @@ _LIVE_SERVERS: set[int] = set()
 
 
 def sweep_strays(rounds: int = 5) -> None:
-    """SIGKILL every process of the run but the harness, its parent, the sandbox's init and the live servers'
-    process groups: what a case left running (a child that left its group, a daemon) would otherwise compute
-    in the background of later cases, on time no case's limit was counting while it waited. Zombies (ours to
-    reap) and processes we may not signal (the infrastructure's) are left alone."""
-    keep = {1, os.getpid(), os.getppid()}
+    """SIGKILL every process the harness started but the live servers' process groups, and reap what became
+    ours: what a case left running (a child that left its group, a daemon) would otherwise compute in the
+    background of later cases, on time no case's limit was counting while it waited.
+
+    Only the harness's own descendants (``run_tree``; it is their subreaper, so a daemon stays one): never a
+    process it did not start, wherever it runs. A sweep of every process it could signal would, run outside a
+    sandbox as root, end the machine's processes."""
+    me = os.getpid()
     for _ in range(rounds):
         killed = False
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) in keep or _zombie(int(name)):
+        for pid, fields in run_tree(me).items():
+            if pid == me or pid in _LIVE_SERVERS:
                 continue
-            pid = int(name)
             try:
                 if os.getpgid(pid) in _LIVE_SERVERS:
+                    continue
+                if fields[0] in (b"Z", b"X"):
+                    if int(fields[1]) == me:
+                        os.waitpid(pid, os.WNOHANG)
                     continue
                 os.kill(pid, signal.SIGKILL)
                 killed = True
@@ -835,16 +841,6 @@ def sweep_strays(rounds: int = 5) -> None:
                 continue
         if not killed:
             return
-
-
-def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie) or is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
 
 
 def _kill_group(pid: int) -> None:
@@ -1397,7 +1393,7 @@ def main(argv: list[str]) -> int:
     been parsed the parent never forks again, so no candidate process ever holds check code.
     Exit status is irrelevant to the verdict: only framed records count.
     """
-    hardened = _prctl(PR_SET_DUMPABLE, 0)
+    hardened = _prctl(PR_SET_DUMPABLE, 0) and become_subreaper()
     _safe_sys_path()
     size = int(argv[1])
     n_assert = int(argv[2])

@@ -24,8 +24,9 @@ misses (a process that lived and died between two samples) counts as the run's o
 very short processes on a starved host is credited less than it waited.
 
 This works the same on cgroup v1 and v2, on the host (the run cgroup's threads; CPU time from the cgroup) and
-inside a sandbox (every process of the run's pid namespace, whatever session it moved to: a process that
-escapes a case's process group still counts against the case it runs in; CPU time from ``/proc/<pid>/stat``).
+inside a sandbox (the in-sandbox program and every process it started, whatever session it moved to: a process
+that escapes a case's process group still counts against the case it runs in; CPU time from
+``/proc/<pid>/stat``).
 
 Guest code: standard library only, and no ``from __future__`` import (it is spliced in after the host
 program's). The in-sandbox programs (the grading harness, the language driver, the episode step runner) get
@@ -63,19 +64,74 @@ def run_delay_s(tid: int) -> float | None:
         return None
 
 
-def proc_cpu_s(pid: int) -> float | None:
-    """CPU seconds of process ``pid`` and of the children it reaped; None once it is gone."""
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` is the state, ``[1]`` the parent's
+    pid), None once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def cpu_of(fields: list[bytes]) -> float | None:
+    """CPU seconds of a process and of the children it reaped, from its ``stat_fields``."""
     try:
         return (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) * TICK_S
     except (IndexError, ValueError):
         return None
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """CPU seconds of process ``pid`` and of the children it reaped; None once it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else cpu_of(fields)
+
+
+def run_tree(root: int) -> dict[int, list[bytes]]:
+    """``root`` and every process descended from it, each with its ``stat_fields``.
+
+    Why descendants and not every process ``/proc`` shows: inside a sandbox the two are the same, but a program
+    run anywhere else (a test runs the harness on the host) must never count, or kill, what is not its own.
+    A descendant that leaves its session or whose parent dies stays one as long as ``root`` is the run's child
+    subreaper (``become_subreaper``): orphans are reparented to it, not to pid 1."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        names = []
+    stats: dict[int, list[bytes]] = {}
+    children: dict[int, list[int]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        fields = stat_fields(int(name))
+        if fields is None or len(fields) < 2 or not fields[1].isdigit():
+            continue
+        stats[int(name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(name))
+    tree: dict[int, list[bytes]] = {}
+    todo = [root] if root in stats else []
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree[pid] = stats[pid]
+            todo += children.get(pid, [])
+    return tree
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of everything it starts (``run_tree``); False if it could not."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except Exception:
+        return False
 
 
 def threads_of(pid: int) -> list[int]:
@@ -107,11 +163,12 @@ class WaitGain:
 
 
 class ProcUsage:
-    """CPU time and run delay of every process ``/proc`` shows: inside a sandbox, the run's own pid namespace,
-    all of it the run's (an in-sandbox program, the candidate's processes, whatever they started). The CPU of
-    a process that died is in the figure of whichever process reaped it; the total never goes down."""
+    """CPU time and run delay of this process and all it started (``run_tree``): the in-sandbox program, the
+    candidate's processes, whatever they started. The CPU of a process that died is in the figure of
+    whichever process of the tree reaped it; the total never goes down."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: int | None = None) -> None:
+        self.root = os.getpid() if root is None else root
         self.gain = WaitGain()
         self.cpu_s = 0.0
         self.base_cpu_s, _ = self._read()
@@ -119,12 +176,8 @@ class ProcUsage:
     def _read(self) -> tuple[float, float]:
         cpu = 0.0
         tids: list[int] = []
-        try:
-            pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        except OSError:
-            pids = []
-        for pid in pids:
-            used = proc_cpu_s(pid)
+        for pid, fields in run_tree(self.root).items():
+            used = cpu_of(fields)
             if used is not None:
                 cpu += used
                 tids += threads_of(pid)
@@ -201,8 +254,8 @@ class Limit:
 
 
 class ProcLimit:
-    """``Limit`` over every process of the run, read by ``ProcUsage``: the in-sandbox programs' form, one per
-    case or step, from its start."""
+    """``Limit`` over the in-sandbox program and every process it started, read by ``ProcUsage``: the in-sandbox
+    programs' form, one per case or step, from its start."""
 
     def __init__(self, limit_s: float) -> None:
         self.usage = ProcUsage()
