@@ -89,7 +89,7 @@ SOCKET_FAMILIES = ("tcp", "tcp-backlog", "tcp6-backlog", "tcp-many", "tcp-syn", 
 #: quarters of the limit is the bound. The design's worst case is the watch's share (16 MiB) plus one poll
 #: interval of new sockets (a few KiB each) plus the 8 MiB charged share; the largest rise measured in 800
 #: hoarding runs (4 processes each, both backends, idle and with two CPU hogs) was 54 MiB, 7-11 MiB typical
-#: (docs/ARCHITECTURE.md); 267 MiB before. cgroup v2 charges them to ``memory.max`` itself, so a run may fill
+#: (docs/benchmarks.md); 267 MiB before. cgroup v2 charges them to ``memory.max`` itself, so a run may fill
 #: its whole limit with them: there the bound is the limit plus the uncharged share and a margin.
 RISE_BOUND_MB = MEMORY_MB * 3 // 4 if v1_memory_mounted() else MEMORY_MB + 32
 
