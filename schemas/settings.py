@@ -1,7 +1,7 @@
 """One frozen settings object, read from the environment (prefix ``RS_``) in one place.
 
 Defaults point at the local embedded services started by ``rewardstream up``; production points the same
-fields at real clusters (see README, "Pointing at production").
+fields at real clusters (see docs/operations.md, "Pointing at production").
 
 The settings are grouped by what they configure (``settings.kafka``, ``.s3``, ``.opensearch``, ``.sandbox``,
 ``.worker``, ``.judge``, ``.gateway``, ``.local``), so a part can be handed only its own. Every setting keeps

@@ -40,7 +40,7 @@ def run(
     file: Annotated[Path, typer.Argument(help="program (python source unless --language/--interpreter say otherwise)")],
     *,
     backend: Annotated[str | None, typer.Option(help="process | docker (default: settings)")] = None,
-    timeout: Annotated[float, typer.Option(help="wall-clock limit in seconds")] = 10.0,
+    timeout: Annotated[float, typer.Option(help="limit in seconds of CPU and own time (not waiting)")] = 10.0,
     memory_mb: Annotated[int, typer.Option(help="memory limit of the whole process tree")] = 512,
     stdin: Annotated[Path | None, typer.Option(help="file fed to the program's stdin")] = None,
     output_limit: Annotated[int, typer.Option(help="bytes kept per stream before a kill")] = 1 << 20,
@@ -49,7 +49,7 @@ def run(
         str | None,
         typer.Option(help="build and run FILE as this language (c, cpp, java, go, rust, javascript, ...)"),
     ] = None,
-    compile_timeout: Annotated[float, typer.Option(help="wall-clock limit of the compile (--language)")] = 10.0,
+    compile_timeout: Annotated[float, typer.Option(help="the compile's limit, as --timeout")] = 10.0,
 ) -> None:
     """Run FILE in a fresh sandbox and print one JSON result."""
     chosen = _backend(backend)

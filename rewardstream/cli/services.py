@@ -15,7 +15,7 @@ from rewardstream.cli.main import app
 @app.command()
 def up(
     pipeline: bool = typer.Option(
-        False, "--pipeline", help="also start executor, verifier, judge, indexer and the reward processor"
+        False, "--pipeline", help="also start every role, the reward processor, the episode worker and the gateway"
     ),
     concurrency: int | None = typer.Option(None, min=1, max=256, help="sandbox runs per worker (--pipeline)"),
 ) -> None:

@@ -13,7 +13,7 @@ raises ``RewardTimeoutError`` naming what is missing. Adapters for TRL and verl:
 Agent episodes (``streams.sdk.episodes``): each call is one turn, one observation back; submit gets the reward::
 
     with TrainerClient(config) as trainer, EpisodeClient(EpisodeConfig.from_settings(s, "grpo-7"), trainer) as c:
-        episode = c.open("swe/calc-1")
+        episode = c.open("swe/calc-add")
         episode.exec("python -m pytest -q tests")
         episode.write("calc/ops.py", fixed)
         reward = episode.submit()  # a restarted trainer: c.resume(episode_id) goes on from the last turn

@@ -4,7 +4,7 @@ One job: say how a program in a language is built and run inside the sandbox. No
 Our ids are ``schemas.tasks.Language``; SandboxFusion's names (what its ``/run_code`` clients send, e.g.
 ``nodejs``) resolve to them as aliases (``resolve``).
 
-Conventions a solution must follow (documented in the README):
+Conventions a solution must follow (documented in docs/languages.md):
 * Java: the program is ``public class Main`` (file ``Main.java``), run with assertions on (``-ea``).
 * Go: ``package main`` (file ``main.go``), built without cgo.
 * TypeScript is transpiled (syntax errors are compile errors, type errors are not: as SandboxFusion's ``tsx``).

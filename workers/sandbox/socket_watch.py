@@ -23,7 +23,7 @@ Worst case per run, held outside its memory limit: ``sockets_max * SOCKET_WORST`
 MiB; a few KiB per socket in practice) plus the sockets it opens in one poll interval (10 ms; ~600-900 pending
 connections on this machine, a few KiB each) plus, on cgroup v1, the socket share of the limit itself
 (``cgroups.split_for_sockets``, charged). ``bench_socket_hoard`` measures it: the largest host TCP rises seen
-are in docs/ARCHITECTURE.md.
+are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
