@@ -124,12 +124,19 @@ def _section(console: Console, title: str, rows: dict[str, object] | None) -> No
     console.print(table)
 
 
-def _host(sandbox: dict[str, Any]) -> str:
-    """What the host did to a run: how long it waited for a CPU (never counted by its limits) and how often it
-    was repeated because the host starved it."""
-    waited = f"waited {float(sandbox.get('wait_ms', 0.0)) / 1000:.1f} s for a CPU (not counted)"
+#: Below this wait for a CPU, a run's host row is left out: the host did nothing worth a line.
+HOST_ROW_MIN_WAIT_MS = 50.0
+
+
+def _host(sandbox: dict[str, Any]) -> dict[str, object]:
+    """What the host did to a run, as a row when it did something: how long the run waited for a CPU (never
+    counted by its limits) and how often it was repeated because the host starved it."""
+    wait_ms = float(sandbox.get("wait_ms", 0.0))
     retries = int(sandbox.get("host_retries", 0))
-    return waited + (f"; repeated {retries}x: the host starved it" if retries else "")
+    if wait_ms < HOST_ROW_MIN_WAIT_MS and not retries:
+        return {}
+    waited = f"waited {wait_ms / 1000:.1f} s for a CPU (not counted)"
+    return {"host": waited + (f"; repeated {retries}x: the host starved it" if retries else "")}
 
 
 def _where(section: dict[str, Any]) -> str:
@@ -165,7 +172,7 @@ def _render(story: dict[str, Any], console: Console) -> None:
     _section(console, "public tests (executor)", ex and {
         "sandbox": ex["sandbox"]["status"], "passed": f"{ex['passed']}/{ex['total']}",
         "cases": ", ".join(f"{c['case_id']}={c['status']}" for c in ex["cases"]), "feedback": ex["feedback"],
-        "host": _host(ex["sandbox"]), "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)",
+        **_host(ex["sandbox"]), "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)",
         "worker": ex["worker"], **_version(ex), "at": _where(ex),
     })  # fmt: skip
     _section(console, "hidden verdict (verifier; counts only)", ver and {
@@ -173,7 +180,7 @@ def _render(story: dict[str, Any], console: Console) -> None:
         "statuses": ", ".join(f"{k}: {v}" for k, v in ver["statuses"].items()),
         "static flags": ", ".join(f"{f['rule']} (line {f['line']})" for f in ver["static_flags"]) or "none",
         "flag counts": ", ".join(f"{k}: {v}" for k, v in ver.get("static_flag_counts", {}).items()) or "-",
-        "host": _host(ver["sandbox"]), "grader": ver["grader_version"], "worker": ver["worker"], **_version(ver),
+        **_host(ver["sandbox"]), "grader": ver["grader_version"], "worker": ver["worker"], **_version(ver),
         "at": _where(ver),
     })  # fmt: skip
     _section(console, "judge", judge and {

@@ -75,6 +75,20 @@ def test_a_one_shot_generation_prints_exactly_as_before() -> None:
     assert rendered(story) == GOLDEN.read_text()
 
 
+def test_a_run_the_host_kept_waiting_or_repeated_says_so_and_an_unhindered_one_does_not() -> None:
+    story = one_shot_story()
+    story["execution"]["sandbox"] |= {"wait_ms": 31_400.0, "host_retries": 0}
+    story["verdict"]["sandbox"] |= {"wait_ms": 1_200.0, "host_retries": 2}
+    lines = [line.strip() for line in rendered(story).splitlines() if line.strip().startswith("host")]
+    assert lines == [
+        "host      waited 31.4 s for a CPU (not counted)",
+        "host          waited 1.2 s for a CPU (not counted); repeated 2x: the host starved it",
+    ]
+    story["execution"]["sandbox"] |= {"wait_ms": 12.0}
+    story["verdict"]["sandbox"] |= {"wait_ms": 0.0, "host_retries": 0}
+    assert "for a CPU" not in rendered(story)
+
+
 def test_the_episode_section_lists_each_step_with_the_action_it_answers() -> None:
     section = episode_section(episode_generation(), played(), SIZE)
     assert (section["episode_id"], section["task_id"], section["run_id"], section["ended"]) == (
