@@ -14,10 +14,14 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from bus.admin import delete_topics
 from bus.metrics import WorkerMetrics
@@ -25,6 +29,7 @@ from schemas.settings import Settings
 from schemas.tasks import Task
 from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
 from tests.integration.reward_env import RewardEnv, reward_env
+from workers.artifacts import remove_bucket
 from workers.loop_config import WorkerStats
 from workers.roles.episode_worker import build_episode_worker, clock_topic, state_changelog
 from workers.roles.service import Dependencies
@@ -105,6 +110,29 @@ def episode_stack(
             stop_workers(stop, threads)
             delete_topics([state_changelog(settings).name, clock_topic(settings).name], kafka_config)
         assert all(not isinstance(o, BaseException) for o in outcome.values()), outcome
+
+
+@contextmanager
+def episode_stack_in_own_bucket(
+    kafka_config: dict[str, str],
+    minio_client: Any,
+    label: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    sandbox: Sandbox,
+    *,
+    tasks: Iterable[Task],
+    concurrency: int = 2,
+    worker_thread: bool = False,
+) -> Iterator[Stack]:
+    """``episode_stack`` under a unique name and an S3 bucket of its own, the bucket removed afterwards."""
+    name = f"t-{label}-{uuid.uuid4().hex[:10]}"
+    minio_client.make_bucket(name)
+    try:
+        with episode_stack(kafka_config, name, tmp_path_factory.mktemp(label), sandbox, name, tasks=tasks,
+                           concurrency=concurrency, worker_thread=worker_thread) as stack:  # fmt: skip
+            yield stack
+    finally:
+        remove_bucket(minio_client, name)
 
 
 def _episode_thread(

@@ -14,7 +14,6 @@ import hashlib
 import io
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,8 @@ from streams.sdk.episodes import EpisodeClient, EpisodeConfig
 from streams.sdk.episodes_aio import AsyncEpisodeClient
 from streams.sdk.gym_env import EpisodeEnv
 from streams.sdk.verl_tool import VerlEpisodeTool
-from tests.integration.episode_env import Stack, episode_stack
+from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
 from tests.sandbox.swe_task import OPS_FIXED, task
-from workers.artifacts import remove_bucket
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
@@ -59,14 +57,9 @@ def stack(
     kafka_config: dict[str, str], tmp_path_factory: pytest.TempPathFactory, process_sandbox: Sandbox, minio_client: Any
 ) -> Iterator[Stack]:
     """The whole pipeline of one machine under a prefix and bucket of its own; deleted afterwards."""
-    name = f"t-big-writes-{uuid.uuid4().hex[:10]}"
-    minio_client.make_bucket(name)
-    try:
-        with episode_stack(kafka_config, name, tmp_path_factory.mktemp("big-writes"), process_sandbox, name,
-                           tasks=[big_task()]) as episodes:  # fmt: skip
-            yield episodes
-    finally:
-        remove_bucket(minio_client, name)
+    with episode_stack_in_own_bucket(kafka_config, minio_client, "big-writes", tmp_path_factory, process_sandbox,
+                                     tasks=[big_task()]) as episodes:  # fmt: skip
+        yield episodes
 
 
 def _configs(stack: Stack, run: str) -> tuple[TrainerConfig, EpisodeConfig]:

@@ -14,7 +14,6 @@ Every hostile step runs only inside the sandbox, as the agent's own ``exec``.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,9 +23,8 @@ from schemas.episodes import ObservationEvent
 from schemas.tasks import Task
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig
-from tests.integration.episode_env import Stack, episode_stack
+from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
 from tests.sandbox.swe_task import OPS_BUGGY, OPS_FIXED, task
-from workers.artifacts import remove_bucket
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
@@ -54,14 +52,9 @@ def deep_task() -> Task:
 def stack(
     kafka_config: dict[str, str], tmp_path_factory: pytest.TempPathFactory, process_sandbox: Sandbox, minio_client: Any
 ) -> Iterator[Stack]:
-    name = f"t-episode-deep-{uuid.uuid4().hex[:10]}"
-    minio_client.make_bucket(name)
-    try:
-        with episode_stack(kafka_config, name, tmp_path_factory.mktemp("episode-deep"), process_sandbox, name,
-                           tasks=[deep_task()]) as episodes:  # fmt: skip
-            yield episodes
-    finally:
-        remove_bucket(minio_client, name)
+    with episode_stack_in_own_bucket(kafka_config, minio_client, "episode-deep", tmp_path_factory, process_sandbox,
+                                     tasks=[deep_task()]) as episodes:  # fmt: skip
+        yield episodes
 
 
 def ok(obs: ObservationEvent, stdout: str | None = None) -> ObservationEvent:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import traceback
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +27,9 @@ from schemas.events import RewardEvent
 from streams.sdk import AsyncTrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeConfig
 from streams.sdk.episodes_aio import AsyncEpisodeClient
-from tests.integration.episode_env import Stack, episode_stack
+from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_FIXED, task
 from tests.sandbox.test_episode_grading import PATCH_ADD, PTH_ADD, USER_SITE
-from workers.artifacts import remove_bucket
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
@@ -262,14 +260,10 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Host:
 def stack(
     kafka_config: dict[str, str], tmp_path_factory: pytest.TempPathFactory, process_sandbox: Sandbox, minio_client: Any
 ) -> Iterator[Stack]:
-    name = f"t-episode-hacks-{uuid.uuid4().hex[:10]}"
-    minio_client.make_bucket(name)
-    try:
-        with episode_stack(kafka_config, name, tmp_path_factory.mktemp("hacks"), process_sandbox, name,
-                           tasks=[task("call", TASK_ID)], concurrency=4, worker_thread=True) as episodes:  # fmt: skip
-            yield episodes
-    finally:
-        remove_bucket(minio_client, name)
+    tasks = [task("call", TASK_ID)]
+    with episode_stack_in_own_bucket(kafka_config, minio_client, "episode-hacks", tmp_path_factory, process_sandbox,
+                                     tasks=tasks, concurrency=4, worker_thread=True) as episodes:  # fmt: skip
+        yield episodes
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,10 @@ from schemas.events import JudgeScore
 from schemas.topics import catalog_for, topic_for
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeClient, EpisodeConfig, EpisodeError
-from tests.integration.episode_env import Stack, episode_stack
+from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
 from tests.integration.helpers import cli
 from tests.integration.test_replay import strict_policy
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_BUGGY, OPS_FIXED, task
-from workers.artifacts import remove_bucket
 from workers.judge.rubric import EPISODE_PROMPT_VERSION
 from workers.sandbox.api import Sandbox
 
@@ -57,15 +56,9 @@ def stack(
 ) -> Iterator[Stack]:
     """The whole pipeline of one machine under a prefix and bucket of its own, shared by this module's tests
     (each uses its own runs and episodes); topics and bucket deleted afterwards."""
-    name = f"t-episode-sdk-{uuid.uuid4().hex[:10]}"
-    minio_client.make_bucket(name)
-    try:
-        tasks = [task("call", TASK_ID)]
-        with episode_stack(kafka_config, name, tmp_path_factory.mktemp("episode-sdk"), process_sandbox, name,
-                           tasks=tasks) as episodes:  # fmt: skip
-            yield episodes
-    finally:
-        remove_bucket(minio_client, name)
+    with episode_stack_in_own_bucket(kafka_config, minio_client, "episode-sdk", tmp_path_factory, process_sandbox,
+                                     tasks=[task("call", TASK_ID)]) as episodes:  # fmt: skip
+        yield episodes
 
 
 def _clients(stack: Stack, run: str) -> tuple[TrainerClient, EpisodeConfig]:
