@@ -25,7 +25,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.status import REJECTED, ObservationStatus
-from workers.episodes import step_runner as runner
 from workers.episodes.snapshot import Caps, SnapshotTooLargeError, pack, unpack
 from workers.episodes.step import (
     BOOT,
@@ -39,6 +38,7 @@ from workers.episodes.step import (
     workdir_limits,
 )
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.guest import step_runner as runner
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)
 

@@ -17,7 +17,6 @@ import marshal
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any, Literal, NoReturn, Protocol
 
 from schemas.caps import fit
@@ -26,8 +25,8 @@ from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
-from workers.sandbox.guest_clock import CONTENTION
-from workers.sandbox.guest_source import guest_source
+from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest_source import program_source
 
 MAGIC = b"@@RS1"
 NONCE_HEX_LEN = 32
@@ -208,7 +207,7 @@ class Records:
 def harness_source() -> bytes:
     """The harness program's bytes as shipped, the guest modules it imports spliced in (read on demand; callers
     keep it)."""
-    return guest_source(resources.files("workers.grading").joinpath(HARNESS_FILE).read_bytes())
+    return program_source(HARNESS_FILE)
 
 
 def harness_bytecode(source: bytes) -> bytes:

@@ -20,15 +20,14 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
 from schemas.errors import SandboxError
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus, measured_json
 from workers.sandbox.common import CRASH_SIGNALS
-from workers.sandbox.guest_clock import CONTENTION
-from workers.sandbox.guest_source import guest_source
+from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest_source import program_source
 
 MAGIC = b"@@RS1"
 DRIVER_FILE = "driver.py"
@@ -40,7 +39,7 @@ GRACE_S = 5.0
 
 def driver_source() -> str:
     """The step driver's source (read on demand; callers keep it)."""
-    return guest_source(resources.files("workers.languages").joinpath(DRIVER_FILE).read_bytes()).decode("utf-8")
+    return program_source(DRIVER_FILE).decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,19 @@
-"""How the in-sandbox servers are shipped: their sources, read from this package, run by the sandbox's own
-python3 in one globals dict (``boot_common`` first, then the server's main), never imported by the worker."""
+"""How the in-sandbox servers are shipped: their sources, read from the guest package (``workers.sandbox.guest``),
+run by the sandbox's own python3 in one globals dict (``boot_common`` first, then the server's main), never
+imported by the worker."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
+
+from workers.sandbox.guest_source import GUEST
 
 BOOT_COMMON = "boot_common.py"
 
 
 def boot_source(name: str) -> str:
-    """The source of a module of this package that runs inside a sandbox (``boot_common``, a server's main)."""
-    return Path(__file__).with_name(name).read_text(encoding="utf-8")
+    """The source of a guest module that runs inside a sandbox (``boot_common``, a server's main)."""
+    return resources.files(GUEST).joinpath(name).read_text(encoding="utf-8")
 
 
 def boot_program(main: str) -> str:

@@ -1,6 +1,6 @@
 """The program that runs INSIDE the sandbox for one agent step: a workspace in, one action, a workspace out.
 
-Why it is shaped like this (the same trust argument as ``workers/grading/harness.py``):
+Why it is shaped like this (the same trust argument as ``workers/sandbox/guest/harness.py``):
 
 * The runner ("parent") never runs the agent's code. ``exec`` spawns the command with its stdin on
   /dev/null and its stdout/stderr on pipes the parent reads with caps; no other fd of the parent crosses
@@ -26,7 +26,7 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
   depth, and a read follows links as the kernel does (``MAX_SYMLINKS`` at most: a longer chain or a loop is
   ``rejected``). The cursor goes up through ``..`` only while no other process runs.
 * An exec's limit is the CPU time and own time of every process of the run while it runs, never time spent
-  waiting for a CPU (``guest_clock``), enforced by the parent with SIGKILL; a command the host starved past
+  waiting for a CPU (``guest.clock``), enforced by the parent with SIGKILL; a command the host starved past
   the ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The
   outer sandbox enforces the whole run.
 
@@ -57,7 +57,7 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest_clock import HOST, ProcLimit
+from workers.sandbox.guest.clock import HOST, ProcLimit
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ Why it is shaped like this (the grader's trust argument):
   the policy the candidate's output, never the protocol or check code's output.
 * Time limits are the parent's, per case (a call, an io run, an assert check; loading the candidate's module has
   one of its own), enforced with SIGKILL: the CPU time and own time of every process of the run while the case
-  runs (one that left the case's group still counts), never time spent waiting for a CPU (``guest_clock``).
+  runs (one that left the case's group still counts), never time spent waiting for a CPU (``guest.clock``).
   A case the host starved past the ceiling is reported with ``"contention": true``: the host repeats the
   run, it is never the candidate's failure. The outer sandbox enforces the whole run.
 * Workspace jobs (an agent episode's final workspace, header ``"workspace"``): the parent restores the tar the
@@ -64,7 +64,7 @@ import sys
 import time
 import types
 
-from workers.sandbox.guest_clock import HOST, ProcLimit, become_subreaper, run_tree
+from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper, run_tree
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 

@@ -37,7 +37,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:  # at run time all of boot_common is already here: the launcher runs it first, same globals
     from typing import Any
 
-    from workers.sandbox.boot_common import *
+    from workers.sandbox.guest.boot_common import *
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000

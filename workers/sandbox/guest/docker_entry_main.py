@@ -55,7 +55,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-
 if TYPE_CHECKING:  # at run time all of boot_common is already here: the launcher runs it first, same globals
     from typing import Any
 
-    from workers.sandbox.boot_common import *
+    from workers.sandbox.guest.boot_common import *
 
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWIPC = 0x08000000

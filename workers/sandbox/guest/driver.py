@@ -17,7 +17,7 @@ sandbox and the program, rather than the program as the sandbox's argv:
 
 Protocol: stdin is the 32-byte nonce, ``\\n``, one JSON header line, then the program's stdin. Header:
 ``argv``; ``timeout_s``, the program's limit (its CPU time and its own time, never time it waited for a CPU:
-``guest_clock``, over every process of the run); ``max_output_bytes`` (per stream; more ends
+``guest.clock``, over every process of the run); ``max_output_bytes`` (per stream; more ends
 the step as ``output_limit``); ``executables`` (files made executable first: the host writes every file
 0644); ``collect`` (paths whose regular files are sent back); ``collect_always`` (also after a failed step);
 ``max_collect_bytes``; ``max_collect_files``. Records: ``hello``; ``step`` (``exit``, ``signal``,
@@ -40,7 +40,7 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest_clock import HOST, ProcLimit, become_subreaper
+from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
