@@ -59,6 +59,7 @@ from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStat
 from workers.sandbox.common import classify
 from workers.sandbox.guest import step_runner
 from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from workers.sandbox.guest_source import program_source
 
 RUNNER_FILE = "step_runner.py"
@@ -241,7 +242,7 @@ def run_step(
     if action.kind == "write" and len(action.data) > caps.max_bytes:
         reason = f"{len(action.data)} bytes do not fit the workspace ({caps.max_bytes} bytes at most)"
         return before.outcome(REJECTED, reason, kept=True)
-    nonce = secrets.token_hex(step_runner.NONCE_LEN // 2).encode()
+    nonce = secrets.token_hex(NONCE_LEN // 2).encode()
     spec = build_spec(snapshot, action, caps, limits, nonce)
     try:
         result = sandbox.run(spec)
@@ -283,7 +284,7 @@ def _reject_constant(name: str) -> NoReturn:
 def parse_frames(stdout: bytes, nonce: bytes) -> Report:
     """The runner's frames from the run's stdout, which only the runner writes: anything out of order, cut
     short or trailing ends the report there (what came before it stands)."""
-    prefix = step_runner.MAGIC + b" " + nonce + b" "
+    prefix = frame_prefix(nonce, STEP_MAGIC)
     pos = 0
 
     def record() -> dict[str, Any]:

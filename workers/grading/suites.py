@@ -26,10 +26,9 @@ from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 from workers.sandbox.guest_source import program_source
 
-MAGIC = b"@@RS1"
-NONCE_HEX_LEN = 32
 #: ``python3 -I`` ignores PYTHON* variables, the user site and the work dir on sys.path (no sitecustomize
 #: planted there is imported); ``-S`` skips site-packages .pth processing; ``-B`` writes no bytecode.
 DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
@@ -331,7 +330,7 @@ def suite_budget_s(suite: JobSuite) -> float:
 
 def new_nonce() -> bytes:
     """32 random hex bytes, fresh for every run."""
-    return secrets.token_hex(NONCE_HEX_LEN // 2).encode()
+    return secrets.token_hex(NONCE_LEN // 2).encode()
 
 
 def _reject_constant(name: str) -> NoReturn:
@@ -345,7 +344,7 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
     This is where the candidate's text (its error messages, its stdout) enters our data: ``_clean_record``
     makes each record safe to store, once, for every path that writes it later.
     """
-    prefix = MAGIC + b" " + nonce + b" "
+    prefix = frame_prefix(nonce)
     hello: dict[str, Any] | None = None
     done = False
     harness_error: str | None = None

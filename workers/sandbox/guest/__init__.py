@@ -5,7 +5,7 @@ What is here runs on the sandbox image's own python3, with no path to import our
 * ``harness`` (the grading harness), ``step_runner`` (an agent step), ``driver`` (a language step): each
   shipped as one source text by ``workers.sandbox.guest_source``, which splices in, in place of its top-level
   ``from workers.sandbox.guest.<module> import ...`` line, the source of each guest module it imports
-  (``clock``: the time limit);
+  (``clock``: the time limit; ``framing``: the nonce-framed record protocol's constants);
 * ``fork_server_main`` and ``docker_entry_main`` (the in-sandbox servers) with ``boot_common`` (what they
   share), shipped by ``workers.sandbox.boot``: run in one globals dict, ``boot_common`` first.
 

@@ -41,13 +41,12 @@ import sys
 import time
 
 from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper
+from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any
 
-MAGIC = b"@@RS1"
-NONCE_LEN = 32
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 READ_CHUNK = 1 << 16
@@ -76,7 +75,7 @@ class Out:
     """The framed record channel (the driver's stdout)."""
 
     def __init__(self, nonce: bytes) -> None:
-        self.prefix = b"\n" + MAGIC + b" " + nonce + b" "
+        self.prefix = b"\n" + frame_prefix(nonce)
 
     def emit(self, record: dict[str, Any]) -> None:
         _write_all(1, self.prefix + json.dumps(record, separators=(",", ":")).encode() + b"\n")

@@ -65,6 +65,7 @@ import time
 import types
 
 from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper, run_tree
+from workers.sandbox.guest.framing import MAGIC, NONCE_LEN
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 
@@ -75,8 +76,6 @@ if TYPE_CHECKING:  # the harness imports nothing it does not need at run time (s
     #: What an io case runs: a program's text, or a workspace task's command (argv) in its workspace.
     Program: TypeAlias = "str | tuple[list[str], Workspace]"
 
-MAGIC = b"@@RS1"
-NONCE_LEN = 32
 MAX_DEPTH = 100
 MAX_NODES = 200_000
 MAX_INT_BITS = 4096

@@ -58,13 +58,12 @@ import sys
 import time
 
 from workers.sandbox.guest.clock import HOST, ProcLimit
+from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-MAGIC = b"@@RSTEP1"
-NONCE_LEN = 32
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 BLOCK = 512
@@ -146,7 +145,7 @@ class Frames:
     """Nonce-framed records on stdout (fd 1), the only thing ever written there."""
 
     def __init__(self, nonce: bytes) -> None:
-        self.prefix = MAGIC + b" " + nonce + b" "
+        self.prefix = frame_prefix(nonce, STEP_MAGIC)
 
     def record(self, obj: dict[str, Any], payload: list[bytes] | None = None) -> None:
         """One record (ASCII JSON: no newline inside), then ``payload``'s chunks as they are."""
