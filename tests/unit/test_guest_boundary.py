@@ -7,7 +7,10 @@ source, so it sees third-party imports too, and what the splice (``workers.sandb
 from __future__ import annotations
 
 import ast
+import builtins
+import dis
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,7 +94,7 @@ def test_a_guest_module_imports_the_standard_library_and_the_guest_package_only(
 
 @pytest.mark.parametrize("module", [m for m in MODULES if guest_imports(m)])
 def test_a_spliced_import_line_can_be_replaced_by_the_module_it_names(module: str) -> None:
-    """What the splice needs: the line names no alias (the module's own names land in the program's globals);
+    """What the splice needs: the line renames nothing (the module's own names land in the program's globals);
     the spliced module has no ``from __future__`` (it lands after the program's) and splices nothing itself;
     a name both define at their top level is the same constant (else the program would see one value on the
     host and another inside the sandbox)."""
@@ -100,7 +103,7 @@ def test_a_spliced_import_line_can_be_replaced_by_the_module_it_names(module: st
         spliced = (line.module or "").removeprefix(GUEST + ".")
         body = tree(spliced).body
         names = bound(body)
-        assert all(a.asname is None for a in line.names), f"{module}.py line {line.lineno}: no alias"
+        assert all(a.asname in (None, a.name) for a in line.names), f"{module}.py line {line.lineno}: renamed"
         assert {a.name for a in line.names} <= set(names), f"{module}.py line {line.lineno}"
         assert not guest_imports(spliced), f"{spliced}.py is spliced: it cannot splice another module"
         assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in body), spliced
@@ -131,6 +134,53 @@ def test_a_booted_server_imports_our_code_only_for_the_type_checker(module: str)
             if isinstance(sub, ast.Import | ast.ImportFrom):
                 assert all(is_stdlib(name) for name in imported(sub)), (module, sub.lineno)
     assert BOOT_COMMON == "boot_common.py"
+
+
+@pytest.mark.parametrize("module", [m for m in BOOTED if m != "boot_common"])
+def test_a_booted_server_defines_no_name_of_boot_common(module: str) -> None:
+    """The server's main runs after ``boot_common`` (with what it splices) in the same globals: a name both
+    define would be replaced without a word, unless it is the same constant."""
+    shared = bound(ast.parse(boot_source(BOOT_COMMON)).body)
+    main = bound(tree(module).body)
+    clashes = [n for n in set(main) & set(shared) if literal(main[n]) != literal(shared[n])]
+    assert not clashes, f"{module}.py redefines boot_common's {sorted(clashes)}"
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """The globals the functions and methods compiled in ``code`` read (``LOAD_GLOBAL``), at any depth."""
+    names: set[str] = set()
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= {i.argval for i in dis.get_instructions(const) if i.opname == "LOAD_GLOBAL"}
+            names |= global_names(const)
+    return names
+
+
+def shipped(program: str) -> list[tuple[str, str | bytes]]:
+    """The files of ``program`` as it is shipped, in the order they run in one globals dict."""
+    if program in BOOTED:
+        return [(name, boot_source(name)) for name in (BOOT_COMMON, f"{program}.py")]
+    loaders: dict[str, Callable[[], str | bytes]] = {
+        "harness": harness_source,
+        "driver": driver_source,
+        "step_runner": lambda: runner_code()[1],
+    }
+    return [(f"{program}.py", loaders[program]())]
+
+
+@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", *BOOTED[1:]])
+def test_every_global_a_shipped_program_reads_is_defined(program: str) -> None:
+    """Run as it is shipped (not as ``__main__``, so only its definitions run), in one globals dict: every
+    global its functions read is defined there or a builtin. What the splice, or ``boot_common``, stopped
+    defining would otherwise first show inside a sandbox, as a NameError."""
+    scope: dict[str, object] = {"__name__": "shipped", "INPUT": b""}
+    read: set[str] = set()
+    for name, source in shipped(program):
+        code = compile(source, name, "exec", dont_inherit=True)
+        exec(code, scope)  # noqa: S102 - our own guest program, only its definitions
+        read |= global_names(code)
+    missing = sorted(read - set(scope) - set(dir(builtins)))
+    assert not missing, f"{program}: read but defined nowhere: {missing}"
 
 
 def test_the_wire_bytes_of_the_record_protocol() -> None:
