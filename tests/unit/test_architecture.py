@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("schemas", "bus", "workers", "streams", "infra", "rewardstream")
 MAX_LINES = 500
 #: Stdlib-only programs that run inside the sandbox: one file each by design.
-IN_SANDBOX = {"workers/grading/harness.py", "workers/episodes/step_runner.py"}
+IN_SANDBOX = {"workers/sandbox/guest/harness.py", "workers/sandbox/guest/step_runner.py"}
 
 
 def modules() -> list[Path]:

@@ -22,12 +22,12 @@ from workers.episodes.diff import MAX_FILE_CHARS, changes, judged_code
 from workers.episodes.originals import BrokenOriginalError, caps_of, original_snapshot, task_original
 from workers.episodes.snapshot import Caps, SnapshotError, pack
 from workers.grading import Grader
-from workers.grading import harness as harness_module
 from workers.grading.grader import WorkspaceTaskError
 from workers.grading.suites import WORKSPACE_FILES, WorkspaceJob, build_spec, job_suite, new_nonce
 from workers.handler import InvalidEventError
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.workspace import EpisodeWorkspaces, WorkspaceEventError
+from workers.sandbox.guest import harness as harness_module
 from workers.tasks.registry import TaskRegistry
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)

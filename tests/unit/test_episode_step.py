@@ -25,7 +25,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.status import REJECTED, ObservationStatus
-from workers.episodes import step_runner as runner
 from workers.episodes.snapshot import Caps, SnapshotTooLargeError, pack, unpack
 from workers.episodes.step import (
     BOOT,
@@ -39,6 +38,8 @@ from workers.episodes.step import (
     workdir_limits,
 )
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.guest import step_runner as runner
+from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)
 
@@ -394,7 +395,7 @@ class Scripted:
     def run(self, spec: SandboxSpec) -> SandboxResult:
         self.specs.append(spec)
         pyc, src = int(spec.argv[-3]), int(spec.argv[-2])
-        return self.reply(spec, spec.stdin[pyc + src : pyc + src + runner.NONCE_LEN])
+        return self.reply(spec, spec.stdin[pyc + src : pyc + src + NONCE_LEN])
 
     def close(self) -> None:
         """Nothing to release."""
@@ -410,7 +411,7 @@ def result(stdout: bytes, status: SandboxStatus = SandboxStatus.OK, **kw: object
 
 
 def frame(nonce: bytes, obj: object, payload: bytes = b"") -> bytes:
-    return runner.MAGIC + b" " + nonce + b" " + json.dumps(obj).encode() + b"\n" + payload
+    return STEP_MAGIC + b" " + nonce + b" " + json.dumps(obj).encode() + b"\n" + payload
 
 
 HELLO = {"hello": True, "hardened": True, "stdin_ok": True}

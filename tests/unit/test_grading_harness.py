@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from schemas.tasks import AssertSuite, CallSuite, IoSuite
-from workers.grading import harness
 from workers.grading.suites import (
     build_spec,
     job_suite,
@@ -20,6 +19,7 @@ from workers.grading.suites import (
     parse_records,
     score_suite,
 )
+from workers.sandbox.guest import harness
 
 
 class MyInt(int):

@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from schemas.tasks import AssertSuite, CallSuite, IoSuite
 from schemas.text import is_clean_text, sanitize_text
-from workers.grading import harness
 from workers.grading.compare import compare_values, to_typed
 from workers.grading.grader import split_output
 from workers.grading.suites import parse_records, score_suite
+from workers.sandbox.guest import harness
+from workers.sandbox.guest.framing import MAGIC
 
 NONCE = b"0123456789abcdef0123456789abcdef"
 CALL = CallSuite.model_validate({"kind": "call", "cases": [{"id": "c", "args": [1], "expected": {"$t": [1, 2.5]}}]})
@@ -43,7 +44,7 @@ json_like = st.recursive(
 
 
 def frame(body: bytes) -> bytes:
-    return b"\n" + harness.MAGIC + b" " + NONCE + b" " + body + b"\n"
+    return b"\n" + MAGIC + b" " + NONCE + b" " + body + b"\n"
 
 
 def hello() -> bytes:

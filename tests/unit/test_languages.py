@@ -19,8 +19,9 @@ from schemas.tasks import LANGUAGES, Task, language_problem
 from workers.languages import source
 from workers.languages.registry import REGISTRY, resolve, toolchains
 from workers.languages.source import CompileLimits, _build, placed
-from workers.languages.steps import MAGIC, Step, StepLimits, StepRun, read_step, relative_path, run_path, staged_path
+from workers.languages.steps import Step, StepLimits, StepRun, read_step, relative_path, run_path, staged_path
 from workers.sandbox.api import SandboxResult, SandboxStatus
+from workers.sandbox.guest.framing import MAGIC
 
 NONCE = b"n" * 32
 STEP = Step(toolchain="native", argv=("cc",), files={}, collect=("main", "build"))

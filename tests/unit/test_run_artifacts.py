@@ -24,13 +24,13 @@ from schemas.tasks import Task
 from tests.unit.test_grading_grader import LocalRunner
 from tests.unit.test_grading_grader import grader as local_grader
 from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
-from workers.grading import harness
 from workers.grading.grader import CandidateOutput, public_suite, split_output
-from workers.grading.suites import MAGIC
 from workers.handler import Done, Source
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.executor import ExecutorHandler, output_tail
 from workers.roles.verifier import VerifierHandler
+from workers.sandbox.guest import harness
+from workers.sandbox.guest.framing import MAGIC
 from workers.tasks.registry import TaskRegistry
 
 SOURCE = Source("rs.generations", 0, 7)

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workers.episodes import step_runner
 from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import Caps, pack, unpack
+from workers.sandbox.guest import step_runner
 
 #: Audited calls that take a path (the path is their first argument; ``os.symlink``'s link is its second).
 AUDITED = frozenset({"open", "os.mkdir", "os.rmdir", "os.remove", "os.symlink", "os.chmod", "os.listdir", "os.scandir"})

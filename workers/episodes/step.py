@@ -42,12 +42,10 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from schemas.status import REJECTED, ObservationStatus
-from workers.episodes import step_runner
 from workers.episodes.snapshot import (
     MAX_NAME_BYTES,
     Caps,
@@ -59,8 +57,10 @@ from workers.episodes.snapshot import (
 )
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import classify
-from workers.sandbox.guest_clock import CONTENTION
-from workers.sandbox.guest_source import guest_source
+from workers.sandbox.guest import step_runner
+from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
+from workers.sandbox.guest_source import program_source
 
 RUNNER_FILE = "step_runner.py"
 #: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
@@ -191,7 +191,7 @@ def output_limit(caps: Caps, limits: StepLimits) -> int:
 @cache
 def runner_code() -> tuple[bytes, bytes]:
     """(this interpreter's bytecode magic, 16 bytes zero-padded, + the marshalled runner; its source)."""
-    source = guest_source(resources.files("workers.episodes").joinpath(RUNNER_FILE).read_bytes())
+    source = program_source(RUNNER_FILE)
     code = compile(source, RUNNER_FILE, "exec", dont_inherit=True)
     return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code), source
 
@@ -242,7 +242,7 @@ def run_step(
     if action.kind == "write" and len(action.data) > caps.max_bytes:
         reason = f"{len(action.data)} bytes do not fit the workspace ({caps.max_bytes} bytes at most)"
         return before.outcome(REJECTED, reason, kept=True)
-    nonce = secrets.token_hex(step_runner.NONCE_LEN // 2).encode()
+    nonce = secrets.token_hex(NONCE_LEN // 2).encode()
     spec = build_spec(snapshot, action, caps, limits, nonce)
     try:
         result = sandbox.run(spec)
@@ -284,7 +284,7 @@ def _reject_constant(name: str) -> NoReturn:
 def parse_frames(stdout: bytes, nonce: bytes) -> Report:
     """The runner's frames from the run's stdout, which only the runner writes: anything out of order, cut
     short or trailing ends the report there (what came before it stands)."""
-    prefix = step_runner.MAGIC + b" " + nonce + b" "
+    prefix = frame_prefix(nonce, STEP_MAGIC)
     pos = 0
 
     def record() -> dict[str, Any]:

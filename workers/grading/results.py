@@ -16,8 +16,9 @@ from typing import Any
 from schemas.status import CompileStatus, RunStatus
 from schemas.text import sanitize_text
 from workers.grading.static_analysis import Flag
-from workers.grading.suites import MAGIC, SuiteOutcome
+from workers.grading.suites import SuiteOutcome
 from workers.languages.source import Build
+from workers.sandbox.guest.framing import frame_prefix
 
 #: How an ``output`` record starts after its frame (the harness writes it with this key first).
 OUTPUT_RECORD = b'{"output":'
@@ -96,7 +97,7 @@ def split_output(stdout: bytes, nonce: bytes, *, reported: bool = True) -> tuple
     malformed output record is left in place, for ``parse_records`` to report (or to ignore as the cut last
     line of truncated output).
     """
-    prefix = MAGIC + b" " + nonce + b" "
+    prefix = frame_prefix(nonce)
     head = prefix + OUTPUT_RECORD
     if head not in stdout:
         return stdout, CandidateOutput(reported=reported)

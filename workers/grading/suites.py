@@ -17,7 +17,6 @@ import marshal
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any, Literal, NoReturn, Protocol
 
 from schemas.caps import fit
@@ -26,11 +25,10 @@ from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
-from workers.sandbox.guest_clock import CONTENTION
-from workers.sandbox.guest_source import guest_source
+from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
+from workers.sandbox.guest_source import program_source
 
-MAGIC = b"@@RS1"
-NONCE_HEX_LEN = 32
 #: ``python3 -I`` ignores PYTHON* variables, the user site and the work dir on sys.path (no sitecustomize
 #: planted there is imported); ``-S`` skips site-packages .pth processing; ``-B`` writes no bytecode.
 DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
@@ -208,7 +206,7 @@ class Records:
 def harness_source() -> bytes:
     """The harness program's bytes as shipped, the guest modules it imports spliced in (read on demand; callers
     keep it)."""
-    return guest_source(resources.files("workers.grading").joinpath(HARNESS_FILE).read_bytes())
+    return program_source(HARNESS_FILE)
 
 
 def harness_bytecode(source: bytes) -> bytes:
@@ -332,7 +330,7 @@ def suite_budget_s(suite: JobSuite) -> float:
 
 def new_nonce() -> bytes:
     """32 random hex bytes, fresh for every run."""
-    return secrets.token_hex(NONCE_HEX_LEN // 2).encode()
+    return secrets.token_hex(NONCE_LEN // 2).encode()
 
 
 def _reject_constant(name: str) -> NoReturn:
@@ -346,7 +344,7 @@ def parse_records(stdout: bytes, nonce: bytes, *, truncated: bool = False) -> Re
     This is where the candidate's text (its error messages, its stdout) enters our data: ``_clean_record``
     makes each record safe to store, once, for every path that writes it later.
     """
-    prefix = MAGIC + b" " + nonce + b" "
+    prefix = frame_prefix(nonce)
     hello: dict[str, Any] | None = None
     done = False
     harness_error: str | None = None

@@ -20,17 +20,16 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import PurePosixPath
 from typing import Any
 
 from schemas.errors import SandboxError
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus, measured_json
 from workers.sandbox.common import CRASH_SIGNALS
-from workers.sandbox.guest_clock import CONTENTION
-from workers.sandbox.guest_source import guest_source
+from workers.sandbox.guest.clock import CONTENTION
+from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
+from workers.sandbox.guest_source import program_source
 
-MAGIC = b"@@RS1"
 DRIVER_FILE = "driver.py"
 #: ``python3 -I -S -B -c``: the fork server's in-process fast path (no exec before the driver runs).
 DRIVER_ARGV = ("python3", "-I", "-S", "-B", "-c")
@@ -40,7 +39,7 @@ GRACE_S = 5.0
 
 def driver_source() -> str:
     """The step driver's source (read on demand; callers keep it)."""
-    return guest_source(resources.files("workers.languages").joinpath(DRIVER_FILE).read_bytes()).decode("utf-8")
+    return program_source(DRIVER_FILE).decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +179,7 @@ def run_step(
     program = source or driver_source()
     outcome = StepRun(None, error="no attempt was made")
     for attempt in range(1, max(1, attempts) + 1):
-        nonce = secrets.token_hex(16).encode()
+        nonce = secrets.token_hex(NONCE_LEN // 2).encode()
         try:
             result = sandbox.run(_spec(step, limits, program, nonce))
         except Exception as exc:  # a backend that raised failed like any infrastructure failure
@@ -234,7 +233,7 @@ def _error(exc: Exception, backend: str) -> SandboxResult:
 def _records(stdout: bytes, nonce: bytes) -> list[dict[str, Any]]:
     """The framed records of this run (lines without the exact frame are not ours; a cut or unparsable one is
     dropped: what it would have said is then missing, which fails safe)."""
-    prefix = MAGIC + b" " + nonce + b" "
+    prefix = frame_prefix(nonce)
     out: list[dict[str, Any]] = []
     for line in stdout.split(b"\n"):
         if line.startswith(prefix):

@@ -1,16 +1,18 @@
-"""How the in-sandbox servers are shipped: their sources, read from this package, run by the sandbox's own
-python3 in one globals dict (``boot_common`` first, then the server's main), never imported by the worker."""
+"""How the in-sandbox servers are shipped: their sources, read from the guest package (``workers.sandbox.guest``)
+with the guest modules they import spliced in (``guest_source``, as for every guest program), run by the
+sandbox's own python3 in one globals dict (``boot_common`` first, then the server's main), never imported by the
+worker."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from workers.sandbox.guest_source import program_source
 
 BOOT_COMMON = "boot_common.py"
 
 
 def boot_source(name: str) -> str:
-    """The source of a module of this package that runs inside a sandbox (``boot_common``, a server's main)."""
-    return Path(__file__).with_name(name).read_text(encoding="utf-8")
+    """The source of a guest module that runs inside a sandbox (``boot_common``, a server's main)."""
+    return program_source(name).decode("utf-8")
 
 
 def boot_program(main: str) -> str:

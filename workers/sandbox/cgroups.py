@@ -22,7 +22,7 @@ from pathlib import Path
 
 from schemas.errors import SandboxError
 from workers.sandbox.audit import pid_alive
-from workers.sandbox.guest_clock import WaitGain
+from workers.sandbox.guest.clock import WaitGain
 
 #: A run's usage so far: (its CPU seconds, the largest run delay one of its threads gained since the last call).
 Usage = Callable[[], tuple[float, float]]
@@ -373,7 +373,7 @@ def threads_file(cg: CgroupDirs) -> Path:
 
 
 def usage_of(cg: CgroupDirs) -> Usage:
-    """A run's usage from now on, for its time limit (``guest_clock``): the CPU seconds the cgroup used since
+    """A run's usage from now on, for its time limit (``guest.clock``): the CPU seconds the cgroup used since
     this call, and the largest run delay one of its threads gained since the previous reading."""
     gain = WaitGain()
     threads = threads_file(cg)

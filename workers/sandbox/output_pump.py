@@ -1,7 +1,7 @@
 """The one output pump of every sandbox path that ends with a readable "exit" fd (a pidfd, a status pipe).
 
 Pumps stdout/stderr into a ``Capture`` (caps, start marker) until the exit fd fires and the output drained,
-the run's time limit stops it (``guest_clock.Limit``: its CPU time and its own time, read by the backend's
+the run's time limit stops it (``guest.clock.Limit``: its CPU time and its own time, read by the backend's
 ``usage``; never time it waited for a CPU) or output overflows. What differs between backends is only the
 ``Deadlines`` policy and where ``usage`` reads the run.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from workers.sandbox.api import SandboxStatus
 from workers.sandbox.capture import Capture
 from workers.sandbox.cgroups import Usage
-from workers.sandbox.guest_clock import HOST, Limit
+from workers.sandbox.guest.clock import HOST, Limit
 
 #: How often the host reads a run for its limit. Coarser than inside the sandbox (where the per-case limits are
 #: enforced): one worker reads every run of its slots, and a tenth of a second past a limit is no verdict's.

@@ -8,6 +8,7 @@ import os
 
 from workers.sandbox.api import SandboxSpec
 from workers.sandbox.common import base_env, check_relpath
+from workers.sandbox.guest.plumbing import write_all
 
 
 def encode_spec(spec: SandboxSpec, marker: bytes) -> bytes:
@@ -25,17 +26,11 @@ def encode_spec(spec: SandboxSpec, marker: bytes) -> bytes:
     return json.dumps(header).encode() + b"\n" + b"".join(data for _, data in names)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def memfd(name: str, data: bytes) -> int:
     """A copy of ``data`` in a memfd (close-on-exec, at offset 0) to hand a run: its spec, its stdin."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         os.lseek(fd, 0, os.SEEK_SET)
     except OSError:
         os.close(fd)

@@ -34,10 +34,11 @@ import signal
 import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:  # at run time all of boot_common is already here: the launcher runs it first, same globals
+if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is here: the launcher runs it first
     from typing import Any
 
-    from workers.sandbox.boot_common import *
+    from workers.sandbox.guest.boot_common import *
+    from workers.sandbox.guest.plumbing import *
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000

@@ -52,10 +52,11 @@ import sys
 import time
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:  # at run time all of boot_common is already here: the launcher runs it first, same globals
+if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is here: the launcher runs it first
     from typing import Any
 
-    from workers.sandbox.boot_common import *
+    from workers.sandbox.guest.boot_common import *
+    from workers.sandbox.guest.plumbing import *
 
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWIPC = 0x08000000

@@ -17,7 +17,7 @@ sandbox and the program, rather than the program as the sandbox's argv:
 
 Protocol: stdin is the 32-byte nonce, ``\\n``, one JSON header line, then the program's stdin. Header:
 ``argv``; ``timeout_s``, the program's limit (its CPU time and its own time, never time it waited for a CPU:
-``guest_clock``, over every process of the run); ``max_output_bytes`` (per stream; more ends
+``guest.clock``, over every process of the run); ``max_output_bytes`` (per stream; more ends
 the step as ``output_limit``); ``executables`` (files made executable first: the host writes every file
 0644); ``collect`` (paths whose regular files are sent back); ``collect_always`` (also after a failed step);
 ``max_collect_bytes``; ``max_collect_files``. Records: ``hello``; ``step`` (``exit``, ``signal``,
@@ -40,14 +40,14 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest_clock import HOST, ProcLimit, become_subreaper
+from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper
+from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
+from workers.sandbox.guest.plumbing import read_all, write_all
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any
 
-MAGIC = b"@@RS1"
-NONCE_LEN = 32
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 READ_CHUNK = 1 << 16
@@ -57,29 +57,14 @@ def _prctl(option: int, arg: int) -> bool:
     return bool(ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg), 0, 0, 0) == 0)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
 class Out:
     """The framed record channel (the driver's stdout)."""
 
     def __init__(self, nonce: bytes) -> None:
-        self.prefix = b"\n" + MAGIC + b" " + nonce + b" "
+        self.prefix = b"\n" + frame_prefix(nonce)
 
     def emit(self, record: dict[str, Any]) -> None:
-        _write_all(1, self.prefix + json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        write_all(1, self.prefix + json.dumps(record, separators=(",", ":")).encode() + b"\n")
 
 
 def _child(argv: list[str], stdin_fd: int, out_w: int, err_w: int) -> None:
@@ -123,7 +108,7 @@ def _kill_group(pid: int) -> None:
 def _spawn(argv: list[str], stdin: bytes) -> tuple[int, int, int]:
     """Fork the program; (pid, its stdout's read end, its stderr's read end)."""
     mem = os.memfd_create("stdin")
-    _write_all(mem, stdin)
+    write_all(mem, stdin)
     os.lseek(mem, 0, os.SEEK_SET)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -281,7 +266,7 @@ def place(pairs: list[list[str]]) -> None:
             try:
                 dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 try:
-                    _write_all(dst, _read_all(src))
+                    write_all(dst, read_all(src))
                 finally:
                     os.close(dst)
             finally:
@@ -359,7 +344,7 @@ def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
 def main() -> int:
     """One step; the exit status says nothing (only framed records count)."""
     hardened = _prctl(PR_SET_DUMPABLE, 0) and become_subreaper()  # the limit counts a daemon it leaves
-    blob = _read_all(0)
+    blob = read_all(0)
     nonce = blob[:NONCE_LEN]
     nl = blob.index(b"\n", NONCE_LEN + 1)
     header: dict[str, Any] = json.loads(blob[NONCE_LEN + 1 : nl])

@@ -6,7 +6,8 @@ and runs both in ONE globals dict, this one first (``boot.boot_program`` puts bo
 ``-c`` command line; ``docker_entry`` sends both on the entry server's stdin and its BOOT execs them). The
 main scripts import all of it (``*``) only under ``TYPE_CHECKING`` (``False`` at run time), for mypy; at run
 time the names are already in their globals. So this module must not import ``workers`` or anything outside
-the standard library, and must not define a name a main script defines too.
+the standard library (but a guest module, spliced in by ``workers.sandbox.guest_source`` as the launchers read
+this source: ``plumbing``), and must not define a name a main script defines too.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ import sys
 import time
 import traceback
 import types
+
+# For the servers' mains, which run in these globals (spliced in: see the docstring).
+from workers.sandbox.guest.plumbing import read_all, write_all  # noqa: F401
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -69,21 +73,6 @@ def ok(ret: int, what: str) -> None:
 
 def prctl(option: int, arg: int) -> None:
     ok(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
-
-
-def read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def read_text(path: str) -> str:

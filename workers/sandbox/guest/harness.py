@@ -27,7 +27,7 @@ Why it is shaped like this (the grader's trust argument):
   the policy the candidate's output, never the protocol or check code's output.
 * Time limits are the parent's, per case (a call, an io run, an assert check; loading the candidate's module has
   one of its own), enforced with SIGKILL: the CPU time and own time of every process of the run while the case
-  runs (one that left the case's group still counts), never time spent waiting for a CPU (``guest_clock``).
+  runs (one that left the case's group still counts), never time spent waiting for a CPU (``guest.clock``).
   A case the host starved past the ceiling is reported with ``"contention": true``: the host repeats the
   run, it is never the candidate's failure. The outer sandbox enforces the whole run.
 * Workspace jobs (an agent episode's final workspace, header ``"workspace"``): the parent restores the tar the
@@ -64,7 +64,9 @@ import sys
 import time
 import types
 
-from workers.sandbox.guest_clock import HOST, ProcLimit, become_subreaper, run_tree
+from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper, run_tree
+from workers.sandbox.guest.framing import MAGIC, NONCE_LEN
+from workers.sandbox.guest.plumbing import prctl_ok, read_exact_into
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 
@@ -75,8 +77,6 @@ if TYPE_CHECKING:  # the harness imports nothing it does not need at run time (s
     #: What an io case runs: a program's text, or a workspace task's command (argv) in its workspace.
     Program: TypeAlias = "str | tuple[list[str], Workspace]"
 
-MAGIC = b"@@RS1"
-NONCE_LEN = 32
 MAX_DEPTH = 100
 MAX_NODES = 200_000
 MAX_INT_BITS = 4096
@@ -345,34 +345,12 @@ def strict_loads(data: bytes | bytearray | str) -> object:
 # Low-level plumbing
 
 
-def _prctl(option: int, arg: int) -> bool:
-    """``prctl(option, arg)`` via libc; False when unavailable (the record says so)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(option, arg, 0, 0, 0)) == 0
-    except Exception:
-        return False
-
-
 def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    # Not plumbing.write_all: this one writes with ``_write``, bound before any candidate code runs.
     view = memoryview(data)
     while view:
         n = _write(fd, view)
         view = view[n:]
-
-
-def _read_exact_into(fd: int, buf: bytearray) -> int:
-    """Fill ``buf`` from ``fd`` with the kernel copying straight into it (no intermediate bytes objects)."""
-    view = memoryview(buf)
-    got = 0
-    while got < len(buf):
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            break
-        got += n
-    return got
 
 
 def _quietly(fn: Callable[[], object]) -> None:
@@ -633,7 +611,7 @@ def _child_common(
     os.dup2(stderr_fd if stderr_fd is not None else null, 2)
     os.close(null)
     _quietly(os.setsid)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl_ok(PR_SET_PDEATHSIG, signal.SIGKILL)
     try:
         with open("/proc/self/oom_score_adj", "w") as f:  # the OOM killer should pick the candidate
             f.write("1000")
@@ -1393,12 +1371,12 @@ def main(argv: list[str]) -> int:
     been parsed the parent never forks again, so no candidate process ever holds check code.
     Exit status is irrelevant to the verdict: only framed records count.
     """
-    hardened = _prctl(PR_SET_DUMPABLE, 0) and become_subreaper()
+    hardened = prctl_ok(PR_SET_DUMPABLE, 0) and become_subreaper()
     _safe_sys_path()
     size = int(argv[1])
     n_assert = int(argv[2])
     buf = bytearray(size)
-    got = _read_exact_into(0, buf)
+    got = read_exact_into(0, buf)
     nonce = bytearray(NONCE_LEN)
     nonce[:] = memoryview(buf)[:NONCE_LEN]
     buf[:NONCE_LEN] = bytes(NONCE_LEN)

@@ -1,6 +1,6 @@
 """The program that runs INSIDE the sandbox for one agent step: a workspace in, one action, a workspace out.
 
-Why it is shaped like this (the same trust argument as ``workers/grading/harness.py``):
+Why it is shaped like this (the same trust argument as ``workers/sandbox/guest/harness.py``):
 
 * The runner ("parent") never runs the agent's code. ``exec`` spawns the command with its stdin on
   /dev/null and its stdout/stderr on pipes the parent reads with caps; no other fd of the parent crosses
@@ -26,7 +26,7 @@ Why it is shaped like this (the same trust argument as ``workers/grading/harness
   depth, and a read follows links as the kernel does (``MAX_SYMLINKS`` at most: a longer chain or a loop is
   ``rejected``). The cursor goes up through ``..`` only while no other process runs.
 * An exec's limit is the CPU time and own time of every process of the run while it runs, never time spent
-  waiting for a CPU (``guest_clock``), enforced by the parent with SIGKILL; a command the host starved past
+  waiting for a CPU (``guest.clock``), enforced by the parent with SIGKILL; a command the host starved past
   the ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The
   outer sandbox enforces the whole run.
 
@@ -57,14 +57,14 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest_clock import HOST, ProcLimit
+from workers.sandbox.guest.clock import HOST, ProcLimit
+from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
+from workers.sandbox.guest.plumbing import prctl_ok, read_exact_into, write_all
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-MAGIC = b"@@RSTEP1"
-NONCE_LEN = 32
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 BLOCK = 512
@@ -100,32 +100,6 @@ class WorkspaceError(Exception):
 # Plumbing
 
 
-def _prctl(option: int, arg: int) -> bool:
-    try:
-        import ctypes
-
-        return int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)) == 0
-    except Exception:
-        return False
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_exact_into(fd: int, buf: bytearray) -> int:
-    view = memoryview(buf)
-    got = 0
-    while got < len(buf):
-        n = os.readv(fd, [view[got:]])
-        if n == 0:
-            break
-        got += n
-    return got
-
-
 def _oom_score_adj(value: str) -> str:
     """Set our ``oom_score_adj`` (best effort); the value it had."""
     try:
@@ -146,14 +120,14 @@ class Frames:
     """Nonce-framed records on stdout (fd 1), the only thing ever written there."""
 
     def __init__(self, nonce: bytes) -> None:
-        self.prefix = MAGIC + b" " + nonce + b" "
+        self.prefix = frame_prefix(nonce, STEP_MAGIC)
 
     def record(self, obj: dict[str, Any], payload: list[bytes] | None = None) -> None:
         """One record (ASCII JSON: no newline inside), then ``payload``'s chunks as they are."""
         body = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=True).encode()
-        _write_all(1, self.prefix + body + b"\n")
+        write_all(1, self.prefix + body + b"\n")
         for chunk in payload or ():
-            _write_all(1, chunk)
+            write_all(1, chunk)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -399,7 +373,7 @@ def restore(data: bytes | bytearray | memoryview) -> int:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(base, flags, 0o644, dir_fd=cursor.fd)
             try:
-                _write_all(fd, body)
+                write_all(fd, body)
                 os.fchmod(fd, 0o755 if mode & stat.S_IXUSR else 0o644)
             finally:
                 os.close(fd)
@@ -707,7 +681,7 @@ def do_write(job: dict[str, Any], data: bytes) -> dict[str, Any]:
     finally:
         cursor.close()
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
     finally:
         os.close(fd)
     return {"bytes": len(data)}
@@ -876,13 +850,13 @@ def main(argv: list[str]) -> int:
     """One step. Exit status is irrelevant: only the frames count."""
     if os.getuid() == 0:  # kill(-1) as root outside a sandbox would end the machine's processes
         raise SystemExit("step_runner: refusing to run as root (it runs only inside a sandbox)")
-    hardened = _prctl(PR_SET_DUMPABLE, 0) and _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    hardened = prctl_ok(PR_SET_DUMPABLE, 0) and prctl_ok(PR_SET_CHILD_SUBREAPER, 1)
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     os.closerange(3, 1 << 16)
     size = int(argv[1])
     buf = bytearray(size)
-    got = _read_exact_into(0, buf)
+    got = read_exact_into(0, buf)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # the stdin file (a memfd, or docker's /tmp file) is released
     os.close(null)

@@ -1,0 +1,53 @@
+"""The fd and ``prctl`` plumbing the in-sandbox programs share, written once.
+
+Guest code: standard library only, and no ``from __future__`` import (it is spliced, by
+``workers.sandbox.guest_source``, into the programs that import it, after their own imports: the step runner,
+the language driver, the harness, and ``boot_common`` for the in-sandbox servers). The host imports it as a
+module (``workers.sandbox.run_spec``).
+
+Not here on purpose: the harness's own ``_write_all`` writes with ``os.write`` as bound before any candidate
+code runs; the driver's ``_prctl`` and ``boot_common.prctl`` pass the argument as an unsigned long and the
+latter raises on failure. Those differ in behaviour, so they stay with their programs.
+"""
+
+import os
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write all of ``data`` to ``fd`` (a pipe or socket may take less than asked per write)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_all(fd: int) -> bytes:
+    """Everything ``fd`` has until its end of file."""
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def read_exact_into(fd: int, buf: bytearray) -> int:
+    """Fill ``buf`` from ``fd`` with the kernel copying straight into it (no intermediate bytes objects); the
+    bytes read, fewer than ``len(buf)`` only at end of file."""
+    view = memoryview(buf)
+    got = 0
+    while got < len(buf):
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+def prctl_ok(option: int, arg: int) -> bool:
+    """``prctl(option, arg)`` via libc; False when it failed or is unavailable (the caller reports it)."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)) == 0
+    except Exception:
+        return False
