@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
 from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
+from schemas.signals import Signal
 from schemas.status import RunStatusField
 from schemas.tasks import CaseId, Language, TaskId
 from schemas.text import sanitize_text
@@ -357,7 +358,7 @@ class JudgeScore(Event):
 class InputRef(Contract):
     """One event a reward was computed from."""
 
-    role: Literal["generation", "execution", "verdict", "judgement"] = Field(description="which signal")
+    role: Literal["generation", Signal] = Field(description="which signal")
     event_id: Id = Field(description="event_id of that event")
 
 
@@ -379,7 +380,7 @@ class RewardEvent(Event):
         max_length=64,
         description="hack flags (rule ids; they gate), warn:<rule> (shown, not gating), public_passed_hidden_failed",
     )
-    missing: list[Literal["execution", "verdict", "judgement"]] = Field(
+    missing: list[Signal] = Field(
         default_factory=list, description="signals that had not arrived by the policy deadline"
     )
     inputs: list[InputRef] = Field(default_factory=list, description="events this reward was computed from")

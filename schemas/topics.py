@@ -26,15 +26,14 @@ from schemas.events import (
     RewardEvent,
 )
 from schemas.runs import RunReply, RunRequest
+from schemas.signals import SIGNAL_TOPIC, SIGNAL_WRITER, SIGNALS, SignalTopic, WriterRole
 
 if TYPE_CHECKING:
     from schemas.settings import Settings
 
 Role = Literal[
     "generations",
-    "executions",
-    "verdicts",
-    "judgements",
+    SignalTopic,
     "rewards",
     "actions",
     "observations",
@@ -150,10 +149,8 @@ def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:
     raise ConfigError(f"no topic with role {role!r} in the catalog")
 
 
-#: A worker role that writes a joined topic.
-WriterRole = Literal["executor", "verifier", "judge"]
 #: The worker role whose transactions write each joined topic (its consumer group reads the generations).
-WRITER_ROLE: dict[Role, WriterRole] = {"executions": "executor", "verdicts": "verifier", "judgements": "judge"}
+WRITER_ROLE: dict[Role, WriterRole] = {SIGNAL_TOPIC[signal]: SIGNAL_WRITER[signal] for signal in SIGNALS}
 
 
 def group_for(settings: Settings, role: str) -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from schemas.events import RewardEvent
+from schemas.signals import Signal
 from streams.reward.policy import (
     PUBLIC_PASSED_HIDDEN_FAILED,
-    Part,
     Policy,
     PolicyError,
     Scored,
@@ -41,7 +41,7 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
-def _gate_steps(policy: Policy, signals: Signals, missing: tuple[Part, ...]) -> list[str]:
+def _gate_steps(policy: Policy, signals: Signals, missing: tuple[Signal, ...]) -> list[str]:
     steps = []
     for part in missing:
         required = part in policy.join.required

@@ -15,15 +15,11 @@ from pydantic import BaseModel, ConfigDict
 
 from schemas.caps import cap, fit_list
 from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent, result_ids
-from streams.reward.policy import PARTS, Part, Policy, Scored, Signals, Withheld, evaluate
+from schemas.signals import SIGNALS, Signal
+from streams.reward.policy import Policy, Scored, Signals, Withheld, evaluate
 
 PartEvent = ExecutionResult | HiddenVerdict | JudgeScore
 Status = Literal["pending", "emitted", "gave_up"]
-_ROLE: dict[Part, Literal["execution", "verdict", "judgement"]] = {
-    "execution": "execution",
-    "verdict": "verdict",
-    "judgement": "judgement",
-}
 _NAMESPACE = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
 #: Serialized states begin with this when pending (``status`` is the first field): the deadline scan skips
 #: every other state without decoding it.
@@ -64,13 +60,13 @@ class JoinState(BaseModel):
         """The parts as the policy sees them."""
         return Signals(self.execution, self.verdict, self.judgement)
 
-    def missing(self, policy: Policy) -> tuple[Part, ...]:
+    def missing(self, policy: Policy) -> tuple[Signal, ...]:
         """Awaited parts that have not arrived."""
         present = set(self.signals().present())
         return tuple(p for p in policy.join.wait_for if p not in present)
 
 
-def part_of(event: PartEvent) -> Part:
+def part_of(event: PartEvent) -> Signal:
     """Which side of the join an event is."""
     if isinstance(event, ExecutionResult):
         return "execution"
@@ -173,7 +169,7 @@ def task_versions(state: JoinState) -> tuple[str | None, str | None]:
     two roles' reads makes them differ. The reward then records the verdict's version (the hidden tests'
     evidence decides it; else the execution's, else the judgement's) and says which part had which. A part
     that names none (a role that cannot tell) disagrees with nobody."""
-    named = [(p, ev.task_version) for p in PARTS if (ev := getattr(state, p)) is not None and ev.task_version]
+    named = [(p, ev.task_version) for p in SIGNALS if (ev := getattr(state, p)) is not None and ev.task_version]
     if not named:
         return None, None
     chosen = next((v for p, v in named if p == "verdict"), named[0][1])
@@ -184,10 +180,10 @@ def task_versions(state: JoinState) -> tuple[str | None, str | None]:
     return chosen, f"task versions differ: {parts} ({why}); the reward records {chosen[:12]}"
 
 
-def reward_event(state: JoinState, scored: Scored, missing: tuple[Part, ...], policy: Policy) -> RewardEvent:
+def reward_event(state: JoinState, scored: Scored, missing: tuple[Signal, ...], policy: Policy) -> RewardEvent:
     """The RewardEvent for a scored state, carrying the policy version, the task version and the ids of the
     events used."""
-    inputs = [InputRef(role=_ROLE[p], event_id=ev.event_id) for p in PARTS if (ev := getattr(state, p)) is not None]
+    inputs = [InputRef(role=p, event_id=ev.event_id) for p in SIGNALS if (ev := getattr(state, p)) is not None]
     version, differ = task_versions(state)
     reasons = fit_list(RewardEvent, "reasons", scored.reasons)
     if differ is not None:  # never cut: it says the parts do not describe one task

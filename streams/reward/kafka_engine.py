@@ -48,7 +48,8 @@ from schemas.codec import encode
 from schemas.errors import HandlerCrashError
 from schemas.events import RewardEvent
 from schemas.settings import Settings
-from schemas.topics import catalog_for, topic_for
+from schemas.signals import SIGNAL_TOPICS
+from schemas.topics import Role, catalog_for, topic_for
 from streams.reward.join import JoinState, emitted
 from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
@@ -202,7 +203,7 @@ class _Outputs:
         self._stage.produce(self._names["logs"], key, value)
 
     async def caught_up(self, partitions: set[int], processed: Mapping[tuple[str, int], int]) -> InputEnds:
-        inputs = [self._names[r] for r in ("executions", "verdicts", "judgements")]
+        inputs = [self._names[r] for r in SIGNAL_TOPICS]
         return await asyncio.to_thread(
             settled_inputs, self._liveness, self._options.app_id, inputs, partitions, processed
         )
@@ -217,11 +218,9 @@ class RewardEngine:
         self.settings = settings
         self.options = options
         specs = catalog_for(settings)
-        self.names = {
-            role: topic_for(role, specs).name
-            for role in ("executions", "verdicts", "judgements", "rewards", "dlq", "logs")
-        }
-        self.inputs = [self.names[r] for r in ("executions", "verdicts", "judgements")]
+        roles: tuple[Role, ...] = (*SIGNAL_TOPICS, "rewards", "dlq", "logs")
+        self.names: dict[str, str] = {role: topic_for(role, specs).name for role in roles}
+        self.inputs = [self.names[r] for r in SIGNAL_TOPICS]
         self.changelog = changelog_name(options.app_id)
         self._changelog_spec = changelog_spec(options.app_id, topic_for("executions", specs))
         client = settings.kafka_client_config()

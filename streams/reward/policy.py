@@ -19,9 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError
 from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore
+from schemas.signals import SIGNALS, Signal
 
-Part = Literal["execution", "verdict", "judgement"]
-PARTS: tuple[Part, ...] = ("execution", "verdict", "judgement")
 POLICY_SCHEMA = "rewardstream.reward-policy/v1"
 #: Flag raised when the public tests all pass but a hidden one fails: the classic overfit-to-examples sign.
 PUBLIC_PASSED_HIDDEN_FAILED = "public_passed_hidden_failed"
@@ -42,9 +41,9 @@ class _Strict(BaseModel):
 class JoinRules(_Strict):
     """When the join stops waiting."""
 
-    wait_for: tuple[Part, ...] = PARTS
+    wait_for: tuple[Signal, ...] = SIGNALS
     deadline_s: float = Field(30.0, gt=0, le=86_400)
-    required: tuple[Part, ...] = ("execution", "verdict")
+    required: tuple[Signal, ...] = ("execution", "verdict")
     sandbox_retry_s: float = Field(600.0, gt=0, le=7 * 86_400)
 
     @model_validator(mode="after")
@@ -135,15 +134,15 @@ class Signals:
     verdict: HiddenVerdict | None = None
     judgement: JudgeScore | None = None
 
-    def present(self) -> tuple[Part, ...]:
+    def present(self) -> tuple[Signal, ...]:
         """Parts that arrived."""
         have = {"execution": self.execution, "verdict": self.verdict, "judgement": self.judgement}
-        return tuple(p for p in PARTS if have[p] is not None)
+        return tuple(p for p in SIGNALS if have[p] is not None)
 
 
-def sandbox_errors(signals: Signals) -> tuple[Part, ...]:
+def sandbox_errors(signals: Signals) -> tuple[Signal, ...]:
     """Parts whose sandbox failed (their result proves nothing either way)."""
-    out: list[Part] = []
+    out: list[Signal] = []
     if signals.execution is not None and signals.execution.run.status == "sandbox_error":
         out.append("execution")
     if signals.verdict is not None and signals.verdict.run.status == "sandbox_error":
@@ -151,7 +150,7 @@ def sandbox_errors(signals: Signals) -> tuple[Part, ...]:
     return tuple(out)
 
 
-def evaluate(policy: Policy, signals: Signals, missing: tuple[Part, ...] = ()) -> Scored | Withheld:
+def evaluate(policy: Policy, signals: Signals, missing: tuple[Signal, ...] = ()) -> Scored | Withheld:
     """The reward for ``signals``; ``missing`` names awaited parts that had not arrived by the deadline."""
     broken = sandbox_errors(signals)
     if broken:

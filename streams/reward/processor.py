@@ -33,6 +33,7 @@ from schemas.events import (
     RewardEvent,
     generation_ids,
 )
+from schemas.signals import SIGNAL_TOPIC
 from streams.reward.join import (
     PENDING_PREFIX,
     Emit,
@@ -55,8 +56,6 @@ _MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore
     "verdicts": HiddenVerdict,
     "judgements": JudgeScore,
 }
-#: The input role that carries each part.
-_ROLE_OF_PART = {"execution": "executions", "verdict": "verdicts", "judgement": "judgements"}
 log = logging.getLogger("rewardstream.rewards")
 
 
@@ -274,7 +273,7 @@ class RewardProcessor:
 
     def _inputs_of_missing(self, state: JoinState) -> set[tuple[str, int]]:
         """The inputs that would carry the parts ``state`` still awaits."""
-        roles = {_ROLE_OF_PART[part] for part in state.missing(self.policy)}
+        roles = {SIGNAL_TOPIC[part] for part in state.missing(self.policy)}
         return {(topic, state.partition) for topic, role in self.topics.roles.items() if role in roles}
 
     def _drained(self, state: JoinState, ends: InputEnds) -> bool:

@@ -24,7 +24,8 @@ from schemas.errors import ConfigError
 from schemas.events import GenerationEvent
 from schemas.runs import RunRequest
 from schemas.settings import Settings
-from schemas.topics import WRITER_ROLE, WriterRole, catalog_for, group_for, topic_for
+from schemas.signals import WriterRole
+from schemas.topics import WRITER_ROLE, catalog_for, group_for, topic_for
 from schemas.topics import Role as TopicRole
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
 from workers.handler import Handler

@@ -25,6 +25,7 @@ from typing import Any
 from bus.changelog import TABLE_NAME
 from schemas.errors import HandlerCrashError
 from schemas.settings import Settings
+from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import catalog_for, topic_for
 from streams.reward.faust.emit_then_mark import EmitThenMark
 from streams.reward.faust.join import FaustJoin
@@ -149,7 +150,7 @@ class _FaustOutputs:
 def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[Any, RewardProcessor]:
     """A configured Faust app and the processor it drives (not started)."""
     specs = catalog_for(settings)
-    names = {role: topic_for(role, specs).name for role in ("executions", "verdicts", "judgements")}
+    names = {role: topic_for(role, specs).name for role in SIGNAL_TOPICS}
     app = read_committed_app_class()(
         options.app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
