@@ -17,10 +17,10 @@ import marshal
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from schemas.caps import fit
-from schemas.events import CaseResult, SandboxRun
+from schemas.events import CaseResult, CaseStatus, SandboxRun, SuiteKind
 from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
@@ -45,7 +45,6 @@ BOOT = (
     "exec(c,{'__name__':'__main__','__builtins__':__builtins__,'__file__':'harness.py'})\n"
 )
 HARNESS_OUTPUT_BYTES = 8 * 1024 * 1024
-CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
 AnySuite = CallSuite | IoSuite | AssertSuite | CommandSuite
 #: The one case a command suite (a workspace task's public command) reports: the command's run.
 COMMAND_CASE_ID = "command"
@@ -177,7 +176,7 @@ def argv_of(command: Command) -> list[str]:
 class JobSuite:
     """One suite as sent into the sandbox: inputs only."""
 
-    kind: Literal["call", "io", "assert"]
+    kind: SuiteKind
     payload: dict[str, Any]
 
 
