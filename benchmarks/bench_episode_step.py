@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from schemas.backends import BACKENDS
 from schemas.settings import Settings
 from workers.episodes.snapshot import Caps, pack
 from workers.episodes.step import StepAction, canonical, run_step, workdir_limits
@@ -56,7 +57,7 @@ def _summary(ms: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", default="process", choices=("process", "docker"))
+    parser.add_argument("--backend", default="process", choices=BACKENDS)
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--size", type=int, default=2000)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas.backends import BACKENDS
 from workers.tasks.humaneval import load_problems
 
 BIN = Path(sys.executable).parent
@@ -102,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--backend", default="process", choices=("process", "docker"))
+    ap.add_argument("--backend", default="process", choices=BACKENDS)
     ap.add_argument("--before", default=None, help="another checkout's rewardstream executable, run side by side")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args(argv)

@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from schemas.backends import BACKENDS
 from tests.sandbox.busy_host import busy_host
 from tests.sandbox.language_programs import eight_case_sum_task, right_and_wrong
 
@@ -161,7 +162,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--copies", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=6)
-    parser.add_argument("--backend", choices=("process", "docker"), default="process")
+    parser.add_argument("--backend", choices=BACKENDS, default="process")
     parser.add_argument("--no-pipeline", action="store_true", help="skip part 2 (needs Kafka)")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()

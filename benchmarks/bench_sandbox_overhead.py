@@ -12,10 +12,11 @@ import json
 import resource
 import time
 
+from schemas.backends import Backend
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxSpec
 from workers.sandbox.docker_backend import DockerSandbox, docker_client
-from workers.sandbox.factory import Backend, make_sandbox
+from workers.sandbox.factory import make_sandbox
 
 FLOOD = "import os\nb = b'x' * (1 << 20)\nfor _ in range(1024): os.write(1, b)"
 

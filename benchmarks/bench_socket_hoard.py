@@ -36,9 +36,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from schemas.backends import BACKENDS, Backend
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
-from workers.sandbox.factory import Backend, make_sandbox
+from workers.sandbox.factory import make_sandbox
 
 FAMILIES = (
     "tcp", "tcp-backlog", "tcp6-backlog", "tcp-many", "tcp-syn", "tcp-orphan", "tcp-fork", "tcp-read", "udp",
@@ -274,7 +275,7 @@ def hoard(sandbox: Sandbox, family: str, *, memory_mb: int, budget_mb: int, proc
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", default="process", choices=("process", "docker"))
+    ap.add_argument("--backend", default="process", choices=BACKENDS)
     ap.add_argument("--family", default=",".join(FAMILIES))
     ap.add_argument("--memory-mb", type=int, default=128)
     ap.add_argument("--budget-mb", type=int, default=768)

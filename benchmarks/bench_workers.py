@@ -23,10 +23,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
 
 from bus.clients import make_consumer, make_producer
 from bus.metrics import WorkerMetrics
+from schemas.backends import BACKENDS, Backend
 from schemas.codec import encode
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
@@ -123,10 +123,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--role", choices=("executor", "verifier"), default="executor")
-    parser.add_argument("--backend", choices=("process", "docker"), default="process")
+    parser.add_argument("--backend", choices=BACKENDS, default="process")
     parser.add_argument("--no-artifacts", action="store_true", help="worker does not store code/results in S3")
     args = parser.parse_args()
-    backend: Literal["process", "docker"] = "docker" if args.backend == "docker" else "process"
+    backend: Backend = "docker" if args.backend == "docker" else "process"
     role: RoleName = "verifier" if args.role == "verifier" else "executor"
 
     from workers.sandbox.factory import make_sandbox

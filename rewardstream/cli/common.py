@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 import pydantic
 
+from schemas.backends import BACKENDS, Backend
 from schemas.codec import problems_of
 from schemas.errors import ConfigError
 from schemas.settings import Settings, env_name
 
 if TYPE_CHECKING:
     from workers.sandbox.api import Sandbox
-    from workers.sandbox.factory import Backend
 
 
 T = TypeVar("T")
@@ -28,6 +28,16 @@ def load_settings() -> Settings:
     except pydantic.ValidationError as exc:
         field, problem = problems_of(exc)[0]
         raise ConfigError(f"bad setting {env_name(field)}: {problem}") from None
+
+
+def backend_option(value: str | None) -> Backend | None:
+    """A ``--backend`` value checked (None: the settings decide)."""
+    if value is None:
+        return None
+    for backend in BACKENDS:
+        if value == backend:
+            return backend
+    raise ConfigError(f"--backend must be process or docker, not {value!r}")
 
 
 def open_sandbox(settings: Settings, backend: Backend | None = None) -> Sandbox:

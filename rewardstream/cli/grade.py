@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import orjson
 import pydantic
@@ -27,9 +27,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rewardstream.cli.common import load_settings, open_sandbox, print_json
+from rewardstream.cli.common import backend_option, load_settings, open_sandbox, print_json
 from rewardstream.cli.graded import Graded, PolicyGrader
 from rewardstream.cli.main import app
+from schemas.backends import Backend
 from schemas.caps import fit_item
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
@@ -148,16 +149,6 @@ def result_line(solution: Solution, graded: Future[Graded], version: str | None 
     return "sandbox_error", 0.0, orjson.dumps(failed) + b"\n"
 
 
-def _backend(value: str | None) -> Literal["process", "docker"] | None:
-    if value is None:
-        return None
-    if value == "process":
-        return "process"
-    if value == "docker":
-        return "docker"
-    raise ConfigError(f"--backend must be process or docker, not {value!r}")
-
-
 @app.command("grade")
 def grade_command(
     *,
@@ -178,7 +169,7 @@ def grade_command(
     ] = None,
 ) -> None:
     """Grade one solution (--task/--code) or a batch (--tasks/--solutions/--out) and report results."""
-    chosen = _backend(backend)
+    chosen = backend_option(backend)
     loaded = load_policy(policy)
     single = task is not None or code is not None
     batch = tasks is not None or solutions is not None or out is not None
@@ -197,7 +188,7 @@ def grade_command(
 def _grade_one(  # noqa: PLR0917
     task_path: Path,
     code_path: Path,
-    backend: Literal["process", "docker"] | None,
+    backend: Backend | None,
     gen: str,
     policy: Policy,
     language: str,
@@ -222,7 +213,7 @@ def _grade_many(
     tasks_path: Path,
     solutions_path: Path,
     out_path: Path,
-    backend: Literal["process", "docker"] | None,
+    backend: Backend | None,
     concurrency: int,
     *,
     policy: Policy,

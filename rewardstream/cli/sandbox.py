@@ -15,24 +15,19 @@ import base64
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
-from rewardstream.cli.common import load_settings, open_sandbox, print_json
+from rewardstream.cli.common import backend_option, load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
+from schemas.backends import Backend
 from schemas.errors import ConfigError, SandboxError
 from schemas.settings import Settings
 from workers.sandbox.api import SandboxSpec, SandboxStatus
 
 sandbox_app = typer.Typer(help="Run untrusted programs in a sandbox backend.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
-
-
-def _backend(backend: str | None) -> Literal["process", "docker"] | None:
-    if backend not in (None, "process", "docker"):
-        raise ConfigError(f"--backend must be process or docker, not {backend!r}")
-    return backend  # type: ignore[return-value]
 
 
 @sandbox_app.command("run")
@@ -52,7 +47,7 @@ def run(
     compile_timeout: Annotated[float, typer.Option(help="the compile's limit, as --timeout")] = 10.0,
 ) -> None:
     """Run FILE in a fresh sandbox and print one JSON result."""
-    chosen = _backend(backend)
+    chosen = backend_option(backend)
     try:
         code = file.read_bytes()
         data = stdin.read_bytes() if stdin is not None else b""
@@ -84,7 +79,7 @@ def _run_language(  # noqa: PLR0917
     file: Path,
     code: bytes,
     stdin: bytes,
-    backend: Literal["process", "docker"] | None,
+    backend: Backend | None,
     language: str,
     timeout: float,
     compile_timeout: float,

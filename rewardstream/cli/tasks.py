@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Literal
 
 import typer
 
-from rewardstream.cli.common import load_settings, open_sandbox, print_json
+from rewardstream.cli.common import backend_option, load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ValidationError
 from workers.tasks.registry import TaskFileError, TaskRegistry, WeakTasksError, write_jsonl
@@ -125,11 +124,7 @@ def humaneval(
     in the sandbox."""
     from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
 
-    if backend not in (None, "process", "docker"):
-        raise ValidationError(f"--backend must be process or docker, not {backend!r}")
-    chosen: Literal["process", "docker"] | None = (
-        None if backend is None else ("docker" if backend == "docker" else "process")
-    )
+    chosen = backend_option(backend)
     settings = load_settings()
     problems = load_problems()
     sandbox = open_sandbox(settings, chosen)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, cast
+from typing import cast
 
+from schemas.backends import Backend
 from schemas.errors import SandboxError
 from schemas.settings import Settings
 from workers.sandbox.api import Sandbox
-
-Backend = Literal["process", "docker"]
 
 
 def make_sandbox(
