@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +30,13 @@ def load_settings() -> Settings:
     except pydantic.ValidationError as exc:
         field, problem = problems_of(exc)[0]
         raise ConfigError(f"bad setting {env_name(field)}: {problem}") from None
+
+
+def configure_logging(level: str | None = None) -> None:
+    """Log lines of a long-running command to stderr, one format for every service: ``level`` by name, else
+    debug when RS_DEBUG is set, else info."""
+    chosen = level.upper() if level is not None else ("DEBUG" if os.environ.get("RS_DEBUG") else "INFO")
+    logging.basicConfig(level=chosen, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def backend_option(value: str | None) -> Backend | None:

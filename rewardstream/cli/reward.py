@@ -7,7 +7,6 @@ it had not committed). /metrics serves dead letters by reason, like the workers'
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from enum import StrEnum
@@ -16,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import configure_logging, load_settings, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError
 
@@ -80,9 +79,7 @@ def run(
                           "table in memory, restored from its changelog, and restarts on a Kafka failure)")  # fmt: skip
     settings = load_settings()
     loaded = load_policy(policy)
-    logging.basicConfig(
-        level=loglevel.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(loglevel)
     metrics = WorkerMetrics("rewards")
     server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
     where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"

@@ -6,14 +6,11 @@ version (each generation is pinned to it), come from the task registry (``worker
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from collections.abc import Callable
 
 import typer
 
-from rewardstream.cli.common import load_settings
+from rewardstream.cli.common import configure_logging, load_settings
 from rewardstream.cli.main import app
 from schemas.settings import Settings
 
@@ -61,10 +58,6 @@ def serve(
     from streams.gateway.server import serve as run_gateway
 
     settings = load_settings()
-    logging.basicConfig(
-        level=logging.DEBUG if os.environ.get("RS_DEBUG") else logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging()
     config = GatewayConfig.from_settings(settings, host=host, port=port)
     run_gateway(config, task_checker(settings), task_version=task_versions(settings))

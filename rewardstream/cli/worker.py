@@ -6,7 +6,6 @@ SIGTERM/SIGINT stop taking work; what was not committed yet is re-delivered to t
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -15,7 +14,7 @@ from types import FrameType
 import typer
 
 from bus.metrics import WorkerMetrics, serve
-from rewardstream.cli.common import load_settings, open_sandbox
+from rewardstream.cli.common import configure_logging, load_settings, open_sandbox
 from rewardstream.cli.main import app
 from workers.logs.service import run_indexers
 
@@ -39,11 +38,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
 def indexer(concurrency: int = _CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
     """Bulk-index LogRecords from the logs topic into daily OpenSearch indices, exactly once per record."""
     settings = load_settings()
-    logging.basicConfig(
-        level=logging.DEBUG if os.environ.get("RS_DEBUG") else logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging()
     stop = threading.Event()
     _stop_on_signals(stop)
     metrics = WorkerMetrics("indexer")
@@ -73,11 +68,7 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     from workers.roles.service import Dependencies, RoleName, run_worker
 
     settings = load_settings()
-    logging.basicConfig(
-        level=logging.DEBUG if os.environ.get("RS_DEBUG") else logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging()
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # SREs: dump stacks of a stuck worker
     stop = threading.Event()
     _stop_on_signals(stop)
