@@ -10,6 +10,12 @@ from pydantic import BaseModel
 
 T = TypeVar("T")
 
+#: Characters of an untrusted or unbounded string (a path, an entry name, a reply, an exception's first line)
+#: that a message quotes: enough to recognise it, never all of it. For text with no field of its own.
+QUOTE_CHARS = 200
+#: Bytes of a sandbox's stderr, its end, that say why the program in it never started.
+STDERR_TAIL_BYTES = 300
+
 
 def cap(model: type[BaseModel], field: str) -> int:
     """The ``max_length`` ``model`` declares for ``field`` (on the field or in its ``Annotated`` type)."""

@@ -387,6 +387,8 @@ class RewardEvent(Event):
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+#: Characters of a ``LogRecord.fields`` name: each is an OpenSearch field of the logs index.
+LOG_FIELD_CHARS = 64
 LogValue = str | int | float | bool | None
 
 

@@ -18,6 +18,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from schemas.caps import QUOTE_CHARS
 from schemas.codec import Contract, S3Url, Sha256
 from schemas.globs import MAX_GLOB_CHARS, glob_problem
 from schemas.paths import parents, path_problem
@@ -71,7 +72,7 @@ class Workspace(Contract):
             problem = path_problem(path)
             if problem is not None:
                 raise PydanticCustomError(
-                    "workspace_path", "path {path} {problem}", {"path": repr(path[:200]), "problem": problem}
+                    "workspace_path", "path {path} {problem}", {"path": repr(path[:QUOTE_CHARS]), "problem": problem}
                 )
             if not is_clean_text(text):
                 raise PydanticCustomError(

@@ -26,6 +26,9 @@ from schemas.content import KEY_PREFIX, content_key, content_url
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 
+#: Characters of an exception's first line that a short error quotes.
+_ERROR_CHARS = 300
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -283,4 +286,4 @@ class ArtifactStore:
 
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:300]}"
+    return f"{type(exc).__name__}: {text[:_ERROR_CHARS]}"

@@ -14,6 +14,7 @@ from typing import Any
 from infra.local.debian import ensure_commands
 from infra.local.paths import PlatformPaths
 from infra.local.service import Health, PortClaim, ProcessService, split_host_port
+from schemas.caps import QUOTE_CHARS
 from schemas.errors import PlatformError
 from schemas.settings import Settings
 
@@ -117,4 +118,4 @@ class DockerService(ProcessService):
 
 def _first_line(exc: Exception) -> str:
     text = str(exc)
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    return text.splitlines()[0][:QUOTE_CHARS] if text else type(exc).__name__

@@ -35,6 +35,9 @@ from infra.local.versions import (
 from schemas.errors import PlatformError
 from schemas.settings import Settings
 
+#: Characters of kafka-storage's stdout and of its stderr, their ends, that say why formatting failed.
+_FORMAT_OUTPUT_CHARS = 500
+
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.rewardstream</groupId>
@@ -185,7 +188,8 @@ class KafkaService(ProcessService):
         )
         result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
         if result.returncode != 0:
-            raise PlatformError(f"formatting Kafka storage failed: {result.stdout[-500:]}{result.stderr[-500:]}")
+            out, err = result.stdout[-_FORMAT_OUTPUT_CHARS:], result.stderr[-_FORMAT_OUTPUT_CHARS:]
+            raise PlatformError(f"formatting Kafka storage failed: {out}{err}")
 
     def start(self) -> None:
         java = self._java_to_start()

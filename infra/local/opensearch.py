@@ -28,6 +28,7 @@ from infra.local.service import (
     unreachable_reason,
 )
 from infra.local.versions import OPENSEARCH_TRANSPORT_PORT_OFFSET, OPENSEARCH_VERSION
+from schemas.caps import QUOTE_CHARS
 from schemas.errors import PlatformError
 from schemas.settings import Settings
 
@@ -167,7 +168,7 @@ def _opensearch_reason(exc: Exception, endpoint: str) -> str:
     if status in (401, 403):
         return f"OpenSearch at {endpoint} rejected the credentials: check RS_OPENSEARCH_USERNAME/PASSWORD"
     first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"OpenSearch does not answer at {endpoint}: {first_line[:200]}"
+    return f"OpenSearch does not answer at {endpoint}: {first_line[:QUOTE_CHARS]}"
 
 
 def _unzip_preserving_modes(archive: Path, dest: Path) -> None:

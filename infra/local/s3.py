@@ -18,6 +18,7 @@ from infra.local.service import (
     unreachable_reason,
 )
 from infra.local.versions import S3PROXY_VERSION
+from schemas.caps import QUOTE_CHARS
 from schemas.settings import Settings
 
 _CREDENTIAL_ERRORS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"})
@@ -109,7 +110,7 @@ class S3Service(ProcessService):
             reason = f"S3 at {self.endpoint} answered with an error: {exc.code}"
             return Health(False, self.endpoint, reason, details)
         except Exception as exc:
-            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            first = str(exc).splitlines()[0][:QUOTE_CHARS] if str(exc) else type(exc).__name__
             return Health(False, self.endpoint, f"S3 does not answer at {self.endpoint}: {first}", details)
         details["buckets"] = len(buckets)
         return Health(True, self.endpoint, None, details)

@@ -25,6 +25,9 @@ from typing import Any
 from schemas.errors import PlatformError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 
+#: Hex digits of a stamp's sha256 that name it: 64 bits, no collision among a host's builds.
+_STAMP_ID_CHARS = 16
+
 _SANDBOX_USER = "sandbox"
 #: What an agent's commands may count on (the episode contract): ``python`` and ``python3``, pytest and git;
 #: requests too, which SandboxFusion's tests import (about 2 MB). Recommends are not installed (mmdebstrap's
@@ -193,7 +196,8 @@ _STAMP_LABEL = "rewardstream.rootfs"
 
 
 def _stamp_id(settings: Settings, family: str = PYTHON_TOOLCHAIN) -> str:
-    return hashlib.sha256(json.dumps(_family_stamp(settings, family), sort_keys=True).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(_family_stamp(settings, family), sort_keys=True).encode()).hexdigest()
+    return digest[:_STAMP_ID_CHARS]
 
 
 def _image_present(docker_client: Any, tag: str, stamp: str) -> bool:

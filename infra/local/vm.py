@@ -25,6 +25,11 @@ from pathlib import Path
 
 from schemas.errors import RewardstreamError
 
+#: Characters of a failed command's stderr, its end, that its error quotes.
+_STDERR_SHOWN_CHARS = 2000
+#: Bytes at the start of a binary read to tell a static one from one that needs the dynamic loader.
+_ELF_HEAD_BYTES = 64 * 1024
+
 #: Debian's metapackage that depends on the current stock kernel image.
 KERNEL_METAPACKAGE = "linux-image-amd64"
 #: Host tools the guest needs, with the Debian package that provides each.
@@ -121,7 +126,7 @@ def _run(cmd: list[str], *, cwd: Path | None = None, timeout: float = _APT_TIMEO
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VmError(f"{shlex.join(cmd)}: {exc}") from exc
     if proc.returncode != 0:
-        raise VmError(f"{shlex.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        raise VmError(f"{shlex.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-_STDERR_SHOWN_CHARS:]}")
     return proc.stdout
 
 
@@ -194,7 +199,7 @@ def _build_initramfs(root: Path, version: str, target: Path) -> None:
     (staging / "bin").mkdir(parents=True)
     (staging / "lib" / "modules").mkdir(parents=True)
     busybox = shutil.which("busybox")
-    if busybox is None or b"ld-linux" in Path(busybox).read_bytes()[:65536]:
+    if busybox is None or b"ld-linux" in Path(busybox).read_bytes()[:_ELF_HEAD_BYTES]:
         raise VmError(
             f"need a statically linked busybox for the initramfs (found {busybox}): apt-get install busybox-static"
         )

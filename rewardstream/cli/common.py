@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+#: Characters of a timestamp a table shows: to the millisecond (``2026-01-02T03:04:05.678``), no zone.
+TIME_CHARS = 23
+#: Unexpected outcomes a demo lists (its summary says how many there were).
+PROBLEMS_SHOWN = 20
 
 
 def load_settings() -> Settings:

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rewardstream.cli.common import load_settings, open_sandbox
+from rewardstream.cli.common import PROBLEMS_SHOWN, load_settings, open_sandbox
 from rewardstream.cli.main import app
 from schemas.events import RewardEvent
 from schemas.settings import Settings
@@ -176,6 +176,6 @@ def _summary(
             f"reward consumed); latency p50 {q[49]:.2f}s, p95 {q[94]:.2f}s, p99 {q[98]:.2f}s; "
             f"sandbox errors {sandbox_errors}"
         )
-    for line in problems[:20]:
+    for line in problems[:PROBLEMS_SHOWN]:
         console.print(f"[red]unexpected[/] {line}")
     return problems

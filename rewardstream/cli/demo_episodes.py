@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rewardstream.cli.common import PROBLEMS_SHOWN
 from schemas.errors import RewardstreamError
 from schemas.events import RewardEvent
 from schemas.settings import Settings
@@ -114,6 +115,6 @@ def summarize(console: Console, episodes: list[DemoEpisode], played: list[Played
     for key, count in sorted(outcomes.items()):
         table.add_row(key, str(count))
     console.print(table)
-    for line in problems[:20]:
+    for line in problems[:PROBLEMS_SHOWN]:
         console.print(f"[red]unexpected[/] {line}")
     return problems

@@ -21,10 +21,11 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import TIME_CHARS, load_settings, print_json
 from rewardstream.cli.explain_episode import episode_lines
 from rewardstream.cli.logs import LogSearchError, search
 from rewardstream.cli.main import app
+from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
@@ -79,7 +80,7 @@ def _snapshot_size(settings: Settings, url: str) -> SnapshotSize:
         bucket, key = parse_url(url)
         return SnapshotSize(size_bytes=int(minio_client(settings, timeout_s=5.0).stat_object(bucket, key).size))
     except Exception as exc:  # whatever S3 says, explain goes on and says it
-        return SnapshotSize(error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return SnapshotSize(error=f"{type(exc).__name__}: {str(exc)[:QUOTE_CHARS]}")
 
 
 def _episode(settings: Settings, located: Located, scan_limit: int) -> dict[str, Any] | None:
@@ -202,7 +203,9 @@ def _render(story: dict[str, Any], console: Console) -> None:
     _section(console, "artifacts", story["artifacts"] or {"(none)": ""})
     logs = Table("time", "level", "component", "message", title="log lines", title_justify="left")
     for line in story["logs"]:
-        logs.add_row(str(line["created_at"])[:23], str(line["level"]), str(line["component"]), str(line["message"]))
+        logs.add_row(
+            str(line["created_at"])[:TIME_CHARS], str(line["level"]), str(line["component"]), str(line["message"])
+        )
     console.print(logs if story["logs"] else "[bold]log lines[/bold]: none indexed")
     if story["log_search_error"]:
         console.print(f"log search failed: {story['log_search_error']}", markup=False)

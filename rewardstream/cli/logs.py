@@ -14,9 +14,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.common import TIME_CHARS, load_settings, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError, RewardstreamError
+
+#: Characters of a log message a table row shows (``--json`` prints it whole).
+_MESSAGE_SHOWN_CHARS = 120
 
 logs_app = typer.Typer(help="Search worker logs in OpenSearch.", no_args_is_help=True)
 app.add_typer(logs_app, name="logs")
@@ -93,13 +96,13 @@ def _table(hits: list[dict[str, Any]]) -> Table:
     for hit in hits:
         fields = hit.get("fields") or {}
         table.add_row(
-            str(hit.get("created_at", ""))[:23],
+            str(hit.get("created_at", ""))[:TIME_CHARS],
             str(hit.get("level", "")),
             str(hit.get("component", "")),
             str(fields.get("status", "")),
             str(hit.get("task_id") or ""),
             str(hit.get("generation_id") or ""),
-            str(hit.get("message", ""))[:120],
+            str(hit.get("message", ""))[:_MESSAGE_SHOWN_CHARS],
         )
     return table
 

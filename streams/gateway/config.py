@@ -19,6 +19,9 @@ from schemas.errors import ConfigError
 from schemas.settings import Settings
 from schemas.topics import catalog_for, topic_for
 
+#: Characters of the host name in an instance id (the id stays a short, readable Kafka client id).
+_HOST_CHARS = 64
+
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` binds only to this machine (127.0.0.0/8, ::1, ``localhost``)."""
@@ -50,7 +53,7 @@ def home_partition(instance_id: str, partitions: int) -> int:
 
 def default_instance_id() -> str:
     """host-pid-random: a restarted replica is a new one (a reply to the old one is ignored)."""
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:64]
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:_HOST_CHARS]
     return f"gw-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 

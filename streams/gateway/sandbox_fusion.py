@@ -27,6 +27,9 @@ from schemas.runs import RUN_CODE_MAX_CHARS, RUN_MAX_FETCH, RUN_MAX_FILES, RUN_T
 from schemas.runs import check_run_path as _check_path
 from schemas.status import SandboxStatus
 
+#: Characters of a client's file path that a refusal quotes.
+_PATH_SHOWN_CHARS = 100
+
 #: Every language name the ``sandbox-fusion`` client (0.3.x) can send, and ``c`` (SandboxFusion has none; the
 #: languages runner has it).
 SandboxFusionLanguage = Literal[
@@ -70,12 +73,12 @@ class RunCodeRequest(BaseModel):
             try:
                 _check_path(path)
             except ValueError as exc:
-                raise ValueError(f"file {path[:100]!r}: {exc}") from None
+                raise ValueError(f"file {path[:_PATH_SHOWN_CHARS]!r}: {exc}") from None
             if content is not None:
                 try:
                     base64.b64decode(content, validate=True)
                 except (binascii.Error, ValueError):
-                    raise ValueError(f"file {path[:100]!r}: the content is not base64") from None
+                    raise ValueError(f"file {path[:_PATH_SHOWN_CHARS]!r}: the content is not base64") from None
         return files
 
     @field_validator("fetch_files")
@@ -85,7 +88,7 @@ class RunCodeRequest(BaseModel):
             try:
                 _check_path(path)
             except ValueError as exc:
-                raise ValueError(f"fetch path {path[:100]!r}: {exc}") from None
+                raise ValueError(f"fetch path {path[:_PATH_SHOWN_CHARS]!r}: {exc}") from None
         return paths
 
     def written_files(self) -> dict[str, str]:

@@ -16,6 +16,9 @@ from typing import Any
 from streams.sdk.client import TrainerClient
 from streams.sdk.config import SdkError
 
+#: Characters of a tag value copied into a generation's metadata (searchable, not a payload).
+_TAG_CHARS = 256
+
 _FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -116,7 +119,7 @@ class VerlComputeScore:
                 extract_code(solution, prompt),
                 generation_id=f"verl-{batch}-{i}",
                 sample_index=i,
-                metadata={"data_source": str(source)[:256]},
+                metadata={"data_source": str(source)[:_TAG_CHARS]},
             )
             ids.append(event.generation_id)
             self.client.send(event)

@@ -14,6 +14,9 @@ import tarfile
 from dataclasses import dataclass
 from typing import Literal
 
+#: Notes (binary or removed files) a diff lists before it stops: the diff is for reading.
+_NOTES_SHOWN = 200
+
 #: Characters of one file, and of all files, the judge is shown.
 MAX_FILE_CHARS = 64 << 10
 MAX_TOTAL_CHARS = 256 << 10
@@ -83,7 +86,7 @@ def judged_code(found: list[Change], first: str | None = None, first_data: bytes
             total += len(text)
             parts.append(f"# --- {path}\n{text}")
     notes += [f"# {c.path}: {c.kind}" for c in found if not c.path.endswith(".py") or c.data is None]
-    return "\n".join([*parts, *notes[:200]]) + "\n"
+    return "\n".join([*parts, *notes[:_NOTES_SHOWN]]) + "\n"
 
 
 def _text(data: bytes) -> str | None:

@@ -28,7 +28,11 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
+
+#: Characters of a bad entry name an error quotes (it may be all slashes or control characters).
+_NAME_SHOWN_CHARS = 80
 
 #: Longest member name (POSIX PATH_MAX is 4096; names in a workspace are far shorter).
 MAX_NAME_BYTES = 1024
@@ -130,7 +134,7 @@ class _Packer:
     def entry(self, dir_fd: int, name: str, path: str) -> int | None:
         """Add the entry ``name`` of ``dir_fd`` (``path`` in the workspace); a directory's fd when it is one."""
         if not _plain_name(path):  # a name under it would be longer still: nothing under it is walked
-            self.dropped.append(path.encode("utf-8", "backslashreplace").decode()[:200])
+            self.dropped.append(path.encode("utf-8", "backslashreplace").decode()[:QUOTE_CHARS])
             return None
         st = os.lstat(name, dir_fd=dir_fd)
         if not (stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
@@ -184,10 +188,10 @@ def _read_file(dir_fd: int, name: str, limit: int) -> bytes:
 def _checked_name(raw: str) -> str:
     """A member name as a normalised relative path (a directory's trailing ``/`` gone), or SnapshotError."""
     if not raw or "\x00" in raw or len(raw.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
-        raise SnapshotError(f"bad entry name {raw[:80]!r}")
+        raise SnapshotError(f"bad entry name {raw[:_NAME_SHOWN_CHARS]!r}")
     name = raw.rstrip("/")
     if raw.startswith("/") or _NOT_PLAIN.intersection(name.split("/")):
-        raise SnapshotError(f"entry {raw[:200]!r} is not a plain relative path")
+        raise SnapshotError(f"entry {raw[:QUOTE_CHARS]!r} is not a plain relative path")
     return name
 
 
@@ -253,7 +257,7 @@ class _Restorer:
 
     def entry(self, tar: tarfile.TarFile, name: str, member: tarfile.TarInfo) -> None:
         if name in self.seen or name.startswith(self.under):
-            raise SnapshotError(f"entry {member.name[:200]!r} repeats a name or lies under a link or a file")
+            raise SnapshotError(f"entry {member.name[:QUOTE_CHARS]!r} repeats a name or lies under a link or a file")
         self.seen.add(name)
         parent, _, base = name.rpartition("/")
         if member.isdir():

@@ -45,6 +45,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from schemas.caps import QUOTE_CHARS, STDERR_TAIL_BYTES
 from schemas.status import REJECTED, ObservationStatus
 from workers.episodes.snapshot import (
     MAX_NAME_BYTES,
@@ -62,6 +63,9 @@ from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from workers.sandbox.guest_source import program_source
 
+#: Characters the host keeps of a text the step runner reports (an error, a name), and shows of a name.
+_GUEST_TEXT_CHARS = 2000
+_NAME_SHOWN_CHARS = 80
 RUNNER_FILE = "step_runner.py"
 #: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
 #: from the start of stdin, then runs it; the work dir holds nothing but the workspace.
@@ -310,7 +314,7 @@ def parse_frames(stdout: bytes, nonce: bytes) -> Report:
     try:
         rec = record()
         if "runner_error" in rec:
-            return Report(hello, runner_error=str(rec["runner_error"])[:2000])
+            return Report(hello, runner_error=str(rec["runner_error"])[:_GUEST_TEXT_CHARS])
         n = rec.get("tar_bytes")
         result, workspace = rec.get("result"), rec.get("workspace")
         if type(n) is not int or n < 0 or not isinstance(result, dict) or not isinstance(workspace, dict):
@@ -355,7 +359,7 @@ def _infra_problem(result: SandboxResult, report: Report) -> str | None:
     if result.status == SandboxStatus.SANDBOX_ERROR:
         return f"sandbox error: {result.error or 'unknown'}"
     if report.hello is None:
-        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        tail = result.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
         return f"the step runner did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
     if report.runner_error is not None:
         return f"step runner: {report.runner_error}"
@@ -407,7 +411,7 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
     ws = report.workspace or {}
     reason = fields.pop("reason", None)
     kept_reason: str | None = None
-    dropped: list[str] = [_text(d)[:200] for d in ws.get("dropped", [])[: step_runner.MAX_DROPPED]]
+    dropped: list[str] = [_text(d)[:QUOTE_CHARS] for d in ws.get("dropped", [])[: step_runner.MAX_DROPPED]]
     snapshot, sha, kept = before.snapshot, before.sha256, True
     if ws.get("packed") is True and (ws.get("unchanged") is True or report.tar == before.snapshot):
         pass  # the step left the workspace as it found it: the previous snapshot (claiming so gains nothing)
@@ -436,7 +440,7 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
 
 def _left_out(dropped: list[str], count: int) -> str:
     """What the agent is told of the entries the workspace did not keep (``dropped``: the first of them)."""
-    shown = ", ".join(repr(name[:80]) for name in dropped[:5])
+    shown = ", ".join(repr(name[:_NAME_SHOWN_CHARS]) for name in dropped[:5])
     more = f" and {count - 5} more" if count > 5 else ""
     return (
         f"{count} entries left out of the workspace (only regular files, directories and links survive a step, "
@@ -491,4 +495,4 @@ def _int(value: object) -> int:
 def _text(value: object) -> str:
     if type(value) is not str:
         raise TypeError("not text")
-    return value.encode("utf-8", "replace").decode("utf-8")[:2000]
+    return value.encode("utf-8", "replace").decode("utf-8")[:_GUEST_TEXT_CHARS]

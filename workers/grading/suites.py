@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
-from schemas.caps import fit
+from schemas.caps import STDERR_TAIL_BYTES, fit
 from schemas.events import CaseResult, CaseStatus, SandboxRun, SuiteKind
 from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
@@ -477,7 +477,7 @@ def infra_problem(result: SandboxResult, records: Records) -> str | None:
     if result.status == "sandbox_error":
         return f"sandbox error: {result.error or 'unknown'}"
     if records.hello is None:
-        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        tail = result.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
         return f"harness did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
     if records.hello.get("stdin_ok") is not True:
         return "harness received a short job"

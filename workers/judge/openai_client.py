@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from schemas.caps import fit
+from schemas.caps import QUOTE_CHARS, fit
 from schemas.events import JudgeScore
 from schemas.text import sanitize_text
 from workers.judge.base import JudgeError, JudgeOutcome, JudgeRequest
@@ -135,7 +135,7 @@ class OpenAIJudge:
             return self._error("judge reply content is not text", started)
         score = parse_score(content, self.config.scale)
         if score is None:
-            return self._error(f"no score in the judge's answer: {content[:200]!r}", started)
+            return self._error(f"no score in the judge's answer: {content[:QUOTE_CHARS]!r}", started)
         return JudgeOutcome(
             score=score, rationale=_rationale(content), error=None, model=self.model,
             prompt_version=self.prompt_version, latency_ms=(time.perf_counter() - started) * 1000,

@@ -23,12 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from schemas.caps import STDERR_TAIL_BYTES
 from schemas.errors import SandboxError
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus, measured_json
 from workers.sandbox.common import CRASH_SIGNALS
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 from workers.sandbox.guest_source import program_source
+
+#: Characters of a sandbox failure's text a step keeps as its error.
+_ERROR_CHARS = 4096
+#: Characters of a path the driver reports missing, and of why, that a step keeps (the driver is untrusted).
+_MISSING_PATH_CHARS = 1024
+_MISSING_WHY_CHARS = 256
 
 DRIVER_FILE = "driver.py"
 #: ``python3 -I -S -B -c``: the fork server's in-process fast path (no exec before the driver runs).
@@ -226,7 +233,7 @@ def _error(exc: Exception, backend: str) -> SandboxResult:
     return SandboxResult(
         status=SandboxStatus.SANDBOX_ERROR, exit_code=None, signal=None, stdout=b"", stderr=b"",
         stdout_truncated=False, stderr_truncated=False, wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
-        error=f"{type(exc).__name__}: {exc}"[:4096],
+        error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS],
     )  # fmt: skip
 
 
@@ -311,7 +318,7 @@ def read_step(result: SandboxResult, nonce: bytes, step: Step, limits: StepLimit
         return StepRun(None, error=f"sandbox error: {result.error or 'unknown'}", attempts=attempt, backend=backend)
     records = _records(result.stdout, nonce)
     if not any(r.get("hello") is True for r in records):
-        tail = result.stderr[-300:].decode("utf-8", "replace").strip()
+        tail = result.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
         why = f"the step driver did not start (status {result.status.value}, exit {result.exit_code}): {tail}"
         return StepRun(None, error=why, attempts=attempt, backend=backend)
     step_rec = next((r["step"] for r in records if isinstance(r.get("step"), dict)), None)
@@ -335,7 +342,9 @@ def _files(
     total = 0
     for rec in records:
         if "missing" in rec and isinstance(rec["missing"], str):
-            missing.setdefault(rec["missing"][:1024], str(rec.get("why", "missing"))[:256])
+            missing.setdefault(
+                rec["missing"][:_MISSING_PATH_CHARS], str(rec.get("why", "missing"))[:_MISSING_WHY_CHARS]
+            )
             continue
         name, data = rec.get("file"), _b64(rec.get("b64"))
         if not isinstance(name, str) or data is None:

@@ -34,6 +34,9 @@ from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import LogRecord
 from workers.logs.indices import LogIndices, index_name
 
+#: Characters of an exception's first line that a short error quotes.
+_ERROR_CHARS = 300
+
 log = logging.getLogger(__name__)
 
 #: Per-item bulk statuses that mean "try again later" rather than "this document is bad".
@@ -358,4 +361,4 @@ class LogIndexer:
 
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:300]}"
+    return f"{type(exc).__name__}: {text[:_ERROR_CHARS]}"

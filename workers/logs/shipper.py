@@ -17,12 +17,15 @@ from confluent_kafka import Producer
 from bus.delivery import DeliveryTracker, flush, produce
 from schemas.caps import fit, fit_list
 from schemas.codec import encode
-from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
+from schemas.events import LOG_FIELD_CHARS, OUTPUT_TAIL_MAX_CHARS, LogLevel, LogRecord, LogValue
+
+#: Characters of the host name in ``host:pid``: with the pid, within ``LogRecord.worker``'s cap.
+_HOST_CHARS = 200
 
 
 def worker_name() -> str:
     """``host:pid``, the ``worker`` field of every record this process emits."""
-    return f"{socket.gethostname()[:200]}:{os.getpid()}"
+    return f"{socket.gethostname()[:_HOST_CHARS]}:{os.getpid()}"
 
 
 def tail(text: str, limit: int = OUTPUT_TAIL_MAX_CHARS) -> tuple[str, bool]:
@@ -131,7 +134,9 @@ class ShippingHandler(logging.Handler):
             extras = {k: v for k, v in vars(record).items() if k not in self._plain and k != "message"}
             context = {k: extras.pop(k) for k in CONTEXT_KEYS if k in extras}
             fields: dict[str, LogValue] = {
-                k[:64]: v for k, v in extras.items() if isinstance(v, str | int | float | bool) or v is None
+                k[:LOG_FIELD_CHARS]: v
+                for k, v in extras.items()
+                if isinstance(v, str | int | float | bool) or v is None
             }
             level = _LEVELS.get(record.levelno) or ("critical" if record.levelno > logging.ERROR else "debug")
             exc_text = self.formatter.formatException(record.exc_info) if self.formatter and record.exc_info else None

@@ -25,12 +25,17 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from schemas.caps import fit
-from schemas.events import ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
+from schemas.events import LOG_FIELD_CHARS, ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
 from workers.handler import InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
+
+#: A run's figures and the trainer's tags (for search) a run's log line carries: with the ids, within
+#: ``LogRecord.fields``' cap.
+_RUN_FIELDS = 40
+_TAGS_LOGGED = 20
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -242,7 +247,7 @@ class RoleContext:
             fields={
                 "turn": event.turn,
                 "policy_version": event.policy_version,
-                **dict(list(fields.items())[:40]),
-                **{f"meta.{k}"[:64]: v for k, v in list(event.metadata.items())[:20]},  # trainer tags, for search
+                **dict(list(fields.items())[:_RUN_FIELDS]),
+                **{f"meta.{k}"[:LOG_FIELD_CHARS]: v for k, v in list(event.metadata.items())[:_TAGS_LOGGED]},  # search
             },
         )

@@ -18,6 +18,7 @@ import binascii
 from collections.abc import Callable
 from datetime import datetime
 
+from schemas.caps import QUOTE_CHARS, fit, fit_item, fit_list
 from schemas.codec import MAX_MESSAGE_BYTES, encode
 from schemas.events import GenerationEvent, LogRecord, LogValue, utc_now
 from schemas.runs import RunErrorKind, RunReply, RunRequest, RunStep
@@ -64,7 +65,9 @@ def build_reply(request: RunRequest, result: SourceRun, worker: str, started: da
         used = 0
         for path, data in result.files.items():
             if used + len(data) > files_cap:
-                notes.append(f"file {path[:200]} ({len(data)} bytes) left out: the reply would be over the message cap")
+                notes.append(
+                    f"file {path[:QUOTE_CHARS]} ({len(data)} bytes) left out: the reply would be over the message cap"
+                )
                 continue
             used += len(data)
             files[path] = base64.b64encode(data).decode("ascii")
@@ -75,13 +78,13 @@ def build_reply(request: RunRequest, result: SourceRun, worker: str, started: da
             request_id=request.request_id,
             reply_to=request.reply_to,
             language=request.language,
-            worker=worker[:256],
+            worker=fit(RunReply, "worker", worker),
             compile=_step(result.compile, cap, notes, "compile") if result.compile is not None else None,
             run=_step(result.run, cap, notes, "run") if result.run is not None else None,
             files=files,
             error_kind=kind,  # type: ignore[arg-type]  # checked against the RunErrorKind values above
-            error=None if result.error is None else result.error[:8192],
-            notes=[n[:1024] for n in notes[:16]],
+            error=None if result.error is None else fit(RunReply, "error", result.error),
+            notes=[fit_item(RunReply, "notes", n) for n in fit_list(RunReply, "notes", notes)],
             started_at=started,
         )
         if len(encode_unchecked(reply)) <= MAX_MESSAGE_BYTES or files_cap < 1024:
@@ -161,7 +164,7 @@ class RunHandler:
         return LogRecord(
             level="error" if status == "sandbox_error" else "info",
             component="executor",
-            worker=self.worker[:256],
+            worker=fit(LogRecord, "worker", self.worker),
             logger="rewardstream.worker.executor.run_code",
             message=f"run_code: {event.language} {status}",
             topic=source.topic,

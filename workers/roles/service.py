@@ -38,6 +38,9 @@ from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
 from workers.transactional_loop import TransactionalWorker
 
+#: Characters of the host name in an instance id (the id stays a short, readable Kafka client id).
+_HOST_CHARS = 64
+
 RoleName = WriterRole
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {role: topic for topic, role in WRITER_ROLE.items()}
 
@@ -56,7 +59,7 @@ def instance_id(settings: Settings) -> str:
     """This process's instance id: settings, else host-pid-random (a restart is a new instance)."""
     if settings.worker_instance_id:
         return settings.worker_instance_id
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:64]
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:_HOST_CHARS]
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 

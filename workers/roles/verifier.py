@@ -26,6 +26,9 @@ from workers.roles.common import RoleContext, one_shot
 from workers.roles.runs import Ran, artifact_fields, log_level, pending_uploads, run_fields, sandbox_run, unusable_run
 from workers.roles.workspace import EpisodeWorkspaces, Unusable
 
+#: Characters of the comma-joined rule ids a verdict's log line carries (the verdict has them all).
+_FLAGS_LOGGED_CHARS = 1024
+
 
 class VerifierHandler:
     """Hidden tests + static analysis -> HiddenVerdict."""
@@ -107,7 +110,7 @@ class VerifierHandler:
             artifacts=artifacts,
         )
         fields = run_fields(run, ran.attempts, verdict.passed, verdict.total)
-        fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:1024]
+        fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:_FLAGS_LOGGED_CHARS]
         fields["task_version"] = version
         artifact_fields(fields, artifacts)
         message = f"verifier: {verdict.passed}/{verdict.total} hidden cases passed ({run.status})"

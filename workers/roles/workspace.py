@@ -29,6 +29,9 @@ from workers.grading.suites import WorkspaceJob
 from workers.handler import InvalidEventError
 from workers.roles.common import CodeUnavailableError, Lru, RoleContext
 
+#: Characters of why a snapshot is unusable (an exception's text, which can quote a whole entry).
+_REASON_CHARS = 2000
+
 
 class WorkspaceEventError(InvalidEventError):
     """A workspace generation the roles cannot grade: its task has no workspace, or the task's is broken."""
@@ -81,7 +84,7 @@ class EpisodeWorkspaces:
         except SnapshotError as exc:
             if host_failure(exc):
                 raise HostScratchError(f"making the graded workspace failed on this host: {exc}") from exc
-            return Unusable(f"the workspace snapshot is unusable: {exc}"[:2000])
+            return Unusable(f"the workspace snapshot is unusable: {exc}"[:_REASON_CHARS])
         return Graded(packed, original)
 
     def _final(self, event: GenerationEvent) -> bytes | Unusable:
@@ -95,7 +98,7 @@ class EpisodeWorkspaces:
         except ArtifactError as exc:
             if exc.outage:
                 raise  # an outage: retried by the runtime, never a verdict
-            return Unusable(f"the workspace snapshot cannot be read: {exc}"[:2000])
+            return Unusable(f"the workspace snapshot cannot be read: {exc}"[:_REASON_CHARS])
 
     def _original(self, task: PublicTask | Task) -> bytes:
         try:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas.caps import QUOTE_CHARS
+
 
 @dataclass(frozen=True, slots=True)
 class HostProcess:
@@ -49,7 +51,7 @@ def processes_of_uid(uid: int, proc_root: Path = Path("/proc")) -> list[HostProc
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if _exited(entry):
                 continue
-            found.append(HostProcess(int(entry.name), cgroups, cmdline[:200]))
+            found.append(HostProcess(int(entry.name), cgroups, cmdline[:QUOTE_CHARS]))
     return found
 
 

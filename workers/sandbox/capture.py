@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from workers.sandbox.api import SandboxResult, SandboxStatus
 from workers.sandbox.common import classify
 
+#: Bytes of stderr, its end, kept as the reason a sandbox never reached its program.
+_ERROR_DETAIL_BYTES = 400
+
 
 def start_marker() -> bytes:
     """A fresh marker for one run: the start shim prints it before the program exists."""
@@ -54,7 +57,7 @@ class Capture:
 
     def error_detail(self) -> str:
         """The end of stderr: why a sandbox that never reached the program did not start."""
-        return bytes(self.data["err"][-400:]).decode(errors="replace").strip()
+        return bytes(self.data["err"][-_ERROR_DETAIL_BYTES:]).decode(errors="replace").strip()
 
     def result(
         self,
