@@ -50,6 +50,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m infra.lint.slice_caps
 
 up: $(STAMP)
 	$(BIN)/rewardstream up

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from infra.lint.slice_caps import findings, literal_caps
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("schemas", "bus", "workers", "streams", "infra", "rewardstream")
 MAX_LINES = 500
@@ -37,3 +39,26 @@ def test_no_module_imports_another_modules_private_names() -> None:
                     if alias.name.startswith("_") and not alias.name.startswith("__")
                 }
     assert not found, sorted(found)
+
+
+def test_no_text_is_cut_to_a_cap_written_as_a_number() -> None:
+    assert findings(ROOT) == []
+    assert "python -m infra.lint.slice_caps" in (ROOT / "Makefile").read_text(encoding="utf-8")  # make lint
+
+
+def test_a_new_literal_slice_cap_fails_the_check_and_a_named_one_does_not() -> None:
+    sample = """
+a = text[:300]
+b = text[-400:]
+c = data[: 64 * 1024]
+d = items[16:]
+e = text[2:-2], text[:8], text[:CAP], text[: len(text) - 20], fit(Model, "field", text)
+"""
+    assert [line for line, _ in literal_caps(sample)] == [2, 3, 4, 5]
+
+
+def test_the_check_reads_every_first_party_package_but_the_guest(tmp_path: Path) -> None:
+    for name in ("workers/roles/new.py", "workers/sandbox/guest/new.py", "tests/unit/test_new.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("cut = text[:300]\n", encoding="utf-8")
+    assert findings(tmp_path) == ["workers/roles/new.py:1: text[:300]"]
