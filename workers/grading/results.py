@@ -138,7 +138,11 @@ class CompileInfo:
         stage = build.stage
         if stage is None:
             return None
-        output = CandidateOutput(stage.stdout, stage.stderr, stage.stdout_bytes, stage.stderr_bytes)
+        written = (
+            len(stage.stdout) if stage.stdout_bytes is None else stage.stdout_bytes,
+            len(stage.stderr) if stage.stderr_bytes is None else stage.stderr_bytes,
+        )
+        output = CandidateOutput(stage.stdout, stage.stderr, *written)
         return cls(build.status, build.reason, output, stage.wall_ms, stage.cpu_ms, stage.max_rss_kb, stage.wait_ms)
 
     def to_json(self) -> dict[str, object]:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from schemas.errors import SandboxError, ValidationError
 from schemas.status import CompileFailure, CompileStatus
 from workers.languages.registry import LanguageSpec, resolve
-from workers.languages.steps import STAGED, Stage, Step, StepLimits, StepRun, run_path, run_step, staged_path
-from workers.sandbox.api import Sandbox, SandboxStatus
+from workers.languages.steps import STAGED, Step, StepLimits, StepRun, run_path, run_step, staged_path
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
 #: A compile's limits unless the caller gives others: compilers are hungrier than most programs (rustc, javac)
 #: and their threads count against the pids limit.
@@ -63,7 +63,7 @@ class Build:
     language: LanguageSpec
     status: CompileStatus
     files: Mapping[str, bytes] = field(default_factory=dict)
-    stage: Stage | None = None
+    stage: SandboxResult | None = None
     reason: str | None = None
     error: str | None = None
     attempts: int = 1
@@ -174,8 +174,8 @@ class SourceRun:
     """
 
     language: str
-    compile: Stage | None
-    run: Stage | None
+    compile: SandboxResult | None
+    run: SandboxResult | None
     files: dict[str, bytes] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     compile_status: CompileStatus | None = None

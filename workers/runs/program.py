@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from schemas.errors import SandboxError, ValidationError
-from workers.languages import Stage, resolve
+from workers.languages import resolve
 from workers.languages import run_source as run_program
 from workers.languages.steps import run_path
-from workers.sandbox.api import Sandbox, SandboxStatus
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
 #: The run's memory when the request gives none (SandboxFusion's -1; verl sends 1024).
 DEFAULT_MEMORY_MB = 1024
@@ -50,7 +50,7 @@ class SourceRun:
     error: str | None = None
 
 
-def _command(stage: Stage) -> CommandRun:
+def _command(stage: SandboxResult) -> CommandRun:
     return CommandRun(
         status=stage.status, exit_code=stage.exit_code, signal=stage.signal, wall_ms=stage.wall_ms,
         stdout=stage.stdout, stderr=stage.stderr, stdout_truncated=stage.stdout_truncated,
