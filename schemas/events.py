@@ -215,6 +215,9 @@ class GenerationEvent(Event):
         return _without_none(handler(self), "task_version", "workspace_ref", "workspace_sha256", "transcript_ref")
 
 
+# The wire form of a grade's run: ``workers.roles.runs.sandbox_run`` makes it from the host's
+# (``workers.grading.results.RunInfo``, which holds the measured ``SandboxResult``). A run reply's steps are
+# ``schemas.runs.RunStep`` (see there why they differ). (A comment: the docstring is the JSON Schema's.)
 class SandboxRun(Contract):
     """What the sandbox reported about one run, measured from outside it."""
 

@@ -84,6 +84,11 @@ class RunRequest(Envelope):
         return self.request_id.encode()
 
 
+# Not ``schemas.events.SandboxRun``: a run reply's caller reads the program's output, so a step carries it and
+# nothing else of the measure but time; a result event's run carries no output (the event holds the candidate's
+# own) but CPU, memory, backend and host retries, and a grade's status. Two topics, two contracts. The executor's
+# run handler (``workers.roles.run_code``) makes it from the host's measured run (``SandboxResult``). (A comment,
+# not the docstring: the docstring is the JSON Schema's description.)
 class RunStep(Contract):
     """One command of a run (the compile, or the run itself), measured from outside the program."""
 

@@ -24,7 +24,7 @@ from rewardstream.cli.main import app
 from schemas.backends import Backend
 from schemas.errors import ConfigError, SandboxError
 from schemas.settings import Settings
-from workers.sandbox.api import SandboxSpec, SandboxStatus
+from workers.sandbox.api import SandboxSpec, SandboxStatus, measured_json
 
 sandbox_app = typer.Typer(help="Run untrusted programs in a sandbox backend.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
@@ -106,8 +106,8 @@ def _run_language(  # noqa: PLR0917
         {
             "language": result.language,
             "compile_status": result.compile_status,
-            "compile": result.compile.to_json() if result.compile is not None else None,
-            "run": result.run.to_json() if result.run is not None else None,
+            "compile": measured_json(result.compile) if result.compile is not None else None,
+            "run": measured_json(result.run) if result.run is not None else None,
             "files": {name: base64.b64encode(data).decode() for name, data in result.files.items()},
             "error": result.error,
         }

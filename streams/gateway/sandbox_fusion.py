@@ -96,6 +96,10 @@ class RunCodeRequest(BaseModel):
         return {p: base64.b64encode(base64.b64decode(c)).decode() for p, c in self.files.items() if c is not None}
 
 
+# Not ``schemas.runs.RunStep``: SandboxFusion's HTTP shape, which its clients (verl, OpenRLHF, the sandbox-fusion
+# client) parse as is: its statuses, seconds, a signal as a negative return code. ``command_result`` makes it
+# from the reply's ``RunStep``, only here at the HTTP edge. (A comment, not the docstring: the docstring is the
+# OpenAPI description.)
 class CommandRunResult(BaseModel):
     """One step's result (SandboxFusion's ``CommandRunResult``)."""
 

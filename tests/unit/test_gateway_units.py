@@ -33,8 +33,9 @@ from streams.gateway.strict_json import validation_response
 from streams.gateway.surrogates import lone_surrogate_at
 from tests.unit.lone_surrogates import with_a_lone_surrogate
 from workers.handler import Done, InvalidEventError, Source
+from workers.languages import SourceRun
 from workers.roles.run_code import RunHandler
-from workers.runs.program import CommandRun, SourceRun
+from workers.sandbox.api import SandboxResult
 
 TOKEN = "a-token-of-16-chars-or-more"  # noqa: S105
 SOURCE = Source("rs.run_requests", 0, 7)
@@ -363,6 +364,10 @@ def _request(**fields: Any) -> RunRequest:
     return RunRequest(**{**base, **fields})
 
 
+def _ran(stdout: bytes = b"", stderr: bytes = b"") -> SandboxResult:
+    return SandboxResult(SandboxStatus.OK, 0, None, stdout, stderr, False, False, 0.0, 0.0, 0, "process")
+
+
 class _Recorder:
     def __init__(self, result: SourceRun) -> None:
         self.result = result
@@ -381,7 +386,7 @@ def _handler(result: SourceRun, **kwargs: Any) -> tuple[RunHandler, _Recorder]:
 
 
 def test_a_run_is_replied_on_the_partition_its_gateway_reads() -> None:
-    handler, run = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0, stdout=b"1\n"), files={"out.txt": b"hi"}))
+    handler, run = _handler(SourceRun("python", run=_ran(stdout=b"1\n"), files={"out.txt": b"hi"}))
     done = handler.handle(_request(files={"in.txt": "aGk="}, fetch_files=["out.txt"]), SOURCE)
     assert isinstance(done, Done)
     (out,) = done.outputs
@@ -398,7 +403,7 @@ def test_a_run_is_replied_on_the_partition_its_gateway_reads() -> None:
 
 
 def test_an_expired_request_is_answered_without_running() -> None:
-    handler, run = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0)))
+    handler, run = _handler(SourceRun("python", run=_ran()))
     done = handler.handle(_request(deadline=datetime.now(UTC) - timedelta(seconds=1)), SOURCE)
     assert isinstance(done, Done)
     reply = decode(done.outputs[0].value or b"", RunReply)
@@ -408,7 +413,7 @@ def test_an_expired_request_is_answered_without_running() -> None:
 
 
 def test_requests_no_executor_can_answer_are_invalid_events() -> None:
-    handler, _ = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0)))
+    handler, _ = _handler(SourceRun("python", run=_ran()))
     with pytest.raises(InvalidEventError, match="reply_partition 5"):
         handler.handle(_request(reply_partition=5), SOURCE)
     with pytest.raises(InvalidEventError, match="base64"):
@@ -418,7 +423,7 @@ def test_requests_no_executor_can_answer_are_invalid_events() -> None:
 def test_a_huge_reply_is_cut_to_one_message_and_says_so() -> None:
     flood = b"\x01" * (2 << 20)  # control characters: six bytes each once escaped in JSON
     files = {f"f{n}.bin": bytes(200_000) for n in range(4)}
-    handler, _ = _handler(SourceRun(run=CommandRun(SandboxStatus.OK, 0, stdout=flood, stderr=flood), files=files))
+    handler, _ = _handler(SourceRun("python", run=_ran(stdout=flood, stderr=flood), files=files))
     done = handler.handle(_request(), SOURCE)
     assert isinstance(done, Done)
     value = done.outputs[0].value or b""

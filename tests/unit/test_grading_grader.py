@@ -119,7 +119,7 @@ def rewarding(sandbox: Any, sleeps: list[float] | None = None, **cfg: Any) -> Po
 def decide(status: str, passed: int, total: int, flags: list[Flag], *, io_only: bool = False) -> Graded:
     """The policy's decision on a synthetic grade: ``total`` hidden cases, ``passed`` of them passed."""
     cases = tuple(CaseOutcome(str(i), "passed" if i < passed else "failed") for i in range(total))
-    run = RunInfo(SandboxStatus.OK, 0, None, 1.0, 1.0, 1, "fake", 1)
+    run = RunInfo(result(SandboxStatus.OK), SandboxStatus.OK, 1)
     error = "bwrap failed" if status == "sandbox_error" else None
     hidden = SuiteOutcome("hidden", "io" if io_only else "call", cases)
     return apply_policy(GradeResult("g", "t/1", status, None, hidden, tuple(flags), run, error), POLICY)

@@ -177,7 +177,8 @@ def test_judge_handler_scores(tmp_path: Path) -> None:
 
 
 def test_sandbox_run_mapping_and_feedback() -> None:
-    info = RunInfo(SandboxStatus.OK, 0, None, 12.0, 10.0, 2048, "process", 1)
+    measured = SandboxResult(SandboxStatus.OK, 0, None, b"", b"", False, False, 12.0, 10.0, 2048, "process")
+    info = RunInfo(measured, SandboxStatus.OK, 1)
     assert sandbox_run(info, None).status == "ok"
     broken = sandbox_run(info, "harness never started")
     assert broken.status == "sandbox_error"

@@ -44,6 +44,7 @@ from workers.grading.results import (
     GradeResult,
     RunInfo,
     SuitesRun,
+    nothing_measured,
     split_output,
 )
 from workers.grading.static_analysis import analyze
@@ -295,17 +296,11 @@ class Grader:
         result, records, problem, output = ran.result, ran.records, ran.problem, ran.output
         hardened = records.hello.get("hardened") if records.hello else None
         run = RunInfo(
+            measured=replace(result, stdout=b"", stderr=b""),  # the candidate's output is ``output``
             status=result.status,
-            exit_code=result.exit_code,
-            signal=result.signal,
-            wall_ms=result.wall_ms,
-            cpu_ms=result.cpu_ms,
-            max_rss_kb=result.max_rss_kb,
-            backend=result.backend,
             attempts=ran.attempts,
             error=sanitize_text(problem or result.error or "") or None,  # what the sandbox said, safe to store
             hardened=hardened if isinstance(hardened, bool) else None,
-            wait_ms=result.wait_ms,
             host_retries=ran.host_retries,
         )
         outcomes: list[SuiteOutcome] = []
@@ -343,7 +338,7 @@ class Grader:
     def _refused(self, reason: str, suites: Sequence[tuple[str, AnySuite]]) -> SuitesRun:
         """Suites that do not take the solution's language: every case fails with why; nothing ran."""
         backend = getattr(self.sandbox, "name", "?")
-        run = RunInfo(UNSUPPORTED_LANGUAGE, None, None, 0.0, 0.0, 0, backend, 1, reason)
+        run = RunInfo(nothing_measured(backend), UNSUPPORTED_LANGUAGE, 1, reason)
         outcomes = tuple(failed_suite(s, label, "error", reason) for label, s in suites)
         return SuitesRun(outcomes, run, None, None)
 
@@ -353,21 +348,15 @@ class Grader:
         backend = getattr(self.sandbox, "name", "?")
         if build.error is not None:  # the infrastructure failed, after retries: no verdict
             error = sanitize_text(build.error)
-            run = RunInfo(SandboxStatus.SANDBOX_ERROR, None, None, 0.0, 0.0, 0, backend, build.attempts, error)
+            run = RunInfo(nothing_measured(backend), SandboxStatus.SANDBOX_ERROR, build.attempts, error)
             outcomes = tuple(failed_suite(s, label, "error", "sandbox_error") for label, s in suites)
             return SuitesRun(outcomes, run, error, None, CandidateOutput(reported=False), info)
         reason = build.reason or build.status
-        run = RunInfo(
-            status=build.status,
-            exit_code=stage.exit_code if stage else None,
-            signal=stage.signal if stage else None,
-            wall_ms=stage.wall_ms if stage else 0.0,
-            cpu_ms=stage.cpu_ms if stage else 0.0,
-            max_rss_kb=stage.max_rss_kb if stage else 0,
-            backend=backend,
-            attempts=build.attempts,
-            error=sanitize_text(reason),
-        )
+        # The compile as the run measured, on this backend; its wait for a CPU is the compile's own (``info``).
+        measured = nothing_measured(backend) if stage is None else replace(
+            stage, stdout=b"", stderr=b"", backend=backend, wait_ms=0.0
+        )  # fmt: skip
+        run = RunInfo(measured, build.status, build.attempts, sanitize_text(reason))
         outcomes = tuple(failed_suite(s, label, "error", reason) for label, s in suites)
         output = info.output if info is not None else CandidateOutput()
         return SuitesRun(outcomes, run, None, None, output, info)

@@ -18,6 +18,7 @@ from schemas.text import sanitize_text
 from workers.grading.static_analysis import Flag
 from workers.grading.suites import SuiteOutcome
 from workers.languages.source import Build
+from workers.sandbox.api import SandboxResult, SandboxStatus
 from workers.sandbox.guest.framing import frame_prefix
 
 #: How an ``output`` record starts after its frame (the harness writes it with this key first).
@@ -28,38 +29,48 @@ COMPILE_OUTPUT_TAIL_CHARS = 4096
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """What the sandbox said about the (last) run, for SREs and the result file."""
+    """What a grade says about its (last) sandbox run, for SREs, the result events and the result file.
 
+    ``measured`` is the run as the sandbox measured it, without its output (the candidate's is the grade's
+    ``CandidateOutput``, the rest was the harness's); what the grade adds is its own: ``status`` (the
+    sandbox's, or why nothing ran: a failed build, ``unsupported_language``), the attempts it took, the
+    ``error`` it reports, whether the harness ran hardened and how often the host starved the run.
+    ``to_json`` is the result file's ``run`` (``rewardstream grade --json``); the result events' is
+    ``workers.roles.runs.sandbox_run``.
+    """
+
+    measured: SandboxResult
     status: RunStatus
-    exit_code: int | None
-    signal: int | None
-    wall_ms: float
-    cpu_ms: float
-    max_rss_kb: int
-    backend: str
     attempts: int
     error: str | None = None
     hardened: bool | None = None
-    #: How long the (last) run waited for a CPU the host gave to others (its limits did not count it).
-    wait_ms: float = 0.0
     #: How many times the run was repeated because the host starved it (never the candidate's doing).
     host_retries: int = 0
 
     def to_json(self) -> dict[str, object]:
+        run = self.measured
         return {
             "status": self.status,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "wall_ms": round(self.wall_ms, 3),
-            "cpu_ms": round(self.cpu_ms, 3),
-            "max_rss_kb": self.max_rss_kb,
-            "backend": self.backend,
+            "exit_code": run.exit_code,
+            "signal": run.signal,
+            "wall_ms": round(run.wall_ms, 3),
+            "cpu_ms": round(run.cpu_ms, 3),
+            "max_rss_kb": run.max_rss_kb,
+            "backend": run.backend,
             "attempts": self.attempts,
             "error": self.error,
             "hardened": self.hardened,
-            "wait_ms": round(self.wait_ms, 3),
+            "wait_ms": round(run.wait_ms, 3),
             "host_retries": self.host_retries,
         }
+
+
+def nothing_measured(backend: str) -> SandboxResult:
+    """What a grade shows as measured when no sandbox run happened: zeros (its ``RunInfo.status`` says why)."""
+    return SandboxResult(
+        status=SandboxStatus.OK, exit_code=None, signal=None, stdout=b"", stderr=b"", stdout_truncated=False,
+        stderr_truncated=False, wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +149,11 @@ class CompileInfo:
         stage = build.stage
         if stage is None:
             return None
-        output = CandidateOutput(stage.stdout, stage.stderr, stage.stdout_bytes, stage.stderr_bytes)
+        written = (
+            len(stage.stdout) if stage.stdout_bytes is None else stage.stdout_bytes,
+            len(stage.stderr) if stage.stderr_bytes is None else stage.stderr_bytes,
+        )
+        output = CandidateOutput(stage.stdout, stage.stderr, *written)
         return cls(build.status, build.reason, output, stage.wall_ms, stage.cpu_ms, stage.max_rss_kb, stage.wait_ms)
 
     def to_json(self) -> dict[str, object]:

@@ -3,7 +3,6 @@
 
 from workers.languages.registry import REGISTRY, LanguageSpec, resolve
 from workers.languages.source import Build, CompileLimits, SourceRun, compile_program, run_source
-from workers.languages.steps import Stage
 
 __all__ = [
     "REGISTRY",
@@ -11,7 +10,6 @@ __all__ = [
     "CompileLimits",
     "LanguageSpec",
     "SourceRun",
-    "Stage",
     "compile_program",
     "resolve",
     "run_source",

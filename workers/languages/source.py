@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from schemas.errors import SandboxError, ValidationError
+from schemas.runs import RunErrorKind
 from schemas.status import CompileFailure, CompileStatus
 from workers.languages.registry import LanguageSpec, resolve
-from workers.languages.steps import STAGED, Stage, Step, StepLimits, StepRun, run_path, run_step, staged_path
-from workers.sandbox.api import Sandbox, SandboxStatus
+from workers.languages.steps import STAGED, Step, StepLimits, StepRun, run_path, run_step, staged_path
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
 #: A compile's limits unless the caller gives others: compilers are hungrier than most programs (rustc, javac)
 #: and their threads count against the pids limit.
@@ -63,7 +64,7 @@ class Build:
     language: LanguageSpec
     status: CompileStatus
     files: Mapping[str, bytes] = field(default_factory=dict)
-    stage: Stage | None = None
+    stage: SandboxResult | None = None
     reason: str | None = None
     error: str | None = None
     attempts: int = 1
@@ -169,17 +170,20 @@ class SourceRun:
     got that far), the run stage (None when the compile failed or the infrastructure did), the fetched files
     (relative path -> bytes) and those that could not be fetched (path -> why).
 
-    ``compile_status`` is ``ok``/``compile_error``/``compile_timeout`` (None when not compiled); ``error`` set
-    means the infrastructure failed after retries (SandboxFusion's ``SandboxError``): no verdict at all.
+    ``compile_status`` is ``ok``/``compile_error``/``compile_timeout`` (None when not compiled). ``error`` set
+    means there is no result of the program's own, ``error_kind`` says why: ``sandbox_error`` (the
+    infrastructure failed after retries, SandboxFusion's ``SandboxError``), or what the executor's run handler
+    refuses before running (``workers.runs.program``: ``unsupported_language``, ``invalid``, ``expired``).
     """
 
     language: str
-    compile: Stage | None
-    run: Stage | None
+    compile: SandboxResult | None = None
+    run: SandboxResult | None = None
     files: dict[str, bytes] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     compile_status: CompileStatus | None = None
     error: str | None = None
+    error_kind: RunErrorKind | None = None
 
 
 def run_source(
@@ -219,7 +223,9 @@ def run_source(
     build = compile_program(sandbox, spec, code, files=files, limits=limits)
     compile_status = build.status if spec.compiled else None
     if build.error is not None:
-        return SourceRun(spec.id, build.stage, None, compile_status=compile_status, error=build.error)
+        return SourceRun(
+            spec.id, build.stage, None, compile_status=compile_status, error=build.error, error_kind="sandbox_error"
+        )
     if not build.ok:
         return SourceRun(spec.id, build.stage, None, compile_status=compile_status)
     step = Step(
@@ -231,4 +237,5 @@ def run_source(
         max_collect_bytes=FETCH_BYTES, max_collect_files=FETCH_FILES,
     )  # fmt: skip
     ran = run_step(sandbox, step, step_limits)
-    return SourceRun(spec.id, build.stage, ran.stage, ran.files, dict(ran.missing), compile_status, ran.error)
+    kind: RunErrorKind | None = None if ran.error is None else "sandbox_error"
+    return SourceRun(spec.id, build.stage, ran.stage, ran.files, dict(ran.missing), compile_status, ran.error, kind)

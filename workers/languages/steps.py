@@ -1,7 +1,7 @@
 """One step of a program (a compile or a run) as one sandbox run of the step driver, and what it reported.
 
 The driver (``driver.py``, inside the sandbox) measures the step; the sandbox measures the whole run from
-outside. This module turns both into a ``Stage`` (what the compiler or program did) and the files the step
+outside. This module turns both into a ``SandboxResult`` (what the compiler or program did) and the files the step
 sent back. What the run sends back is hostile input: records count only on lines framed with this run's
 nonce, file names are re-validated (relative, no ``..``, under what was asked for, each once) and sizes are
 capped here; the bytes are never run or parsed on the host, only handed to another sandbox run or returned to
@@ -25,7 +25,7 @@ from typing import Any
 
 from schemas.caps import STDERR_TAIL_BYTES
 from schemas.errors import SandboxError
-from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus, measured_json
+from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import CRASH_SIGNALS
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
@@ -50,44 +50,6 @@ def driver_source() -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Stage:
-    """What one step's program (a compiler, or the program) did, measured by the driver and the sandbox.
-
-    ``status`` is a ``SandboxStatus`` value other than ``sandbox_error``: ``ok``, ``nonzero_exit``,
-    ``timeout`` (the step's time limit), ``memory_limit``, ``output_limit`` (a stream over its cap: the step was
-    killed), ``killed`` or ``crashed`` (a signal). ``wall_ms`` is the program's own time, from its fork to its
-    end. ``stdout``/``stderr`` are the first bytes kept; ``*_bytes`` how many it wrote.
-    """
-
-    status: SandboxStatus
-    exit_code: int | None
-    signal: int | None
-    stdout: bytes
-    stderr: bytes
-    stdout_bytes: int
-    stderr_bytes: int
-    wall_ms: float
-    cpu_ms: float
-    max_rss_kb: int
-    #: How long the host kept the step waiting for a CPU (its limit does not count it).
-    wait_ms: float = 0.0
-
-    @property
-    def stdout_truncated(self) -> bool:
-        """Fewer bytes kept than written."""
-        return self.stdout_bytes > len(self.stdout)
-
-    @property
-    def stderr_truncated(self) -> bool:
-        """Fewer bytes kept than written."""
-        return self.stderr_bytes > len(self.stderr)
-
-    def to_json(self) -> dict[str, object]:
-        """The CLI/JSON shape (``SandboxResult.to_json``'s fields): bytes decoded as UTF-8, invalid replaced."""
-        return measured_json(self)
-
-
-@dataclass(frozen=True, slots=True)
 class StepLimits:
     """The limits of one step and of what it may send back."""
 
@@ -103,10 +65,16 @@ class StepLimits:
 
 @dataclass(frozen=True, slots=True)
 class StepRun:
-    """A step's outcome: the stage (None when the infrastructure failed: ``error`` says why), the files sent
-    back (relative path -> bytes) and those asked for that did not come (path -> why)."""
+    """A step's outcome: the stage (what the step's program did; None when the infrastructure failed: ``error``
+    says why), the files sent back (relative path -> bytes) and those asked for that did not come (path -> why).
 
-    stage: Stage | None
+    The stage's ``status`` is never ``sandbox_error``: ``ok``, ``nonzero_exit``, ``timeout`` (the step's time
+    limit), ``memory_limit``, ``output_limit`` (a stream over its cap: the step was killed), ``killed`` or
+    ``crashed`` (a signal). Its ``wall_ms`` is the program's own time, from its fork to its end; its
+    ``stdout``/``stderr`` the first bytes kept, ``*_bytes`` how many it wrote.
+    """
+
+    stage: SandboxResult | None
     files: dict[str, bytes] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     error: str | None = None
@@ -270,7 +238,7 @@ def _num(value: object) -> float:
     return float(value) if type(value) in (int, float) and math.isfinite(value) else 0.0  # type: ignore[arg-type]
 
 
-def _stage(rec: dict[str, Any], result: SandboxResult) -> Stage:
+def _stage(rec: dict[str, Any], result: SandboxResult) -> SandboxResult:
     """A stage from the driver's ``step`` record; the sandbox's own view wins where it saw more (an OOM
     kill anywhere in the run is the program's memory limit)."""
     code, sig = _int(rec.get("exit")), _int(rec.get("signal"))
@@ -285,30 +253,37 @@ def _stage(rec: dict[str, Any], result: SandboxResult) -> Stage:
     else:
         status = SandboxStatus.OK if code == 0 else SandboxStatus.NONZERO_EXIT
     stdout, stderr = _b64(rec.get("stdout")) or b"", _b64(rec.get("stderr")) or b""
-    return Stage(
+    stdout_bytes = max(_int(rec.get("stdout_bytes")) or 0, len(stdout))
+    stderr_bytes = max(_int(rec.get("stderr_bytes")) or 0, len(stderr))
+    return SandboxResult(
         status=status,
         exit_code=code if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT) else None,
         signal=sig if status in (SandboxStatus.CRASHED, SandboxStatus.KILLED, SandboxStatus.MEMORY_LIMIT) else None,
         stdout=stdout,
         stderr=stderr,
-        stdout_bytes=max(_int(rec.get("stdout_bytes")) or 0, len(stdout)),
-        stderr_bytes=max(_int(rec.get("stderr_bytes")) or 0, len(stderr)),
+        stdout_truncated=stdout_bytes > len(stdout),
+        stderr_truncated=stderr_bytes > len(stderr),
         wall_ms=_num(rec.get("ms")),
         cpu_ms=_num(rec.get("cpu_ms")),
         max_rss_kb=max(_int(rec.get("max_rss_kb")) or 0, 0),
+        backend=result.backend,
         wait_ms=_num(rec.get("wait_ms")),
+        stdout_bytes=stdout_bytes,
+        stderr_bytes=stderr_bytes,
     )
 
 
-def _unreported(result: SandboxResult) -> Stage:
+def _unreported(result: SandboxResult) -> SandboxResult:
     """The driver said hello but never reported the step: the run was stopped from outside (its time,
     memory or output), or the program ended the driver itself. Either way the program's doing."""
     status = result.status
     if status in (SandboxStatus.OK, SandboxStatus.NONZERO_EXIT):
         status = SandboxStatus.KILLED
-    return Stage(
-        status, None, result.signal, b"", b"", 0, 0, result.wall_ms, result.cpu_ms, result.max_rss_kb, result.wait_ms
-    )
+    return SandboxResult(
+        status=status, exit_code=None, signal=result.signal, stdout=b"", stderr=b"", stdout_truncated=False,
+        stderr_truncated=False, wall_ms=result.wall_ms, cpu_ms=result.cpu_ms, max_rss_kb=result.max_rss_kb,
+        backend=result.backend, wait_ms=result.wait_ms, stdout_bytes=0, stderr_bytes=0,
+    )  # fmt: skip
 
 
 def read_step(result: SandboxResult, nonce: bytes, step: Step, limits: StepLimits, attempt: int = 1) -> StepRun:

@@ -21,15 +21,15 @@ from datetime import datetime
 from schemas.caps import QUOTE_CHARS, fit, fit_item, fit_list
 from schemas.codec import MAX_MESSAGE_BYTES, encode
 from schemas.events import GenerationEvent, LogRecord, LogValue, utc_now
-from schemas.runs import RunErrorKind, RunReply, RunRequest, RunStep
+from schemas.runs import RunReply, RunRequest, RunStep
 from workers.handler import Done, Handler, InvalidEventError, Outcome, Output, Source
-from workers.runs.program import CommandRun, SourceRun, run_source
-from workers.sandbox.api import Sandbox
+from workers.languages import SourceRun
+from workers.runs.program import run_source
+from workers.sandbox.api import Sandbox, SandboxResult
 
 #: What a reply carries inline at first; cut (the output first, then the files) until the reply fits one message.
 OUTPUT_INLINE_CHARS = 256 * 1024
 FILES_INLINE_BYTES = 384 * 1024
-_ERROR_KINDS: tuple[RunErrorKind, ...] = ("unsupported_language", "expired", "invalid", "sandbox_error")
 
 RunSource = Callable[..., SourceRun]
 
@@ -38,7 +38,8 @@ class InvalidRunRequestError(InvalidEventError):
     """A run request no executor can answer as asked (a reply partition that does not exist, bad base64)."""
 
 
-def _step(run: CommandRun, cap: int, notes: list[str], what: str) -> RunStep:
+def _step(run: SandboxResult, cap: int, notes: list[str], what: str) -> RunStep:
+    """The wire form of one measured command of a run, its output cut to ``cap`` characters per stream."""
     stdout = run.stdout.decode("utf-8", "replace")
     stderr = run.stderr.decode("utf-8", "replace")
     out_cut, err_cut = len(stdout) > cap, len(stderr) > cap
@@ -71,9 +72,6 @@ def build_reply(request: RunRequest, result: SourceRun, worker: str, started: da
                 continue
             used += len(data)
             files[path] = base64.b64encode(data).decode("ascii")
-        kind = result.error_kind
-        if kind is not None and kind not in _ERROR_KINDS:
-            kind = "sandbox_error"
         reply = RunReply(
             request_id=request.request_id,
             reply_to=request.reply_to,
@@ -82,7 +80,7 @@ def build_reply(request: RunRequest, result: SourceRun, worker: str, started: da
             compile=_step(result.compile, cap, notes, "compile") if result.compile is not None else None,
             run=_step(result.run, cap, notes, "run") if result.run is not None else None,
             files=files,
-            error_kind=kind,  # type: ignore[arg-type]  # checked against the RunErrorKind values above
+            error_kind=result.error_kind,
             error=None if result.error is None else fit(RunReply, "error", result.error),
             notes=[fit_item(RunReply, "notes", n) for n in fit_list(RunReply, "notes", notes)],
             started_at=started,
@@ -133,6 +131,7 @@ class RunHandler:
         started = self.clock()
         if started > event.deadline:
             result = SourceRun(
+                event.language,
                 error_kind="expired",
                 error=f"no executor was free before the request's deadline ({event.deadline.isoformat()})",
             )

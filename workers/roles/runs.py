@@ -30,17 +30,19 @@ class Ran:
 
 
 def sandbox_run(run: RunInfo, infra_error: str | None) -> SandboxRun:
-    """The event's view of a run; an infrastructure problem is ``sandbox_error`` whatever the exit said."""
+    """The event's view of a grade's run (the one way from the host's measured run to the wire's); an
+    infrastructure problem is ``sandbox_error`` whatever the exit said."""
+    measured = run.measured
     return SandboxRun(
         status=SandboxStatus.SANDBOX_ERROR if infra_error is not None else run.status,
-        exit_code=run.exit_code,
-        signal=run.signal if run.signal is None or 1 <= run.signal <= 128 else None,
-        wall_ms=max(run.wall_ms, 0.0),
-        cpu_ms=max(run.cpu_ms, 0.0),
-        max_rss_kb=max(run.max_rss_kb, 0),
-        backend=run.backend or "?",
+        exit_code=measured.exit_code,
+        signal=measured.signal if measured.signal is None or 1 <= measured.signal <= 128 else None,
+        wall_ms=max(measured.wall_ms, 0.0),
+        cpu_ms=max(measured.cpu_ms, 0.0),
+        max_rss_kb=max(measured.max_rss_kb, 0),
+        backend=measured.backend or "?",
         error=(infra_error or run.error or None) and fit(SandboxRun, "error", str(infra_error or run.error)),
-        wait_ms=max(run.wait_ms, 0.0),
+        wait_ms=max(measured.wait_ms, 0.0),
         host_retries=max(run.host_retries, 0),
     )
 

@@ -1,61 +1,26 @@
 """``run_source``: run a program once for ``/run_code``, in the executor's sandbox, as the run handler needs it.
 
 The work is the languages runner's (``workers.languages.run_source``: compile as its own sandbox step when the
-language needs it, then one run with stdin and files in and the files asked for fetched back). This module is
-the narrow seam between it and the run handler: the result in the handler's terms (``SourceRun`` below), the
-request's own faults as values rather than exceptions (a language no runner knows is ``unsupported_language``,
-a path outside the work dir ``invalid``), the infrastructure's failure as ``sandbox_error``, and the fetched
-files keyed by the path the caller gave (``/work/x`` comes back as ``/work/x``, not ``x``).
+language needs it, then one run with stdin and files in and the files asked for fetched back), and so is the
+result (``SourceRun``). This module is the narrow seam between it and the run handler: the request's own faults
+as values rather than exceptions (a language no runner knows is ``unsupported_language``, a path outside the
+work dir ``invalid``), the infrastructure's failure as ``sandbox_error``, and the fetched files keyed by the
+path the caller gave (``/work/x`` comes back as ``/work/x``, not ``x``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from schemas.errors import SandboxError, ValidationError
-from workers.languages import Stage, resolve
+from workers.languages import SourceRun, resolve
 from workers.languages import run_source as run_program
 from workers.languages.steps import run_path
-from workers.sandbox.api import Sandbox, SandboxStatus
+from workers.sandbox.api import Sandbox
 
 #: The run's memory when the request gives none (SandboxFusion's -1; verl sends 1024).
 DEFAULT_MEMORY_MB = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class CommandRun:
-    """One command of a run (the compile step or the run), measured from outside the program."""
-
-    status: SandboxStatus
-    exit_code: int | None = None
-    signal: int | None = None
-    wall_ms: float = 0.0
-    stdout: bytes = b""
-    stderr: bytes = b""
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SourceRun:
-    """A run's result: ``compile`` (None: interpreted), ``run`` (None: it never started), fetched ``files``.
-    ``error_kind``/``error``: why there is no result of the program's own (``unsupported_language``,
-    ``invalid``, ``sandbox_error``)."""
-
-    compile: CommandRun | None = None
-    run: CommandRun | None = None
-    files: dict[str, bytes] = field(default_factory=dict)
-    error_kind: str | None = None
-    error: str | None = None
-
-
-def _command(stage: Stage) -> CommandRun:
-    return CommandRun(
-        status=stage.status, exit_code=stage.exit_code, signal=stage.signal, wall_ms=stage.wall_ms,
-        stdout=stage.stdout, stderr=stage.stderr, stdout_truncated=stage.stdout_truncated,
-        stderr_truncated=stage.stderr_truncated,
-    )  # fmt: skip
 
 
 def run_source(
@@ -74,11 +39,11 @@ def run_source(
     try:
         resolve(language)
     except ValidationError as exc:
-        return SourceRun(error_kind="unsupported_language", error=f"not run here: {exc}")
+        return SourceRun(language, error_kind="unsupported_language", error=f"not run here: {exc}")
     try:
         asked = {run_path(path): path for path in fetch_files}
     except SandboxError as exc:
-        return SourceRun(error_kind="invalid", error=f"fetch_files: {exc}")
+        return SourceRun(language, error_kind="invalid", error=f"fetch_files: {exc}")
     try:
         ran = run_program(
             sandbox, language, code, stdin=(stdin or "").encode("utf-8", "surrogatepass"), files=files,
@@ -86,9 +51,5 @@ def run_source(
             memory_mb=memory_mb or DEFAULT_MEMORY_MB,
         )  # fmt: skip
     except ValidationError as exc:  # a path outside the work dir, a bad file name
-        return SourceRun(error_kind="invalid", error=str(exc))
-    compiled = _command(ran.compile) if ran.compile is not None else None
-    if ran.error is not None:
-        return SourceRun(compile=compiled, error_kind="sandbox_error", error=ran.error)
-    fetched = {asked.get(path, path): data for path, data in ran.files.items()}
-    return SourceRun(compile=compiled, run=_command(ran.run) if ran.run is not None else None, files=fetched)
+        return SourceRun(language, error_kind="invalid", error=str(exc))
+    return replace(ran, files={asked.get(path, path): data for path, data in ran.files.items()})

@@ -1,7 +1,9 @@
 """The sandbox contract shared by every backend and by the grader.
 
 Outcomes of untrusted code are values (``SandboxResult``), never exceptions: only a failure of the sandbox
-infrastructure itself becomes ``SandboxStatus.SANDBOX_ERROR``.
+infrastructure itself becomes ``SandboxStatus.SANDBOX_ERROR``. ``SandboxResult`` is the host's one shape of a
+measured run: a backend's run, and a program run as a step inside one (a compile, a ``/run_code`` run), alike.
+What goes on the wire is made from it (``schemas.events.SandboxRun``, ``schemas.runs.RunStep``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,12 @@ class SandboxSpec:
 
 @dataclass(frozen=True, slots=True)
 class SandboxResult:
-    """Everything measured about one run. stdout/stderr are capped; ``*_truncated`` says so."""
+    """Everything measured about one run. stdout/stderr are capped; ``*_truncated`` says so.
+
+    A step's program (``workers.languages.steps``) is measured by the step driver inside the run: its result
+    never says ``sandbox_error`` (an infrastructure failure is the step's ``error``), and it counts the bytes
+    each stream got (``*_bytes``), which a backend does not.
+    """
 
     status: SandboxStatus
     exit_code: int | None
@@ -59,6 +66,10 @@ class SandboxResult:
     pids_limit_hit: bool = False
     #: How long the host kept the run waiting for a CPU (its time limit does not count it).
     wait_ms: float = 0.0
+    #: How many bytes the program wrote to each stream, when what measured it counted them (a step's driver
+    #: does); None: only ``*_truncated`` is known.
+    stdout_bytes: int | None = None
+    stderr_bytes: int | None = None
 
     def to_json(self) -> dict[str, object]:
         """The CLI/JSON shape: bytes decoded as UTF-8 (invalid bytes replaced), status as its string."""
@@ -70,36 +81,9 @@ class SandboxResult:
         }
 
 
-class Measured(Protocol):
-    """What every measured run shows (a sandbox run, a language's compile or run step)."""
-
-    @property
-    def status(self) -> SandboxStatus: ...
-    @property
-    def exit_code(self) -> int | None: ...
-    @property
-    def signal(self) -> int | None: ...
-    @property
-    def stdout(self) -> bytes: ...
-    @property
-    def stderr(self) -> bytes: ...
-    @property
-    def stdout_truncated(self) -> bool: ...
-    @property
-    def stderr_truncated(self) -> bool: ...
-    @property
-    def wall_ms(self) -> float: ...
-    @property
-    def cpu_ms(self) -> float: ...
-    @property
-    def max_rss_kb(self) -> int: ...
-    @property
-    def wait_ms(self) -> float: ...
-
-
-def measured_json(run: Measured) -> dict[str, object]:
-    """The JSON shape of a measured run (``sandbox run``'s, a step's): bytes decoded as UTF-8 with invalid bytes
-    replaced, the status as its string."""
+def measured_json(run: SandboxResult) -> dict[str, object]:
+    """The JSON shape of a measured run (``sandbox run``'s, and alone a step's): bytes decoded as UTF-8 with
+    invalid bytes replaced, the status as its string."""
     return {
         "status": run.status.value,
         "exit_code": run.exit_code,
