@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bus.crash_guard import DEFAULT_ATTEMPTS
+from workers.retry import RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class WorkerConfig:
     timer_interval_s: float = 1.0
     #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
     crash_attempts: int = DEFAULT_ATTEMPTS
+
+    @property
+    def handler_retry(self) -> RetryPolicy:
+        """The retry policy of a failed handler run (no jitter: the loop's own timers spread the retries)."""
+        return RetryPolicy(self.handler_attempts, self.handler_backoff_s, self.handler_backoff_max_s, jitter=0.0)
 
     @property
     def buffer_limit(self) -> int:

@@ -8,7 +8,6 @@ instead of being flooded. Failures become ``JudgeOutcome(error=...)``; the key n
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from schemas.events import JudgeScore
 from schemas.text import sanitize_text
 from workers.judge.base import JudgeError, JudgeOutcome, JudgeRequest
 from workers.judge.parse import parse_score
+from workers.retry import RetryPolicy
 
 PROMPT_VERSION = "chat-rubric/1"
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -51,6 +51,11 @@ class OpenAIJudgeConfig:
     scale: float = 10.0
     rubric_prompt: str = RUBRIC_PROMPT
     prompt_version: str = PROMPT_VERSION
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy of a failed request: ``retries`` more attempts after the first."""
+        return RetryPolicy(self.retries + 1, self.backoff_s, self.backoff_max_s)
 
 
 class _RetryableError(Exception):
@@ -91,7 +96,8 @@ class OpenAIJudge:
              "max_tokens": self.config.max_tokens}
         ).encode()  # fmt: skip
         last = "no attempt"
-        for attempt in range(self.config.retries + 1):
+        retry = self.config.retry
+        for attempt in retry.numbers():
             try:
                 with self._slots:
                     reply = self._post(body)
@@ -100,9 +106,8 @@ class OpenAIJudge:
                 last = str(exc)
             except JudgeError as exc:
                 return self._error(str(exc), started)
-            if attempt < self.config.retries:
-                delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
-                self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter
+            if retry.again(attempt):
+                self._sleep(retry.delay(attempt))
         return self._error(f"judge server failed after {self.config.retries + 1} attempts: {last}", started)
 
     def _post(self, body: bytes) -> Any:
