@@ -212,6 +212,15 @@ class JudgeSettings(_Group):
     cache_size: int = Field(65_536, ge=0, description="judge results cached by code hash (0: off)")
 
 
+G = TypeVar("G", bound=_Group)
+
+
+def defaults(group: type[G]) -> G:
+    """``group`` with every field at its default: where a component's own config (a dataclass the worker loop,
+    the judge client or the gateway's guard is built with) takes its defaults, so each is written once, here."""
+    return group()
+
+
 class Flat(Generic[T]):
     """A flat ``RS_*`` name of a grouped setting: ``kafka_bootstrap = Flat[str]("kafka", "bootstrap")`` reads
     ``RS_KAFKA_BOOTSTRAP`` into ``settings.kafka.bootstrap`` and is that value as ``settings.kafka_bootstrap``."""

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from schemas.caps import fit
 from schemas.events import JudgeScore
+from schemas.settings import JudgeSettings, defaults
 from schemas.text import sanitize_text
 from workers.judge.base import JudgeError, JudgeOutcome, JudgeRequest
 from workers.judge.parse import parse_score
@@ -34,6 +35,8 @@ RUBRIC_PROMPT = (
     'Answer with one JSON object and nothing else: {"score": <integer 0-10>, "rationale": "<one sentence>"}.'
 )
 
+_DEFAULTS = defaults(JudgeSettings)
+
 
 @dataclass(frozen=True)
 class OpenAIJudgeConfig:
@@ -42,9 +45,9 @@ class OpenAIJudgeConfig:
     base_url: str
     model: str
     api_key: SecretStr | None = None
-    timeout_s: float = 30.0
-    retries: int = 3
-    concurrency: int = 8
+    timeout_s: float = _DEFAULTS.timeout_s
+    retries: int = _DEFAULTS.retries
+    concurrency: int = _DEFAULTS.concurrency
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
     max_tokens: int = 256
