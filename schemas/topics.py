@@ -139,7 +139,9 @@ def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 
 
 def catalog_for(settings: Settings) -> tuple[TopicSpec, ...]:
     """The catalog these settings describe (prefix, partitions, replication): what every component uses."""
-    return catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    return catalog(
+        settings.kafka.topic_prefix, settings.kafka.topic_partitions, settings.kafka.topic_replication_factor
+    )
 
 
 def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:
@@ -158,4 +160,4 @@ WRITER_ROLE: dict[Role, WriterRole] = {"executions": "executor", "verdicts": "ve
 
 def group_for(settings: Settings, role: str) -> str:
     """The consumer group of a worker role (executor, verifier, judge, indexer): one name, everywhere."""
-    return f"{settings.topic_prefix}{role}"
+    return f"{settings.kafka.topic_prefix}{role}"

@@ -84,8 +84,10 @@ def run(
         level=loglevel.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     metrics = WorkerMetrics("rewards")
-    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
-    where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
+    server = serve(
+        metrics, settings.worker.metrics_host, settings.worker.metrics_port if metrics_port is None else metrics_port
+    )
+    where = f"metrics on http://{settings.worker.metrics_host}:{server.port}/metrics"
     if engine is Engine.kafka:
         import faulthandler
 
@@ -94,7 +96,10 @@ def run(
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # SREs: stacks of a stuck processor
 
         options_ = EngineOptions(
-            app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards, crash_attempts=settings.crash_attempts
+            app_id=app_id,
+            tick_s=tick_s,
+            kill_after_rewards=kill_after_rewards,
+            crash_attempts=settings.worker.crash_attempts,
         )
         banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka, {where}"
         print(banner, file=sys.stderr, flush=True)
@@ -107,7 +112,7 @@ def run(
 
     options = AppOptions(
         app_id=app_id,
-        data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
+        data_dir=data_dir or settings.local.cache_dir / "rewards" / app_id,
         tick_s=tick_s,
         kill_after_rewards=kill_after_rewards,
         stall_timeout_s=60.0 if stall_timeout_s is None else stall_timeout_s,

@@ -26,9 +26,9 @@ _JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 
 def _specs(settings: Settings, prefix: str | None, partitions: int | None) -> tuple[TopicSpec, ...]:
     return catalog(
-        prefix=settings.topic_prefix if prefix is None else prefix,
-        partitions=settings.topic_partitions if partitions is None else partitions,
-        replication_factor=settings.topic_replication_factor,
+        prefix=settings.kafka.topic_prefix if prefix is None else prefix,
+        partitions=settings.kafka.topic_partitions if partitions is None else partitions,
+        replication_factor=settings.kafka.topic_replication_factor,
     )
 
 

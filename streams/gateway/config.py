@@ -82,8 +82,8 @@ class GatewayConfig:
     @classmethod
     def from_settings(cls, settings: Settings, *, host: str | None = None, port: int | None = None) -> GatewayConfig:
         """The replica these settings describe (``host``/``port`` override the bind)."""
-        bind = settings.gateway_host if host is None else host
-        raw = settings.gateway_tokens.get_secret_value() if settings.gateway_tokens is not None else None
+        bind = settings.gateway.host if host is None else host
+        raw = settings.gateway.tokens.get_secret_value() if settings.gateway.tokens is not None else None
         tokens = parse_tokens(raw)
         if not tokens and not is_loopback(bind):
             raise ConfigError(
@@ -93,21 +93,21 @@ class GatewayConfig:
         specs = catalog_for(settings)
         return cls(
             host=bind,
-            port=settings.gateway_port if port is None else port,
+            port=settings.gateway.port if port is None else port,
             tokens=tokens,
-            token_concurrency=settings.gateway_token_concurrency,
-            max_body_bytes=settings.gateway_max_body_bytes,
-            body_timeout_s=settings.gateway_body_timeout_s,
-            peer_body_reads=settings.gateway_peer_body_reads,
-            max_batch=settings.gateway_max_batch,
-            reward_wait_s=settings.gateway_reward_wait_s,
-            run_queue_s=settings.gateway_run_queue_s,
-            reward_cache=settings.gateway_reward_cache,
-            reward_lookback=settings.gateway_reward_lookback,
-            kafka_timeout_s=settings.gateway_kafka_timeout_s,
-            instance_id=settings.gateway_instance_id or default_instance_id(),
+            token_concurrency=settings.gateway.token_concurrency,
+            max_body_bytes=settings.gateway.max_body_bytes,
+            body_timeout_s=settings.gateway.body_timeout_s,
+            peer_body_reads=settings.gateway.peer_body_reads,
+            max_batch=settings.gateway.max_batch,
+            reward_wait_s=settings.gateway.reward_wait_s,
+            run_queue_s=settings.gateway.run_queue_s,
+            reward_cache=settings.gateway.reward_cache,
+            reward_lookback=settings.gateway.reward_lookback,
+            kafka_timeout_s=settings.gateway.kafka_timeout_s,
+            instance_id=settings.gateway.instance_id or default_instance_id(),
             kafka=settings.kafka_client_config(),
-            partitions=settings.topic_partitions,
+            partitions=settings.kafka.topic_partitions,
             generations_topic=topic_for("generations", specs).name,
             rewards_topic=topic_for("rewards", specs).name,
             run_requests_topic=topic_for("run_requests", specs).name,

@@ -8,23 +8,23 @@ from workers.judge.cache import CachedJudge
 
 
 def make_judge(settings: Settings) -> CachedJudge:
-    """The judge named by ``settings.judge_backend``, behind the code-hash cache."""
+    """The judge named by ``settings.judge.backend``, behind the code-hash cache."""
     inner: Judge
-    if settings.judge_backend == "openai":
+    if settings.judge.backend == "openai":
         from workers.judge.openai_client import OpenAIJudge, OpenAIJudgeConfig
 
         inner = OpenAIJudge(
             OpenAIJudgeConfig(
-                base_url=settings.judge_base_url,
-                model=settings.judge_model,
-                api_key=settings.judge_api_key,
-                timeout_s=settings.judge_timeout_s,
-                retries=settings.judge_retries,
-                concurrency=settings.judge_concurrency,
+                base_url=settings.judge.base_url,
+                model=settings.judge.model,
+                api_key=settings.judge.api_key,
+                timeout_s=settings.judge.timeout_s,
+                retries=settings.judge.retries,
+                concurrency=settings.judge.concurrency,
             )
         )
     else:
         from workers.judge.rubric import RubricJudge
 
         inner = RubricJudge()
-    return CachedJudge(inner, settings.judge_cache_size)
+    return CachedJudge(inner, settings.judge.cache_size)

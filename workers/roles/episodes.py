@@ -100,7 +100,7 @@ class EpisodeHandler:
     clock: Callable[[], int]
     #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
     shipper: LogShipper | None = None
-    #: An ended episode's state is deleted this long after its last action (``Settings.episode_retention_s``).
+    #: An ended episode's state is deleted this long after its last action (``Settings.worker.episode_retention_s``).
     retention_s: float = 86_400.0
     #: (task_id, task version) -> sha256 of its original snapshot (the bytes are in ``workspaces``)
     _originals: dict[tuple[str, str], str] = field(default_factory=dict)
