@@ -14,6 +14,7 @@ what a bad value's error names. Components built from the settings take their de
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from functools import cache
@@ -257,6 +258,13 @@ def defaults(group: type[G]) -> G:
     """``group`` with every field at its default: where a component's own config (a dataclass the worker loop,
     the judge client or the gateway's guard is built with) takes its defaults, so each is written once, here."""
     return group()
+
+
+def shared_fields(group: _Group, config: type) -> dict[str, Any]:
+    """``group``'s values of the fields ``config`` (a dataclass a component is built with) has too, by name: a
+    component config built from its group repeats no list of settings."""
+    names = {field.name for field in dataclasses.fields(config)}
+    return {name: getattr(group, name) for name in type(group).model_fields if name in names}
 
 
 class Settings(BaseSettings):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas.errors import ConfigError
-from schemas.settings import Settings
+from schemas.settings import Settings, shared_fields
 from schemas.topics import catalog_for, topic_for
 
 
@@ -91,21 +91,14 @@ class GatewayConfig:
                 "(comma-separated bearer tokens, 16+ characters each) or bind to 127.0.0.1 (RS_GATEWAY_HOST)"
             )
         specs = catalog_for(settings)
+        own = {
+            "host": bind,
+            "port": settings.gateway.port if port is None else port,
+            "tokens": tokens,
+            "instance_id": settings.gateway.instance_id or default_instance_id(),
+        }
         return cls(
-            host=bind,
-            port=settings.gateway.port if port is None else port,
-            tokens=tokens,
-            token_concurrency=settings.gateway.token_concurrency,
-            max_body_bytes=settings.gateway.max_body_bytes,
-            body_timeout_s=settings.gateway.body_timeout_s,
-            peer_body_reads=settings.gateway.peer_body_reads,
-            max_batch=settings.gateway.max_batch,
-            reward_wait_s=settings.gateway.reward_wait_s,
-            run_queue_s=settings.gateway.run_queue_s,
-            reward_cache=settings.gateway.reward_cache,
-            reward_lookback=settings.gateway.reward_lookback,
-            kafka_timeout_s=settings.gateway.kafka_timeout_s,
-            instance_id=settings.gateway.instance_id or default_instance_id(),
+            **{**shared_fields(settings.gateway, cls), **own},  # the caps and timeouts as they are set
             kafka=settings.kafka_client_config(),
             partitions=settings.kafka.topic_partitions,
             generations_topic=topic_for("generations", specs).name,

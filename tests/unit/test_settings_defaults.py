@@ -7,11 +7,22 @@ import dataclasses
 import inspect
 
 from bus.crash_guard import DEFAULT_ATTEMPTS
-from schemas.settings import GatewaySettings, JudgeSettings, OpenSearchSettings, WorkerSettings, defaults
+from schemas.settings import (
+    GatewaySettings,
+    JudgeSettings,
+    OpenSearchSettings,
+    Settings,
+    WorkerSettings,
+    defaults,
+    shared_fields,
+)
+from streams.gateway.config import GatewayConfig
 from streams.gateway.guard import Guard
+from workers.judge.cache import CachedJudge
 from workers.judge.openai_client import OpenAIJudgeConfig
 from workers.logs.indexer import IndexerConfig
 from workers.loop_config import WorkerConfig
+from workers.roles.episodes import EpisodeHandler
 
 
 def _dataclass_defaults(cls: type) -> dict[str, object]:
@@ -39,3 +50,14 @@ def test_component_configs_default_to_the_settings() -> None:
     guard = inspect.signature(Guard).parameters
     assert guard["body_timeout_s"].default == gateway.body_timeout_s
     assert guard["peer_body_reads"].default == gateway.peer_body_reads
+    assert inspect.signature(CachedJudge).parameters["max_entries"].default == judge.cache_size
+    assert _dataclass_defaults(EpisodeHandler)["retention_s"] == worker.episode_retention_s
+
+
+def test_a_component_config_takes_every_setting_it_shares_with_its_group() -> None:
+    settings = Settings(gateway_max_batch=7, gateway_instance_id="gw-1", judge_retries=5)
+    config = GatewayConfig.from_settings(settings, port=1)
+    assert (config.max_batch, config.instance_id, config.port) == (7, "gw-1", 1)
+    shared = shared_fields(settings.gateway, GatewayConfig)
+    assert {"max_batch", "body_timeout_s", "kafka_timeout_s"} <= set(shared)
+    assert shared_fields(settings.judge, OpenAIJudgeConfig)["retries"] == 5

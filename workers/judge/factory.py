@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.settings import Settings
+from schemas.settings import Settings, shared_fields
 from workers.judge.base import Judge
 from workers.judge.cache import CachedJudge
 
@@ -13,16 +13,7 @@ def make_judge(settings: Settings) -> CachedJudge:
     if settings.judge.backend == "openai":
         from workers.judge.openai_client import OpenAIJudge, OpenAIJudgeConfig
 
-        inner = OpenAIJudge(
-            OpenAIJudgeConfig(
-                base_url=settings.judge.base_url,
-                model=settings.judge.model,
-                api_key=settings.judge.api_key,
-                timeout_s=settings.judge.timeout_s,
-                retries=settings.judge.retries,
-                concurrency=settings.judge.concurrency,
-            )
-        )
+        inner = OpenAIJudge(OpenAIJudgeConfig(**shared_fields(settings.judge, OpenAIJudgeConfig)))
     else:
         from workers.judge.rubric import RubricJudge
 
