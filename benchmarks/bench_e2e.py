@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    main_cache = Settings().cache_dir
+    main_cache = Settings().local.cache_dir
     with tempfile.TemporaryDirectory(prefix="rs-bench-e2e-") as tmp:
         cache = shared_cache(Path(tmp), main_cache)
         prefix = f"bench-e2e-{uuid.uuid4().hex[:6]}."

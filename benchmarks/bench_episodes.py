@@ -91,13 +91,13 @@ def busy_seconds(url: str) -> float:
 def pipeline(settings: Settings, slots: int, max_turns: int, logs: Path) -> Iterator[tuple[EpisodeClient, str]]:
     """Topics, bucket and registry of this run, the episode worker process, a client of it and its /metrics."""
     kafka = settings.kafka_client_config()
-    specs = catalog(settings.topic_prefix, PARTITIONS, 1)
+    specs = catalog(settings.kafka.topic_prefix, PARTITIONS, 1)
     ensure_topics(specs, kafka)
     s3 = minio_client(settings)
-    s3.make_bucket(settings.s3_bucket)
-    env = {**os.environ, "RS_TOPIC_PREFIX": settings.topic_prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
-           "RS_TASKS_DIR": str(settings.tasks_dir), "RS_S3_BUCKET": settings.s3_bucket, "RS_METRICS_PORT": "0",
-           "RS_WORKER_INSTANCE_ID": f"bench-{settings.topic_prefix}"}  # fmt: skip
+    s3.make_bucket(settings.s3.bucket)
+    env = {**os.environ, "RS_TOPIC_PREFIX": settings.kafka.topic_prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+           "RS_TASKS_DIR": str(settings.tasks_dir), "RS_S3_BUCKET": settings.s3.bucket, "RS_METRICS_PORT": "0",
+           "RS_WORKER_INSTANCE_ID": f"bench-{settings.kafka.topic_prefix}"}  # fmt: skip
     TaskRegistry(settings.tasks_dir).store([task(max_turns)])
     with logs.open("wb") as out:
         worker = subprocess.Popen([sys.executable, "-m", "rewardstream", "worker", "episode", "--concurrency",
@@ -112,7 +112,7 @@ def pipeline(settings: Settings, slots: int, max_turns: int, logs: Path) -> Iter
         except subprocess.TimeoutExpired:
             worker.kill()
         delete_topics([s.name for s in specs] + [state_changelog(settings).name, clock_topic(settings).name], kafka)
-        remove_bucket(s3, settings.s3_bucket)
+        remove_bucket(s3, settings.s3.bucket)
 
 
 def step_overhead(client: EpisodeClient, settings: Settings, steps: int) -> dict[str, Any]:

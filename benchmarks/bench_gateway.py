@@ -111,12 +111,12 @@ def throughput(url: str, sandbox: Sandbox, runs: int, concurrent: int, slots: in
 def gateway_pipeline(settings: Settings, slots: int, logs: Path) -> Iterator[str]:
     """Topics of this run, an executor and a gateway as processes; yields the gateway's base URL."""
     kafka = settings.kafka_client_config()
-    specs = catalog(settings.topic_prefix, PARTITIONS, 1)
+    specs = catalog(settings.kafka.topic_prefix, PARTITIONS, 1)
     ensure_topics(specs, kafka)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "RS_TOPIC_PREFIX": settings.topic_prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+    env = {**os.environ, "RS_TOPIC_PREFIX": settings.kafka.topic_prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
            "RS_METRICS_PORT": "0", "RS_WORKER_STORE_ARTIFACTS": "false", "RS_GATEWAY_PORT": str(port)}  # fmt: skip
     procs = []
     try:

@@ -64,7 +64,7 @@ def main() -> None:
         finally:
             warm.close()
         client = docker_client(settings)
-        naive = DockerSandbox(settings, client, settings.sandbox_image, pool_size=0)
+        naive = DockerSandbox(settings, client, settings.sandbox.image, pool_size=0)
         try:
             out["docker_naive_ms_per_run"] = round(_time_runs(naive, max(5, args.runs // 3)), 1)
         finally:

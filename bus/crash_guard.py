@@ -34,11 +34,12 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from bus.errors import from_exception
 from bus.partition_reader import settled_watermarks
 from schemas.errors import RewardstreamError
+from schemas.settings import WorkerSettings, defaults
 
 log = logging.getLogger(__name__)
 
 #: Deaths of a process while one message ran alone in it, before that message is dead-lettered unrun.
-DEFAULT_ATTEMPTS = 3
+DEFAULT_ATTEMPTS = defaults(WorkerSettings).crash_attempts
 _MARK = re.compile(r"^rs-guard/1 o=(\d+) n=(\d+) a=(\d+) u=(-?\d+)$")
 
 

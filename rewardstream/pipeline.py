@@ -20,7 +20,7 @@ from typing import Any
 from infra.local.paths import PlatformPaths
 from infra.local.process import ManagedProcess, group_rss_kb
 from schemas.errors import PlatformError
-from schemas.settings import Settings
+from schemas.settings import Settings, WorkerSettings, defaults
 
 READY_TIMEOUT_S = 60.0
 ALIVE_GRACE_S = 3.0
@@ -50,7 +50,7 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
     Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
     """
     roles = ("executor", "verifier", "judge", "indexer")
-    first_port = settings.metrics_port or 9464
+    first_port = settings.worker.metrics_port or defaults(WorkerSettings).metrics_port  # 0: from the default
     procs = []
     for offset, role in enumerate(roles):
         argv = [*_supervised(role), "worker", role, "--metrics-port", str(first_port + offset)]
@@ -58,7 +58,7 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
             argv += ["--concurrency", str(concurrency)]
         procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
     # The app id is the processor's consumer group and names its changelog topic: scope it like the workers'.
-    app_id = f"{settings.topic_prefix}rewards"
+    app_id = f"{settings.kafka.topic_prefix}rewards"
     port = first_port + len(roles)
     argv = [*_supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]
     procs.append(PipelineProcess("reward", tuple(argv), port))
@@ -67,8 +67,8 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     procs.append(PipelineProcess("episode", tuple(argv), port))
-    host = f"[{settings.gateway_host}]" if ":" in settings.gateway_host else settings.gateway_host
-    endpoint = f"http://{host}:{settings.gateway_port}"
+    host = f"[{settings.gateway.host}]" if ":" in settings.gateway.host else settings.gateway.host
+    endpoint = f"http://{host}:{settings.gateway.port}"
     procs.append(PipelineProcess("gateway", (*_supervised("gateway"), "serve"), None, endpoint))
     return procs
 
@@ -83,7 +83,7 @@ class Pipeline:
 
     def __init__(self, settings: Settings, concurrency: int | None = None) -> None:
         self._settings = settings
-        self._paths = PlatformPaths(settings.cache_dir)
+        self._paths = PlatformPaths(settings.local.cache_dir)
         self._procs = pipeline_processes(settings, concurrency)
 
     def start(self, report: Callable[[str], None] = lambda _msg: None) -> None:
@@ -140,7 +140,7 @@ class Pipeline:
             if proc.endpoint is not None:
                 metrics = f"{proc.endpoint}/metrics"
             elif proc.metrics_port is not None:
-                metrics = f"http://{self._settings.metrics_host}:{proc.metrics_port}/metrics"
+                metrics = f"http://{self._settings.worker.metrics_host}:{proc.metrics_port}/metrics"
             out[proc.name] = {
                 "running": pid is not None,
                 "pid": pid,

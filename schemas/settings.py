@@ -4,26 +4,28 @@ Defaults point at the local embedded services started by ``rewardstream up``; pr
 fields at real clusters (see docs/operations.md, "Pointing at production").
 
 The settings are grouped by what they configure (``settings.kafka``, ``.s3``, ``.opensearch``, ``.sandbox``,
-``.worker``, ``.judge``, ``.gateway``, ``.local``), so a part can be handed only its own. Every setting keeps
-its one flat ``RS_*`` environment name, declared once below with ``Flat`` (``RS_KAFKA_BOOTSTRAP`` is
-``kafka.bootstrap``): that name is also an attribute (``settings.kafka_bootstrap``), a keyword of
-``Settings(...)`` and of ``model_copy(update=...)``, and what a bad value's error names.
+``.worker``, ``.judge``, ``.gateway``, ``.local``), so a part can be handed only its own. Each setting is
+declared once, as a field of its group (name, type, default, description); its one flat ``RS_*`` environment
+name is derived from it (the group's ``flat_prefix`` and the field's name: ``RS_KAFKA_BOOTSTRAP`` is
+``kafka.bootstrap``). That flat name is also a keyword of ``Settings(...)`` and of ``model_copy(update=...)``,
+an attribute at run time (``settings.kafka_bootstrap``; typed code reads ``settings.kafka.bootstrap``), and
+what a bad value's error names. Components built from the settings take their defaults from ``defaults``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "RS_"
-T = TypeVar("T")
 
 #: The toolchain family of the original sandbox image and rootfs (python, pytest, git): what runs when a run
 #: names no other family.
@@ -35,7 +37,24 @@ def _default_cache_dir() -> Path:
 
 
 class _Group(BaseModel):
+    """A group of settings. Each field's flat ``RS_*`` name is the group's ``flat_prefix`` and the field's name,
+    but for the fields in ``unprefixed`` (their name alone: ``RS_TOPIC_PREFIX`` is ``kafka.topic_prefix``)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flat_prefix: ClassVar[str] = ""
+    unprefixed: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if unknown := cls.unprefixed - set(cls.model_fields):
+            raise TypeError(f"{cls.__name__}.unprefixed names no field: {sorted(unknown)}")
+
+    @classmethod
+    def flat_name(cls, field: str) -> str:
+        """The flat name of ``field`` (``RS_`` + its upper case is its environment variable)."""
+        return field if field in cls.unprefixed else cls.flat_prefix + field
 
 
 class LocalPlatformSettings(_Group):
@@ -51,6 +70,9 @@ class LocalPlatformSettings(_Group):
 
 class KafkaSettings(_Group):
     """The Kafka cluster and the topic catalog on it."""
+
+    flat_prefix: ClassVar[str] = "kafka_"
+    unprefixed: ClassVar[frozenset[str]] = frozenset({"topic_prefix", "topic_partitions", "topic_replication_factor"})
 
     bootstrap: str = "127.0.0.1:9092"
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -76,6 +98,9 @@ class KafkaSettings(_Group):
 class OpenSearchSettings(_Group):
     """OpenSearch, where the log indexer writes and ``logs search``/``explain`` read."""
 
+    flat_prefix: ClassVar[str] = "opensearch_"
+    unprefixed: ClassVar[frozenset[str]] = frozenset({"log_retention_days", "indexer_batch_size"})
+
     url: str = "http://127.0.0.1:9200"
     username: str | None = None
     password: SecretStr | None = None
@@ -89,6 +114,8 @@ class OpenSearchSettings(_Group):
 class S3Settings(_Group):
     """The S3 store (MinIO in production) of artifacts and workspace snapshots."""
 
+    flat_prefix: ClassVar[str] = "s3_"
+
     endpoint: str = "127.0.0.1:9000"
     access_key: str = "rewardstream"
     secret_key: SecretStr = SecretStr("rewardstream-local-secret")
@@ -99,6 +126,9 @@ class S3Settings(_Group):
 
 class SandboxSettings(_Group):
     """The sandbox backends: which one, their image or root filesystem, and their isolation knobs."""
+
+    flat_prefix: ClassVar[str] = "sandbox_"
+    unprefixed: ClassVar[frozenset[str]] = frozenset({"docker_host"})
 
     docker_host: str | None = Field(None, description="DOCKER_HOST-style URL; default: local socket")
     backend: Literal["process", "docker"] = "process"
@@ -138,6 +168,11 @@ class SandboxSettings(_Group):
 class WorkerSettings(_Group):
     """Every consumer process (the roles' and episode workers, the indexer, the reward processor)."""
 
+    flat_prefix: ClassVar[str] = "worker_"
+    unprefixed: ClassVar[frozenset[str]] = frozenset(
+        {"crash_attempts", "metrics_host", "metrics_port", "episode_retention_s"}
+    )
+
     concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
     max_in_flight: int = Field(0, ge=0, le=100_000, description="buffered events before pausing (0: 16x, >= 64)")
     drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: finish in-flight runs within this")
@@ -159,6 +194,8 @@ class WorkerSettings(_Group):
 
 class GatewaySettings(_Group):
     """The HTTP gateway (``rewardstream serve``): a stateless door onto the same topics."""
+
+    flat_prefix: ClassVar[str] = "gateway_"
 
     host: str = Field("127.0.0.1", description="address the gateway binds to (not loopback: tokens needed)")
     port: int = Field(8080, ge=0, le=65535, description="port of the gateway; 0 picks a free one")
@@ -202,6 +239,8 @@ class GatewaySettings(_Group):
 class JudgeSettings(_Group):
     """The judge workers' model: the built-in rubric, or an OpenAI-compatible server."""
 
+    flat_prefix: ClassVar[str] = "judge_"
+
     backend: Literal["rubric", "openai"] = Field("rubric", description="built-in rubric or a chat server")
     base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible API base URL")
     model: str = Field("judge", description="model name sent to the judge server")
@@ -212,22 +251,20 @@ class JudgeSettings(_Group):
     cache_size: int = Field(65_536, ge=0, description="judge results cached by code hash (0: off)")
 
 
-class Flat(Generic[T]):
-    """A flat ``RS_*`` name of a grouped setting: ``kafka_bootstrap = Flat[str]("kafka", "bootstrap")`` reads
-    ``RS_KAFKA_BOOTSTRAP`` into ``settings.kafka.bootstrap`` and is that value as ``settings.kafka_bootstrap``."""
+G = TypeVar("G", bound=_Group)
 
-    def __init__(self, group: str, field: str) -> None:
-        self.group = group
-        self.field = field
 
-    @overload
-    def __get__(self, obj: None, owner: type) -> Flat[T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type) -> T: ...
-    def __get__(self, obj: object | None, owner: type) -> Flat[T] | T:
-        if obj is None:
-            return self
-        return cast("T", getattr(getattr(obj, self.group), self.field))
+def defaults(group: type[G]) -> G:
+    """``group`` with every field at its default: where a component's own config (a dataclass the worker loop,
+    the judge client or the gateway's guard is built with) takes its defaults, so each is written once, here."""
+    return group()
+
+
+def shared_fields(group: _Group, config: type) -> dict[str, Any]:
+    """``group``'s values of the fields ``config`` (a dataclass a component is built with) has too, by name: a
+    component config built from its group repeats no list of settings."""
+    names = {field.name for field in dataclasses.fields(config)}
+    return {name: getattr(group, name) for name in type(group).model_fields if name in names}
 
 
 class Settings(BaseSettings):
@@ -249,80 +286,14 @@ class Settings(BaseSettings):
         description="task registry: public/ readable by trainers, hidden/ by verifiers only",
     )
 
-    # The RS_* names: RS_<NAME> is the group's field, and settings.<name> its value.
-    cache_dir: ClassVar[Flat[Path]] = Flat("local", "cache_dir")
-    maven_url: ClassVar[Flat[str]] = Flat("local", "maven_url")
-    java_home: ClassVar[Flat[Path | None]] = Flat("local", "java_home")
-    debian_mirror: ClassVar[Flat[str]] = Flat("local", "debian_mirror")
-    startup_timeout_s: ClassVar[Flat[float]] = Flat("local", "startup_timeout_s")
-    health_timeout_s: ClassVar[Flat[float]] = Flat("local", "health_timeout_s")
-    kafka_bootstrap: ClassVar[Flat[str]] = Flat("kafka", "bootstrap")
-    kafka_security_protocol: ClassVar[Flat[str]] = Flat("kafka", "security_protocol")
-    kafka_sasl_mechanism: ClassVar[Flat[str | None]] = Flat("kafka", "sasl_mechanism")
-    kafka_sasl_username: ClassVar[Flat[str | None]] = Flat("kafka", "sasl_username")
-    kafka_sasl_password: ClassVar[Flat[SecretStr | None]] = Flat("kafka", "sasl_password")
-    topic_prefix: ClassVar[Flat[str]] = Flat("kafka", "topic_prefix")
-    topic_partitions: ClassVar[Flat[int]] = Flat("kafka", "topic_partitions")
-    topic_replication_factor: ClassVar[Flat[int]] = Flat("kafka", "topic_replication_factor")
-    opensearch_url: ClassVar[Flat[str]] = Flat("opensearch", "url")
-    opensearch_username: ClassVar[Flat[str | None]] = Flat("opensearch", "username")
-    opensearch_password: ClassVar[Flat[SecretStr | None]] = Flat("opensearch", "password")
-    opensearch_verify_certs: ClassVar[Flat[bool]] = Flat("opensearch", "verify_certs")
-    opensearch_index_prefix: ClassVar[Flat[str]] = Flat("opensearch", "index_prefix")
-    opensearch_replicas: ClassVar[Flat[int]] = Flat("opensearch", "replicas")
-    log_retention_days: ClassVar[Flat[int]] = Flat("opensearch", "log_retention_days")
-    indexer_batch_size: ClassVar[Flat[int]] = Flat("opensearch", "indexer_batch_size")
-    s3_endpoint: ClassVar[Flat[str]] = Flat("s3", "endpoint")
-    s3_access_key: ClassVar[Flat[str]] = Flat("s3", "access_key")
-    s3_secret_key: ClassVar[Flat[SecretStr]] = Flat("s3", "secret_key")
-    s3_secure: ClassVar[Flat[bool]] = Flat("s3", "secure")
-    s3_region: ClassVar[Flat[str]] = Flat("s3", "region")
-    s3_bucket: ClassVar[Flat[str]] = Flat("s3", "bucket")
-    docker_host: ClassVar[Flat[str | None]] = Flat("sandbox", "docker_host")
-    sandbox_backend: ClassVar[Flat[Literal["process", "docker"]]] = Flat("sandbox", "backend")
-    sandbox_image: ClassVar[Flat[str]] = Flat("sandbox", "image")
-    sandbox_rootfs: ClassVar[Flat[Path | None]] = Flat("sandbox", "rootfs")
-    sandbox_toolchains_dir: ClassVar[Flat[Path | None]] = Flat("sandbox", "toolchains_dir")
-    sandbox_uid: ClassVar[Flat[int]] = Flat("sandbox", "uid")
-    sandbox_run_dir: ClassVar[Flat[Path]] = Flat("sandbox", "run_dir")
-    sandbox_cgroup_parent: ClassVar[Flat[Path | None]] = Flat("sandbox", "cgroup_parent")
-    sandbox_pool_size: ClassVar[Flat[int]] = Flat("sandbox", "pool_size")
-    sandbox_slots: ClassVar[Flat[int]] = Flat("sandbox", "slots")
-    sandbox_start_rate: ClassVar[Flat[float]] = Flat("sandbox", "start_rate")
-    sandbox_slots_dir: ClassVar[Flat[Path | None]] = Flat("sandbox", "slots_dir")
-    worker_concurrency: ClassVar[Flat[int]] = Flat("worker", "concurrency")
-    worker_max_in_flight: ClassVar[Flat[int]] = Flat("worker", "max_in_flight")
-    worker_drain_timeout_s: ClassVar[Flat[float]] = Flat("worker", "drain_timeout_s")
-    worker_commit_interval_s: ClassVar[Flat[float]] = Flat("worker", "commit_interval_s")
-    worker_transaction_timeout_ms: ClassVar[Flat[int]] = Flat("worker", "transaction_timeout_ms")
-    worker_instance_id: ClassVar[Flat[str | None]] = Flat("worker", "instance_id")
-    worker_store_artifacts: ClassVar[Flat[bool]] = Flat("worker", "store_artifacts")
-    crash_attempts: ClassVar[Flat[int]] = Flat("worker", "crash_attempts")
-    metrics_host: ClassVar[Flat[str]] = Flat("worker", "metrics_host")
-    metrics_port: ClassVar[Flat[int]] = Flat("worker", "metrics_port")
-    episode_retention_s: ClassVar[Flat[float]] = Flat("worker", "episode_retention_s")
-    judge_backend: ClassVar[Flat[Literal["rubric", "openai"]]] = Flat("judge", "backend")
-    judge_base_url: ClassVar[Flat[str]] = Flat("judge", "base_url")
-    judge_model: ClassVar[Flat[str]] = Flat("judge", "model")
-    judge_api_key: ClassVar[Flat[SecretStr | None]] = Flat("judge", "api_key")
-    judge_timeout_s: ClassVar[Flat[float]] = Flat("judge", "timeout_s")
-    judge_retries: ClassVar[Flat[int]] = Flat("judge", "retries")
-    judge_concurrency: ClassVar[Flat[int]] = Flat("judge", "concurrency")
-    judge_cache_size: ClassVar[Flat[int]] = Flat("judge", "cache_size")
-    gateway_host: ClassVar[Flat[str]] = Flat("gateway", "host")
-    gateway_port: ClassVar[Flat[int]] = Flat("gateway", "port")
-    gateway_tokens: ClassVar[Flat[SecretStr | None]] = Flat("gateway", "tokens")
-    gateway_token_concurrency: ClassVar[Flat[int]] = Flat("gateway", "token_concurrency")
-    gateway_max_body_bytes: ClassVar[Flat[int]] = Flat("gateway", "max_body_bytes")
-    gateway_body_timeout_s: ClassVar[Flat[float]] = Flat("gateway", "body_timeout_s")
-    gateway_peer_body_reads: ClassVar[Flat[int]] = Flat("gateway", "peer_body_reads")
-    gateway_max_batch: ClassVar[Flat[int]] = Flat("gateway", "max_batch")
-    gateway_reward_wait_s: ClassVar[Flat[float]] = Flat("gateway", "reward_wait_s")
-    gateway_run_queue_s: ClassVar[Flat[float]] = Flat("gateway", "run_queue_s")
-    gateway_reward_cache: ClassVar[Flat[int]] = Flat("gateway", "reward_cache")
-    gateway_reward_lookback: ClassVar[Flat[int]] = Flat("gateway", "reward_lookback")
-    gateway_kafka_timeout_s: ClassVar[Flat[float]] = Flat("gateway", "kafka_timeout_s")
-    gateway_instance_id: ClassVar[Flat[str | None]] = Flat("gateway", "instance_id")
+    if not TYPE_CHECKING:  # typed code reads the group (settings.kafka.bootstrap); the flat name is for the rest
+
+        def __getattr__(self, name: str) -> Any:
+            """A flat name (``settings.kafka_bootstrap``) is its group's field."""
+            where = flat_names().get(name)
+            if where is None:
+                return super().__getattr__(name)
+            return getattr(getattr(self, where[0]), where[1])
 
     @classmethod
     def settings_customise_sources(
@@ -380,8 +351,14 @@ class Settings(BaseSettings):
 
 @cache
 def flat_names() -> dict[str, tuple[str, str]]:
-    """Every flat setting name (``RS_`` + its upper case is its environment variable) -> (group, field)."""
-    return {name: (v.group, v.field) for name, v in vars(Settings).items() if isinstance(v, Flat)}
+    """Every flat setting name (``RS_`` + its upper case is its environment variable) -> (group, field), derived
+    from the groups' fields: a setting is declared once, in its group."""
+    names: dict[str, tuple[str, str]] = {}
+    for group, info in Settings.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, _Group):
+            names.update({kind.flat_name(field): (group, field) for field in kind.model_fields})
+    return names
 
 
 def env_name(path: str) -> str:

@@ -138,7 +138,9 @@ def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 
 
 def catalog_for(settings: Settings) -> tuple[TopicSpec, ...]:
     """The catalog these settings describe (prefix, partitions, replication): what every component uses."""
-    return catalog(settings.topic_prefix, settings.topic_partitions, settings.topic_replication_factor)
+    return catalog(
+        settings.kafka.topic_prefix, settings.kafka.topic_partitions, settings.kafka.topic_replication_factor
+    )
 
 
 def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:
@@ -155,4 +157,4 @@ WRITER_ROLE: dict[Role, WriterRole] = {SIGNAL_TOPIC[signal]: SIGNAL_WRITER[signa
 
 def group_for(settings: Settings, role: str) -> str:
     """The consumer group of a worker role (executor, verifier, judge, indexer): one name, everywhere."""
-    return f"{settings.topic_prefix}{role}"
+    return f"{settings.kafka.topic_prefix}{role}"

@@ -78,7 +78,7 @@ def opensearch_client(settings: Settings, platform_health: dict[str, Health]) ->
     from opensearchpy import OpenSearch
 
     _require(platform_health, "opensearch")
-    client = OpenSearch(hosts=[settings.opensearch_url], timeout=30)
+    client = OpenSearch(hosts=[settings.opensearch.url], timeout=30)
     try:
         yield client
     finally:
@@ -100,11 +100,11 @@ def minio_client(settings: Settings, platform_health: dict[str, Health]) -> Any:
 
     _require(platform_health, "s3")
     return Minio(
-        settings.s3_endpoint,
-        access_key=settings.s3_access_key,
-        secret_key=settings.s3_secret_key.get_secret_value(),
-        secure=settings.s3_secure,
-        region=settings.s3_region,
+        settings.s3.endpoint,
+        access_key=settings.s3.access_key,
+        secret_key=settings.s3.secret_key.get_secret_value(),
+        secure=settings.s3.secure,
+        region=settings.s3.region,
     )
 
 
@@ -123,7 +123,7 @@ def docker_client(settings: Settings, platform_health: dict[str, Health]) -> Ite
     import docker
 
     _require(platform_health, "docker")
-    client = docker.DockerClient(base_url=settings.docker_host or "unix:///var/run/docker.sock")
+    client = docker.DockerClient(base_url=settings.sandbox.docker_host or "unix:///var/run/docker.sock")
     try:
         yield client
     finally:

@@ -131,11 +131,11 @@ def minio_client(settings: Settings, timeout_s: float = 10.0) -> Any:
         maxsize=16,
     )
     return Minio(
-        settings.s3_endpoint,
-        access_key=settings.s3_access_key,
-        secret_key=settings.s3_secret_key.get_secret_value(),
-        secure=settings.s3_secure,
-        region=settings.s3_region,
+        settings.s3.endpoint,
+        access_key=settings.s3.access_key,
+        secret_key=settings.s3.secret_key.get_secret_value(),
+        secure=settings.s3.secure,
+        region=settings.s3.region,
         http_client=http,
     )
 

@@ -5,23 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bus.crash_guard import DEFAULT_ATTEMPTS
+from schemas.settings import WorkerSettings, defaults
+from workers.retry import RetryPolicy
+
+_DEFAULTS = defaults(WorkerSettings)
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Knobs of one worker; ``rewardstream.cli.worker`` builds it from Settings."""
+    """Knobs of one worker; ``rewardstream.cli.worker`` builds it from Settings (whose defaults these are)."""
 
     role: str
     source_topic: str
     dlq_topic: str
     group_id: str
     transactional_id: str
-    concurrency: int = 2
-    max_in_flight: int = 0  # 0: 16 x concurrency, at least 64
-    commit_interval_s: float = 0.5  # each transaction costs the broker; results wait at most this long
+    concurrency: int = _DEFAULTS.concurrency
+    max_in_flight: int = _DEFAULTS.max_in_flight  # 0: 16 x concurrency, at least 64
+    #: Each transaction costs the broker; results wait at most this long.
+    commit_interval_s: float = _DEFAULTS.commit_interval_s
     commit_batch: int = 500
     poll_timeout_s: float = 0.02
-    drain_timeout_s: float = 30.0
+    drain_timeout_s: float = _DEFAULTS.drain_timeout_s
     kafka_timeout_s: float = 30.0
     handler_attempts: int = 5
     handler_backoff_s: float = 0.5
@@ -30,6 +35,11 @@ class WorkerConfig:
     timer_interval_s: float = 1.0
     #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
     crash_attempts: int = DEFAULT_ATTEMPTS
+
+    @property
+    def handler_retry(self) -> RetryPolicy:
+        """The retry policy of a failed handler run (no jitter: the loop's own timers spread the retries)."""
+        return RetryPolicy(self.handler_attempts, self.handler_backoff_s, self.handler_backoff_max_s, jitter=0.0)
 
     @property
     def buffer_limit(self) -> int:

@@ -359,7 +359,7 @@ class TransactionalWorker(Generic[E]):
         item.attempts += 1
         cfg = self.config
         if isinstance(exc, InfrastructureError) or item.attempts < cfg.handler_attempts:
-            delay = min(cfg.handler_backoff_max_s, cfg.handler_backoff_s * 2 ** (min(item.attempts, 32) - 1))
+            delay = cfg.handler_retry.delay(item.attempts)
             log.warning("%s: run of %s[%d]@%d failed (attempt %d), retrying in %.1fs: %s", cfg.role,
                         item.part.topic, item.part.partition, item.offset, item.attempts, delay, exc)  # fmt: skip
             self.metrics.retry("infrastructure" if isinstance(exc, InfrastructureError) else "handler")

@@ -30,13 +30,13 @@ class DockerService(ProcessService):
     uses_java = False
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        endpoint = settings.docker_host or DEFAULT_SOCKET
+        endpoint = settings.sandbox.docker_host or DEFAULT_SOCKET
         host, port = ("127.0.0.1", 0) if endpoint.startswith("unix://") else split_host_port(endpoint, 2375)
         super().__init__(settings, paths, host, port)
 
     @property
     def endpoint(self) -> str:
-        return self._settings.docker_host or DEFAULT_SOCKET
+        return self._settings.sandbox.docker_host or DEFAULT_SOCKET
 
     def ports(self) -> list[PortClaim]:
         return []
@@ -67,7 +67,7 @@ class DockerService(ProcessService):
     def _client(self) -> Any:
         import docker
 
-        return docker.DockerClient(base_url=self.endpoint, timeout=max(5, int(self._settings.health_timeout_s)))
+        return docker.DockerClient(base_url=self.endpoint, timeout=max(5, int(self._settings.local.health_timeout_s)))
 
     def _ping(self) -> str | None:
         """None when dockerd answers, else why not."""
@@ -95,20 +95,20 @@ class DockerService(ProcessService):
             client.close()
 
     def health(self) -> Health:
-        details: dict[str, Any] = {"managed_pid": self._process.pid(), "image": self._settings.sandbox_image}
+        details: dict[str, Any] = {"managed_pid": self._process.pid(), "image": self._settings.sandbox.image}
         if (reason := self._ping()) is not None:
             return Health(False, self.endpoint, reason, details)
         client = self._client()
         try:
             details["server_version"] = client.version().get("Version")
-            present = bool(client.images.list(name=self._settings.sandbox_image))
+            present = bool(client.images.list(name=self._settings.sandbox.image))
         except Exception as exc:
             return Health(False, self.endpoint, f"Docker answered but failed: {_first_line(exc)}", details)
         finally:
             client.close()
         details["image_present"] = present
         if not present:
-            reason = f"sandbox image {self._settings.sandbox_image} is not built: run `rewardstream up`"
+            reason = f"sandbox image {self._settings.sandbox.image} is not built: run `rewardstream up`"
             return Health(False, self.endpoint, reason, details)
         return Health(True, self.endpoint, None, details)
 

@@ -92,14 +92,14 @@ class KafkaService(ProcessService):
     name = "kafka"
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        super().__init__(settings, paths, *split_host_port(settings.kafka_bootstrap.split(",")[0], 9092))
+        super().__init__(settings, paths, *split_host_port(settings.kafka.bootstrap.split(",")[0], 9092))
         self._home = paths.dist / f"kafka_{KAFKA_SCALA_VERSION}-{KAFKA_VERSION}"
         self._data = paths.data / "kafka"
         self._config = self._data / "server.properties"
 
     @property
     def endpoint(self) -> str:
-        return self._settings.kafka_bootstrap
+        return self._settings.kafka.bootstrap
 
     def ports(self) -> list[PortClaim]:
         return [
@@ -125,8 +125,8 @@ class KafkaService(ProcessService):
         pom = self._home / "pom.xml"
         pom.write_text(_POM.format(scala=KAFKA_SCALA_VERSION, kafka=KAFKA_VERSION, slf4j=SLF4J_RELOAD4J_VERSION))
         maven_settings = self._home / "maven-settings.xml"
-        maven_settings.write_text(_MAVEN_SETTINGS.format(url=self._settings.maven_url))
-        java = find_java(self._settings.java_home)
+        maven_settings.write_text(_MAVEN_SETTINGS.format(url=self._settings.local.maven_url))
+        java = find_java(self._settings.local.java_home)
         env = {**os.environ, "JAVA_HOME": str(java.resolve().parent.parent)}
         log = self._paths.logs / "kafka-install.log"
         argv = [
@@ -212,7 +212,7 @@ class KafkaService(ProcessService):
         config: dict[str, Any] = {**self._settings.kafka_client_config(), "socket.timeout.ms": 3000, "logger": quiet}
         client = AdminClient(config)
         try:
-            metadata = client.list_topics(timeout=self._settings.health_timeout_s)
+            metadata = client.list_topics(timeout=self._settings.local.health_timeout_s)
         except Exception as exc:
             return Health(False, self.endpoint, f"Kafka does not answer at {self.endpoint}: {exc}", details)
         details["brokers"] = len(metadata.brokers)

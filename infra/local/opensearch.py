@@ -42,7 +42,7 @@ class OpenSearchService(ProcessService):
     name = "opensearch"
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        super().__init__(settings, paths, *split_host_port(settings.opensearch_url, 9200))
+        super().__init__(settings, paths, *split_host_port(settings.opensearch.url, 9200))
         self._base = service_base(paths.root)
         base = self._base
         self._home = base / "dist" / f"opensearch-{OPENSEARCH_VERSION}"
@@ -50,7 +50,7 @@ class OpenSearchService(ProcessService):
 
     @property
     def endpoint(self) -> str:
-        return self._settings.opensearch_url
+        return self._settings.opensearch.url
 
     def ports(self) -> list[PortClaim]:
         transport = self._port + OPENSEARCH_TRANSPORT_PORT_OFFSET
@@ -68,7 +68,7 @@ class OpenSearchService(ProcessService):
             return
         filename = f"opensearch-{OPENSEARCH_VERSION}.zip"
         url = maven_url(
-            self._settings.maven_url,
+            self._settings.local.maven_url,
             "org.opensearch.distribution.integ-test-zip", "opensearch", OPENSEARCH_VERSION, filename,
         )  # fmt: skip
         archive = fetch_verified(url, self._paths.downloads / filename, needed_mb=600)
@@ -132,13 +132,13 @@ class OpenSearchService(ProcessService):
         if self.is_local() and (reason := unreachable_reason("OpenSearch", self._host, self._port)):
             return Health(False, self.endpoint, reason, details)
         auth = None
-        if self._settings.opensearch_username and self._settings.opensearch_password is not None:
-            auth = (self._settings.opensearch_username, self._settings.opensearch_password.get_secret_value())
+        if self._settings.opensearch.username and self._settings.opensearch.password is not None:
+            auth = (self._settings.opensearch.username, self._settings.opensearch.password.get_secret_value())
         client = OpenSearch(
             hosts=[self.endpoint],
             http_auth=auth,
-            verify_certs=self._settings.opensearch_verify_certs,
-            timeout=self._settings.health_timeout_s,
+            verify_certs=self._settings.opensearch.verify_certs,
+            timeout=self._settings.local.health_timeout_s,
             max_retries=0,
         )
         try:

@@ -41,7 +41,7 @@ class Platform:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Platform:
-        paths = PlatformPaths(settings.cache_dir)
+        paths = PlatformPaths(settings.local.cache_dir)
         return cls(
             settings=settings,
             paths=paths,
@@ -105,7 +105,7 @@ class Platform:
                 for claim in svc.ports():
                     require_port_free(claim.label, claim.host, claim.port, claim.setting)
         if any(svc.uses_java and svc.started_by_us() is None for svc in pending):
-            find_java(self.settings.java_home)
+            find_java(self.settings.local.java_home)
         if any(not svc.installed() for svc in pending):
             require_free_space(self.paths.root, COLD_INSTALL_MB)
 
@@ -123,17 +123,17 @@ class Platform:
         report(f"{service.name}: healthy at {service.endpoint} ({time.monotonic() - started:.1f}s)")
 
     def _wait_for_docker_daemon(self, service: DockerService) -> None:
-        deadline = time.monotonic() + self.settings.startup_timeout_s
+        deadline = time.monotonic() + self.settings.local.startup_timeout_s
         while time.monotonic() < deadline:
             if service.health().details.get("server_version"):
                 return
             if (failure := service.startup_failure()) is not None:
                 raise PlatformError(f"dockerd exited during startup: {failure}")
             time.sleep(0.5)
-        raise PlatformError(f"dockerd did not answer within {self.settings.startup_timeout_s:.0f}s")
+        raise PlatformError(f"dockerd did not answer within {self.settings.local.startup_timeout_s:.0f}s")
 
     def _wait_healthy(self, service: LocalService) -> None:
-        deadline = time.monotonic() + self.settings.startup_timeout_s
+        deadline = time.monotonic() + self.settings.local.startup_timeout_s
         health = service.health()
         while not health.healthy:
             if health.fatal:
@@ -141,7 +141,7 @@ class Platform:
             if service.started_by_us() is None and (failure := service.startup_failure()) is not None:
                 raise PlatformError(f"exited during startup; last log lines:\n{failure}")
             if time.monotonic() > deadline:
-                raise PlatformError(f"not healthy after {self.settings.startup_timeout_s:.0f}s: {health.reason}")
+                raise PlatformError(f"not healthy after {self.settings.local.startup_timeout_s:.0f}s: {health.reason}")
             time.sleep(0.5)
             health = service.health()
 

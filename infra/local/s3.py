@@ -30,14 +30,14 @@ class S3Service(ProcessService):
     name = "s3"
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        super().__init__(settings, paths, *split_host_port(settings.s3_endpoint, 9000))
+        super().__init__(settings, paths, *split_host_port(settings.s3.endpoint, 9000))
         self._data = paths.data / "s3"
         self._properties = self._data / "s3proxy.properties"
         self._jar = paths.dist / f"s3proxy-{S3PROXY_VERSION}-jar-with-dependencies.jar"
 
     @property
     def endpoint(self) -> str:
-        return self._settings.s3_endpoint
+        return self._settings.s3.endpoint
 
     def ports(self) -> list[PortClaim]:
         return [PortClaim("S3", self._host, self._port, "RS_S3_ENDPOINT")]
@@ -47,7 +47,7 @@ class S3Service(ProcessService):
 
     def install(self) -> None:
         filename = self._jar.name
-        url = maven_url(self._settings.maven_url, "org.gaul", "s3proxy", S3PROXY_VERSION, filename)
+        url = maven_url(self._settings.local.maven_url, "org.gaul", "s3proxy", S3PROXY_VERSION, filename)
         if not self._jar.exists():
             fetch_verified(url, self._jar, needed_mb=200)
 
@@ -56,11 +56,11 @@ class S3Service(ProcessService):
         config = {
             "s3proxy.endpoint": f"http://{self._host}:{self._port}",
             "s3proxy.authorization": "aws-v2-or-v4",
-            "s3proxy.identity": self._settings.s3_access_key,
-            "s3proxy.credential": self._settings.s3_secret_key.get_secret_value(),
+            "s3proxy.identity": self._settings.s3.access_key,
+            "s3proxy.credential": self._settings.s3.secret_key.get_secret_value(),
             "jclouds.provider": "filesystem",
             "jclouds.filesystem.basedir": str(self._data / "buckets"),
-            "jclouds.region": self._settings.s3_region,
+            "jclouds.region": self._settings.s3.region,
         }
         self._properties.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         self._properties.chmod(0o600)
@@ -89,13 +89,13 @@ class S3Service(ProcessService):
         details: dict[str, Any] = {"managed_pid": self._process.pid(), "version": S3PROXY_VERSION}
         if self.is_local() and (reason := unreachable_reason("S3", self._host, self._port)):
             return Health(False, self.endpoint, reason, details)
-        timeout = self._settings.health_timeout_s
+        timeout = self._settings.local.health_timeout_s
         client = Minio(
             self.endpoint,
-            access_key=self._settings.s3_access_key,
-            secret_key=self._settings.s3_secret_key.get_secret_value(),
-            secure=self._settings.s3_secure,
-            region=self._settings.s3_region,
+            access_key=self._settings.s3.access_key,
+            secret_key=self._settings.s3.secret_key.get_secret_value(),
+            secure=self._settings.s3.secure,
+            region=self._settings.s3.region,
             http_client=PoolManager(timeout=Timeout(connect=timeout, read=timeout), retries=False),
         )
         try:

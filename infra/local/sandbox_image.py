@@ -65,15 +65,15 @@ _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/
 
 
 def image_version(settings: Settings) -> str:
-    """The tag of ``settings.sandbox_image`` (``latest`` when untagged); it versions the rootfs too."""
+    """The tag of ``settings.sandbox.image`` (``latest`` when untagged); it versions the rootfs too."""
     return settings.sandbox_image_version()
 
 
 def _stamp(settings: Settings) -> dict[str, Any]:
     return {
         "version": image_version(settings),
-        "uid": settings.sandbox_uid,
-        "mirror": settings.debian_mirror,
+        "uid": settings.sandbox.uid,
+        "mirror": settings.local.debian_mirror,
         "suite": "bookworm",
         "packages": list(PACKAGES),
         "layout": 4,  # 4: localhost resolves (/etc/hosts, libnss-myhostname)
@@ -130,7 +130,7 @@ def ensure_toolchain_rootfs(settings: Settings, family: str) -> Path:
     used as it is, never built."""
     dest = settings.toolchain_rootfs_path(family)
     packages = _family_packages(family)
-    baked = settings.sandbox_rootfs if family == PYTHON_TOOLCHAIN else settings.sandbox_toolchains_dir
+    baked = settings.sandbox.rootfs if family == PYTHON_TOOLCHAIN else settings.sandbox.toolchains_dir
     if baked is not None:
         return dest
     return _ensure_rootfs(settings, dest, packages, _family_stamp(settings, family))
@@ -146,7 +146,7 @@ def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wa
             raise PlatformError("mmdebstrap is not installed (Debian package `mmdebstrap`)")
         tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        uid = settings.sandbox_uid
+        uid = settings.sandbox.uid
         hooks = [
             f'chroot "$1" groupadd --gid {uid} {_SANDBOX_USER}',
             f'chroot "$1" useradd --uid {uid} --gid {uid} --no-create-home --home-dir /work '
@@ -174,7 +174,7 @@ def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wa
             *(f"--customize-hook={h}" for h in hooks),
             "bookworm",
             str(tmp),
-            settings.debian_mirror,
+            settings.local.debian_mirror,
         ]
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=_BUILD_TIMEOUT_S, check=False)
@@ -218,7 +218,7 @@ def ensure_sandbox_image(settings: Settings, docker_client: Any) -> str:
 
 def ensure_toolchain_image(settings: Settings, docker_client: Any, family: str) -> str:
     """Make sure the image of toolchain ``family`` exists (``docker import`` of its rootfs, built first if
-    missing); return the tag. The python family's is ``settings.sandbox_image``."""
+    missing); return the tag. The python family's is ``settings.sandbox.image``."""
     image = settings.toolchain_image(family)
     repo = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
     tag = f"{repo}:{image_version(settings)}"
@@ -241,7 +241,7 @@ def ensure_toolchain_image(settings: Settings, docker_client: Any, family: str) 
                 repository=repo,
                 tag=image_version(settings),
                 changes=[
-                    f"USER {settings.sandbox_uid}:{settings.sandbox_uid}",
+                    f"USER {settings.sandbox.uid}:{settings.sandbox.uid}",
                     "WORKDIR /work",
                     "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8",
                     f"LABEL {_STAMP_LABEL}={stamp}",

@@ -112,7 +112,7 @@ class ProcessService:
             return None
         for claim in self.ports():
             require_port_free(claim.label, claim.host, claim.port, claim.setting)
-        return find_java(self._settings.java_home)
+        return find_java(self._settings.local.java_home)
 
     def started_by_us(self) -> int | None:
         return self._process.pid()

@@ -80,7 +80,7 @@ def _kafka(settings: Settings, name: str) -> str:
 def _opensearch(settings: Settings, name: str) -> str:
     from opensearchpy import OpenSearch
 
-    client = OpenSearch(hosts=[settings.opensearch_url], timeout=30)
+    client = OpenSearch(hosts=[settings.opensearch.url], timeout=30)
     try:
         for i, status in enumerate(("ok", "timeout", "memory_limit")):
             client.index(index=name, id=f"g{i}", body={"status": status, "stdout": f"run {i} ended {status}"})
@@ -98,11 +98,11 @@ def _s3(settings: Settings, name: str) -> str:
     from minio import Minio
 
     client = Minio(
-        settings.s3_endpoint,
-        access_key=settings.s3_access_key,
-        secret_key=settings.s3_secret_key.get_secret_value(),
-        secure=settings.s3_secure,
-        region=settings.s3_region,
+        settings.s3.endpoint,
+        access_key=settings.s3.access_key,
+        secret_key=settings.s3.secret_key.get_secret_value(),
+        secure=settings.s3.secure,
+        region=settings.s3.region,
     )
     body = b"print('hello from an artifact')\n" * 64
     client.make_bucket(name)
@@ -128,11 +128,11 @@ def _s3(settings: Settings, name: str) -> str:
 def _docker(settings: Settings, name: str) -> str:
     import docker
 
-    client = docker.DockerClient(base_url=settings.docker_host or "unix:///var/run/docker.sock")
+    client = docker.DockerClient(base_url=settings.sandbox.docker_host or "unix:///var/run/docker.sock")
     script = "import socket; print(sorted(n for _, n in socket.if_nameindex()))"
     try:
         out = client.containers.run(
-            settings.sandbox_image,
+            settings.sandbox.image,
             ["python3", "-c", script],
             name=name,
             network_mode="none",

@@ -68,9 +68,9 @@ def open_sandbox(settings: Settings, backend: Backend | None = None) -> Sandbox:
     )
     from workers.sandbox.factory import make_sandbox
 
-    chosen = backend or settings.sandbox_backend
+    chosen = backend or settings.sandbox.backend
     rootfs_of = functools.partial(_built, ensure_toolchain_rootfs, settings)
-    if chosen == "process" and settings.sandbox_rootfs is None:
+    if chosen == "process" and settings.sandbox.rootfs is None:
         return make_sandbox(settings, "process", rootfs=ensure_sandbox_rootfs(settings), toolchain_rootfs=rootfs_of)
     if chosen == "docker":
         from workers.sandbox.docker_backend import docker_client

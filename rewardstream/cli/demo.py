@@ -76,10 +76,10 @@ def demo(
         played, agents_s = play_episodes(console, settings, run_id, agents, timeout)
         missing += summarize(console, agents, played, agents_s)
     console.print(
-        f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch_url}, indices "
-        f"{settings.opensearch_index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
-        f"pipeline metrics on http://{settings.metrics_host}:{settings.metrics_port}-"
-        f"{settings.metrics_port + 5}/metrics; `rewardstream down` stops everything."
+        f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch.url}, indices "
+        f"{settings.opensearch.index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
+        f"pipeline metrics on http://{settings.worker.metrics_host}:{settings.worker.metrics_port}-"
+        f"{settings.worker.metrics_port + 5}/metrics; `rewardstream down` stops everything."
     )
     if missing:
         raise typer.Exit(1)

@@ -51,7 +51,7 @@ def _logs(
     body = {"query": query, "sort": [{"created_at": {"order": "desc" if newest else "asc"}}]}
     client = opensearch_client(settings, timeout_s=30.0)
     try:
-        found = search(client, settings.opensearch_index_prefix, {**body, "size": limit})
+        found = search(client, settings.opensearch.index_prefix, {**body, "size": limit})
         return (found[::-1] if newest else found), None
     except LogSearchError as exc:
         return [], str(exc)
@@ -90,7 +90,9 @@ def _episode(settings: Settings, located: Located, scan_limit: int) -> dict[str,
         return None
     event = generation.event
     assert isinstance(event, GenerationEvent)  # noqa: S101 - is_episode says so
-    records = locate_episode(settings.kafka_client_config(), settings.topic_prefix, generation, scan_limit=scan_limit)
+    records = locate_episode(
+        settings.kafka_client_config(), settings.kafka.topic_prefix, generation, scan_limit=scan_limit
+    )
     located.scanned.extend(records.scanned)
     return episode_section(event, records, _snapshot_size(settings, event.workspace_ref or ""))
 
@@ -236,7 +238,11 @@ def explain(
     settings = load_settings()
     logs, log_error = _logs(settings, {"term": {"generation_id": generation_id}}, log_limit)
     located = locate(
-        settings.kafka_client_config(), settings.topic_prefix, generation_id, hints=_hints(logs), scan_limit=scan_limit
+        settings.kafka_client_config(),
+        settings.kafka.topic_prefix,
+        generation_id,
+        hints=_hints(logs),
+        scan_limit=scan_limit,
     )
     if located.generation() is None and not logs:
         where = "; ".join(f"{s.topic} ({s.messages} messages)" for s in located.scanned)

@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
 import pydantic
@@ -35,25 +35,13 @@ from schemas.caps import fit_item
 from schemas.codec import one_line, problems_of
 from schemas.errors import ConfigError, ValidationError
 from schemas.events import RewardEvent
-from schemas.tasks import Language, Task, task_version
+from schemas.solutions import Solution, numbered_solutions
+from schemas.tasks import Task, task_version
 from schemas.text import sanitize_text
 from streams.reward.policy import Policy, load_policy
 from workers.grading.grader import Grader, WorkspaceTaskError, refuse_workspace
 from workers.languages import resolve
 from workers.tasks.registry import TaskFileError, load_numbered
-
-MAX_LINE_BYTES = 4 * 1024 * 1024
-
-
-class Solution(pydantic.BaseModel):
-    """One line of a solutions file."""
-
-    model_config = pydantic.ConfigDict(extra="ignore", frozen=True)
-
-    task_id: str
-    generation_id: str = pydantic.Field(min_length=1, max_length=128)
-    language: Language = "python"
-    code: str = pydantic.Field(max_length=1024 * 1024)
 
 
 def _first_error(exc: pydantic.ValidationError) -> str:
@@ -91,33 +79,10 @@ def _load_tasks(path: Path) -> dict[str, Task]:
     return {task.task_id: _one_shot(task, f"{path}:{n}") for n, task in numbered}
 
 
-def _jsonl(path: Path) -> list[tuple[int, Any]]:
-    """(line number, parsed object) for every non-blank line; a bad line is an error naming it."""
-    out: list[tuple[int, Any]] = []
-    try:
-        with path.open("rb") as fh:
-            for n, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                if len(raw) > MAX_LINE_BYTES:
-                    raise ValidationError(f"{path}:{n}: line longer than {MAX_LINE_BYTES} bytes")
-                try:
-                    out.append((n, orjson.loads(raw)))
-                except orjson.JSONDecodeError as exc:
-                    raise ValidationError(f"{path}:{n}: not JSON ({exc})") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    return out
-
-
 def _load_batch(tasks_path: Path, solutions_path: Path) -> tuple[dict[str, Task], list[Solution]]:
     tasks = _load_tasks(tasks_path)
     solutions: list[Solution] = []
-    for n, obj in _jsonl(solutions_path):
-        try:
-            sol = Solution.model_validate(obj)
-        except pydantic.ValidationError as exc:
-            raise ValidationError(f"{solutions_path}:{n}: {_first_error(exc)}") from None
+    for n, sol in numbered_solutions(solutions_path):
         if sol.task_id not in tasks:
             raise ValidationError(f"{solutions_path}:{n}: task_id {sol.task_id!r} is not in {tasks_path}")
         solutions.append(sol)

@@ -124,7 +124,7 @@ def search_command(
     body = build_query(query, run_id=run_id, status=status, since=since, size=limit)
     client = opensearch_client(settings, timeout_s=30.0)
     try:
-        hits = search(client, settings.opensearch_index_prefix, body)
+        hits = search(client, settings.opensearch.index_prefix, body)
     finally:
         client.close()
     if as_json:

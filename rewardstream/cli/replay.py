@@ -218,21 +218,23 @@ def replay(
         load_policy(policy)  # a bad file is a one-line error now, not a crashed reward processor later
     settings = load_settings()
     rid = replay_id or new_replay_id()
-    prefix = replay_prefix(settings.topic_prefix, rid)
-    live_generations = topic_for("generations", catalog(settings.topic_prefix)).name
+    prefix = replay_prefix(settings.kafka.topic_prefix, rid)
+    live_generations = topic_for("generations", catalog(settings.kafka.topic_prefix)).name
     count = len(partitions(settings.kafka_client_config(), live_generations))
-    workdir = settings.cache_dir / "replay" / rid
+    workdir = settings.local.cache_dir / "replay" / rid
     replay_settings = settings.model_copy(
         update={
             "topic_prefix": prefix,
             "topic_partitions": count,
             "cache_dir": workdir,
-            "metrics_port": _free_port_base(settings.metrics_host),
+            "metrics_port": _free_port_base(settings.worker.metrics_host),
         }
     )
     child_env = {"RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(count), "RS_TASKS_DIR": str(settings.tasks_dir)}
     pipeline = _ReplayPipeline(replay_settings, policy, concurrency, child_env)
-    plan = ReplayPlan(settings.kafka_client_config(), settings.topic_prefix, prefix, count, selection, timeout, window)
+    plan = ReplayPlan(
+        settings.kafka_client_config(), settings.kafka.topic_prefix, prefix, count, selection, timeout, window
+    )
     err = Console(stderr=True, soft_wrap=True)
     err.print(f"replay {rid}: namespace {prefix}*, policy {policy or 'packaged default'}")
     columns = (

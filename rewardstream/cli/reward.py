@@ -81,8 +81,10 @@ def run(
     loaded = load_policy(policy)
     configure_logging(loglevel)
     metrics = WorkerMetrics("rewards")
-    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
-    where = f"metrics on http://{settings.metrics_host}:{server.port}/metrics"
+    server = serve(
+        metrics, settings.worker.metrics_host, settings.worker.metrics_port if metrics_port is None else metrics_port
+    )
+    where = f"metrics on http://{settings.worker.metrics_host}:{server.port}/metrics"
     if engine is Engine.kafka:
         import faulthandler
 
@@ -91,7 +93,10 @@ def run(
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # SREs: stacks of a stuck processor
 
         options_ = EngineOptions(
-            app_id=app_id, tick_s=tick_s, kill_after_rewards=kill_after_rewards, crash_attempts=settings.crash_attempts
+            app_id=app_id,
+            tick_s=tick_s,
+            kill_after_rewards=kill_after_rewards,
+            crash_attempts=settings.worker.crash_attempts,
         )
         banner = f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, engine kafka, {where}"
         print(banner, file=sys.stderr, flush=True)
@@ -104,7 +109,7 @@ def run(
 
     options = AppOptions(
         app_id=app_id,
-        data_dir=data_dir or settings.cache_dir / "rewards" / app_id,
+        data_dir=data_dir or settings.local.cache_dir / "rewards" / app_id,
         tick_s=tick_s,
         kill_after_rewards=kill_after_rewards,
         stall_timeout_s=60.0 if stall_timeout_s is None else stall_timeout_s,

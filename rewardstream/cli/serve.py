@@ -12,7 +12,7 @@ import typer
 
 from rewardstream.cli.common import configure_logging, load_settings
 from rewardstream.cli.main import app
-from schemas.settings import Settings
+from schemas.settings import GatewaySettings, Settings, defaults, env_name
 
 
 def task_checker(settings: Settings) -> Callable[[str], bool]:
@@ -47,10 +47,15 @@ def task_versions(settings: Settings) -> Callable[[str], str | None]:
     return latest
 
 
+def _default(field: str) -> str:
+    """``RS_GATEWAY_<FIELD>, <its default>``, for an option's help."""
+    return f"{env_name(f'gateway.{field}')}, {getattr(defaults(GatewaySettings), field)}"
+
+
 @app.command()
 def serve(
-    host: str | None = typer.Option(None, "--host", help="bind address (default RS_GATEWAY_HOST, 127.0.0.1)"),
-    port: int | None = typer.Option(None, "--port", min=0, max=65535, help="port (default RS_GATEWAY_PORT, 8080)"),
+    host: str | None = typer.Option(None, "--host", help=f"bind address (default {_default('host')})"),
+    port: int | None = typer.Option(None, "--port", min=0, max=65535, help=f"port (default {_default('port')})"),
 ) -> None:
     """Serve the HTTP gateway until SIGTERM: SandboxFusion-compatible /run_code, /v1/rewards, /get_reward
     (OpenRLHF), /openapi.json. Tokens (RS_GATEWAY_TOKENS) are required unless it binds to loopback."""

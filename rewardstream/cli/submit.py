@@ -14,7 +14,6 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -24,56 +23,36 @@ from rewardstream.cli.main import app
 from schemas.codec import encode
 from schemas.errors import ValidationError
 from schemas.events import GenerationEvent, RewardEvent
+from schemas.solutions import Solution, numbered_solutions
 from streams.sdk import RewardFuture, RewardTimeoutError, TrainerClient, TrainerConfig
 
 
-def read_solutions(path: Path) -> list[dict[str, str]]:
-    """Each line's task_id, generation_id, code and language (python unless given; the event checks it), and
-    its task_version when given (else the latest when published); a bad line is named by its number."""
-    rows: list[dict[str, str]] = []
+def read_solutions(path: Path) -> list[Solution]:
+    """The solutions of ``path`` (``schemas.solutions``: a bad line is named by its number), each with a
+    generation_id of its own, and at least one."""
+    rows: list[Solution] = []
     seen: set[str] = set()
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ValidationError(f"cannot read {path}: {exc.strerror}") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ValidationError(f"{path}:{number}: not JSON ({exc})") from exc
-        if not isinstance(row, dict):
-            raise ValidationError(f"{path}:{number}: expected an object")
-        for key in ("task_id", "generation_id", "code"):
-            if not isinstance(row.get(key), str) or not row[key]:
-                raise ValidationError(f"{path}:{number}: {key} must be a non-empty string")
-        if row["generation_id"] in seen:
-            raise ValidationError(f"{path}:{number}: duplicate generation_id {row['generation_id']}")
-        seen.add(row["generation_id"])
-        for key in ("language", "task_version"):
-            if key in row and not isinstance(row[key], str):
-                raise ValidationError(f"{path}:{number}: {key} must be a string")
-        rows.append({
-            **{k: row[k] for k in ("task_id", "generation_id", "code")}, "language": row.get("language", "python"),
-            **({"task_version": row["task_version"]} if "task_version" in row else {}),
-        })  # fmt: skip
+    for number, solution in numbered_solutions(path):
+        if solution.generation_id in seen:
+            raise ValidationError(f"{path}:{number}: duplicate generation_id {solution.generation_id}")
+        seen.add(solution.generation_id)
+        rows.append(solution)
     if not rows:
         raise ValidationError(f"{path}: no solutions")
     return rows
 
 
-def _events(client: TrainerClient, rows: list[dict[str, str]], path: Path) -> list[GenerationEvent]:
+def _events(client: TrainerClient, rows: list[Solution], path: Path) -> list[GenerationEvent]:
     events = []
     for number, row in enumerate(rows, 1):
         try:
             events.append(
                 client.generation(
-                    row["task_id"],
-                    row["code"],
-                    generation_id=row["generation_id"],
-                    language=row["language"],
-                    task_version=row.get("task_version"),
+                    row.task_id,
+                    row.code,
+                    generation_id=row.generation_id,
+                    language=row.language,
+                    task_version=row.task_version,
                 )
             )
         except ValidationError as exc:

@@ -7,7 +7,7 @@ import typer
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError
-from schemas.settings import Settings
+from schemas.settings import KafkaSettings, Settings, defaults
 from schemas.topics import TopicSpec, catalog
 
 topics_app = typer.Typer(
@@ -17,16 +17,18 @@ topics_app = typer.Typer(
 )
 app.add_typer(topics_app, name="topics")
 
-_PREFIX = typer.Option(None, "--prefix", help="topic name prefix (default: RS_TOPIC_PREFIX or 'rs.')")
+_PREFIX = typer.Option(
+    None, "--prefix", help=f"topic name prefix (default: RS_TOPIC_PREFIX or {defaults(KafkaSettings).topic_prefix!r})"
+)
 _PARTITIONS = typer.Option(None, "--partitions", min=1, help="partitions (default: RS_TOPIC_PARTITIONS)")
 _JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 
 
 def _specs(settings: Settings, prefix: str | None, partitions: int | None) -> tuple[TopicSpec, ...]:
     return catalog(
-        prefix=settings.topic_prefix if prefix is None else prefix,
-        partitions=settings.topic_partitions if partitions is None else partitions,
-        replication_factor=settings.topic_replication_factor,
+        prefix=settings.kafka.topic_prefix if prefix is None else prefix,
+        partitions=settings.kafka.topic_partitions if partitions is None else partitions,
+        replication_factor=settings.kafka.topic_replication_factor,
     )
 
 

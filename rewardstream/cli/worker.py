@@ -42,8 +42,12 @@ def indexer(concurrency: int = _CONCURRENCY, metrics_port: int | None = _METRICS
     stop = threading.Event()
     _stop_on_signals(stop)
     metrics = WorkerMetrics("indexer")
-    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
-    print(f"indexer: metrics on http://{settings.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True)
+    server = serve(
+        metrics, settings.worker.metrics_host, settings.worker.metrics_port if metrics_port is None else metrics_port
+    )
+    print(
+        f"indexer: metrics on http://{settings.worker.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True
+    )
     try:
         run_indexers(settings, stop, concurrency=concurrency, metrics=metrics)
     finally:
@@ -73,8 +77,12 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     stop = threading.Event()
     _stop_on_signals(stop)
     metrics = WorkerMetrics(role)
-    server = serve(metrics, settings.metrics_host, settings.metrics_port if metrics_port is None else metrics_port)
-    print(f"{role}: metrics on http://{settings.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True)
+    server = serve(
+        metrics, settings.worker.metrics_host, settings.worker.metrics_port if metrics_port is None else metrics_port
+    )
+    print(
+        f"{role}: metrics on http://{settings.worker.metrics_host}:{server.port}/metrics", file=sys.stderr, flush=True
+    )
     chosen: RoleName = "executor" if role == "executor" else ("verifier" if role == "verifier" else "judge")
     sandbox = None if role == "judge" else open_sandbox(settings)
     deps = Dependencies(sandbox=sandbox)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas.errors import ConfigError
-from schemas.settings import Settings
+from schemas.settings import Settings, shared_fields
 from schemas.topics import catalog_for, topic_for
 
 #: Characters of the host name in an instance id (the id stays a short, readable Kafka client id).
@@ -85,8 +85,8 @@ class GatewayConfig:
     @classmethod
     def from_settings(cls, settings: Settings, *, host: str | None = None, port: int | None = None) -> GatewayConfig:
         """The replica these settings describe (``host``/``port`` override the bind)."""
-        bind = settings.gateway_host if host is None else host
-        raw = settings.gateway_tokens.get_secret_value() if settings.gateway_tokens is not None else None
+        bind = settings.gateway.host if host is None else host
+        raw = settings.gateway.tokens.get_secret_value() if settings.gateway.tokens is not None else None
         tokens = parse_tokens(raw)
         if not tokens and not is_loopback(bind):
             raise ConfigError(
@@ -94,23 +94,16 @@ class GatewayConfig:
                 "(comma-separated bearer tokens, 16+ characters each) or bind to 127.0.0.1 (RS_GATEWAY_HOST)"
             )
         specs = catalog_for(settings)
+        own = {
+            "host": bind,
+            "port": settings.gateway.port if port is None else port,
+            "tokens": tokens,
+            "instance_id": settings.gateway.instance_id or default_instance_id(),
+        }
         return cls(
-            host=bind,
-            port=settings.gateway_port if port is None else port,
-            tokens=tokens,
-            token_concurrency=settings.gateway_token_concurrency,
-            max_body_bytes=settings.gateway_max_body_bytes,
-            body_timeout_s=settings.gateway_body_timeout_s,
-            peer_body_reads=settings.gateway_peer_body_reads,
-            max_batch=settings.gateway_max_batch,
-            reward_wait_s=settings.gateway_reward_wait_s,
-            run_queue_s=settings.gateway_run_queue_s,
-            reward_cache=settings.gateway_reward_cache,
-            reward_lookback=settings.gateway_reward_lookback,
-            kafka_timeout_s=settings.gateway_kafka_timeout_s,
-            instance_id=settings.gateway_instance_id or default_instance_id(),
+            **{**shared_fields(settings.gateway, cls), **own},  # the caps and timeouts as they are set
             kafka=settings.kafka_client_config(),
-            partitions=settings.topic_partitions,
+            partitions=settings.kafka.topic_partitions,
             generations_topic=topic_for("generations", specs).name,
             rewards_topic=topic_for("rewards", specs).name,
             run_requests_topic=topic_for("run_requests", specs).name,

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from schemas.settings import GatewaySettings, defaults
 from streams.gateway.metrics import GatewayMetrics
 
 Scope = MutableMapping[str, Any]
@@ -95,6 +96,10 @@ class Counts:
             self.held.pop(key, None)
 
 
+#: The gateway settings' defaults, this guard's.
+_DEFAULTS = defaults(GatewaySettings)
+
+
 class Guard:
     """Wraps the app: ``max_body_bytes``, ``tokens`` (empty: none needed), ``concurrency`` per token, a body
     read within ``body_timeout_s``, and at most ``peer_body_reads`` bodies arriving per peer address."""
@@ -106,8 +111,8 @@ class Guard:
         tokens: tuple[str, ...],
         concurrency: int,
         max_body_bytes: int,
-        body_timeout_s: float = 10.0,
-        peer_body_reads: int = 64,
+        body_timeout_s: float = _DEFAULTS.body_timeout_s,
+        peer_body_reads: int = _DEFAULTS.peer_body_reads,
         metrics: GatewayMetrics | None = None,
     ) -> None:
         self.app = app

@@ -77,7 +77,7 @@ def relay(settings: Settings, minio_client: Any) -> Iterator[Relay]:
     """A relay in front of the shared S3, closed (S3 through it refuses connections) until the test opens it."""
     from tests.integration.relay import Relay, free_port_below_ephemeral
 
-    host, port = settings.s3_endpoint.rsplit(":", 1)
+    host, port = settings.s3.endpoint.rsplit(":", 1)
     relay = Relay(free_port_below_ephemeral(), (host, int(port)))
     try:
         yield relay

@@ -58,7 +58,7 @@ def worker_main(poison: str, group: str) -> None:
         transactional_id=f"{group}-tx",  # stable: a restart fences the dead one's open transaction at once
         concurrency=2,
         commit_interval_s=0.1,
-        crash_attempts=settings.crash_attempts,
+        crash_attempts=settings.worker.crash_attempts,
     )
     overrides: dict[str, str | int | bool] = {
         "transactional.id": config.transactional_id,

@@ -55,7 +55,7 @@ class IsolatedPlatform:
 
 def shared_cache(tmp: Path) -> Path:
     """``tmp/cache`` sharing the main cache's downloads and sandbox rootfs (``infra.local.paths.shared_cache``)."""
-    return _shared_cache(tmp, Settings().cache_dir)
+    return _shared_cache(tmp, Settings().local.cache_dir)
 
 
 def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:

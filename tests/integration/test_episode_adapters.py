@@ -52,7 +52,7 @@ def _rewards_on_topic(stack: Stack, run_id: str) -> Counter[str]:
     topic = topic_for("rewards", catalog_for(stack.settings)).name
     config = stack.settings.kafka_client_config()
     counts: Counter[str] = Counter()
-    for partition in range(stack.settings.topic_partitions):
+    for partition in range(stack.settings.kafka.topic_partitions):
         records, _ = read_to_end(config, topic, partition, 0, group=f"t-{uuid.uuid4().hex[:8]}", timeout_s=60)
         for _offset, _key, value in records:
             reward = decode(value, RewardEvent) if value is not None else None

@@ -150,7 +150,7 @@ def test_episode_play_prints_each_observation_then_the_reward(stack: Stack, tmp_
 def _judgement(stack: Stack, episode_id: str) -> JudgeScore:
     """The judge's score of an episode's submit, from its partition of the judgements topic."""
     topic = topic_for("judgements", catalog_for(stack.settings)).name
-    partition = partition_for(episode_id.encode(), stack.settings.topic_partitions)
+    partition = partition_for(episode_id.encode(), stack.settings.kafka.topic_partitions)
     records, _ = read_to_end(stack.settings.kafka_client_config(), topic, partition, 0,
                              group=f"t-{uuid.uuid4().hex[:8]}", timeout_s=60)  # fmt: skip
     found = [decode(v, JudgeScore) for _o, k, v in records if k == episode_id.encode() and v is not None]

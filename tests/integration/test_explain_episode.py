@@ -126,12 +126,12 @@ def _explain_an_episode_then_a_one_shot(
     episode_lines = [line["message"] for line in story["logs"] if line["component"] == "episode"]
     assert [m.split(":")[0] for m in episode_lines] == [
         "open turn 0", "read turn 1", "exec turn 2", "write turn 3", "exec turn 4", "submit turn 5"]  # fmt: skip
-    scanned = {s["topic"].removeprefix(pipeline.settings.topic_prefix) for s in story["scanned"]}
+    scanned = {s["topic"].removeprefix(pipeline.settings.kafka.topic_prefix) for s in story["scanned"]}
     assert scanned >= {"generations", "rewards", "actions", "observations"}
 
     # A record on the observations topic with the episode's key that does not decode: a note, not a crash.
     producer = make_producer(kafka_config)
-    producer.produce(f"{pipeline.settings.topic_prefix}observations", key=episode_id.encode(), value=b"{not json",
+    producer.produce(f"{pipeline.settings.kafka.topic_prefix}observations", key=episode_id.encode(), value=b"{not json",
                      timestamp=story["generation"]["location"]["timestamp_ms"])  # fmt: skip
     assert producer.flush(30) == 0
     text = cli(["explain", episode_id], env)
@@ -166,7 +166,7 @@ def _explain_an_episode_then_a_one_shot(
     # A one-shot generation (code, not an episode): its story has no episode section, printed as before.
     one_shot = GenerationEvent(generation_id=f"{episode_id}-code", episode_id=f"{episode_id}-code",
                                run_id="explain-run", task_id=TASK_ID, policy_version="p-7", code="x = 1\n")  # fmt: skip
-    producer.produce(f"{pipeline.settings.topic_prefix}generations", key=one_shot.key(), value=encode(one_shot))
+    producer.produce(f"{pipeline.settings.kafka.topic_prefix}generations", key=one_shot.key(), value=encode(one_shot))
     assert producer.flush(30) == 0
     plain = _explain_json(one_shot.generation_id, env)
     assert set(plain) == SECTIONS
@@ -176,5 +176,5 @@ def _explain_an_episode_then_a_one_shot(
     assert shown.returncode == 0, shown.stderr
     assert "6 chars inline" in shown.stdout
     assert "agent episode" not in shown.stdout
-    assert {s["topic"].removeprefix(pipeline.settings.topic_prefix) for s in plain["scanned"]} == {
+    assert {s["topic"].removeprefix(pipeline.settings.kafka.topic_prefix) for s in plain["scanned"]} == {
         "generations", "executions", "verdicts", "judgements", "rewards"}  # fmt: skip

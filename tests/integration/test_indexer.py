@@ -191,7 +191,7 @@ def test_index_mapping_dlq_and_redelivery_overwrites(
     raw.produce(pipeline.logs_topic, key=b"ep-3", value=b'{"schema_version": "1.0", "level": "loud"}')
     raw.flush(30)
 
-    indexer = start_indexer(pipeline, settings.opensearch_url, group=f"{pipeline.prefix}-a")
+    indexer = start_indexer(pipeline, settings.opensearch.url, group=f"{pipeline.prefix}-a")
     try:
         wait_for(lambda: count(opensearch_client, pipeline.prefix) == 300, 60, "300 indexed records")
         letters = read_dead_letters(pipeline, expected=3, timeout=30)
@@ -225,7 +225,7 @@ def test_index_mapping_dlq_and_redelivery_overwrites(
         assert recent["count"] == 300
 
         # Re-delivery of everything (a new consumer group starts from the beginning): same documents, no new ones.
-        again = start_indexer(pipeline, settings.opensearch_url, group=f"{pipeline.prefix}-b", concurrency=2)
+        again = start_indexer(pipeline, settings.opensearch.url, group=f"{pipeline.prefix}-b", concurrency=2)
         try:
             wait_for(lambda: again.metrics.value("rewardstream_processed_total") == 300, 60, "re-indexing")
         finally:

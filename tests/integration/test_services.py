@@ -126,7 +126,7 @@ def test_docker_runs_sandbox_image_without_network(docker_client: Any, settings:
         "    print('no network:', exc.errno)\n"
     )
     output = docker_client.containers.run(
-        settings.sandbox_image, ["python3", "-c", script], network_mode="none", remove=True,
+        settings.sandbox.image, ["python3", "-c", script], network_mode="none", remove=True,
         user="65534:65534", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"],
     ).decode()  # fmt: skip
     assert "(3, 11) ['lo']" in output
@@ -143,7 +143,7 @@ def test_testcontainers_drives_the_local_sandbox_image(
     from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
     container = (
-        DockerContainer(settings.sandbox_image)
+        DockerContainer(settings.sandbox.image)
         .with_command(["python3", "-c", "import os, time; print('uid', os.getuid(), flush=True); time.sleep(60)"])
         .with_kwargs(network_mode="none", user="65534:65534", read_only=True, cap_drop=["ALL"])
         .waiting_for(LogMessageWaitStrategy("uid 65534").with_startup_timeout(30))

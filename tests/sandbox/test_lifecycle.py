@@ -54,11 +54,11 @@ def test_worker_death_kills_the_sandbox_and_next_worker_sweeps(sandbox_settings:
     worker = subprocess.Popen([sys.executable, "-c", WORKER], cwd=ROOT)
     tag = f"rewardstream-sandbox/{worker.pid}-"
     try:
-        assert _wait(lambda: [p for p in processes_of_uid(sandbox_settings.sandbox_uid) if tag in p.cgroups], 60)
+        assert _wait(lambda: [p for p in processes_of_uid(sandbox_settings.sandbox.uid) if tag in p.cgroups], 60)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
         # PDEATHSIG + bwrap --die-with-parent: the whole sandbox tree dies with the worker.
-        assert _wait(lambda: not [p for p in processes_of_uid(sandbox_settings.sandbox_uid) if tag in p.cgroups], 15)
+        assert _wait(lambda: not [p for p in processes_of_uid(sandbox_settings.sandbox.uid) if tag in p.cgroups], 15)
         # ... and so does its fork server (root, outside the run cgroups), with its supervisors.
         assert _wait(lambda: not _fork_servers_of(worker.pid), 15), _fork_servers_of(worker.pid)
     finally:
@@ -70,7 +70,7 @@ def test_worker_death_kills_the_sandbox_and_next_worker_sweeps(sandbox_settings:
     try:
         stale = [p for parent in fresh.cgroup_parents for p in parent.iterdir() if p.name.startswith(f"{worker.pid}-")]  # type: ignore[attr-defined]
         assert stale == []
-        base = sandbox_settings.sandbox_run_dir
+        base = sandbox_settings.sandbox.run_dir
         assert not [p for p in base.iterdir() if p.name.startswith(f"{worker.pid}-")]
         assert f" {base}/{worker.pid}-" not in Path("/proc/self/mountinfo").read_text()
     finally:
@@ -115,11 +115,11 @@ def test_suite_left_nothing_behind(process_sandbox: Sandbox, sandbox_settings: S
 
     strays = [
         p
-        for p in processes_of_uid(sandbox_settings.sandbox_uid)
+        for p in processes_of_uid(sandbox_settings.sandbox.uid)
         if "docker" not in p.cgroups and not foreign_live_run(p.cgroups)
     ]
     assert strays == []
-    assert os.path.isdir(sandbox_settings.sandbox_run_dir)
+    assert os.path.isdir(sandbox_settings.sandbox.run_dir)
 
 
 def test_fork_server_close_stops_it(sandbox_settings: Settings) -> None:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from rewardstream.cli import grade as grade_cli
 from rewardstream.cli.main import _register, app
+from schemas.solutions import Solution
 from schemas.tasks import Task, task_version
 from workers.grading import Grader, GraderConfig
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
@@ -175,7 +176,7 @@ def test_one_bad_result_never_costs_the_batch_its_other_lines() -> None:
 
     from rewardstream.cli.graded import Graded
 
-    sol = grade_cli.Solution(task_id="cli/add", generation_id="g1", code=GOOD)
+    sol = Solution(task_id="cli/add", generation_id="g1", code=GOOD)
     raised: Future[Graded] = Future()
     raised.set_exception(RuntimeError("grader bug \ud800"))
     status, reward, line = grade_cli.result_line(sol, raised)

@@ -117,7 +117,7 @@ def test_compile_floor_raises_the_limits_of_slow_compilers(monkeypatch: pytest.M
     seen: list[StepLimits] = []
     steps: list[Step] = []
 
-    def fake_run_step(sandbox: object, step: Step, limits: StepLimits, attempts: int = 3) -> StepRun:
+    def fake_run_step(sandbox: object, step: Step, limits: StepLimits, retry: object = None) -> StepRun:
         seen.append(limits)
         steps.append(step)
         return StepRun(None, error="stop")

@@ -9,6 +9,11 @@ from schemas.codec import problems_of
 from schemas.settings import KafkaSettings, Settings, env_name, flat_names
 
 
+def flat(settings: Settings, name: str) -> object:
+    """The flat attribute ``name`` (run time only: typed code reads the group)."""
+    return getattr(settings, name)
+
+
 def test_every_flat_environment_name_sets_its_grouped_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     defaults = Settings()
     for name, (group, field) in flat_names().items():
@@ -20,10 +25,10 @@ def test_every_flat_environment_name_sets_its_grouped_setting(monkeypatch: pytes
     monkeypatch.setenv("RS_S3_SECRET_KEY", "s3cret")
     monkeypatch.setenv("RS_CACHE_DIR", "/tmp/rs-cache")
     settings = Settings()
-    assert (settings.kafka.topic_prefix, settings.topic_prefix) == ("env.", "env.")
-    assert settings.kafka.bootstrap == settings.kafka_bootstrap == "10.0.0.1:9092"
+    assert (settings.kafka.topic_prefix, flat(settings, "topic_prefix")) == ("env.", "env.")
+    assert settings.kafka.bootstrap == flat(settings, "kafka_bootstrap") == "10.0.0.1:9092"
     assert settings.worker.store_artifacts is False
-    assert settings.s3_secret_key.get_secret_value() == "s3cret"
+    assert flat(settings, "s3_secret_key") == SecretStr("s3cret")
     assert str(settings.tasks_dir) == "/tmp/rs-cache/tasks"  # derived from the group's cache_dir
     assert settings.kafka_client_config()["bootstrap.servers"] == "10.0.0.1:9092"
 
@@ -37,10 +42,14 @@ def test_flat_keywords_and_copies_update_their_group(monkeypatch: pytest.MonkeyP
         "env:1",
     )
     copy = settings.model_copy(update={"sandbox_pool_size": 0, "s3_secret_key": SecretStr("x")})
-    assert (copy.sandbox.pool_size, copy.sandbox_pool_size, copy.s3.secret_key.get_secret_value()) == (0, 0, "x")
-    assert settings.sandbox_pool_size == 4  # the original is untouched
+    assert (copy.sandbox.pool_size, flat(copy, "sandbox_pool_size"), copy.s3.secret_key.get_secret_value()) == (
+        0,
+        0,
+        "x",
+    )
+    assert flat(settings, "sandbox_pool_size") == 4  # the original is untouched
     grouped = Settings(kafka=KafkaSettings(topic_prefix="g."))
-    assert grouped.topic_prefix == "g."
+    assert flat(grouped, "topic_prefix") == "g."
 
 
 def test_a_bad_value_is_named_by_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,3 +59,16 @@ def test_a_bad_value_is_named_by_its_environment_variable(monkeypatch: pytest.Mo
     path, _problem = problems_of(caught.value)[0]
     assert env_name(path) == "RS_TOPIC_PARTITIONS"
     assert env_name("tasks_dir") == "RS_TASKS_DIR"
+
+
+def test_each_setting_is_declared_once_in_its_group() -> None:
+    """The flat names are derived from the groups' fields, one each, none shared; a name the groups do not
+    declare is no attribute."""
+    names = flat_names()
+    assert len(names) == len(set(names.values())) == 73
+    assert names["kafka_bootstrap"] == ("kafka", "bootstrap")
+    assert names["topic_prefix"] == ("kafka", "topic_prefix")
+    assert names["docker_host"] == ("sandbox", "docker_host")
+    assert names["cache_dir"] == ("local", "cache_dir")
+    with pytest.raises(AttributeError):
+        flat(Settings(), "kafka_topic_prefix")

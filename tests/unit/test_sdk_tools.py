@@ -133,7 +133,7 @@ def test_submit_reads_a_language(tmp_path: Path) -> None:
         '{"task_id": "t", "generation_id": "g1", "code": "x"}\n'
         '{"task_id": "t", "generation_id": "g2", "code": "int main;", "language": "c"}\n'
     )
-    assert [row["language"] for row in read_solutions(path)] == ["python", "c"]
+    assert [row.language for row in read_solutions(path)] == ["python", "c"]
     path.write_text('{"task_id": "t", "generation_id": "g1", "code": "x", "language": 3}\n')
     with pytest.raises(ValidationError, match=r"s\.jsonl:1: language must be a string"):
         read_solutions(path)

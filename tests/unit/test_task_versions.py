@@ -457,7 +457,7 @@ def test_submit_lines_may_pin_a_version(tmp_path: Path) -> None:
     rows = [{"task_id": "T/1", "generation_id": "a", "code": ADD, "task_version": V1},
             {"task_id": "T/1", "generation_id": "b", "code": ADD}]  # fmt: skip
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
-    assert [r.get("task_version") for r in read_solutions(path)] == [V1, None]
+    assert [r.task_version for r in read_solutions(path)] == [V1, None]
     path.write_bytes(orjson.dumps({**rows[0], "task_version": 7}))
     with pytest.raises(ValidationError, match=r"s.jsonl:1: task_version must be a string"):
         read_solutions(path)

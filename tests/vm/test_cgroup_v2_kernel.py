@@ -55,7 +55,7 @@ def _kernel_or_skip(cache_dir: Path) -> GuestKernel:
 @pytest.mark.timeout(GUEST_DEADLINE_S + 300)
 def test_hostile_suites_pass_on_a_cgroup_v2_kernel(tmp_path: Path) -> None:
     settings = Settings()
-    kernel = _kernel_or_skip(settings.cache_dir)
+    kernel = _kernel_or_skip(settings.local.cache_dir)
     junit = "/run/vm-out/junit.xml"
     command = [
         sys.executable,

@@ -25,7 +25,6 @@ and re-exported here.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -73,6 +72,7 @@ from workers.grading.suites import (
 )
 from workers.languages.registry import LanguageSpec, resolve
 from workers.languages.source import Build, CompileLimits, compile_program
+from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 from workers.sandbox.common import error_result
 
@@ -138,9 +138,9 @@ class GraderConfig:
     """How the grader drives the sandbox. ``python_argv`` is the interpreter inside the sandbox image."""
 
     python_argv: tuple[str, ...] = DEFAULT_PYTHON_ARGV
-    attempts: int = 3
-    backoff_s: float = 0.25
-    backoff_max_s: float = 4.0
+    attempts: int = SANDBOX_RETRY.attempts
+    backoff_s: float = SANDBOX_RETRY.backoff_s
+    backoff_max_s: float = SANDBOX_RETRY.backoff_max_s
     #: The first backoff after a run the host starved (``host contention``): the host is busy.
     contention_backoff_s: float = 2.0
     startup_grace_s: float = 5.0
@@ -148,6 +148,11 @@ class GraderConfig:
     max_stdout_bytes: int = 1 << 20
     #: The compile step's own limits (a language that compiles: one build per run of a suite).
     compile_limits: CompileLimits = field(default_factory=CompileLimits)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy of a run's infrastructure failures, with these numbers."""
+        return RetryPolicy(self.attempts, self.backoff_s, self.backoff_max_s)
 
 
 def _error_result(exc: Exception, backend: str) -> SandboxResult:
@@ -199,12 +204,13 @@ class Grader:
         """Run once, retrying infrastructure failures with backoff (longer when the host starved the run: it is
         busy, give it time)."""
         cfg = self.config
+        retry = cfg.retry
         problem: str | None = None
         result: SandboxResult | None = None
         records: Records | None = None
         output: CandidateOutput | None = None
         attempt = starved = 0
-        for attempt in range(1, max(1, cfg.attempts) + 1):
+        for attempt in retry.numbers():
             nonce = new_nonce()
             spec = build_spec(
                 code=code,
@@ -236,10 +242,8 @@ class Grader:
             starved += contention
             if attempt == cfg.attempts:
                 starved -= contention  # the last attempt was not repeated
-            if attempt < cfg.attempts:
-                base = cfg.contention_backoff_s if contention else cfg.backoff_s
-                delay = min(cfg.backoff_max_s, base * 2 ** (attempt - 1))
-                self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter, not crypto
+            if retry.again(attempt):
+                self._sleep(retry.delay(attempt, base_s=cfg.contention_backoff_s if contention else None))
         if result is None or records is None or output is None:  # the loop always runs at least once
             raise SandboxError("grader: no sandbox attempt was made")
         return Executed(result, records, attempt, problem, output, starved)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from schemas.settings import JudgeSettings, defaults
 from workers.judge.base import Judge, JudgeOutcome, JudgeRequest
 
 
@@ -13,7 +14,7 @@ class CachedJudge:
     """An LRU cache in front of a ``Judge``, keyed by (model, prompt version, task, sha256 of what is judged: the
     code, and an episode's transcript)."""
 
-    def __init__(self, inner: Judge, max_entries: int = 65_536) -> None:
+    def __init__(self, inner: Judge, max_entries: int = defaults(JudgeSettings).cache_size) -> None:
         self.inner = inner
         self.model = inner.model
         self.prompt_version = inner.prompt_version

@@ -8,7 +8,6 @@ instead of being flooded. Failures become ``JudgeOutcome(error=...)``; the key n
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
 import urllib.error
@@ -21,9 +20,11 @@ from pydantic import SecretStr
 
 from schemas.caps import QUOTE_CHARS, fit
 from schemas.events import JudgeScore
+from schemas.settings import JudgeSettings, defaults
 from schemas.text import sanitize_text
 from workers.judge.base import JudgeError, JudgeOutcome, JudgeRequest
 from workers.judge.parse import parse_score
+from workers.retry import RetryPolicy
 
 PROMPT_VERSION = "chat-rubric/1"
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -34,6 +35,8 @@ RUBRIC_PROMPT = (
     'Answer with one JSON object and nothing else: {"score": <integer 0-10>, "rationale": "<one sentence>"}.'
 )
 
+_DEFAULTS = defaults(JudgeSettings)
+
 
 @dataclass(frozen=True)
 class OpenAIJudgeConfig:
@@ -42,15 +45,20 @@ class OpenAIJudgeConfig:
     base_url: str
     model: str
     api_key: SecretStr | None = None
-    timeout_s: float = 30.0
-    retries: int = 3
-    concurrency: int = 8
+    timeout_s: float = _DEFAULTS.timeout_s
+    retries: int = _DEFAULTS.retries
+    concurrency: int = _DEFAULTS.concurrency
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
     max_tokens: int = 256
     scale: float = 10.0
     rubric_prompt: str = RUBRIC_PROMPT
     prompt_version: str = PROMPT_VERSION
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy of a failed request: ``retries`` more attempts after the first."""
+        return RetryPolicy(self.retries + 1, self.backoff_s, self.backoff_max_s)
 
 
 class _RetryableError(Exception):
@@ -91,7 +99,8 @@ class OpenAIJudge:
              "max_tokens": self.config.max_tokens}
         ).encode()  # fmt: skip
         last = "no attempt"
-        for attempt in range(self.config.retries + 1):
+        retry = self.config.retry
+        for attempt in retry.numbers():
             try:
                 with self._slots:
                     reply = self._post(body)
@@ -100,9 +109,8 @@ class OpenAIJudge:
                 last = str(exc)
             except JudgeError as exc:
                 return self._error(str(exc), started)
-            if attempt < self.config.retries:
-                delay = min(self.config.backoff_max_s, self.config.backoff_s * 2**attempt)
-                self._sleep(delay * (1 + random.random() / 2))  # noqa: S311 - jitter
+            if retry.again(attempt):
+                self._sleep(retry.delay(attempt))
         return self._error(f"judge server failed after {self.config.retries + 1} attempts: {last}", started)
 
     def _post(self, body: bytes) -> Any:

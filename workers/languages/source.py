@@ -22,6 +22,7 @@ from schemas.runs import RunErrorKind
 from schemas.status import CompileFailure, CompileStatus
 from workers.languages.registry import LanguageSpec, resolve
 from workers.languages.steps import STAGED, Step, StepLimits, StepRun, run_path, run_step, staged_path
+from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 
 #: A compile's limits unless the caller gives others: compilers are hungrier than most programs (rustc, javac)
@@ -108,7 +109,7 @@ def compile_program(
     *,
     files: Mapping[str, bytes] | None = None,
     limits: CompileLimits | None = None,
-    attempts: int = 3,
+    retry: RetryPolicy = SANDBOX_RETRY,
 ) -> Build:
     """Build ``code`` (one sandbox step with ``limits``) into what its runs need; an interpreted language
     needs no step and is ready at once. ``ValidationError`` for an unknown language or a bad file name."""
@@ -135,7 +136,7 @@ def compile_program(
         workdir_size_mb=lim.workdir_size_mb, workdir_inodes=8192, max_output_bytes=COMPILE_OUTPUT_BYTES,
         max_collect_bytes=ARTIFACT_BYTES, max_collect_files=ARTIFACT_FILES,
     )  # fmt: skip
-    ran = run_step(sandbox, step, step_limits, attempts=attempts)
+    ran = run_step(sandbox, step, step_limits, retry=retry)
     return _build(spec, inputs, ran, lim)
 
 

@@ -15,7 +15,6 @@ import base64
 import binascii
 import json
 import math
-import random
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 from schemas.caps import STDERR_TAIL_BYTES
 from schemas.errors import SandboxError
+from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import CRASH_SIGNALS
 from workers.sandbox.guest.clock import CONTENTION
@@ -145,15 +145,14 @@ def run_step(
     limits: StepLimits,
     *,
     source: str | None = None,
-    attempts: int = 3,
-    backoff_s: float = 0.25,
+    retry: RetryPolicy = SANDBOX_RETRY,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StepRun:
     """Run ``step`` in a fresh sandbox run of the driver (``source``, default the packaged one), retrying
-    infrastructure failures; never raises for what the program does."""
+    infrastructure failures as ``retry`` says; never raises for what the program does."""
     program = source or driver_source()
     outcome = StepRun(None, error="no attempt was made")
-    for attempt in range(1, max(1, attempts) + 1):
+    for attempt in retry.numbers():
         nonce = secrets.token_hex(NONCE_LEN // 2).encode()
         try:
             result = sandbox.run(_spec(step, limits, program, nonce))
@@ -162,8 +161,8 @@ def run_step(
         outcome = read_step(result, nonce, step, limits, attempt)
         if outcome.error is None:
             return outcome
-        if attempt < attempts:
-            sleep(min(4.0, backoff_s * 2 ** (attempt - 1)) * (1 + random.random() / 2))  # noqa: S311 - jitter
+        if retry.again(attempt):
+            sleep(retry.delay(attempt))
     return outcome
 
 

@@ -32,6 +32,7 @@ from bus.metrics import WorkerMetrics
 from schemas.codec import DecodeError, decode
 from schemas.errors import HandlerCrashError, RewardstreamError
 from schemas.events import LogRecord
+from schemas.settings import OpenSearchSettings, defaults
 from workers.logs.indices import LogIndices, index_name
 
 #: Characters of an exception's first line that a short error quotes.
@@ -55,7 +56,7 @@ class IndexerConfig:
     dlq_topic: str
     group_id: str
     index_prefix: str
-    batch_size: int = 500
+    batch_size: int = defaults(OpenSearchSettings).indexer_batch_size
     poll_timeout_s: float = 0.5
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 10.0

@@ -25,12 +25,12 @@ def opensearch_client(settings: Settings, timeout_s: float = 10.0) -> Any:
     from opensearchpy import OpenSearch
 
     auth = None
-    if settings.opensearch_username and settings.opensearch_password is not None:
-        auth = (settings.opensearch_username, settings.opensearch_password.get_secret_value())
+    if settings.opensearch.username and settings.opensearch.password is not None:
+        auth = (settings.opensearch.username, settings.opensearch.password.get_secret_value())
     return OpenSearch(
-        hosts=[settings.opensearch_url],
+        hosts=[settings.opensearch.url],
         http_auth=auth,
-        verify_certs=settings.opensearch_verify_certs,
+        verify_certs=settings.opensearch.verify_certs,
         timeout=timeout_s,
         max_retries=0,
         retry_on_timeout=False,
@@ -45,8 +45,8 @@ def indexer_config(settings: Settings, **overrides: Any) -> IndexerConfig:
         "logs_topic": topic_for("logs", specs).name,
         "dlq_topic": topic_for("dlq", specs).name,
         "group_id": group_for(settings, "indexer"),
-        "index_prefix": settings.opensearch_index_prefix,
-        "batch_size": settings.indexer_batch_size,
+        "index_prefix": settings.opensearch.index_prefix,
+        "batch_size": settings.opensearch.indexer_batch_size,
         **overrides,
     }
     return IndexerConfig(**values)
@@ -68,7 +68,10 @@ def run_indexers(
     kafka = settings.kafka_client_config()
     producer = make_producer(kafka)
     indices = LogIndices(
-        client, config.index_prefix, replicas=settings.opensearch_replicas, retention_days=settings.log_retention_days
+        client,
+        config.index_prefix,
+        replicas=settings.opensearch.replicas,
+        retention_days=settings.opensearch.log_retention_days,
     )
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
@@ -80,7 +83,7 @@ def run_indexers(
             own = config if n == 0 else _replace(config, retention_every_s=float("inf"))
             indexer = LogIndexer(
                 own, consumer=make_consumer(kafka, own.group_id), producer=producer, client=client,
-                indices=indices, metrics=metrics, stop=stop, gate=gate, crash_attempts=settings.crash_attempts,
+                indices=indices, metrics=metrics, stop=stop, gate=gate, crash_attempts=settings.worker.crash_attempts,
             )  # fmt: skip
             thread = threading.Thread(target=_guard, args=(indexer, stop, errors), name=f"indexer-{n}", daemon=True)
             thread.start()

@@ -86,7 +86,7 @@ def build_episode_worker(
         producer, consumer, shipper = loop_clients(settings, config, worker_name())
         handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
                                  committed=committed, store=store, clock=broker.now_ms,
-                                 shipper=shipper, retention_s=settings.episode_retention_s)  # fmt: skip
+                                 shipper=shipper, retention_s=settings.worker.episode_retention_s)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
                                   shipper=shipper, model=ActionEvent, listener=table, timers=handler,
                                   ends=EndOffsets(kafka))  # fmt: skip

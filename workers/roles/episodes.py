@@ -23,6 +23,7 @@ from schemas.codec import encode
 from schemas.episodes import ActionEvent, ForkAction, ObservationEvent, OpenAction
 from schemas.errors import KafkaError
 from schemas.events import GenerationEvent, LogRecord, LogValue
+from schemas.settings import WorkerSettings, defaults
 from schemas.status import SandboxStatus
 from schemas.tasks import EpisodeLimits, PublicTask
 from workers.artifacts import ArtifactError, ArtifactStore
@@ -100,8 +101,8 @@ class EpisodeHandler:
     clock: Callable[[], int]
     #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
     shipper: LogShipper | None = None
-    #: An ended episode's state is deleted this long after its last action (``Settings.episode_retention_s``).
-    retention_s: float = 86_400.0
+    #: An ended episode's state is deleted this long after its last action (``Settings.worker.episode_retention_s``).
+    retention_s: float = defaults(WorkerSettings).episode_retention_s
     #: (task_id, task version) -> sha256 of its original snapshot (the bytes are in ``workspaces``)
     _originals: dict[tuple[str, str], str] = field(default_factory=dict)
     #: partition -> (its epoch, episode_id -> (turn, event time in s of the first timer tick that saw that turn

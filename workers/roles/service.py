@@ -57,8 +57,8 @@ class Dependencies:
 
 def instance_id(settings: Settings) -> str:
     """This process's instance id: settings, else host-pid-random (a restart is a new instance)."""
-    if settings.worker_instance_id:
-        return settings.worker_instance_id
+    if settings.worker.instance_id:
+        return settings.worker.instance_id
     host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:_HOST_CHARS]
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -78,11 +78,11 @@ def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency
         source_topic=topic_for(source, specs).name,
         dlq_topic=topic_for("dlq", specs).name,
         group_id=group_for(settings, role),
-        transactional_id=f"{settings.topic_prefix}{role}.{instance_id(settings)}",
-        concurrency=concurrency or settings.worker_concurrency,
-        max_in_flight=settings.worker_max_in_flight,
-        commit_interval_s=settings.worker_commit_interval_s,
-        drain_timeout_s=settings.worker_drain_timeout_s,
+        transactional_id=f"{settings.kafka.topic_prefix}{role}.{instance_id(settings)}",
+        concurrency=concurrency or settings.worker.concurrency,
+        max_in_flight=settings.worker.max_in_flight,
+        commit_interval_s=settings.worker.commit_interval_s,
+        drain_timeout_s=settings.worker.drain_timeout_s,
     )
 
 
@@ -103,7 +103,7 @@ def build_worker(
     specs = catalog_for(settings)
     with ExitStack() as stack:
         artifacts = deps.artifacts
-        if artifacts is None and settings.worker_store_artifacts:
+        if artifacts is None and settings.worker.store_artifacts:
             artifacts = artifact_store(settings, stop, metrics)
         uploads = None
         if artifacts is not None:
@@ -144,7 +144,7 @@ def _run_handler(settings: Settings, grading: Handler[GenerationEvent], context:
 def artifact_store(settings: Settings, stop: threading.Event, metrics: WorkerMetrics) -> ArtifactStore:
     """The worker's S3 store, started. An outage is retried until the worker stops (results wait, uncommitted;
     never lost), and the bucket is created on start (that too waits for S3)."""
-    store = ArtifactStore(minio_client(settings), settings.s3_bucket, stop=stop,
+    store = ArtifactStore(minio_client(settings), settings.s3.bucket, stop=stop,
                           retry=RetryPolicy.until_stopped(), on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
     store.start()
     return store
@@ -155,7 +155,7 @@ def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple
     kafka = settings.kafka_client_config()
     overrides: dict[str, str | int | bool] = {
         "transactional.id": config.transactional_id,
-        "transaction.timeout.ms": settings.worker_transaction_timeout_ms,
+        "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
     }
     producer = make_producer(kafka, **overrides)
     consumer = make_consumer(kafka, config.group_id, **{"max.poll.interval.ms": 300_000})

@@ -67,8 +67,8 @@ class Admission:
     @classmethod
     def from_settings(cls, settings: Settings) -> Admission:
         """The host's admission as the settings size it (``RS_SANDBOX_SLOTS``, ``RS_SANDBOX_START_RATE``)."""
-        directory = settings.sandbox_slots_dir or settings.sandbox_run_dir / "slots"
-        return cls(directory, settings.sandbox_slots, settings.sandbox_start_rate)
+        directory = settings.sandbox.slots_dir or settings.sandbox.run_dir / "slots"
+        return cls(directory, settings.sandbox.slots, settings.sandbox.start_rate)
 
     def __init__(self, directory: Path, slots: int = 0, starts_per_s: float = 0.0) -> None:
         self.slots = slots if slots > 0 else default_slots()

@@ -66,11 +66,15 @@ def _baked_image(settings: Settings, client: Any, family: str) -> str:
 
 
 def docker_client(settings: Settings) -> Any:
-    """A docker-py client for ``settings.docker_host`` (default: the local socket), checked with a ping."""
+    """A docker-py client for ``settings.sandbox.docker_host`` (default: the local socket), checked with a ping."""
     try:
         import docker
 
-        client = docker.DockerClient(base_url=settings.docker_host) if settings.docker_host else docker.from_env()
+        client = (
+            docker.DockerClient(base_url=settings.sandbox.docker_host)
+            if settings.sandbox.docker_host
+            else docker.from_env()
+        )
         client.ping()
     except Exception as exc:
         raise SandboxError(f"docker daemon unreachable: {exc}") from exc
@@ -102,8 +106,8 @@ class DockerSandbox:
         self._toolchains = toolchains or functools.partial(_baked_image, settings, client)
         self._image_lock = threading.Lock()
         owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._config = ContainerConfig(settings.sandbox_uid, docker_profile(), v1_memory_mounted(), owner, image)
-        pool_size = settings.sandbox_pool_size if pool_size is None else pool_size
+        self._config = ContainerConfig(settings.sandbox.uid, docker_profile(), v1_memory_mounted(), owner, image)
+        pool_size = settings.sandbox.pool_size if pool_size is None else pool_size
         nsenter = nsenter_path() if entry is not False and pool_size > 0 else None
         if entry and nsenter is None:
             raise SandboxError("docker entry server needs a warm pool, root and nsenter (Debian util-linux)")

@@ -29,7 +29,7 @@ def make_sandbox(
     the caller must ``close()`` it. Other toolchain families come from ``toolchain_rootfs``/``toolchain_image``
     (the caller's: the CLI hands in the local platform's builders), by default the baked trees and images the
     settings name, looked up on a family's first run."""
-    chosen = backend or settings.sandbox_backend
+    chosen = backend or settings.sandbox.backend
     if chosen == "process":
         from workers.sandbox.process import ProcessSandbox
 
@@ -43,7 +43,7 @@ def make_sandbox(
         from workers.sandbox.docker_backend import DockerSandbox, docker_client
 
         client = docker_client(settings)
-        tag = image or settings.sandbox_image
+        tag = image or settings.sandbox.image
         try:
             client.images.get(tag)
         except Exception as exc:  # docker.errors.ImageNotFound, or the daemon is unreachable

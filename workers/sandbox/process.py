@@ -61,16 +61,16 @@ class ProcessSandbox:
         self._bwrap = bwrap
         if not (rootfs / "usr" / "bin" / "python3").exists():
             raise SandboxError(f"sandbox rootfs {rootfs} is incomplete (no /usr/bin/python3)")
-        self._uid = settings.sandbox_uid
+        self._uid = settings.sandbox.uid
         self._admission = Admission.from_settings(settings)
         self._seccomp = build_filter()
         self._mounter = Mounter()
-        self._cgroups = CgroupManager(settings.sandbox_cgroup_parent)
+        self._cgroups = CgroupManager(settings.sandbox.cgroup_parent)
         self._lock = threading.Lock()
         self._active = 0
         self._closed = False
         self._counter = itertools.count()
-        base = settings.sandbox_run_dir
+        base = settings.sandbox.run_dir
         base.mkdir(parents=True, exist_ok=True)
         base.chmod(0o711)
         self.sweep_stale(base)

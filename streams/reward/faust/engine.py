@@ -153,12 +153,12 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
     names = {role: topic_for(role, specs).name for role in SIGNAL_TOPICS}
     app = read_committed_app_class()(
         options.app_id,
-        broker=f"kafka://{settings.kafka_bootstrap}",
+        broker=f"kafka://{settings.kafka.bootstrap}",
         store="memory://",
         datadir=str(options.data_dir),
         processing_guarantee="at_least_once",
-        topic_partitions=settings.topic_partitions,
-        topic_replication_factor=settings.topic_replication_factor,
+        topic_partitions=settings.kafka.topic_partitions,
+        topic_replication_factor=settings.kafka.topic_replication_factor,
         table_standby_replicas=0,
         topic_disable_leader=True,
         web_enabled=False,
@@ -174,7 +174,7 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
     rewards = app.topic(topic_for("rewards", specs).name, **raw)
     dlq = app.topic(topic_for("dlq", specs).name, **raw)
     logs = app.topic(topic_for("logs", specs).name, **raw)
-    table = app.Table(TABLE_NAME, partitions=settings.topic_partitions, key_type=bytes, value_type=bytes)
+    table = app.Table(TABLE_NAME, partitions=settings.kafka.topic_partitions, key_type=bytes, value_type=bytes)
     table.key_serializer = table.value_serializer = "raw"  # before the changelog topic is made (lazily)
     marks = EmitThenMark(
         _TableStore(table),
