@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from schemas.backends import Backend
+
 ENV_PREFIX = "RS_"
 
 #: The toolchain family of the original sandbox image and rootfs (python, pytest, git): what runs when a run
@@ -131,7 +133,7 @@ class SandboxSettings(_Group):
     unprefixed: ClassVar[frozenset[str]] = frozenset({"docker_host"})
 
     docker_host: str | None = Field(None, description="DOCKER_HOST-style URL; default: local socket")
-    backend: Literal["process", "docker"] = "process"
+    backend: Backend = "process"
     image: str = "rewardstream-sandbox-python:1"
     rootfs: Path | None = Field(
         None, description="process backend root filesystem; default <cache>/sandbox/rootfs-<image tag> (`up` builds it)"

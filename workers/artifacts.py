@@ -23,11 +23,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from schemas.content import KEY_PREFIX, content_key, content_url
-from schemas.errors import RewardstreamError
+from schemas.errors import RewardstreamError, one_line
 from schemas.settings import Settings
-
-#: Characters of an exception's first line that a short error quotes.
-_ERROR_CHARS = 300
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -269,21 +266,16 @@ class ArtifactStore:
                 return action()
             except Exception as exc:
                 if not is_retriable(exc):
-                    raise ArtifactError(f"S3 {what} in {self.bucket} failed: {_short(exc)}") from exc
+                    raise ArtifactError(f"S3 {what} in {self.bucket} failed: {one_line(exc)}") from exc
                 if time.monotonic() + delay > deadline or self._stop.is_set():
                     why = " (stopping)" if self._stop.is_set() else ""
                     raise ArtifactError(
                         f"S3 {what} in {self.bucket} still failing after {time.monotonic() - started:.0f}s{why}: "
-                        f"{_short(exc)}",
+                        f"{one_line(exc)}",
                         outage=True,
                     ) from exc
-                log.warning("S3 %s failed, retrying in %.1fs: %s", what, delay, _short(exc))
+                log.warning("S3 %s failed, retrying in %.1fs: %s", what, delay, one_line(exc))
                 if self._on_retry is not None:
                     self._on_retry(exc)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._retry.max_s)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:_ERROR_CHARS]}"

@@ -8,19 +8,14 @@ the check is made before anything binds, and the error says which setting to set
 from __future__ import annotations
 
 import ipaddress
-import os
-import socket
-import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bus.instance import new_instance_id
 from schemas.errors import ConfigError
 from schemas.settings import Settings, shared_fields
 from schemas.topics import catalog_for, topic_for
-
-#: Characters of the host name in an instance id (the id stays a short, readable Kafka client id).
-_HOST_CHARS = 64
 
 
 def is_loopback(host: str) -> bool:
@@ -53,8 +48,7 @@ def home_partition(instance_id: str, partitions: int) -> int:
 
 def default_instance_id() -> str:
     """host-pid-random: a restarted replica is a new one (a reply to the old one is ignored)."""
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:_HOST_CHARS]
-    return f"gw-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return new_instance_id("gw-")
 
 
 @dataclass(frozen=True)

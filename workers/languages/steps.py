@@ -26,7 +26,7 @@ from schemas.caps import STDERR_TAIL_BYTES
 from schemas.errors import SandboxError
 from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.common import CRASH_SIGNALS
+from workers.sandbox.common import CRASH_SIGNALS, error_result
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 from workers.sandbox.guest_source import program_source
@@ -197,11 +197,7 @@ def _spec(step: Step, limits: StepLimits, program: str, nonce: bytes) -> Sandbox
 
 
 def _error(exc: Exception, backend: str) -> SandboxResult:
-    return SandboxResult(
-        status=SandboxStatus.SANDBOX_ERROR, exit_code=None, signal=None, stdout=b"", stderr=b"",
-        stdout_truncated=False, stderr_truncated=False, wall_ms=0.0, cpu_ms=0.0, max_rss_kb=0, backend=backend,
-        error=f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS],
-    )  # fmt: skip
+    return error_result(backend, f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS])
 
 
 def _records(stdout: bytes, nonce: bytes) -> list[dict[str, Any]]:

@@ -6,10 +6,7 @@ Kept apart from the handlers so tests can build a worker with their own registry
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -19,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from bus.clients import make_consumer, make_producer
+from bus.instance import new_instance_id
 from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
 from schemas.events import GenerationEvent
@@ -38,9 +36,6 @@ from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
 from workers.transactional_loop import TransactionalWorker
 
-#: Characters of the host name in an instance id (the id stays a short, readable Kafka client id).
-_HOST_CHARS = 64
-
 RoleName = WriterRole
 OUTPUT_ROLE: dict[RoleName, TopicRole] = {role: topic for topic, role in WRITER_ROLE.items()}
 
@@ -59,8 +54,7 @@ def instance_id(settings: Settings) -> str:
     """This process's instance id: settings, else host-pid-random (a restart is a new instance)."""
     if settings.worker.instance_id:
         return settings.worker.instance_id
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in socket.gethostname())[:_HOST_CHARS]
-    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return new_instance_id()
 
 
 def worker_config(settings: Settings, role: RoleName, *, concurrency: int | None = None) -> WorkerConfig:
