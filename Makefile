@@ -21,15 +21,20 @@ demo: $(STAMP)
 	$(BIN)/rewardstream demo
 
 ## test: start the local platform, then lint, type-check and run every test (none may be skipped in CI)
-# Three parts; all of them always run, and any one failing fails `make test`:
+# Four parts; all of them always run, and any one failing fails `make test`:
 # 1. the integration suite, two files at a time: it mostly waits (brokers, deadlines, killed processes);
 # 2. the unit tests and the sandbox suites that judge outcomes (grading, reward hacks, forced outcomes,
-#    agent steps), two files at a time: each file has its own sandboxes, and its verdicts do not hang on timing;
+#    agent steps), on two workers that steal tests from each other (one file holds ~600 tests): verdicts do not
+#    hang on timing;
 # 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages (and the one
-#    that saturates every core to show verdicts do not change), the two
-#    files that stop and start the services under the others, and the cgroup v2 guest.
+#    that saturates every core to show verdicts do not change);
+# 4. the two files that stop and start the services under the others, beside the cgroup v2 guest (an emulated
+#    machine of its own: it needs none of the services and measures nothing on this host).
+# Each part leaves a junit report in var/test-reports; the slowest files of the run are printed at the end
+# (pytest prints the slowest tests of each part), so every CI log records where the suite's time goes.
 # Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
 # few minutes of Debian downloads, later runs: a check), next to the lint, which needs no service.
+REPORTS := var/test-reports
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
 	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py test_host_load.py)
@@ -39,10 +44,16 @@ test: $(STAMP)
 	lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
 	built=0; wait $$build || built=$$?; cat .toolchains.log; rm -f .toolchains.log; \
 	test $$lint -eq 0 && test $$built -eq 0
-	status=0; \
-	$(BIN)/pytest -n 2 --dist loadfile tests/integration $(ALONE:%=--ignore=%) || status=$$?; \
-	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/sandbox $(MEASURING:%=--ignore=%) || status=$$?; \
-	$(BIN)/pytest $(MEASURING) $(ALONE) tests/vm || status=$$?; \
+	rm -rf $(REPORTS) && mkdir -p $(REPORTS); status=0; \
+	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/1-integration.xml tests/integration \
+		$(ALONE:%=--ignore=%) || status=$$?; \
+	$(BIN)/pytest -n 2 --dist worksteal --junitxml=$(REPORTS)/2-unit-sandbox.xml tests/unit tests/sandbox \
+		$(MEASURING:%=--ignore=%) || status=$$?; \
+	$(BIN)/pytest --junitxml=$(REPORTS)/3-measuring.xml $(MEASURING) || status=$$?; \
+	$(BIN)/pytest --junitxml=$(REPORTS)/4-vm.xml tests/vm > $(REPORTS)/4-vm.log 2>&1 & vm=$$!; \
+	$(BIN)/pytest --junitxml=$(REPORTS)/4-services.xml $(ALONE) || status=$$?; \
+	wait $$vm || status=$$?; cat $(REPORTS)/4-vm.log; \
+	$(BIN)/python -m infra.test_timings $(REPORTS)/*.xml; \
 	exit $$status
 
 lint: $(STAMP)
