@@ -23,9 +23,15 @@ def file_seconds(report: Path) -> tuple[float, dict[str, float]]:
     for suite in root.iter("testsuite"):
         wall += float(suite.get("time", "0"))
         for case in suite.iter("testcase"):
-            module = case.get("classname", "").split("::")[0].split(".")
-            per_file["/".join(module) + ".py"] += float(case.get("time", "0"))
+            per_file[_file_of(case.get("classname", ""))] += float(case.get("time", "0"))
     return wall, dict(per_file)
+
+
+def _file_of(classname: str) -> str:
+    """``tests/a/test_b.py`` of junit's ``tests.a.test_b`` or ``tests.a.test_b.TestClass``."""
+    parts = classname.split(".")
+    end = next((i + 1 for i, part in enumerate(parts) if part.startswith("test_")), len(parts))
+    return "/".join(parts[:end]) + ".py"
 
 
 def summary(reports: list[Path]) -> str:
