@@ -57,7 +57,7 @@ from workers.episodes.snapshot import (
 )
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import classify
-from workers.sandbox.guest import step_runner
+from workers.sandbox.guest import workspace_snapshot, workspace_tar
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from workers.sandbox.guest_source import program_source
@@ -175,7 +175,7 @@ def workdir_limits(caps: Caps) -> tuple[int, int]:
 
 def tar_budget(caps: Caps) -> int:
     """The largest tar the runner sends for a workspace within ``caps``."""
-    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 22 * step_runner.BLOCK  # + end, record padding
+    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 22 * workspace_tar.BLOCK  # + end, record padding
 
 
 def output_limit(caps: Caps, limits: StepLimits) -> int:
@@ -407,7 +407,7 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
     ws = report.workspace or {}
     reason = fields.pop("reason", None)
     kept_reason: str | None = None
-    dropped: list[str] = [_text(d)[:200] for d in ws.get("dropped", [])[: step_runner.MAX_DROPPED]]
+    dropped: list[str] = [_text(d)[:200] for d in ws.get("dropped", [])[: workspace_snapshot.MAX_DROPPED]]
     snapshot, sha, kept = before.snapshot, before.sha256, True
     if ws.get("packed") is True and (ws.get("unchanged") is True or report.tar == before.snapshot):
         pass  # the step left the workspace as it found it: the previous snapshot (claiming so gains nothing)

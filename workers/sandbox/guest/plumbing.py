@@ -10,6 +10,7 @@ code runs; the driver's ``_prctl`` and ``boot_common.prctl`` pass the argument a
 latter raises on failure. Those differ in behaviour, so they stay with their programs.
 """
 
+import binascii
 import os
 
 
@@ -41,6 +42,11 @@ def read_exact_into(fd: int, buf: bytearray) -> int:
             break
         got += n
     return got
+
+
+def b64(data: bytes | bytearray) -> str:
+    """``data`` as base64 text (how binary output travels in a JSON record)."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def prctl_ok(option: int, arg: int) -> bool:
