@@ -34,7 +34,14 @@ import traceback
 import types
 
 # For the servers' mains, which run in these globals (spliced in: see the docstring).
-from workers.sandbox.guest.plumbing import read_all, write_all  # noqa: F401
+from workers.sandbox.guest.as_main import main_status
+from workers.sandbox.guest.plumbing import (  # noqa: F401
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    read_all,
+    write_all,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -44,7 +51,6 @@ if TYPE_CHECKING:
 #: Imported up front for the in-process harness (``FAST_FLAGS``): a forked run finds them loaded.
 PRELOADED = (builtins, collections, functools, io, json, marshal, math, select, time, traceback, types)
 
-PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -322,20 +328,7 @@ def run_program(spec: dict[str, Any], *, default_signals: bool) -> int:
     sys.argv = ["-c", *argv[3 + n :]]
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
-    status = 0
-    try:
-        exec(compile(source, "<string>", "exec", dont_inherit=True), main.__dict__)  # noqa: S102 - sandboxed
-    except SystemExit as exc:
-        status = 0 if exc.code is None else (exc.code & 0xFF if type(exc.code) is int else 1)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        status = status or 1
-    return status
+    return main_status(lambda: exec(compile(source, "<string>", "exec", dont_inherit=True), main.__dict__))  # noqa: S102
 
 
 def report(fd: int, what: str, exc: BaseException) -> None:

@@ -26,7 +26,7 @@ from workers.sandbox.guest.child_pipes import (
     send_msg,
 )
 from workers.sandbox.guest.clock import ProcLimit, run_tree
-from workers.sandbox.guest.plumbing import prctl_ok
+from workers.sandbox.guest.plumbing import PR_SET_PDEATHSIG, prctl_ok
 from workers.sandbox.guest.typed_values import HarnessError, NonPlainError, decode_value, encode_value
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from workers.sandbox.guest.child_pipes import Capture
-
-PR_SET_PDEATHSIG = 1
 
 
 def _wipe(*bufs: bytearray) -> None:

@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is her
     from workers.sandbox.guest.boot_common import *
     from workers.sandbox.guest.plumbing import *
 
-PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1

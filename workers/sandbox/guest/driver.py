@@ -40,16 +40,21 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper
+from workers.sandbox.guest.clock import HOST, ProcLimit
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
-from workers.sandbox.guest.plumbing import read_all, write_all
+from workers.sandbox.guest.plumbing import (
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    become_subreaper,
+    make_executable,
+    read_all,
+    write_all,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
 READ_CHUNK = 1 << 16
 
 
@@ -211,21 +216,6 @@ def run_step(header: dict[str, Any], stdin: bytes) -> dict[str, Any]:
         "stdout_bytes": streams.written[out_r],
         "stderr_bytes": streams.written[err_r],
     }
-
-
-def make_executable(names: list[str]) -> None:
-    """chmod +x each named regular file of the work dir (never through a link); a missing one is skipped:
-    the run then fails to start the program, the program's failure."""
-    for name in names:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if os.path.isfile(f"/proc/self/fd/{fd}"):
-                os.fchmod(fd, 0o755)
-        finally:
-            os.close(fd)
 
 
 def _inside(root: str, path: str) -> bool:

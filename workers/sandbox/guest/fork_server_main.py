@@ -54,7 +54,6 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG = 1
 N_FIXED_FDS = 5  # spec, stdin, stdout, stderr, status; then one cgroup.procs per hierarchy
 #: Where the run's tmpfs is mounted while it is filled (an empty dir of every rootfs; /mnt is the run's own).
 STAGE = "/srv"

@@ -56,21 +56,19 @@ import sys
 from workers.sandbox.guest.call_suites import CallServer, Job, run_assert_suite, run_call_suite
 from workers.sandbox.guest.candidate_server import Server
 from workers.sandbox.guest.child_pipes import MAX_MESSAGE_BYTES, Capture
-from workers.sandbox.guest.clock import become_subreaper
 from workers.sandbox.guest.framing import NONCE_LEN
 from workers.sandbox.guest.harness_records import Emitter, SuiteRecords
 from workers.sandbox.guest.harness_workspace import Workspace
 from workers.sandbox.guest.io_suite import run_io_suite
-from workers.sandbox.guest.plumbing import prctl_ok, read_exact_into
+from workers.sandbox.guest.plumbing import PR_SET_DUMPABLE, become_subreaper, prctl_ok, read_exact_into, run_and_exit
 from workers.sandbox.guest.typed_values import HarnessError, strict_loads, type_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:  # the harness imports nothing it does not need at run time (start-up cost)
-    from typing import Any, NoReturn
+    from typing import Any
 
 #: Bytes of the candidate's stdout, and of its stderr, kept (the tail) and reported in ``output`` records.
 OUTPUT_CAP = 1 << 20
-PR_SET_DUMPABLE = 4
 
 
 def _segments(buf: bytearray) -> list[tuple[int, int]]:
@@ -216,13 +214,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _entry() -> NoReturn:
-    code = 2
-    try:
-        code = main(sys.argv)
-    finally:
-        os._exit(code)
-
-
 if __name__ == "__main__":
-    _entry()
+    run_and_exit(main)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import os
 
+from workers.sandbox.guest.plumbing import make_executable
 from workers.sandbox.guest.typed_values import HarnessError, type_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -82,13 +83,5 @@ class Workspace:
         for name in spec["executables"]:
             if type(name) is not str or not name or name.startswith("/") or ".." in name.split("/"):
                 raise HarnessError("program job with a bad executable name")
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue
-            try:
-                if os.path.isfile(f"/proc/self/fd/{fd}"):
-                    os.fchmod(fd, 0o755)
-            finally:
-                os.close(fd)
+            make_executable([name])
         return cls(os.getcwd(), "", dict(os.environ))

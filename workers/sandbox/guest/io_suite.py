@@ -8,12 +8,14 @@ Guest code (standard library only), spliced into the grading harness (``harness`
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import select
 import signal
 import sys
 import time
 
+from workers.sandbox.guest.as_main import main_status
 from workers.sandbox.guest.call_suites import Job
 from workers.sandbox.guest.candidate_server import child_common, kill_group, load_module
 from workers.sandbox.guest.child_pipes import MAX_ERROR_CHARS, bound_read, bound_write_all, quietly
@@ -96,29 +98,13 @@ def _io_case(  # noqa: PLR0917
 
 def _exec_main(code: str) -> int:
     """Run the candidate program as ``__main__``; its exit status (SystemExit honoured like CPython)."""
-    status = 0
-    try:
-        sys.argv = ["solution.py"]
-        _site_exit_builtins()
-        load_module(code, "__main__")
-    except SystemExit as exc:
-        if exc.code is None:
-            status = 0
-        elif type(exc.code) is int:
-            status = int(exc.code) & 0xFF
-        else:
-            status = 1
-    except BaseException:
-        import traceback
+    return main_status(functools.partial(_run_as_main, code))
 
-        traceback.print_exc()
-        status = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        status = status or 1
-    return status
+
+def _run_as_main(code: str) -> None:
+    sys.argv = ["solution.py"]
+    _site_exit_builtins()
+    load_module(code, "__main__")
 
 
 def _exec_command(argv: list[str], ws: Workspace) -> int:

@@ -51,11 +51,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
-from workers.sandbox.guest.plumbing import prctl_ok, read_exact_into, write_all
+from workers.sandbox.guest.plumbing import (
+    PR_SET_DUMPABLE,
+    become_subreaper,
+    prctl_ok,
+    read_exact_into,
+    run_and_exit,
+    write_all,
+)
 from workers.sandbox.guest.step_errors import JobError, StepError
 from workers.sandbox.guest.step_exec import IGNORED_SIGNALS, SWEEP_S, command_argv, run_command, sweep
 from workers.sandbox.guest.step_files import do_read, do_write
@@ -63,10 +69,7 @@ from workers.sandbox.guest.workspace_snapshot import pack_workspace, restore, sa
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
-
-PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
+    from typing import Any
 
 
 class Frames:
@@ -122,7 +125,7 @@ def main(argv: list[str]) -> int:
     """One step. Exit status is irrelevant: only the frames count."""
     if os.getuid() == 0:  # kill(-1) as root outside a sandbox would end the machine's processes
         raise SystemExit("step_runner: refusing to run as root (it runs only inside a sandbox)")
-    hardened = prctl_ok(PR_SET_DUMPABLE, 0) and prctl_ok(PR_SET_CHILD_SUBREAPER, 1)
+    hardened = prctl_ok(PR_SET_DUMPABLE, 0) and become_subreaper()
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     os.closerange(3, 1 << 16)
@@ -164,13 +167,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _entry() -> NoReturn:
-    code = 2
-    try:
-        code = main(sys.argv)
-    finally:
-        os._exit(code)
-
-
 if __name__ == "__main__":
-    _entry()
+    run_and_exit(main)

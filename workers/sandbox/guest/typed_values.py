@@ -46,11 +46,7 @@ def encode_value(value: object, *, allow_non_finite: bool = False) -> object:
 
 def _enc(v: object, depth: int, budget: list[int], nonfinite: bool) -> object:  # noqa: C901, PLR0911, PLR0912
     """One node of ``encode_value``: exact ``type(v) is`` checks, never ``isinstance`` or ``==``."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise NonPlainError("value too large (too many elements)")
-    if depth > MAX_DEPTH:
-        raise NonPlainError("value nested too deeply (or self-referencing)")
+    _charge(depth, budget)
     t = type(v)
     if v is None or t is bool:
         return v
@@ -88,6 +84,15 @@ def _enc(v: object, depth: int, budget: list[int], nonfinite: bool) -> object:  
             ]
         }
     raise NonPlainError(f"not a plain value: {type_name(v)}")
+
+
+def _charge(depth: int, budget: list[int]) -> None:
+    """One node more of a value being checked: ``NonPlainError`` once the value is too large or too deep."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise NonPlainError("value too large (too many elements)")
+    if depth > MAX_DEPTH:
+        raise NonPlainError("value nested too deeply (or self-referencing)")
 
 
 def type_name(v: object) -> str:
@@ -155,11 +160,7 @@ def reply_value(obj: object, *, rich: bool) -> object:
 
 def _reply(v: object, depth: int, budget: list[int], rich: bool) -> object:  # noqa: C901, PLR0911, PLR0912
     """One node of ``reply_value``."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise NonPlainError("value too large (too many elements)")
-    if depth > MAX_DEPTH:
-        raise NonPlainError("value nested too deeply (or self-referencing)")
+    _charge(depth, budget)
     t = type(v)
     if v is None or t is bool:
         return v
