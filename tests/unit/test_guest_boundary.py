@@ -20,6 +20,7 @@ from workers.episodes.step import runner_code
 from workers.grading.suites import harness_source
 from workers.languages.steps import driver_source
 from workers.sandbox.boot import BOOT_COMMON, boot_source
+from workers.sandbox.docker_config import INIT
 from workers.sandbox.guest import framing
 from workers.sandbox.guest_source import GUEST
 
@@ -80,7 +81,7 @@ def literal(node: ast.stmt) -> object:
 
 
 def test_the_guest_package_holds_every_in_sandbox_program() -> None:
-    assert {"harness", "step_runner", "driver", "clock", "framing", *BOOTED} <= set(MODULES)
+    assert {"harness", "step_runner", "driver", "container_init", "clock", "framing", *BOOTED} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -152,8 +153,8 @@ def test_a_module_is_spliced_once_however_often_it_is_imported() -> None:
 
 @pytest.mark.parametrize(
     "source",
-    [harness_source, driver_source, lambda: runner_code()[1]],
-    ids=["harness", "driver", "step_runner"],
+    [harness_source, driver_source, lambda: runner_code()[1], lambda: INIT],
+    ids=["harness", "driver", "step_runner", "container_init"],
 )
 def test_a_shipped_program_imports_only_the_standard_library(source: Callable[[], bytes | str]) -> None:
     """Its spliced modules may import each other for the type checker only (``TYPE_CHECKING`` is ``False``)."""
@@ -210,11 +211,12 @@ def shipped(program: str) -> list[tuple[str, str | bytes]]:
         "harness": harness_source,
         "driver": driver_source,
         "step_runner": lambda: runner_code()[1],
+        "container_init": lambda: INIT,
     }
     return [(f"{program}.py", loaders[program]())]
 
 
-@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", *BOOTED[1:]])
+@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", "container_init", *BOOTED[1:]])
 def test_every_global_a_shipped_program_reads_is_defined(program: str) -> None:
     """Run as it is shipped (not as ``__main__``, so only its definitions run), in one globals dict: every
     global its functions read is defined there or a builtin. What the splice, or ``boot_common``, stopped
