@@ -57,6 +57,12 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
+#: What both servers unshare and mount with.
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SETUP_FAILED = 125
 FAST_FLAGS = ("-I", "-S", "-B")
@@ -98,7 +104,7 @@ def loopback_up() -> None:
 
 
 _PRIVATE_NEWNS = 0x00020000
-_PROC_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
+_PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 _REC_PRIVATE = 0x4000 | (1 << 18)  # MS_REC | MS_PRIVATE
 #: The number of TCP hash buckets a network namespace created from the caller's gets of its own (0, the
 #: default, shares the host's whole table: every read of the namespace's /proc/net/tcp then walks all of it).

@@ -58,12 +58,7 @@ if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is her
     from workers.sandbox.guest.boot_common import *
     from workers.sandbox.guest.plumbing import *
 
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
 N_FDS = 5  # spec, stdin, stdout, stderr, status
 OOM_SCORE_RUN = 1000
 NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup", "user")
