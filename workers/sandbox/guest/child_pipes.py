@@ -11,7 +11,6 @@ Guest code (standard library only), spliced into the grading harness (``harness`
 
 from __future__ import annotations
 
-import binascii
 import functools
 import json
 import os
@@ -19,6 +18,7 @@ import select
 import time
 
 from workers.sandbox.guest.clock import ProcLimit
+from workers.sandbox.guest.plumbing import b64
 from workers.sandbox.guest.typed_values import HarnessError, NonPlainError, strict_loads, type_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -142,8 +142,7 @@ class Capture:
             room = (out.budget - 1024) // (2 - stream)  # stdout leaves half for stderr; 1 KiB for the rest
             keep = max(0, min(self.cap, len(buf), room * 3 // 4 - 64))
             data = bytes(buf[len(buf) - keep :])
-            b64 = binascii.b2a_base64(data, newline=False).decode("ascii")
-            out.emit({"output": name, "b64": b64, "bytes": self.total[stream]})
+            out.emit({"output": name, "b64": b64(data), "bytes": self.total[stream]})
 
 
 class OutputPipes:

@@ -30,7 +30,6 @@ Started as ``python3 -I -S -B -c SOURCE``.
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import json
 import os
@@ -45,6 +44,7 @@ from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 from workers.sandbox.guest.plumbing import (
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
+    b64,
     become_subreaper,
     make_executable,
     read_all,
@@ -211,8 +211,8 @@ def run_step(header: dict[str, Any], stdin: bytes) -> dict[str, Any]:
         "wait_ms": limit.limit.figures()["wait_ms"],
         "cpu_ms": round((usage.ru_utime + usage.ru_stime) * 1000, 3),
         "max_rss_kb": int(usage.ru_maxrss),
-        "stdout": base64.b64encode(bytes(streams.data[out_r])).decode(),
-        "stderr": base64.b64encode(bytes(streams.data[err_r])).decode(),
+        "stdout": b64(streams.data[out_r]),
+        "stderr": b64(streams.data[err_r]),
         "stdout_bytes": streams.written[out_r],
         "stderr_bytes": streams.written[err_r],
     }
@@ -328,7 +328,7 @@ def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
                 out.emit({"missing": prefix + path, "why": f"over the {max_bytes}-byte cap of returned files"})
                 return
             budget -= len(data)
-            out.emit({"file": prefix + path, "b64": base64.b64encode(data).decode()})
+            out.emit({"file": prefix + path, "b64": b64(data)})
 
 
 def main() -> int:
