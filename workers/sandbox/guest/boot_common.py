@@ -213,6 +213,15 @@ def limit_run_netns(proc_sys: int, server_netns: str) -> None:
             os.close(fd)
 
 
+def program_fds(fds: list[int]) -> None:
+    """First thing in a run's program (H): a session of its own, the run's stdin, stdout and stderr
+    (``fds[1:4]``) as fds 0-2, and no other fd open."""
+    os.setsid()
+    for target, fd in enumerate(fds[1:4]):
+        os.dup2(fd, target)
+    os.closerange(3, 1 << 16)
+
+
 def stdin_from_devnull() -> None:
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)

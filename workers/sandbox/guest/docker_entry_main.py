@@ -247,10 +247,7 @@ def _write_files(files: list[tuple[list[str], bytes]]) -> None:
 
 def _program(spec: dict[str, Any], fds: list[int], config: dict[str, Any], seccomp_filter: bytes) -> int:
     """H: the run's program, entered like ``docker exec --user UID:UID --workdir /work`` would start it."""
-    os.setsid()
-    for target, fd in enumerate(fds[1:4]):
-        os.dup2(fd, target)
-    os.closerange(3, 1 << 16)
+    program_fds(fds)
     os.umask(0o022)
     os.chdir("/work")
     # The OOM killer's first choice in the container, whatever the init's score: the init's death would end

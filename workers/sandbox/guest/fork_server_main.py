@@ -135,10 +135,7 @@ def _enter_user_namespace(uid: int) -> None:
 def _program(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: bytes, marker: bytes) -> int:
     """H: pid 2 of the run's pid namespace. Once its fds are 0-2 only, a setup failure is reported on its
     stderr (the one it was handed is closed by then)."""
-    os.setsid()
-    for target, fd in enumerate(fds[1:4]):
-        os.dup2(fd, target)
-    os.closerange(3, 1 << 16)
+    program_fds(fds)
     exit_with(2, functools.partial(_isolate_and_run, spec, uid, seccomp_filter, marker))
 
 
