@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from workers.episodes.step import BOOT as STEP_BOOT
 from workers.episodes.step import runner_code
+from workers.grading.suites import BOOT as HARNESS_BOOT
 from workers.grading.suites import harness_source
 from workers.languages.steps import driver_source
 from workers.sandbox.boot import BOOT_COMMON, boot_source
@@ -29,6 +31,8 @@ GUEST_DIR = ROOT / GUEST.replace(".", "/")
 MODULES = sorted(p.stem for p in GUEST_DIR.glob("*.py") if p.stem != "__init__")
 #: The in-sandbox servers' sources, shipped by ``workers.sandbox.boot`` (the rest by ``guest_source``).
 BOOTED = ("boot_common", "fork_server_main", "docker_entry_main")
+#: The ``-c`` programs: the container's init, and the loaders of the harness and the step runner.
+LOADERS = ("container_init", "harness_boot", "step_boot")
 
 
 def tree(module: str) -> ast.Module:
@@ -81,7 +85,7 @@ def literal(node: ast.stmt) -> object:
 
 
 def test_the_guest_package_holds_every_in_sandbox_program() -> None:
-    assert {"harness", "step_runner", "driver", "container_init", "clock", "framing", *BOOTED} <= set(MODULES)
+    assert {"harness", "step_runner", "driver", "clock", "framing", *LOADERS, *BOOTED} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -153,8 +157,8 @@ def test_a_module_is_spliced_once_however_often_it_is_imported() -> None:
 
 @pytest.mark.parametrize(
     "source",
-    [harness_source, driver_source, lambda: runner_code()[1], lambda: INIT],
-    ids=["harness", "driver", "step_runner", "container_init"],
+    [harness_source, driver_source, lambda: runner_code()[1], lambda: INIT, lambda: HARNESS_BOOT, lambda: STEP_BOOT],
+    ids=["harness", "driver", "step_runner", "container_init", "harness_boot", "step_boot"],
 )
 def test_a_shipped_program_imports_only_the_standard_library(source: Callable[[], bytes | str]) -> None:
     """Its spliced modules may import each other for the type checker only (``TYPE_CHECKING`` is ``False``)."""
@@ -212,11 +216,13 @@ def shipped(program: str) -> list[tuple[str, str | bytes]]:
         "driver": driver_source,
         "step_runner": lambda: runner_code()[1],
         "container_init": lambda: INIT,
+        "harness_boot": lambda: HARNESS_BOOT,
+        "step_boot": lambda: STEP_BOOT,
     }
     return [(f"{program}.py", loaders[program]())]
 
 
-@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", "container_init", *BOOTED[1:]])
+@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", *LOADERS, *BOOTED[1:]])
 def test_every_global_a_shipped_program_reads_is_defined(program: str) -> None:
     """Run as it is shipped (not as ``__main__``, so only its definitions run), in one globals dict: every
     global its functions read is defined there or a builtin. What the splice, or ``boot_common``, stopped

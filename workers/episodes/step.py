@@ -64,21 +64,8 @@ from workers.sandbox.guest_source import program_source
 
 RUNNER_FILE = "step_runner.py"
 #: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
-#: from the start of stdin, then runs it; the work dir holds nothing but the workspace.
-BOOT = (
-    "import marshal,os,sys,_frozen_importlib_external as e\n"
-    "p,s=int(sys.argv[1]),int(sys.argv[2])\n"
-    "b=bytearray(p+s);v=memoryview(b);g=0\n"
-    "while g<len(b):\n"
-    " k=os.readv(0,[v[g:]])\n"
-    " if k==0:break\n"
-    " g+=k\n"
-    "c=marshal.loads(b[16:p]) if b[:16]==e.MAGIC_NUMBER.ljust(16,b'\\0') else "
-    "compile(bytes(b[p:]),'step_runner.py','exec',dont_inherit=True)\n"
-    "del v,b\n"
-    "sys.argv=['step_runner.py',sys.argv[3]]\n"
-    "exec(c,{'__name__':'__main__','__builtins__':__builtins__,'__file__':'step_runner.py'})\n"
-)
+#: from the start of stdin, then runs it; the work dir holds nothing but the workspace (``guest.step_boot``).
+BOOT = program_source("step_boot.py").decode("utf-8")
 DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
 #: Worst case of one tar member beyond its data: a ustar header, a pax header with a 1 KiB name and a 4 KiB
 #: link target (6 blocks with its own header), and the data's padding: under 8 KiB.
