@@ -24,15 +24,15 @@ from workers.languages.steps import driver_source
 from workers.sandbox.boot import BOOT_COMMON, boot_source
 from workers.sandbox.docker_config import INIT
 from workers.sandbox.guest import framing
-from workers.sandbox.guest_source import GUEST
+from workers.sandbox.guest_source import GUEST, program_source
 
 ROOT = Path(__file__).resolve().parents[2]
 GUEST_DIR = ROOT / GUEST.replace(".", "/")
 MODULES = sorted(p.stem for p in GUEST_DIR.glob("*.py") if p.stem != "__init__")
 #: The in-sandbox servers' sources, shipped by ``workers.sandbox.boot`` (the rest by ``guest_source``).
 BOOTED = ("boot_common", "fork_server_main", "docker_entry_main")
-#: The ``-c`` programs: the container's init, and the loaders of the harness and the step runner.
-LOADERS = ("container_init", "harness_boot", "step_boot")
+#: The ``-c`` programs: the container's init, and the loaders of the harness, the step runner and the entry server.
+LOADERS = ("container_init", "harness_boot", "step_boot", "entry_boot")
 
 
 def tree(module: str) -> ast.Module:
@@ -218,6 +218,7 @@ def shipped(program: str) -> list[tuple[str, str | bytes]]:
         "container_init": lambda: INIT,
         "harness_boot": lambda: HARNESS_BOOT,
         "step_boot": lambda: STEP_BOOT,
+        "entry_boot": lambda: program_source("entry_boot.py"),
     }
     return [(f"{program}.py", loaders[program]())]
 
