@@ -27,7 +27,7 @@ from workers.grading.suites import WORKSPACE_FILES, WorkspaceJob, build_spec, jo
 from workers.handler import InvalidEventError
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.workspace import EpisodeWorkspaces, WorkspaceEventError
-from workers.sandbox.guest import harness as harness_module
+from workers.sandbox.guest import harness_workspace, typed_values
 from workers.tasks.registry import TaskRegistry
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)
@@ -157,7 +157,7 @@ def test_the_harness_restores_a_workspace_in_its_own_dir(tmp_path: Path, monkeyp
     monkeypatch.chdir(work)
     (work / "ws.tar").write_bytes(snap(tmp_path, dict(FILES), links={"pkg/up": "/etc"}))
     (work / "ws_restore.py").write_bytes(runner_code()[1])
-    ws = harness_module.Workspace.prepare({**WORKSPACE_FILES, "env": {"HOME": "/tmp"}})
+    ws = harness_workspace.Workspace.prepare({**WORKSPACE_FILES, "env": {"HOME": "/tmp"}})
     assert os.getcwd() == str(work)
     assert sorted(os.listdir(work)) == [".rs-pycache", ".rs-site", "ws"]  # the tar and the restore are gone
     assert (work / "ws/pkg/mod.py").read_text() == FILES["pkg/mod.py"]
@@ -165,8 +165,8 @@ def test_the_harness_restores_a_workspace_in_its_own_dir(tmp_path: Path, monkeyp
     assert ws.env["PYTHONPATH"] == str(work / ".rs-site")
     assert "sys.path.append" in (work / ".rs-site/sitecustomize.py").read_text()
     for bad in ("../x", "..", ""):
-        with pytest.raises(harness_module.HarnessError):
-            harness_module.Workspace.prepare({**WORKSPACE_FILES, "dir": bad, "env": {}})
+        with pytest.raises(typed_values.HarnessError):
+            harness_workspace.Workspace.prepare({**WORKSPACE_FILES, "dir": bad, "env": {}})
 
 
 def _context(tmp_path: Path, tasks: list[Task], artifacts: Any = None) -> RoleContext:

@@ -38,6 +38,7 @@ from workers.episodes.step import (
     workdir_limits,
 )
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.guest import step_errors, step_files, workspace_paths, workspace_snapshot, workspace_tar
 from workers.sandbox.guest import step_runner as runner
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC
 
@@ -69,12 +70,12 @@ def make_tree(root: Path, files: dict[str, bytes], links: dict[str, bytes]) -> P
     return root
 
 
-def runner_pack(root: Path, caps: Caps = CAPS) -> tuple[bytes, runner.Packer]:
+def runner_pack(root: Path, caps: Caps = CAPS) -> tuple[bytes, workspace_snapshot.Packer]:
     """The runner's tar of ``root`` (the packer walks its cwd), and the packer (what it counted, dropped)."""
     old = os.getcwd()
     os.chdir(root)
     try:
-        packer = runner.Packer(caps.max_bytes, caps.max_entries, tar_budget(caps))
+        packer = workspace_snapshot.Packer(caps.max_bytes, caps.max_entries, tar_budget(caps))
         return b"".join(packer.pack()), packer
     finally:
         os.chdir(old)
@@ -85,7 +86,7 @@ def runner_restore(data: bytes, root: Path) -> int:
     old = os.getcwd()
     os.chdir(root)
     try:
-        return runner.restore(data)
+        return workspace_snapshot.restore(data)
     finally:
         os.chdir(old)
 
@@ -181,17 +182,17 @@ def test_runner_pack_drops_what_is_not_a_file_and_keeps_only_the_exec_bit(tmp_pa
 
 def test_runner_pack_stops_at_the_caps(tmp_path: Path) -> None:
     src = make_tree(tmp_path / "big", {"a": bytes(600), "b": bytes(600)}, {})
-    with pytest.raises(runner.WorkspaceError, match="byte cap"):
+    with pytest.raises(step_errors.WorkspaceError, match="byte cap"):
         runner_pack(src, Caps(max_bytes=1000, max_entries=10))
     many = make_tree(tmp_path / "many", {f"f{i}": b"" for i in range(11)}, {})
-    with pytest.raises(runner.WorkspaceError, match="more than 10 entries"):
+    with pytest.raises(step_errors.WorkspaceError, match="more than 10 entries"):
         runner_pack(many, Caps(max_bytes=1000, max_entries=10))
     # the frame's byte budget holds even where the caps would not stop it
-    packer = runner.Packer(1 << 20, 100, 4 * runner.BLOCK)
+    packer = workspace_snapshot.Packer(1 << 20, 100, 4 * workspace_tar.BLOCK)
     old = os.getcwd()
     os.chdir(src)
     try:
-        with pytest.raises(runner.WorkspaceError, match="tar is over"):
+        with pytest.raises(step_errors.WorkspaceError, match="tar is over"):
             packer.pack()
     finally:
         os.chdir(old)
@@ -223,7 +224,7 @@ def crafted(*entries: tuple[str, bytes, bytes, str]) -> bytes:
     ids=["traversal", "absolute", "under-link", "under-file", "twice", "hardlink", "device", "garbage"],
 )
 def test_runner_restore_refuses_what_snapshots_never_hold(tmp_path: Path, data: bytes, why: str) -> None:
-    with pytest.raises(runner.JobError, match=why):
+    with pytest.raises(step_errors.JobError, match=why):
         runner_restore(data, tmp_path / "w")
     assert not (tmp_path / "x").exists()
 
@@ -244,13 +245,13 @@ def test_runner_restore_refuses_what_snapshots_never_hold(tmp_path: Path, data: 
     ],
 )
 def test_check_path_refuses_paths_that_are_not_plain_and_relative(path: object, why: str) -> None:
-    with pytest.raises(runner.StepError, match=why):
-        runner.check_path(path)
+    with pytest.raises(step_errors.StepError, match=why):
+        workspace_paths.check_path(path)
 
 
 def test_check_path_accepts_plain_paths() -> None:
-    assert runner.check_path("src/pkg/mod.py") == ["src", "pkg", "mod.py"]
-    assert runner.check_path(".hidden/..dots") == [".hidden", "..dots"]
+    assert workspace_paths.check_path("src/pkg/mod.py") == ["src", "pkg", "mod.py"]
+    assert workspace_paths.check_path(".hidden/..dots") == [".hidden", "..dots"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -287,7 +288,7 @@ def test_reads_follow_links_as_the_kernel_does_and_reject_chains_and_loops(tmp_p
         os.symlink(target, ws / name)
     expect = {
         chain(ws, "long", 1500, "target.txt"): "symbolic links",
-        chain(ws, "over", runner.MAX_SYMLINKS + 1, "target.txt"): "symbolic links",
+        chain(ws, "over", step_files.MAX_SYMLINKS + 1, "target.txt"): "symbolic links",
         chain(ws, "far", 1500, "../outside.txt"): "symbolic links",
         "a": "symbolic links", "self": "symbolic links", "sub/up": "symbolic links",
         "long0/x": "symbolic links",
@@ -298,7 +299,7 @@ def test_reads_follow_links_as_the_kernel_does_and_reject_chains_and_loops(tmp_p
         answer = runner_action(ws, {"kind": "read", "path": path})
         assert answer["ok"] is False, (path, answer)
         assert why in str(answer["rejected"]), (path, answer)
-    fine = {chain(ws, "max", runner.MAX_SYMLINKS, "target.txt"): b"inside\n", "abs": b"inside\n",
+    fine = {chain(ws, "max", step_files.MAX_SYMLINKS, "target.txt"): b"inside\n", "abs": b"inside\n",
             "round": b"sub\n", "dirlink/f.txt": b"sub\n", "proc": b"inside\n"}  # fmt: skip
     for path, content in fine.items():
         answer = runner_action(ws, {"kind": "read", "path": path})
@@ -371,8 +372,8 @@ def kernel_open(path: Path) -> int | tuple[str, bool]:
 def test_entry_overhead_bounds_the_worst_member() -> None:
     """``tar_budget`` is a bound: a member with the longest name and link costs under ENTRY_OVERHEAD."""
     name = ("é" * 511 + "x").encode()  # 1023 bytes, not ASCII: pax path
-    assert len(runner.tar_entry(name, b"2", link=b"\xff" * 4095)) <= ENTRY_OVERHEAD
-    assert len(runner.tar_entry(name, b"0", bytes(1000))) <= 1000 + ENTRY_OVERHEAD
+    assert len(workspace_tar.tar_entry(name, b"2", link=b"\xff" * 4095)) <= ENTRY_OVERHEAD
+    assert len(workspace_tar.tar_entry(name, b"0", bytes(1000))) <= 1000 + ENTRY_OVERHEAD
     limits = StepLimits(output_cap_bytes=1000, read_cap_bytes=3000)
     assert output_limit(CAPS, limits) >= tar_budget(CAPS) + 4 * 1000 // 3 * 2 + 4 * 3000 // 3
     assert tar_budget(CAPS) >= CAPS.max_bytes + CAPS.max_entries * ENTRY_OVERHEAD
@@ -623,9 +624,9 @@ def test_an_unchanged_workspace_is_not_sent_back(tmp_path: Path) -> None:
     src = make_tree(tmp_path / "src", {"a": b"1", "d/b": b"2"}, {"l": b"a"})
     canonical = pack(src, CAPS).data
     tar, _ = runner_pack(src)
-    assert runner.same_bytes([tar[:700], tar[700:]], memoryview(canonical))
-    assert not runner.same_bytes([tar[:-1]], memoryview(canonical))
-    assert not runner.same_bytes([tar, b"\0"], memoryview(canonical))
+    assert workspace_snapshot.same_bytes([tar[:700], tar[700:]], memoryview(canonical))
+    assert not workspace_snapshot.same_bytes([tar[:-1]], memoryview(canonical))
+    assert not workspace_snapshot.same_bytes([tar, b"\0"], memoryview(canonical))
     claim: dict[str, object] = {"packed": True, "unchanged": True}
     backend = Scripted(lambda s, n: result(full_report(n, exec_result(), b"", claim)))
     out = run_step(backend, canonical, StepAction.exec("true"), CAPS)

@@ -19,7 +19,7 @@ from workers.grading.suites import (
     parse_records,
     score_suite,
 )
-from workers.sandbox.guest import harness
+from workers.sandbox.guest import typed_values
 
 
 class MyInt(int):
@@ -69,40 +69,40 @@ def gen() -> object:
         1j,
         object(),
         2**5000,
-        "x" * (harness.MAX_VALUE_BYTES + 1),
-        list(range(harness.MAX_NODES + 1)),
+        "x" * (typed_values.MAX_VALUE_BYTES + 1),
+        list(range(typed_values.MAX_NODES + 1)),
     ],
 )
 def test_non_plain_values_are_refused(value: object) -> None:
-    with pytest.raises(harness.NonPlainError):
-        harness.encode_value(value)
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.encode_value(value)
 
 
 def test_self_referencing_and_deep_values_are_refused() -> None:
     loop: list[object] = []
     loop.append(loop)
-    with pytest.raises(harness.NonPlainError):
-        harness.encode_value(loop)
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.encode_value(loop)
     d: dict[str, object] = {}
     d["d"] = d
-    with pytest.raises(harness.NonPlainError):
-        harness.encode_value(d)
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.encode_value(d)
     deep: object = 1
-    for _ in range(harness.MAX_DEPTH + 5):
+    for _ in range(typed_values.MAX_DEPTH + 5):
         deep = [deep]
-    with pytest.raises(harness.NonPlainError):
-        harness.encode_value(deep)
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.encode_value(deep)
 
 
 def test_wide_values_hit_the_node_budget() -> None:
-    with pytest.raises(harness.NonPlainError):
-        harness.encode_value([list(range(1000)) for _ in range(harness.MAX_NODES // 1000 + 2)])
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.encode_value([list(range(1000)) for _ in range(typed_values.MAX_NODES // 1000 + 2)])
 
 
 def roundtrip(value: object, *, rich: bool = False) -> object:
     """``value`` as a child encodes it and the parent reads it back (typed JSON, or rich for check code)."""
-    wire = json.dumps(harness.encode_value(value))
-    return harness.reply_value(harness.strict_loads(wire), rich=rich)
+    wire = json.dumps(typed_values.encode_value(value))
+    return typed_values.reply_value(typed_values.strict_loads(wire), rich=rich)
 
 
 def test_replies_become_typed_json_that_keeps_tuples_and_sets() -> None:
@@ -133,8 +133,8 @@ def test_stdlib_dict_subclasses_are_read_as_plain_dicts() -> None:
         def items(self) -> Any:
             return [("x", 999)]
 
-    with pytest.raises(harness.NonPlainError):  # user subclasses stay refused
-        harness.encode_value(Lying("a"))
+    with pytest.raises(typed_values.NonPlainError):  # user subclasses stay refused
+        typed_values.encode_value(Lying("a"))
 
 
 def test_rich_decoding_keeps_python_types_for_checks() -> None:
@@ -144,10 +144,10 @@ def test_rich_decoding_keeps_python_types_for_checks() -> None:
 
 
 def test_non_finite_arguments_allowed_only_when_asked() -> None:
-    enc = harness.encode_value([math.inf], allow_non_finite=True)
-    assert harness.decode_value(enc) == [math.inf]
-    with pytest.raises(harness.NonPlainError):
-        harness.reply_value(enc, rich=True)
+    enc = typed_values.encode_value([math.inf], allow_non_finite=True)
+    assert typed_values.decode_value(enc) == [math.inf]
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.reply_value(enc, rich=True)
 
 
 @pytest.mark.parametrize(
@@ -155,10 +155,10 @@ def test_non_finite_arguments_allowed_only_when_asked() -> None:
     ['{"$t": [1], "$d": []}', '{"x": 1}', '{"$d": [[1]]}', '{"$d": [[[1], 2]]}', '{"$x": "zero"}', '{"$t": 1}'],
 )
 def test_malformed_tagged_values_are_refused(wire: str) -> None:
-    with pytest.raises(harness.NonPlainError):
-        harness.decode_value(json.loads(wire))
-    with pytest.raises(harness.NonPlainError):
-        harness.reply_value(json.loads(wire), rich=True)
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.decode_value(json.loads(wire))
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.reply_value(json.loads(wire), rich=True)
 
 
 @pytest.mark.parametrize(
@@ -180,14 +180,14 @@ def test_malformed_tagged_values_are_refused(wire: str) -> None:
     ],
 )
 def test_forged_reply_values_are_refused(wire: str) -> None:
-    with pytest.raises(harness.NonPlainError):
-        harness.reply_value(harness.strict_loads(wire), rich=False)
+    with pytest.raises(typed_values.NonPlainError):
+        typed_values.reply_value(typed_values.strict_loads(wire), rich=False)
 
 
 def test_strict_loads_refuses_nan_tokens() -> None:
     for bad in ("NaN", "[Infinity]", '{"a": -Infinity}'):
-        with pytest.raises(harness.NonPlainError):
-            harness.strict_loads(bad)
+        with pytest.raises(typed_values.NonPlainError):
+            typed_values.strict_loads(bad)
 
 
 # ---- outer side: framing and scoring -------------------------------------------------------------------

@@ -20,7 +20,7 @@ from schemas.text import is_clean_text, sanitize_text
 from workers.grading.compare import compare_values, to_typed
 from workers.grading.grader import split_output
 from workers.grading.suites import parse_records, score_suite
-from workers.sandbox.guest import harness
+from workers.sandbox.guest import call_suites, child_pipes, harness_records, typed_values
 from workers.sandbox.guest.framing import MAGIC
 
 NONCE = b"0123456789abcdef0123456789abcdef"
@@ -62,10 +62,12 @@ def through_the_grader(records: bytes, suite: CallSuite | IoSuite | AssertSuite)
 def harness_record(body: bytes) -> bytes:
     """What the harness parent writes for call case ``c`` when the candidate's reply body is ``body``."""
     try:
-        record: dict[str, object] = harness.reply_record("c", harness.check_reply(harness.parse_msg(body)), 1.0)
-    except harness.HarnessError as exc:
+        reply = child_pipes.check_reply(child_pipes.parse_msg(body))
+        record: dict[str, object] = call_suites.reply_record("c", reply, 1.0)
+    except typed_values.HarnessError as exc:
         record = {"id": "c", "ok": False, "error": str(exc)}
-    return frame(harness.Emitter(bytearray(NONCE), harness.MAX_MESSAGE_BYTES).encode({"suite": 0, **record}))
+    emitter = harness_records.Emitter(bytearray(NONCE), child_pipes.MAX_MESSAGE_BYTES)
+    return frame(emitter.encode({"suite": 0, **record}))
 
 
 @settings(max_examples=1000, deadline=None)
@@ -88,9 +90,9 @@ def test_any_reply_value_becomes_a_writable_record(ok: object, value: object, er
 @given(value=json_like)
 def test_reply_values_for_check_code_are_plain_or_refused(value: object) -> None:
     try:
-        rich = harness.reply_value(value, rich=True)
-        typed = harness.reply_value(value, rich=False)
-    except (harness.NonPlainError, RecursionError):
+        rich = typed_values.reply_value(value, rich=True)
+        typed = typed_values.reply_value(value, rich=False)
+    except (typed_values.NonPlainError, RecursionError):
         return
     json.dumps(typed, allow_nan=False)  # what the grader gets is always writable
     assert compare_values(typed, to_typed(rich)) is None  # and says the same as what the check sees
@@ -157,8 +159,8 @@ python_values = st.recursive(
 @given(value=python_values)
 def test_child_encoding_then_parent_checking_round_trips(value: object) -> None:
     """What an honest child sends is accepted by its parent and compares equal to the value it encoded."""
-    wire = json.loads(json.dumps(harness.encode_value(value)))
-    typed = harness.reply_value(wire, rich=False)
+    wire = json.loads(json.dumps(typed_values.encode_value(value)))
+    typed = typed_values.reply_value(wire, rich=False)
     assert compare_values(typed, to_typed(value)) is None
 
 

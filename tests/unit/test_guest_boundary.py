@@ -16,18 +16,23 @@ from pathlib import Path
 
 import pytest
 
+from workers.episodes.step import BOOT as STEP_BOOT
 from workers.episodes.step import runner_code
+from workers.grading.suites import BOOT as HARNESS_BOOT
 from workers.grading.suites import harness_source
 from workers.languages.steps import driver_source
 from workers.sandbox.boot import BOOT_COMMON, boot_source
+from workers.sandbox.docker_config import INIT
 from workers.sandbox.guest import framing
-from workers.sandbox.guest_source import GUEST
+from workers.sandbox.guest_source import GUEST, program_source
 
 ROOT = Path(__file__).resolve().parents[2]
 GUEST_DIR = ROOT / GUEST.replace(".", "/")
 MODULES = sorted(p.stem for p in GUEST_DIR.glob("*.py") if p.stem != "__init__")
 #: The in-sandbox servers' sources, shipped by ``workers.sandbox.boot`` (the rest by ``guest_source``).
 BOOTED = ("boot_common", "fork_server_main", "docker_entry_main")
+#: The ``-c`` programs: the container's init, and the loaders of the harness, the step runner and the entry server.
+LOADERS = ("container_init", "harness_boot", "step_boot", "entry_boot")
 
 
 def tree(module: str) -> ast.Module:
@@ -46,6 +51,11 @@ def is_guest(name: str) -> bool:
 
 def is_stdlib(name: str) -> bool:
     return not name.startswith(".") and name.split(".", maxsplit=1)[0] in sys.stdlib_module_names
+
+
+def is_type_checking(node: ast.stmt) -> bool:
+    """An ``if TYPE_CHECKING:`` block: imports for the type checker, never run (``TYPE_CHECKING = False``)."""
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
 def guest_imports(module: str) -> list[ast.ImportFrom]:
@@ -75,7 +85,7 @@ def literal(node: ast.stmt) -> object:
 
 
 def test_the_guest_package_holds_every_in_sandbox_program() -> None:
-    assert {"harness", "step_runner", "driver", "clock", "framing", *BOOTED} <= set(MODULES)
+    assert {"harness", "step_runner", "driver", "clock", "framing", *LOADERS, *BOOTED} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -92,33 +102,74 @@ def test_a_guest_module_imports_the_standard_library_and_the_guest_package_only(
     assert not found, f"{module}.py imports outside the standard library and {GUEST}: {found}"
 
 
+def spliced_closure(module: str) -> list[str]:
+    """The guest modules ``guest_source`` splices into ``module``, in the order it splices them: each one's own
+    guest imports first, each module once."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        for line in guest_imports(name):
+            spliced = (line.module or "").removeprefix(GUEST + ".")
+            if spliced not in order:
+                order.append(spliced)
+                visit(spliced)
+
+    visit(module)
+    return order
+
+
+def futures(body: list[ast.stmt]) -> set[str]:
+    return {a.name for n in body if isinstance(n, ast.ImportFrom) and n.module == "__future__" for a in n.names}
+
+
 @pytest.mark.parametrize("module", [m for m in MODULES if guest_imports(m)])
 def test_a_spliced_import_line_can_be_replaced_by_the_module_it_names(module: str) -> None:
     """What the splice needs: the line renames nothing (the module's own names land in the program's globals);
-    the spliced module has no ``from __future__`` (it lands after the program's) and splices nothing itself;
-    a name both define at their top level is the same constant (else the program would see one value on the
-    host and another inside the sandbox)."""
-    program = bound(tree(module).body)
-    for line in guest_imports(module):
-        spliced = (line.module or "").removeprefix(GUEST + ".")
+    the spliced module's ``__future__`` imports are the program's (their line is dropped where it lands); a
+    name two of them define at their top level (the program and every module spliced into it, at any depth)
+    is the same constant (else the program would see one value on the host and another inside the sandbox)."""
+    program_body = tree(module).body
+    defined = {module: bound(program_body)}
+    for spliced in spliced_closure(module):
         body = tree(spliced).body
-        names = bound(body)
-        assert all(a.asname in (None, a.name) for a in line.names), f"{module}.py line {line.lineno}: renamed"
-        assert {a.name for a in line.names} <= set(names), f"{module}.py line {line.lineno}"
-        assert not guest_imports(spliced), f"{spliced}.py is spliced: it cannot splice another module"
-        assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in body), spliced
-        clashes = [n for n in set(program) & set(names) if literal(program[n]) != literal(names[n])]
-        assert not clashes, f"{module}.py redefines {spliced}.py's {sorted(clashes)}"
+        defined[spliced] = bound(body)
+        assert futures(body) <= futures(program_body) <= {"annotations"}, (module, spliced)
+    for name in [module, *defined]:
+        for line in guest_imports(name):
+            target = defined[(line.module or "").removeprefix(GUEST + ".")]
+            assert all(a.asname in (None, a.name) for a in line.names), f"{name}.py line {line.lineno}: renamed"
+            assert {a.name for a in line.names} <= set(target), f"{name}.py line {line.lineno}"
+    owners: dict[str, tuple[str, object]] = {}
+    for owner, names in defined.items():
+        for name, node in names.items():
+            first = owners.setdefault(name, (owner, literal(node)))
+            assert first[0] == owner or first[1] == literal(node), f"{owner}.py redefines {first[0]}.py's {name}"
+
+
+def test_a_module_is_spliced_once_however_often_it_is_imported() -> None:
+    """A module's state (``candidate_server``'s live servers) is one object in the shipped program, as on the
+    host: a module two spliced modules import lands once, before the first."""
+    source = harness_source().decode()
+    assert source.count("_LIVE_SERVERS: set[int] = set()") == 1
+    assert source.count("from __future__ import") == 1
+    assert source.index("def encode_value(") < source.index("class Server:") < source.index("def main(")
 
 
 @pytest.mark.parametrize(
     "source",
-    [harness_source, driver_source, lambda: runner_code()[1]],
-    ids=["harness", "driver", "step_runner"],
+    [harness_source, driver_source, lambda: runner_code()[1], lambda: INIT, lambda: HARNESS_BOOT, lambda: STEP_BOOT],
+    ids=["harness", "driver", "step_runner", "container_init", "harness_boot", "step_boot"],
 )
 def test_a_shipped_program_imports_only_the_standard_library(source: Callable[[], bytes | str]) -> None:
-    shipped = ast.parse(source())
-    names = [name for n in ast.walk(shipped) if isinstance(n, ast.Import | ast.ImportFrom) for name in imported(n)]
+    """Its spliced modules may import each other for the type checker only (``TYPE_CHECKING`` is ``False``)."""
+    shipped = [node for node in ast.parse(source()).body if not is_type_checking(node)]
+    names = [
+        name
+        for node in shipped
+        for n in ast.walk(node)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for name in imported(n)
+    ]
     assert names, "the program imports something"
     assert all(is_stdlib(name) for name in names), [n for n in names if not is_stdlib(n)]
 
@@ -128,7 +179,7 @@ def test_a_booted_server_imports_our_code_only_for_the_type_checker(module: str)
     """The servers run after ``boot_common`` in one globals dict; they import it (``*``) only for mypy."""
     shipped = ast.parse(boot_source(f"{module}.py"))
     for node in shipped.body:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+        if is_type_checking(node):
             continue
         for sub in ast.walk(node):
             if isinstance(sub, ast.Import | ast.ImportFrom):
@@ -164,11 +215,15 @@ def shipped(program: str) -> list[tuple[str, str | bytes]]:
         "harness": harness_source,
         "driver": driver_source,
         "step_runner": lambda: runner_code()[1],
+        "container_init": lambda: INIT,
+        "harness_boot": lambda: HARNESS_BOOT,
+        "step_boot": lambda: STEP_BOOT,
+        "entry_boot": lambda: program_source("entry_boot.py"),
     }
     return [(f"{program}.py", loaders[program]())]
 
 
-@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", *BOOTED[1:]])
+@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", *LOADERS, *BOOTED[1:]])
 def test_every_global_a_shipped_program_reads_is_defined(program: str) -> None:
     """Run as it is shipped (not as ``__main__``, so only its definitions run), in one globals dict: every
     global its functions read is defined there or a builtin. What the splice, or ``boot_common``, stopped

@@ -21,7 +21,7 @@ from typing import Any
 
 from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import Caps, pack, unpack
-from workers.sandbox.guest import step_runner
+from workers.sandbox.guest import workspace_snapshot
 
 #: Audited calls that take a path (the path is their first argument; ``os.symlink``'s link is its second).
 AUDITED = frozenset({"open", "os.mkdir", "os.rmdir", "os.remove", "os.symlink", "os.chmod", "os.listdir", "os.scandir"})
@@ -85,9 +85,9 @@ def main(depth: int) -> dict[str, Any]:
         tar = pack(root / "src", caps).data
         for name in ("restored", "unpacked"):
             (root / name).mkdir()
-        packer = step_runner.Packer(caps.max_bytes, caps.max_entries, 1 << 30)
+        packer = workspace_snapshot.Packer(caps.max_bytes, caps.max_entries, 1 << 30)
         walks: dict[str, Callable[[], object]] = {
-            "step_runner.restore": in_dir(root / "restored", lambda: step_runner.restore(tar)),
+            "step_runner.restore": in_dir(root / "restored", lambda: workspace_snapshot.restore(tar)),
             "step_runner.Packer": in_dir(root / "src", packer.pack),
             "snapshot.unpack": lambda: unpack(tar, root / "unpacked", caps),
             "snapshot.pack": lambda: pack(root / "src", caps),

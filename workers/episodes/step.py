@@ -58,7 +58,7 @@ from workers.episodes.snapshot import (
 )
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import classify
-from workers.sandbox.guest import step_runner
+from workers.sandbox.guest import workspace_snapshot, workspace_tar
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from workers.sandbox.guest_source import program_source
@@ -68,21 +68,8 @@ _GUEST_TEXT_CHARS = 2000
 _NAME_SHOWN_CHARS = 80
 RUNNER_FILE = "step_runner.py"
 #: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
-#: from the start of stdin, then runs it; the work dir holds nothing but the workspace.
-BOOT = (
-    "import marshal,os,sys,_frozen_importlib_external as e\n"
-    "p,s=int(sys.argv[1]),int(sys.argv[2])\n"
-    "b=bytearray(p+s);v=memoryview(b);g=0\n"
-    "while g<len(b):\n"
-    " k=os.readv(0,[v[g:]])\n"
-    " if k==0:break\n"
-    " g+=k\n"
-    "c=marshal.loads(b[16:p]) if b[:16]==e.MAGIC_NUMBER.ljust(16,b'\\0') else "
-    "compile(bytes(b[p:]),'step_runner.py','exec',dont_inherit=True)\n"
-    "del v,b\n"
-    "sys.argv=['step_runner.py',sys.argv[3]]\n"
-    "exec(c,{'__name__':'__main__','__builtins__':__builtins__,'__file__':'step_runner.py'})\n"
-)
+#: from the start of stdin, then runs it; the work dir holds nothing but the workspace (``guest.step_boot``).
+BOOT = program_source("step_boot.py").decode("utf-8")
 DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
 #: Worst case of one tar member beyond its data: a ustar header, a pax header with a 1 KiB name and a 4 KiB
 #: link target (6 blocks with its own header), and the data's padding: under 8 KiB.
@@ -179,7 +166,7 @@ def workdir_limits(caps: Caps) -> tuple[int, int]:
 
 def tar_budget(caps: Caps) -> int:
     """The largest tar the runner sends for a workspace within ``caps``."""
-    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 22 * step_runner.BLOCK  # + end, record padding
+    return caps.max_bytes + caps.max_entries * ENTRY_OVERHEAD + 22 * workspace_tar.BLOCK  # + end, record padding
 
 
 def output_limit(caps: Caps, limits: StepLimits) -> int:
@@ -411,7 +398,7 @@ def _with_workspace(fields: dict[str, Any], report: Report, caps: Caps, before: 
     ws = report.workspace or {}
     reason = fields.pop("reason", None)
     kept_reason: str | None = None
-    dropped: list[str] = [_text(d)[:QUOTE_CHARS] for d in ws.get("dropped", [])[: step_runner.MAX_DROPPED]]
+    dropped: list[str] = [_text(d)[:QUOTE_CHARS] for d in ws.get("dropped", [])[: workspace_snapshot.MAX_DROPPED]]
     snapshot, sha, kept = before.snapshot, before.sha256, True
     if ws.get("packed") is True and (ws.get("unchanged") is True or report.tar == before.snapshot):
         pass  # the step left the workspace as it found it: the previous snapshot (claiming so gains nothing)

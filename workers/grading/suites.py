@@ -35,15 +35,8 @@ DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
 HARNESS_FILE = "harness.py"
 HARNESS_PYC = "harness.rspyc"
 #: Runs the grader-compiled harness bytecode when the sandbox interpreter has the same bytecode magic,
-#: else compiles the source (compiling the harness costs ~8 ms per run; reading the bytecode ~0.1 ms).
-BOOT = (
-    "import marshal,sys,_frozen_importlib_external as e\n"
-    "d=open('harness.rspyc','rb').read()\n"
-    "c=marshal.loads(d[16:]) if d[:16]==e.MAGIC_NUMBER.ljust(16,b'\\0') else "
-    "compile(open('harness.py','rb').read(),'harness.py','exec',dont_inherit=True)\n"
-    "sys.argv[0]='harness.py'\n"
-    "exec(c,{'__name__':'__main__','__builtins__':__builtins__,'__file__':'harness.py'})\n"
-)
+#: else compiles the source (``guest.harness_boot``).
+BOOT = program_source("harness_boot.py").decode("utf-8")
 HARNESS_OUTPUT_BYTES = 8 * 1024 * 1024
 AnySuite = CallSuite | IoSuite | AssertSuite | CommandSuite
 #: The one case a command suite (a workspace task's public command) reports: the command's run.

@@ -13,25 +13,14 @@ from typing import Any
 from schemas.errors import SandboxError
 from workers.sandbox.api import SandboxSpec
 from workers.sandbox.cgroups import split_for_sockets
+from workers.sandbox.guest_source import program_source
 
 LABEL = "rewardstream.sandbox"
 OWNER_LABEL = "rewardstream.sandbox.owner"
 _MAX_LIFETIME_S = 3600
 #: pid 1 of every container (the image's own python3, ``-I -S -B -c INIT <seconds>``): it makes itself
-#: non-dumpable, then sleeps. A process of the sandbox uid (a run) can then no longer ptrace it, open its
-#: ``mem``, ``maps``, ``smaps``, ``pagemap``, ``environ``, ``fd/*``, nor write its ``clear_refs``,
-#: ``oom_score_adj``, ``coredump_filter`` (those /proc files become root's): nothing a run does to it (its
-#: memory, its pages' present/soft-dirty/referenced bits) can reach the next run through it. It cannot exec
-#: ``sleep`` afterwards (``execve`` makes a process dumpable again). SIGINT, the only signal python catches,
-#: gets its default back: a pid namespace's init ignores every signal it has no handler for, so a run cannot
-#: end it (nor the container with it). It exits (70) if ``prctl`` fails; the container is then never used.
-INIT = (
-    "import ctypes,signal,sys,time\n"
-    "signal.signal(signal.SIGINT,signal.SIG_DFL)\n"
-    "if ctypes.CDLL(None,use_errno=True).prctl(4,0,0,0,0)!=0:sys.exit(70)\n"  # PR_SET_DUMPABLE
-    "del ctypes\n"
-    "time.sleep(float(sys.argv[1]))\n"
-)
+#: non-dumpable, then sleeps, so nothing a run does to it can reach the next run (``guest.container_init``).
+INIT = program_source("container_init.py").decode("utf-8")
 INIT_ARGV = ["/usr/bin/python3", "-I", "-S", "-B", "-c", INIT, str(_MAX_LIFETIME_S)]
 _INIT_READY_S = 10.0
 #: The container's writable mounts (wiped after every run); /mnt for files at absolute paths (SandboxFusion's).

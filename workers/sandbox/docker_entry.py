@@ -24,19 +24,12 @@ from pathlib import Path
 from schemas.errors import SandboxError
 from workers.sandbox.boot import BOOT_COMMON, boot_source
 from workers.sandbox.cgroups import cgroup_mountinfo
+from workers.sandbox.guest_source import program_source
 from workers.sandbox.output_pump import Deadlines
 
-#: Reads the server's code from stdin (it is not put on the command line, which the container can read):
-#: ``boot_common`` (A bytes), then ``docker_entry_main`` (B bytes, ``argv[1]`` is ``A,B``), run in one globals
-#: dict; the rest of stdin is the server's ``INPUT``.
-_BOOT = (
-    "import sys\n"
-    "d=sys.stdin.buffer.read()\n"
-    "a,b=(int(x) for x in sys.argv[1].split(','))\n"
-    "g={'__name__':'__main__','INPUT':d[a+b:]}\n"
-    "exec(compile(d[:a],'boot_common.py','exec'),g)\n"
-    "exec(compile(d[a:a+b],'docker_entry_main.py','exec'),g)\n"
-)
+#: Reads the server's code (``boot_common``, then ``docker_entry_main``) and its input from stdin, never from the
+#: command line, which the container can read (``guest.entry_boot``).
+_BOOT = program_source("entry_boot.py").decode("utf-8")
 _START_S = 15.0
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 TAG_PREFIX = "rs-docker-entry-of-"

@@ -34,7 +34,14 @@ import traceback
 import types
 
 # For the servers' mains, which run in these globals (spliced in: see the docstring).
-from workers.sandbox.guest.plumbing import read_all, write_all  # noqa: F401
+from workers.sandbox.guest.as_main import main_status
+from workers.sandbox.guest.plumbing import (  # noqa: F401
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    read_all,
+    write_all,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -44,13 +51,18 @@ if TYPE_CHECKING:
 #: Imported up front for the in-process harness (``FAST_FLAGS``): a forked run finds them loaded.
 PRELOADED = (builtins, collections, functools, io, json, marshal, math, select, time, traceback, types)
 
-PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
+#: What both servers unshare and mount with.
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SETUP_FAILED = 125
 FAST_FLAGS = ("-I", "-S", "-B")
@@ -92,7 +104,7 @@ def loopback_up() -> None:
 
 
 _PRIVATE_NEWNS = 0x00020000
-_PROC_FLAGS = 0x2 | 0x4 | 0x8  # MS_NOSUID | MS_NODEV | MS_NOEXEC
+_PROC_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 _REC_PRIVATE = 0x4000 | (1 << 18)  # MS_REC | MS_PRIVATE
 #: The number of TCP hash buckets a network namespace created from the caller's gets of its own (0, the
 #: default, shares the host's whole table: every read of the namespace's /proc/net/tcp then walks all of it).
@@ -199,6 +211,15 @@ def limit_run_netns(proc_sys: int, server_netns: str) -> None:
             os.write(fd, value.encode())
         finally:
             os.close(fd)
+
+
+def program_fds(fds: list[int]) -> None:
+    """First thing in a run's program (H): a session of its own, the run's stdin, stdout and stderr
+    (``fds[1:4]``) as fds 0-2, and no other fd open."""
+    os.setsid()
+    for target, fd in enumerate(fds[1:4]):
+        os.dup2(fd, target)
+    os.closerange(3, 1 << 16)
 
 
 def stdin_from_devnull() -> None:
@@ -322,20 +343,7 @@ def run_program(spec: dict[str, Any], *, default_signals: bool) -> int:
     sys.argv = ["-c", *argv[3 + n :]]
     main = types.ModuleType("__main__")
     sys.modules["__main__"] = main
-    status = 0
-    try:
-        exec(compile(source, "<string>", "exec", dont_inherit=True), main.__dict__)  # noqa: S102 - sandboxed
-    except SystemExit as exc:
-        status = 0 if exc.code is None else (exc.code & 0xFF if type(exc.code) is int else 1)
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        status = status or 1
-    return status
+    return main_status(lambda: exec(compile(source, "<string>", "exec", dont_inherit=True), main.__dict__))  # noqa: S102
 
 
 def report(fd: int, what: str, exc: BaseException) -> None:

@@ -121,19 +121,6 @@ def run_tree(root: int) -> dict[int, list[bytes]]:
     return tree
 
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> bool:
-    """Make this process the child subreaper of everything it starts (``run_tree``); False if it could not."""
-    try:
-        import ctypes
-
-        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except Exception:
-        return False
-
-
 def threads_of(pid: int) -> list[int]:
     """The thread ids of process ``pid`` (none once it is gone)."""
     try:

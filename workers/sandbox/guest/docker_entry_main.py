@@ -58,13 +58,7 @@ if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is her
     from workers.sandbox.guest.boot_common import *
     from workers.sandbox.guest.plumbing import *
 
-PR_SET_CHILD_SUBREAPER = 36
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWNET = 0x40000000
 MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
 N_FDS = 5  # spec, stdin, stdout, stderr, status
 OOM_SCORE_RUN = 1000
 NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup", "user")
@@ -253,10 +247,7 @@ def _write_files(files: list[tuple[list[str], bytes]]) -> None:
 
 def _program(spec: dict[str, Any], fds: list[int], config: dict[str, Any], seccomp_filter: bytes) -> int:
     """H: the run's program, entered like ``docker exec --user UID:UID --workdir /work`` would start it."""
-    os.setsid()
-    for target, fd in enumerate(fds[1:4]):
-        os.dup2(fd, target)
-    os.closerange(3, 1 << 16)
+    program_fds(fds)
     os.umask(0o022)
     os.chdir("/work")
     # The OOM killer's first choice in the container, whatever the init's score: the init's death would end

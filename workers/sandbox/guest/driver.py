@@ -30,7 +30,6 @@ Started as ``python3 -I -S -B -c SOURCE``.
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import json
 import os
@@ -40,16 +39,22 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest.clock import HOST, ProcLimit, become_subreaper
+from workers.sandbox.guest.clock import HOST, ProcLimit
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
-from workers.sandbox.guest.plumbing import read_all, write_all
+from workers.sandbox.guest.plumbing import (
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    b64,
+    become_subreaper,
+    make_executable,
+    read_all,
+    write_all,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
 READ_CHUNK = 1 << 16
 
 
@@ -206,26 +211,11 @@ def run_step(header: dict[str, Any], stdin: bytes) -> dict[str, Any]:
         "wait_ms": limit.limit.figures()["wait_ms"],
         "cpu_ms": round((usage.ru_utime + usage.ru_stime) * 1000, 3),
         "max_rss_kb": int(usage.ru_maxrss),
-        "stdout": base64.b64encode(bytes(streams.data[out_r])).decode(),
-        "stderr": base64.b64encode(bytes(streams.data[err_r])).decode(),
+        "stdout": b64(streams.data[out_r]),
+        "stderr": b64(streams.data[err_r]),
         "stdout_bytes": streams.written[out_r],
         "stderr_bytes": streams.written[err_r],
     }
-
-
-def make_executable(names: list[str]) -> None:
-    """chmod +x each named regular file of the work dir (never through a link); a missing one is skipped:
-    the run then fails to start the program, the program's failure."""
-    for name in names:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            if os.path.isfile(f"/proc/self/fd/{fd}"):
-                os.fchmod(fd, 0o755)
-        finally:
-            os.close(fd)
 
 
 def _inside(root: str, path: str) -> bool:
@@ -338,7 +328,7 @@ def collect(out: Out, names: list[str], max_bytes: int, max_files: int) -> None:
                 out.emit({"missing": prefix + path, "why": f"over the {max_bytes}-byte cap of returned files"})
                 return
             budget -= len(data)
-            out.emit({"file": prefix + path, "b64": base64.b64encode(data).decode()})
+            out.emit({"file": prefix + path, "b64": b64(data)})
 
 
 def main() -> int:

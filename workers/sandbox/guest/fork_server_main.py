@@ -44,17 +44,11 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG = 1
 N_FIXED_FDS = 5  # spec, stdin, stdout, stderr, status; then one cgroup.procs per hierarchy
 #: Where the run's tmpfs is mounted while it is filled (an empty dir of every rootfs; /mnt is the run's own).
 STAGE = "/srv"
@@ -141,10 +135,7 @@ def _enter_user_namespace(uid: int) -> None:
 def _program(spec: dict[str, Any], fds: list[int], uid: int, seccomp_filter: bytes, marker: bytes) -> int:
     """H: pid 2 of the run's pid namespace. Once its fds are 0-2 only, a setup failure is reported on its
     stderr (the one it was handed is closed by then)."""
-    os.setsid()
-    for target, fd in enumerate(fds[1:4]):
-        os.dup2(fd, target)
-    os.closerange(3, 1 << 16)
+    program_fds(fds)
     exit_with(2, functools.partial(_isolate_and_run, spec, uid, seccomp_filter, marker))
 
 
