@@ -33,8 +33,8 @@ from streams.sdk import TrainerClient, TrainerConfig
 from tests.integration.helpers import cli
 from tests.integration.reward_env import Reader
 from tests.integration.sdk_env import Problems, convert_problems, pipeline
-from tests.unit.test_codec_fuzz import TROUBLE
-from tests.unit.test_schemas_codec import INVALID
+from tests.unit.schemas.test_codec import INVALID
+from tests.unit.schemas.test_codec_fuzz import TROUBLE
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 

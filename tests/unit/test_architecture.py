@@ -60,3 +60,16 @@ def test_the_check_reads_every_first_party_package_but_the_guest(tmp_path: Path)
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("cut = text[:300]\n", encoding="utf-8")
     assert findings(tmp_path) == ["workers/roles/new.py:1: text[:300]"]
+
+
+def test_unit_tests_mirror_the_tree() -> None:
+    """``tests/unit/<package path>/test_<module>.py``: a module's tests are found where the module is; only
+    whole-tree rules (this file) sit at the top."""
+    unit = ROOT / "tests" / "unit"
+    misplaced = sorted(
+        str(p.relative_to(unit))
+        for p in unit.rglob("test_*.py")
+        if (p.parent == unit and p.name != Path(__file__).name)
+        or (p.parent != unit and not (ROOT / p.parent.relative_to(unit)).is_dir())
+    )
+    assert not misplaced, misplaced

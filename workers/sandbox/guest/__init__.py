@@ -16,6 +16,6 @@ What is here runs on the sandbox image's own python3, with no path to import our
   imports spliced in the same way).
 
 So the rule of this package: the standard library only, and of our own code only this package (import-linter
-contracts in ``pyproject.toml`` and ``tests/unit/test_guest_boundary.py`` check it). The host
+contracts in ``pyproject.toml`` and ``tests/unit/workers/sandbox/test_guest_source.py`` check it). The host
 imports these modules too, for their constants and parsers, so one definition serves both sides.
 """

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from schemas.codec import MAX_NESTING, Contract, DecodeError, EncodeError, decode, encode
 from schemas.episodes import ActionEvent
 from schemas.jsonschema import models
-from tests.unit.test_schemas_roundtrip import STRATEGIES
+from tests.unit.schemas.test_roundtrip import STRATEGIES
 
 MODELS = list(models())
 SLOW_OK = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None)

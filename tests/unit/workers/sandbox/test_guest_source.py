@@ -26,7 +26,7 @@ from workers.sandbox.docker_config import INIT
 from workers.sandbox.guest import framing
 from workers.sandbox.guest_source import GUEST, program_source
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 GUEST_DIR = ROOT / GUEST.replace(".", "/")
 MODULES = sorted(p.stem for p in GUEST_DIR.glob("*.py") if p.stem != "__init__")
 #: The in-sandbox servers' sources, shipped by ``workers.sandbox.boot`` (the rest by ``guest_source``).

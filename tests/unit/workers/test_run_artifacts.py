@@ -21,8 +21,8 @@ from minio.error import S3Error
 from schemas.codec import decode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, ExecutionResult, GenerationEvent, HiddenVerdict
 from schemas.tasks import Task
-from tests.unit.test_grading_grader import LocalRunner
-from tests.unit.test_grading_grader import grader as local_grader
+from tests.unit.workers.grading.test_grader import LocalRunner
+from tests.unit.workers.grading.test_grader import grader as local_grader
 from workers.artifacts import ArtifactError, ArtifactStore, RetryPolicy
 from workers.grading.grader import CandidateOutput, public_suite, split_output
 from workers.handler import Done, Source

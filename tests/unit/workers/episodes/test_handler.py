@@ -17,7 +17,7 @@ from schemas.events import GenerationEvent
 from schemas.status import SandboxStatus
 from schemas.tasks import Task
 from tests.sandbox.swe_task import task
-from tests.unit.test_episode_workspaces import DictStore
+from tests.unit.workers.episodes.test_workspaces import DictStore
 from workers.artifacts import ArtifactError
 from workers.episodes.sources import CommittedEpisodes
 from workers.episodes.step import StepAction, StepOutcome

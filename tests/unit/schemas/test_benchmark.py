@@ -13,7 +13,7 @@ from schemas.events import GenerationEvent
 
 def _bench() -> ModuleType:
     """benchmarks/ is a script directory, not an installed package: load the file itself."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_codec.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_codec.py"
     spec = importlib.util.spec_from_file_location("bench_codec", path)
     assert spec is not None
     assert spec.loader is not None

@@ -12,7 +12,7 @@ from types import ModuleType
 
 def _bench() -> ModuleType:
     """benchmarks/ is a script directory, not an installed package: load the file itself."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_episodes.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_episodes.py"
     spec = importlib.util.spec_from_file_location("bench_episodes", path)
     assert spec is not None
     assert spec.loader is not None

@@ -16,7 +16,7 @@ import pytest
 
 from schemas.events import GenerationEvent
 from schemas.tasks import Archive, CommandSuite, IoSuite, Limits, Task, Workspace, task_version
-from tests.unit.test_workspace_task_refusals import NoSandbox
+from tests.unit.workers.grading.test_workspace_task_refusals import NoSandbox
 from workers.artifacts import ArtifactError
 from workers.episodes.diff import MAX_FILE_CHARS, changes, judged_code
 from workers.episodes.originals import BrokenOriginalError, caps_of, original_snapshot, task_original
@@ -208,7 +208,7 @@ def test_the_judge_reads_an_episodes_stored_transcript_and_only_a_content_addres
     from schemas.status import SandboxStatus
     from tests.sandbox.swe_task import OPS_FIXED, task
     from tests.sandbox.swe_task import snapshot as swe_snapshot
-    from tests.unit.test_episode_workspaces import DictStore
+    from tests.unit.workers.episodes.test_workspaces import DictStore
     from workers.episodes.transcript import document, noted
     from workers.episodes.turns import EpisodeState
     from workers.handler import Done, Source

@@ -33,10 +33,10 @@ from schemas.tasks import (
     Task,
     task_version,
 )
-from tests.unit.test_codec_fuzz import decode_only_decode_error
+from tests.unit.schemas.test_codec_fuzz import decode_only_decode_error
 from workers.tasks.humaneval import CallInputCase, convert_problem, load_problems
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 #: The example of the contract (issue 14), verbatim.
 CONTRACT_EXAMPLE = b"""{"schema": "rewardstream.task/v1", "task_id": "swe/calc-1", "prompt": "Fix ...",

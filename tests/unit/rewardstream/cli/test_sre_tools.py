@@ -16,7 +16,7 @@ from rewardstream.cli.submit import read_solutions
 from schemas.errors import ConfigError, ValidationError
 from schemas.settings import OpenSearchSettings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 NDJSON = REPO / "infra" / "dashboards" / "rewardstream-logs.ndjson"
 TEMPLATE = REPO / "workers" / "logs" / "index_template.json"
 

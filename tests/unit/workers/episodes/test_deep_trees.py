@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 #: Depths compared (a 1024-byte path allows about 500 levels).
 SHALLOW, DEEP = 150, 300
 WALKS = ("step_runner.restore", "step_runner.Packer", "snapshot.unpack", "snapshot.pack", "protect.graded_workspace")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from schemas.episodes import ActionEvent, ContentClaim
-from tests.unit.test_episode_handler import Harness, observations, open_body
-from tests.unit.test_episode_turns import LIMITS, STATE
-from tests.unit.test_episode_workspaces import DictStore
+from tests.unit.workers.episodes.test_handler import Harness, observations, open_body
+from tests.unit.workers.episodes.test_turns import LIMITS, STATE
+from tests.unit.workers.episodes.test_workspaces import DictStore
 from workers.artifacts import ArtifactError
 from workers.episodes.claims import claimed_bytes
 from workers.episodes.step import StepAction

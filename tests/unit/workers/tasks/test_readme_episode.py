@@ -8,7 +8,7 @@ from pathlib import Path
 
 from workers.tasks.swe import swe_tasks
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[4] / "README.md"
 
 
 def test_the_episode_snippet_parses_and_opens_a_shipped_task() -> None:

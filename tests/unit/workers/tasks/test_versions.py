@@ -24,8 +24,8 @@ from schemas.registry_layout import LatestVersions, latest_pointer, read_latest,
 from schemas.tasks import PublicTask, Task, task_version
 from streams.reward.join import absorb, task_versions
 from tests.unit.reward_events import execution, judgement, verdict
-from tests.unit.test_grading_grader import LocalRunner
-from tests.unit.test_grading_grader import grader as local_grader
+from tests.unit.workers.grading.test_grader import LocalRunner
+from tests.unit.workers.grading.test_grader import grader as local_grader
 from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
@@ -366,7 +366,14 @@ def test_tasks_load_reports_versions_and_show_prints_any(tmp_path: Path) -> None
 def test_an_episode_keeps_the_version_it_opened_on_and_a_fork_its_sources(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.unit.test_episode_handler import TASK_ID, Harness, generations, long_task, observations, open_body
+    from tests.unit.workers.episodes.test_handler import (
+        TASK_ID,
+        Harness,
+        generations,
+        long_task,
+        observations,
+        open_body,
+    )
 
     box = Harness(tmp_path, monkeypatch)
     first = task_version(long_task())

@@ -19,7 +19,7 @@ from rewardstream.cli.main import _register, app
 from schemas.codec import decode, encode
 from schemas.events import GenerationEvent
 from schemas.tasks import PublicTask, Task
-from tests.unit.test_schemas_workspace_tasks import CONTRACT_EXAMPLE
+from tests.unit.schemas.test_workspace_tasks import CONTRACT_EXAMPLE
 from workers.grading import Grader, WorkspaceTaskError, public_suite
 from workers.handler import InvalidEventError, Source
 from workers.judge.cache import CachedJudge

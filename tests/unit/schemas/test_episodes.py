@@ -32,7 +32,7 @@ from schemas.episodes import (
 from schemas.events import OUTPUT_TAIL_MAX_CHARS
 from schemas.paths import MAX_PATH_BYTES
 from schemas.status import SandboxStatus
-from tests.unit.test_codec_fuzz import decode_only_decode_error
+from tests.unit.schemas.test_codec_fuzz import decode_only_decode_error
 
 #: The actions of the contract, verbatim (one per line for ``episode play``, the objects the SDK sends).
 CONTRACT_ACTIONS = [

@@ -20,7 +20,7 @@ from streams.explain.story import build_story
 from streams.reward.policy import default_policy_path
 from tests.unit.explain_stories import episode_generation, located, obs_record, one_shot_story
 
-GOLDEN = Path(__file__).parent / "data" / "explain_one_shot.txt"
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "explain_one_shot.txt"
 SIZE = SnapshotSize(size_bytes=10240)
 
 
