@@ -35,16 +35,19 @@ if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         os.write(w, b"%d\\n" % os.getpid())
-        while True:
-            time.sleep(1)
+        time.sleep(120)  # ends by itself should the sweeper fail before it
+        os._exit(0)
     os._exit(0)
 os.wait()
 if os.fork() == 0:
     os.setpgid(0, 0)
     os.write(w, b"%d\\n" % os.getpid())
-    while True:
-        time.sleep(1)
-pids = [int(os.read(r, 16)) for _ in range(2)]
+    time.sleep(120)
+    os._exit(0)
+got = b""
+while got.count(b"\\n") < 2:  # both pids may arrive in one read
+    got += os.read(r, 64)
+pids = [int(line) for line in got.split()]
 ns["sweep_strays"]()
 def gone(pid):
     try:
