@@ -24,8 +24,7 @@ demo: $(STAMP)
 # Four parts; all of them always run, and any one failing fails `make test`:
 # 1. the integration suite, two files at a time: it mostly waits (brokers, deadlines, killed processes);
 # 2. the unit tests and the sandbox suites that judge outcomes (grading, reward hacks, forced outcomes,
-#    agent steps), on two workers that steal tests from each other (one file holds ~600 tests): verdicts do not
-#    hang on timing;
+#    agent steps), two files at a time: each file has its own sandboxes, and its verdicts do not hang on timing;
 # 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages (and the one
 #    that saturates every core to show verdicts do not change);
 # 4. the two files that stop and start the services under the others, beside the cgroup v2 guest (an emulated
@@ -47,7 +46,7 @@ test: $(STAMP)
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS); status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/1-integration.xml tests/integration \
 		$(ALONE:%=--ignore=%) || status=$$?; \
-	$(BIN)/pytest -n 2 --dist worksteal --junitxml=$(REPORTS)/2-unit-sandbox.xml tests/unit tests/sandbox \
+	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/2-unit-sandbox.xml tests/unit tests/sandbox \
 		$(MEASURING:%=--ignore=%) || status=$$?; \
 	$(BIN)/pytest --junitxml=$(REPORTS)/3-measuring.xml $(MEASURING) || status=$$?; \
 	$(BIN)/pytest --junitxml=$(REPORTS)/4-vm.xml tests/vm > $(REPORTS)/4-vm.log 2>&1 & vm=$$!; \
