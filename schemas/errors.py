@@ -56,11 +56,11 @@ class KafkaError(RewardstreamError):
     """A Kafka client operation failed."""
 
 
-#: What ``one_line`` keeps of an exception's message: enough to name the cause in a log line or an error.
+#: What ``exception_line`` keeps of an exception's message: enough to name the cause in a log line or an error.
 ONE_LINE_CHARS = 300
 
 
-def one_line(exc: BaseException) -> str:
+def exception_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (cut), for a warning or an error that wraps ``exc``."""
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text[:ONE_LINE_CHARS]}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from schemas.content import KEY_PREFIX, content_key, content_url
-from schemas.errors import RewardstreamError, one_line
+from schemas.errors import RewardstreamError, exception_line
 from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -266,15 +266,15 @@ class ArtifactStore:
                 return action()
             except Exception as exc:
                 if not is_retriable(exc):
-                    raise ArtifactError(f"S3 {what} in {self.bucket} failed: {one_line(exc)}") from exc
+                    raise ArtifactError(f"S3 {what} in {self.bucket} failed: {exception_line(exc)}") from exc
                 if time.monotonic() + delay > deadline or self._stop.is_set():
                     why = " (stopping)" if self._stop.is_set() else ""
                     raise ArtifactError(
                         f"S3 {what} in {self.bucket} still failing after {time.monotonic() - started:.0f}s{why}: "
-                        f"{one_line(exc)}",
+                        f"{exception_line(exc)}",
                         outage=True,
                     ) from exc
-                log.warning("S3 %s failed, retrying in %.1fs: %s", what, delay, one_line(exc))
+                log.warning("S3 %s failed, retrying in %.1fs: %s", what, delay, exception_line(exc))
                 if self._on_retry is not None:
                     self._on_retry(exc)
                 self._stop.wait(delay)

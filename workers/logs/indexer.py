@@ -30,7 +30,7 @@ from bus.delivery import DeliveryTracker, flush
 from bus.errors import from_message
 from bus.metrics import WorkerMetrics
 from schemas.codec import DecodeError, decode
-from schemas.errors import HandlerCrashError, RewardstreamError, one_line
+from schemas.errors import HandlerCrashError, RewardstreamError, exception_line
 from schemas.events import LogRecord
 from schemas.settings import OpenSearchSettings, defaults
 from workers.logs.indices import LogIndices, index_name
@@ -173,7 +173,7 @@ class LogIndexer:
             try:
                 self._commit_offsets(release_marks(self._guard, self._consumer.assignment()))
             except KafkaException as exc:
-                log.warning("releasing the crash guard's marks failed: %s", one_line(exc))
+                log.warning("releasing the crash guard's marks failed: %s", exception_line(exc))
             self._closing = True
             self._consumer.close()
 
@@ -267,7 +267,7 @@ class LogIndexer:
                 with self._metrics.in_flight():
                     response = self._client.bulk(body=body)
             except Exception as exc:  # connection refused, timeouts, 429/5xx on the whole request
-                log.warning("OpenSearch bulk of %d records failed, will retry: %s", len(pending), one_line(exc))
+                log.warning("OpenSearch bulk of %d records failed, will retry: %s", len(pending), exception_line(exc))
                 self._pause_for(self._backoff.next_delay(), "opensearch")
                 continue
             outcome = bulk_outcome(response)
@@ -309,7 +309,7 @@ class LogIndexer:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             # Typically a rebalance took the partitions: the new owner re-indexes them onto the same ids.
-            log.warning("offset commit failed (records will be re-delivered, same ids): %s", one_line(exc))
+            log.warning("offset commit failed (records will be re-delivered, same ids): %s", exception_line(exc))
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit_offsets(start_marks(consumer, self._guard, partitions, self.config.flush_timeout_s))
@@ -351,7 +351,7 @@ class LogIndexer:
             try:
                 deleted = self._indices.delete_expired()
             except Exception as exc:  # retention is retried next period; indexing must go on
-                log.warning("log retention failed, will retry later: %s", one_line(exc))
+                log.warning("log retention failed, will retry later: %s", exception_line(exc))
             else:
                 if deleted:
                     log.info("deleted expired log indices: %s", ", ".join(deleted))
