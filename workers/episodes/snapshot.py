@@ -1,8 +1,11 @@
 """Workspace snapshots: what survives an agent's step is files, nothing else.
 
 A snapshot is a deterministic tar (sorted names, mtime 0, owner 0, no user names) of a workspace directory,
-content-addressed by its sha256. Both directions treat the other side as hostile: the directory was written by
-the agent's program, and a snapshot may come from anywhere (S3, a task archive).
+content-addressed by its sha256. Its bytes are written by the guest's ``workspace_tar``, the one writer of the
+format (the step runner packs with it inside the sandbox), byte for byte what ``tarfile`` wrote here before.
+It is read with ``tarfile``: a task's archive is any tar its author's tools made (GNU long names, pax global
+headers), not only this writer's subset. Both directions treat the other side as hostile: the directory was
+written by the agent's program, and a snapshot may come from anywhere (S3, a task archive).
 
 * ``pack`` never follows a symlink (it is stored as a link, target verbatim), opens every file with
   ``O_NOFOLLOW`` relative to its parent's fd (a swapped path cannot redirect it), drops FIFOs, sockets and
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
+from workers.sandbox.guest.workspace_tar import tar_end, tar_entry
 
 #: Characters of a bad entry name an error quotes (it may be all slashes or control characters).
 _NAME_SHOWN_CHARS = 80
@@ -73,41 +77,33 @@ def _safe_mode(mode: int, *, is_dir: bool) -> int:
     return 0o755 if is_dir or mode & stat.S_IXUSR else 0o644
 
 
-def _info(name: str, kind: bytes, *, size: int = 0, mode: int = 0o644, link: str = "") -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.size = size
-    info.mode = mode
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.linkname = link
-    return info
-
-
 def pack(root: Path, caps: Caps = Caps()) -> Packed:
     """Snapshot the directory ``root`` (not following anything); raise SnapshotTooLargeError over the caps."""
-    buffer = io.BytesIO()
+    packer = _Packer(caps)
     root_fd = os.open(root, _DIR_FLAGS)
     try:
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            packer = _Packer(tar, caps)
-            packer.walk(root_fd)
+        packer.walk(root_fd)
     finally:
         os.close(root_fd)
-    data = buffer.getvalue()
+    packer.add(tar_end(packer.size))
+    data = b"".join(packer.chunks)
     return Packed(data, hashlib.sha256(data).hexdigest(), packer.entries, packer.bytes, tuple(packer.dropped))
 
 
 class _Packer:
-    """One walk of a workspace into a tar, counting against the caps."""
+    """One walk of a workspace into a tar (its members' bytes in ``chunks``), counting against the caps."""
 
-    def __init__(self, tar: tarfile.TarFile, caps: Caps) -> None:
-        self.tar = tar
+    def __init__(self, caps: Caps) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
         self.caps = caps
         self.entries = 0
         self.bytes = 0
         self.dropped: list[str] = []
+
+    def add(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self.size += len(chunk)
 
     def walk(self, root_fd: int) -> None:
         """Depth first, names sorted in each directory, with no recursion: the open directories of the
@@ -143,10 +139,11 @@ class _Packer:
         self.entries += 1
         if self.entries > self.caps.max_entries:
             raise SnapshotTooLargeError(f"workspace has more than {self.caps.max_entries} entries")
-        if stat.S_ISLNK(st.st_mode):
-            self.tar.addfile(_info(path, tarfile.SYMTYPE, mode=0o777, link=os.readlink(name, dir_fd=dir_fd)))
+        encoded = path.encode("utf-8")  # _plain_name made sure it is UTF-8
+        if stat.S_ISLNK(st.st_mode):  # the target's bytes verbatim (it need not be UTF-8)
+            self.add(tar_entry(encoded, b"2", mode=0o777, link=os.readlink(os.fsencode(name), dir_fd=dir_fd)))
         elif stat.S_ISDIR(st.st_mode):
-            self.tar.addfile(_info(path, tarfile.DIRTYPE, mode=0o755))
+            self.add(tar_entry(encoded + b"/", b"5", mode=0o755))
             return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
         else:
             try:
@@ -154,8 +151,7 @@ class _Packer:
             except SnapshotTooLargeError:
                 raise SnapshotTooLargeError(f"workspace is over {self.caps.max_bytes} bytes") from None
             self.bytes += len(data)
-            info = _info(path, tarfile.REGTYPE, size=len(data), mode=_safe_mode(st.st_mode, is_dir=False))
-            self.tar.addfile(info, io.BytesIO(data))
+            self.add(tar_entry(encoded, b"0", data, _safe_mode(st.st_mode, is_dir=False)))
         return None
 
 

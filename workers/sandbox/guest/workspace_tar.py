@@ -1,8 +1,11 @@
-"""The workspace tar of the episode step runner: the ustar + pax subset that ``snapshot.pack`` writes (regular
-files, directories, symlinks), written and read without ``tarfile`` (importing it costs more than a whole step).
+"""The workspace tar: the ustar + pax subset a snapshot is (regular files, directories, symlinks), written
+here for both sides (the step runner in the sandbox, ``snapshot.pack`` on the host) and read here by the
+runner, without ``tarfile`` (importing it costs more than a whole step).
 
-Why byte for byte as ``tarfile``: a workspace the step left as it was is recognised in the sandbox (the tar
-made equals the one sent in) and not sent back; the host re-validates and re-packs whatever comes back anyway.
+Why byte for byte as ``tarfile`` in ``PAX_FORMAT``: a snapshot is content-addressed, and the host wrote its
+snapshots with ``tarfile`` before this writer served both sides (tests/unit/workers/episodes/
+test_snapshot_bytes.py pins it). And a workspace the step left as it was is recognised in the sandbox (the
+tar made equals the one sent in) and not sent back; the host re-validates and re-packs whatever comes back.
 
 Guest code (standard library only), spliced into the episode step runner (``step_runner``).
 """
@@ -47,7 +50,7 @@ def _pax_record(key: bytes, value: bytes) -> bytes:
 
 
 def tar_entry(name: bytes, kind: bytes, data: bytes = b"", mode: int = 0o644, link: bytes = b"") -> bytes:
-    """One member, byte for byte as ``tarfile`` writes it in ``PAX_FORMAT`` (what ``snapshot.pack`` uses): a
+    """One member, byte for byte as ``tarfile`` writes it in ``PAX_FORMAT`` (``snapshot.pack``'s format): a
     pax header first when the name or link is long or not ASCII (``hdrcharset=BINARY`` when a value is not
     UTF-8), and ASCII stand-ins ('?' per other character) in the ustar fields."""
     values = [(key, value) for key, value in ((b"path", name), (b"linkpath", link)) if len(value) > 100 or not
