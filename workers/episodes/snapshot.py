@@ -33,13 +33,14 @@ from pathlib import Path
 
 from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
+from workers.sandbox.guest import workspace_paths
 from workers.sandbox.guest.workspace_tar import tar_end, tar_entry
 
 #: Characters of a bad entry name an error quotes (it may be all slashes or control characters).
 _NAME_SHOWN_CHARS = 80
 
-#: Longest member name (POSIX PATH_MAX is 4096; names in a workspace are far shorter).
-MAX_NAME_BYTES = 1024
+#: Longest member name: the guest's, so the step runner and the host keep and refuse the same names.
+MAX_NAME_BYTES = workspace_paths.MAX_NAME_BYTES
 _READ_CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOT_PLAIN = frozenset(("", ".", ".."))
@@ -129,7 +130,7 @@ class _Packer:
 
     def entry(self, dir_fd: int, name: str, path: str) -> int | None:
         """Add the entry ``name`` of ``dir_fd`` (``path`` in the workspace); a directory's fd when it is one."""
-        if not _plain_name(path):  # a name under it would be longer still: nothing under it is walked
+        if not workspace_paths.plain_name(path):  # a name under it would be longer still: nothing under it is walked
             self.dropped.append(path.encode("utf-8", "backslashreplace").decode()[:QUOTE_CHARS])
             return None
         st = os.lstat(name, dir_fd=dir_fd)
@@ -139,7 +140,7 @@ class _Packer:
         self.entries += 1
         if self.entries > self.caps.max_entries:
             raise SnapshotTooLargeError(f"workspace has more than {self.caps.max_entries} entries")
-        encoded = path.encode("utf-8")  # _plain_name made sure it is UTF-8
+        encoded = path.encode("utf-8")  # plain_name made sure it is UTF-8
         if stat.S_ISLNK(st.st_mode):  # the target's bytes verbatim (it need not be UTF-8)
             self.add(tar_entry(encoded, b"2", mode=0o777, link=os.readlink(os.fsencode(name), dir_fd=dir_fd)))
         elif stat.S_ISDIR(st.st_mode):
@@ -153,15 +154,6 @@ class _Packer:
             self.bytes += len(data)
             self.add(tar_entry(encoded, b"0", data, _safe_mode(st.st_mode, is_dir=False)))
         return None
-
-
-def _plain_name(path: str) -> bool:
-    """UTF-8 (it travels in JSON), printable-ish and not too long: other names are dropped, and say so."""
-    try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return len(encoded) <= MAX_NAME_BYTES and not any(ch in path for ch in "\n\r\x00")
 
 
 def _read_file(dir_fd: int, name: str, limit: int) -> bytes:

@@ -12,12 +12,14 @@ import os
 
 from workers.sandbox.guest.step_errors import StepError
 
-#: Longest name kept in a snapshot (``snapshot.MAX_NAME_BYTES``); longer ones are dropped, and say so.
+#: Longest name kept in a snapshot (POSIX PATH_MAX is 4096; names in a workspace are far shorter): longer ones
+#: are dropped, and say so. The host's ``snapshot`` checks names with this and ``plain_name`` too.
 MAX_NAME_BYTES = 1024
 
 
 def plain_name(name: str) -> bool:
-    """Valid UTF-8 (it travels in JSON), no newline/CR/NUL, not too long: as ``snapshot._plain_name``."""
+    """Valid UTF-8 (it travels in JSON), no newline/CR/NUL, not too long: what a snapshot keeps (here and
+    in the host's ``snapshot.pack``); other names are dropped, and say so."""
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:
