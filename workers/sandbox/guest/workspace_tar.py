@@ -60,7 +60,8 @@ def tar_entry(name: bytes, kind: bytes, data: bytes = b"", mode: int = 0o644, li
         pax = b"21 hdrcharset=BINARY\n" if not all(_utf8(v) for _, v in values) else b""
         pax += b"".join(_pax_record(key, value) for key, value in values)
         out = _header(b"././@PaxHeader", b"x", len(pax), 0) + _padded(pax)
-    return out + _header(_ascii(name), kind, len(data), mode, _ascii(link)) + _padded(data)
+    header = _header(_ascii(name), kind, len(data), mode, _ascii(link))
+    return b"".join((out, header, data, b"\0" * (-len(data) % BLOCK)))  # one copy of ``data``, not two
 
 
 def tar_end(size: int) -> bytes:
