@@ -63,7 +63,7 @@ def grading_only(
                 grader.run_suites(sol[2], task.entry_point, [("public", public_tests)], task.limits, prompt=task.prompt)
             analyze(sol[2])  # the verifier
             grader.run_suites(
-                sol[2], task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
+                sol[2], task.entry_point, [("hidden", task.graded_suite)], task.limits, prompt=task.prompt
             )
 
         def one_run(sol: tuple[str, str, str]) -> None:

@@ -58,7 +58,7 @@ def direct(grader: Grader, tasks: dict[str, Task], events: list[GenerationEvent]
     def one(ev: GenerationEvent) -> None:
         task = tasks[ev.task_id]
         public_tests = public_suite(task)
-        suite = task.hidden_tests if role == "verifier" or public_tests is None else public_tests
+        suite = task.graded_suite if role == "verifier" or public_tests is None else public_tests
         ran = grader.run_suites(ev.code or "", task.entry_point, [(role, suite)], task.limits, prompt=task.prompt)
         if ran.infra_error:
             raise RuntimeError(ran.infra_error)

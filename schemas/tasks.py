@@ -35,6 +35,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from schemas.codec import Contract, Sha256, encode
+from schemas.environments import Oracle, TaskEnvironment, VerifierSuite, image_task_rules
+from schemas.errors import ValidationError
 from schemas.globs import MAX_GLOBS
 from schemas.suites import (
     LANGUAGES,
@@ -94,17 +96,22 @@ __all__ = [
     "CommandSuite",
     "EntryPoint",
     "EpisodeLimits",
+    "HiddenSuite",
     "Identifier",
+    "ImageTaskError",
     "IoCase",
     "IoSuite",
     "Language",
     "Limits",
+    "Oracle",
     "ProtectedGlob",
     "PublicSuite",
     "PublicTask",
     "Task",
+    "TaskEnvironment",
     "TaskId",
     "TestSuite",
+    "VerifierSuite",
     "Workspace",
     "command_problem",
     "language_problem",
@@ -136,6 +143,9 @@ def _checked_entry_point(value: str) -> str:
 #: ``function`` (one-shot: a function of the generated program) or, on workspace tasks only,
 #: ``package.module:function`` (imported from the workspace). Checked by a validator that says so in words;
 #: the pattern is in the JSON Schema.
+#: What decides a task's reward: a one-shot or workspace task's suite, or an image task's verifier.
+HiddenSuite = Annotated[CallSuite | IoSuite | AssertSuite | VerifierSuite, Field(discriminator="kind")]
+
 EntryPoint = Annotated[
     str, AfterValidator(_checked_entry_point), WithJsonSchema({"type": "string", "pattern": _ENTRY_POINT})
 ]
@@ -170,8 +180,13 @@ class _TaskBase(Contract):
     workspace: Workspace | None = Field(
         None, description="the files an agent's episode starts from; set only on workspace tasks"
     )
+    environment: TaskEnvironment | None = Field(
+        None,
+        description="image tasks only (the Harbor format): the container the agent works in, built from the "
+        "task's environment/, and its resources",
+    )
     episode: EpisodeLimits | None = Field(
-        None, description="limits of an episode (workspace tasks only; the defaults when absent)"
+        None, description="limits of an episode (workspace and image tasks; the defaults when absent)"
     )
     protected: list[ProtectedGlob] = Field(
         default_factory=list,
@@ -209,15 +224,30 @@ class _TaskBase(Contract):
 
     @model_validator(mode="after")
     def _entry_point_needed(self) -> _TaskBase:
-        if self.entry_point is None and any(s.kind in ("call", "assert") for _, s in self._suites()):
+        needs = self.environment is None  # an image task's own rules refuse any such suite, saying why
+        if needs and self.entry_point is None and any(s.kind in ("call", "assert") for _, s in self._suites()):
             raise PydanticCustomError(
                 "entry_point_required", "required for call and assert tests", {"field": "entry_point"}
             )
         return self
 
+    def _verifier(self) -> VerifierSuite | None:
+        """The verifier that decides an image task's reward (None: not an image task, or a public view)."""
+        return None
+
     @model_validator(mode="after")
     def _workspace_rules(self) -> _TaskBase:
-        if self.workspace is None:
+        if self.environment is not None or self._verifier() is not None:
+            image_task_rules(
+                environment=self.environment,
+                workspace=self.workspace,
+                entry_point=self.entry_point,
+                protected=self.protected,
+                suites=list(self._suites()),
+                verifier=self._verifier(),
+                hidden=isinstance(self, Task),
+            )
+        elif self.workspace is None:
             one_shot_rules(self.entry_point, self.episode, self.protected, self._suites())
         else:
             workspace_task_rules(self.entry_point, self.workspace, self.episode_limits, self._suites())
@@ -225,7 +255,11 @@ class _TaskBase(Contract):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_unset(handler(self), "workspace", "episode", "protected")
+        return without_unset(handler(self), "workspace", "environment", "episode", "protected")
+
+
+class ImageTaskError(ValidationError):
+    """An image task was given to what grades one-shot or workspace tasks."""
 
 
 _HIDDEN_COMMAND = (
@@ -240,7 +274,10 @@ class Task(_TaskBase):
     public_tests: PublicSuite | None = Field(
         None, description="tests whose feedback the trainer may see (command: workspace tasks only)"
     )
-    hidden_tests: TestSuite = Field(description="tests that decide the reward; never shown to trainers")
+    hidden_tests: HiddenSuite = Field(description="tests that decide the reward; never shown to trainers")
+    solution: Oracle | None = Field(
+        None, description="image tasks only: the reference solution (solution/solve.sh); never shown to trainers"
+    )
 
     @field_validator("hidden_tests", mode="before")
     @classmethod
@@ -251,11 +288,26 @@ class Task(_TaskBase):
 
     def _suites(self) -> list[tuple[str, AnyTaskSuite]]:
         named = (("public_tests", self.public_tests), ("hidden_tests", self.hidden_tests))
-        return [(name, s) for name, s in named if s is not None]
+        return [(name, s) for name, s in named if s is not None and not isinstance(s, VerifierSuite)]
+
+    def _verifier(self) -> VerifierSuite | None:
+        return self.hidden_tests if isinstance(self.hidden_tests, VerifierSuite) else None
+
+    @property
+    def graded_suite(self) -> CallSuite | IoSuite | AssertSuite:
+        """The hidden suite the grader runs: a one-shot or workspace task's (an image task's verifier runs in
+        its own container: ImageTaskError)."""
+        if isinstance(self.hidden_tests, VerifierSuite):
+            raise ImageTaskError(f"task {self.task_id} is an image task: its verifier grades it, not a test suite")
+        return self.hidden_tests
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unset(handler(self), "workspace", "environment", "episode", "protected", "solution")
 
     def public(self) -> PublicTask:
-        """The part of this task a trainer may read (no hidden tests), naming the version it is a view of."""
-        view = self.model_dump(exclude={"hidden_tests"}, by_alias=True, mode="python", round_trip=True)
+        """The part of this task a trainer may read (no hidden tests, no solution), naming its version."""
+        view = self.model_dump(exclude={"hidden_tests", "solution"}, by_alias=True, mode="python", round_trip=True)
         return PublicTask.model_validate({**view, "task_version": task_version(self)})
 
 
@@ -280,7 +332,7 @@ class PublicTask(_TaskBase):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_unset(handler(self), "workspace", "episode", "protected", "task_version")
+        return without_unset(handler(self), "workspace", "environment", "episode", "protected", "task_version")
 
 
 def task_version(task: Task) -> str:
@@ -297,6 +349,8 @@ def language_problem(task: Task | PublicTask, language: str) -> str | None:
     """Why ``task`` cannot grade a solution in ``language`` (every suite must accept it), or None."""
     if language not in LANGUAGES:
         return f"unknown language {language!r} (known: {', '.join(LANGUAGES)})"
+    if task.environment is not None:
+        return f"task {task.task_id} is an image task: it is solved in episodes and graded by its verifier"
     if task.workspace is not None and language != "python":
         return f"task {task.task_id} is a workspace task: its suites run the task's own commands, in python"
     for name, suite in task._suites():

@@ -397,7 +397,7 @@ def test_the_grading_run_ignores_what_the_workspace_plants(process_sandbox: Sand
     assert control.stdout == b"4\n", (control.status, control.stdout, control.stderr)  # the plant is real
     task_ = task(kind)
     ran = Grader(process_sandbox).run_suites(
-        "", task_.entry_point, [("hidden", task_.hidden_tests)], task_.limits, workspace=_raw(final).job()
+        "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits, workspace=_raw(final).job()
     )
     assert ran.infra_error is None, ran.run
     assert ran.outcomes[0].passed == 0, ran.outcomes[0]
@@ -436,7 +436,7 @@ def test_on_docker_too_the_fix_passes_and_the_unfixed_fails(docker_sandbox: Sand
     grader = Grader(docker_sandbox)
     for ops, passed in ((OPS_FIXED, True), (OPS_BUGGY, False)):
         ran = grader.run_suites(
-            "", task_.entry_point, [("hidden", task_.hidden_tests)], task_.limits,
+            "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits,
             workspace=_raw(snapshot({"calc/ops.py": ops})).job(),
         )  # fmt: skip
         assert ran.infra_error is None, ran.run
@@ -488,7 +488,7 @@ sys.stderr.write(f"SEARCHED {seen} MARKED {marked} FOUND {found}\\n")
 def test_the_expected_values_are_nowhere_in_the_verification_run(process_sandbox: Sandbox) -> None:
     task_ = task("call")
     ran = Grader(process_sandbox).run_suites(
-        "", task_.entry_point, [("hidden", task_.hidden_tests)], task_.limits,
+        "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits,
         workspace=_raw(snapshot({"calc/ops.py": OPS_FIXED + SEARCH, "calc/marker.txt": "rs-marker-7f3a"})).job(),
     )  # fmt: skip
     assert ran.infra_error is None, ran.run
@@ -523,7 +523,7 @@ def test_a_workspace_at_its_caps_is_graded_never_the_infrastructures_fault(
     original = original_snapshot(workspace, caps, lambda _url: b"").data
     graded = graded_workspace(final.data, original, big_task.protected, caps)
     ran = Grader(process_sandbox).run_suites(
-        "", big_task.entry_point, [("hidden", big_task.hidden_tests)], big_task.limits,
+        "", big_task.entry_point, [("hidden", big_task.graded_suite)], big_task.limits,
         workspace=Graded(graded, original).job(),
     )  # fmt: skip
     assert ran.infra_error is None, ran.run

@@ -403,7 +403,7 @@ class Grader:
         labelled: list[tuple[str, AnySuite]] = []
         if public_tests is not None:
             labelled.append(("public", public_tests))
-        labelled.append(("hidden", task.hidden_tests))
+        labelled.append(("hidden", task.graded_suite))
         ran = self.run_suites(code, task.entry_point, labelled, task.limits, prompt=task.prompt, language=spec.id)
         by_label = {o.label: o for o in ran.outcomes}
         public = by_label.get("public")

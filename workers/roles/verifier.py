@@ -53,7 +53,7 @@ class VerifierHandler:
             code = ctx.code_of(event)
             flags = analyze(code) if event.language == "python" else []  # the analysis reads Python only
             got = self.grader.run_suites(
-                code, task.entry_point, [("hidden", task.hidden_tests)], task.limits, prompt=task.prompt,
+                code, task.entry_point, [("hidden", task.graded_suite)], task.limits, prompt=task.prompt,
                 language=event.language,
             )  # fmt: skip
             ran = Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
@@ -64,10 +64,10 @@ class VerifierHandler:
         """The hidden suite in a fresh sandbox from the graded workspace: its cases exist only in that run."""
         graded = self.workspaces.graded(event, task, version)
         if isinstance(graded, Unusable):
-            outcome = failed_suite(task.hidden_tests, "hidden", "error", graded.reason)
+            outcome = failed_suite(task.graded_suite, "hidden", "error", graded.reason)
             return Ran(outcome, unusable_run(graded, self.grader.sandbox.name), 1)
         got = self.grader.run_suites(
-            "", task.entry_point, [("hidden", task.hidden_tests)], task.limits, workspace=graded.job()
+            "", task.entry_point, [("hidden", task.graded_suite)], task.limits, workspace=graded.job()
         )
         return Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
 

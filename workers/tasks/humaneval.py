@@ -447,7 +447,7 @@ class SandboxReference:
         public_tests = public_suite(task)
         suites = [("public", public_tests)] if public_tests is not None else []
         ran = Grader(self.sandbox).run_suites(
-            code, task.entry_point, [*suites, ("hidden", task.hidden_tests)], task.limits, prompt=task.prompt
+            code, task.entry_point, [*suites, ("hidden", task.graded_suite)], task.limits, prompt=task.prompt
         )
         if ran.infra_error is not None:
             return f"sandbox error: {ran.infra_error}"

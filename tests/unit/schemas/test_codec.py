@@ -283,7 +283,7 @@ INVALID: list[tuple[str, type[Contract], bytes, str]] = [
         "unknown suite kind",
         Task,
         with_(TASK, "hidden_tests.kind", "fuzz"),
-        "invalid Task: hidden_tests.kind: must be one of 'call', 'io', 'assert' (got 'fuzz')",
+        "invalid Task: hidden_tests.kind: must be one of 'call', 'io', 'assert', 'verifier' (got 'fuzz')",
     ),
     (
         "missing suite kind",
