@@ -14,14 +14,21 @@ import typer
 from rewardstream.cli.common import backend_option, load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ValidationError
+from workers.tasks.harbor.directory import TaskDirError
 from workers.tasks.registry import TaskFileError, TaskRegistry, WeakTasksError, write_jsonl
 
-tasks_app = typer.Typer(help="Task registry: load JSONL tasks, show their public part.", no_args_is_help=True)
+tasks_app = typer.Typer(
+    help="Task registry: load JSONL tasks or Harbor task directories, show their public part.", no_args_is_help=True
+)
 app.add_typer(tasks_app, name="tasks")
 
 _DIR = typer.Option(None, "--dir", help="registry directory (default: RS_TASKS_DIR)")
 _JSON = typer.Option(False, "--json", help="print JSON")
-_FILE = typer.Argument(..., help="JSONL file, one rewardstream.task/v1 per line")
+_FILE = typer.Argument(
+    ...,
+    help="JSONL file, one rewardstream.task/v1 per line; or a directory of Harbor tasks (each subdirectory "
+    "holding a task.toml; task id = its name)",
+)
 _STRICT = typer.Option(
     False,
     "--strict",
@@ -46,10 +53,15 @@ def load(
     """Validate every task in FILE (all errors, with line and field) and store them; nothing if any fails.
 
     Tasks whose hidden cases all repeat the public suite are stored with a warning (refused with --strict).
+    A directory loads the Harbor tasks in it (every problem of every task named; nothing stored if any).
     """
     registry = _registry(directory)
     try:
-        report = registry.load_file(file, strict=strict)
+        report = registry.load_dir(file, strict=strict) if file.is_dir() else registry.load_file(file, strict=strict)
+    except TaskDirError as exc:
+        for problem in exc.problems:
+            print(f"{exc.source}: {problem}", file=sys.stderr)
+        raise
     except TaskFileError as exc:
         for error in exc.errors:
             print(f"{exc.source}: {error}", file=sys.stderr)

@@ -63,6 +63,7 @@ from workers.tasks.files import (
     write_atomic,
     write_jsonl,
 )
+from workers.tasks.harbor.directory import read_task_tree
 
 __all__ = [
     "HIDDEN_DIR",
@@ -236,11 +237,25 @@ class TaskRegistry:
     def load_file(self, path: Path, *, strict: bool = False) -> StoreReport:
         """Validate a whole JSONL file, then store it; nothing is stored if any line is invalid, nor, when
         ``strict``, if any task has a warning (``WeakTasksError``)."""
-        tasks = load_jsonl(path)
-        warnings = task_warnings(tasks)
-        if strict and warnings:
-            raise WeakTasksError(str(path), warnings)
-        return replace(self.store(tasks), warnings=tuple(warnings))
+        return self.load_tasks(load_jsonl(path), str(path), strict=strict)
+
+    def load_dir(self, path: Path, *, strict: bool = False) -> StoreReport:
+        """Validate every Harbor task under ``path`` (each subdirectory holding a ``task.toml``), then store
+        them; nothing is stored if any is invalid (``TaskDirError``), nor, when ``strict``, if any task has a
+        warning."""
+        read = read_task_tree(path)
+        told = [TaskWarning(item.task.task_id, warning) for item in read for warning in item.warnings]
+        return self.load_tasks([item.task for item in read], str(path), strict=strict, warnings=told)
+
+    def load_tasks(
+        self, tasks: list[Task], source: str, *, strict: bool = False, warnings: Iterable[TaskWarning] = ()
+    ) -> StoreReport:
+        """Store validated ``tasks`` with their warnings (and those ``task_warnings`` finds); when ``strict``,
+        nothing if there is any (``WeakTasksError``)."""
+        told = [*warnings, *task_warnings(tasks)]
+        if strict and told:
+            raise WeakTasksError(source, told)
+        return replace(self.store(tasks), warnings=tuple(told))
 
     # ---- reading ----------------------------------------------------------------------------------------
     def ids(self) -> list[str]:

@@ -1,0 +1,1 @@
+"""Harbor-format tasks: a directory per task, read into an image task."""
