@@ -97,7 +97,8 @@ class TaskEnvironment(Contract):
     context: PackedTree | None = Field(None, description="the build context: the task's environment/ directory")
     docker_image: ImageRef | None = Field(None, description="a prebuilt image, e.g. org/task:20251031")
     workdir: ContainerPath = Field(
-        "/", description="where the agent works and what the verifier receives: the image's WORKDIR, or task.toml's"
+        description="where the agent works and what the verifier receives: the image's WORKDIR, or task.toml's; "
+        "never / itself"
     )
     cpus: float = Field(1.0, gt=0, le=64, description="CPUs of one container")
     memory_mb: int = Field(2048, ge=64, le=262_144, description="memory of one container, MiB")
@@ -112,6 +113,13 @@ class TaskEnvironment(Contract):
         _capped(self.context, MAX_CONTEXT_BYTES, "context")
         if any(part in (".", "..") for part in self.workdir.split("/")):
             raise PydanticCustomError("environment", "workdir has a . or .. segment", {"field": "workdir"})
+        if self.workdir.strip("/") == "":
+            raise PydanticCustomError(
+                "environment",
+                "workdir is /: the verifier receives the agent's WORKDIR, so it must be a directory of its own "
+                "(set WORKDIR in the Dockerfile, e.g. /app, or [environment] workdir)",
+                {"field": "workdir"},
+            )
         return self
 
     @model_serializer(mode="wrap")

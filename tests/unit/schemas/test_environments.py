@@ -67,7 +67,8 @@ def test_trees_over_their_caps_are_refused() -> None:
         ({"environment": {"workdir": "/app"}}, "needs a context or a docker_image"),
         ({"environment": {"context": TREE, "workdir": "/app/../etc"}}, ". or .. segment"),
         ({"environment": {"context": TREE, "workdir": "app"}}, "workdir"),
-        ({"environment": {"context": TREE, "env": {"1BAD": "x"}}}, "env"),
+        ({"environment": {"context": TREE, "workdir": "//"}}, "must be a directory of its own"),
+        ({"environment": {"context": TREE, "workdir": "/app", "env": {"1BAD": "x"}}}, "env"),
     ],
 )
 def test_image_task_rules(changes: dict[str, Any], named: str) -> None:

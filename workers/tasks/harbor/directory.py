@@ -168,7 +168,12 @@ def _environment(path: Path, config: TaskConfig | None, problems: list[str]) -> 
                     "storage_mb": config.storage_mb, "build_timeout_s": config.build_timeout_s}  # fmt: skip
         out |= {key: value for key, value in optional.items() if value is not None}
         out["env"] = config.env
-    out["workdir"] = workdir or "/"
+    if workdir is None and (has_dockerfile or docker_image is not None):
+        problems.append(
+            "no WORKDIR: set one in environment/Dockerfile (e.g. WORKDIR /app) or [environment] workdir in task.toml; "
+            "it is where the agent works and all the verifier receives"
+        )
+    out["workdir"] = workdir
     return out
 
 
