@@ -1,0 +1,1 @@
+"""Image tasks in their containers: verification and the reward its verifier wrote."""

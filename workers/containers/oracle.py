@@ -1,0 +1,32 @@
+"""A task's oracle on the docker backend: ``solution/`` staged at ``/solution`` of a container of the task's
+image, ``solve.sh`` run as root in WORKDIR (as Harbor's oracle agent does), the WORKDIR it leaves as a snapshot.
+What ``tasks validate`` hands to the verifier to show the task can be solved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.environments import Oracle, TaskEnvironment
+from workers.containers.image_containers import MAX_OUTPUT_BYTES, container_run, output_tail
+from workers.containers.workdir import workdir_snapshot
+from workers.episodes.snapshot import Caps, Packed
+
+SOLUTION_DIR = "/solution"
+_RUN = (
+    f"chmod +x {SOLUTION_DIR}/solve.sh && mkdir -p /logs/agent && "
+    f"({SOLUTION_DIR}/solve.sh) > /logs/agent/oracle.txt 2>&1"
+)
+_STAGE_S = 120.0
+
+
+def run_oracle(
+    client: Any, image: str, environment: TaskEnvironment, oracle: Oracle, *, timeout_s: float, caps: Caps
+) -> tuple[Packed | None, str]:
+    """The WORKDIR ``solve.sh`` leaves (None if it ran past ``timeout_s``) and the tail of its output."""
+    env = {"DEBIAN_FRONTEND": "noninteractive", **oracle.env}
+    with container_run(client, image, environment, purpose="oracle", env=env) as run:
+        run.shell(f"mkdir -p {SOLUTION_DIR}", timeout_s=_STAGE_S)
+        run.put(SOLUTION_DIR, oracle.solution.tar())
+        finished = run.shell(_RUN, timeout_s=timeout_s, cwd=environment.workdir)
+        output = output_tail(run.read_files("/logs/agent", {}, default_cap=MAX_OUTPUT_BYTES).get("oracle.txt", b""))
+        return (workdir_snapshot(run, environment.workdir, caps) if finished else None), output

@@ -1,0 +1,66 @@
+"""Verification of an image task on the docker backend: a FRESH container of the task's image, whose WORKDIR is
+replaced by the agent's final one and nothing else of the episode, ``tests/`` staged at ``/tests``, then
+``test.sh`` as root (as in Harbor) under the verifier's timeout; the reward is the file it wrote.
+
+Why a fresh container: whatever the agent changed outside WORKDIR (site-packages, ``/usr``, ``/etc``, PATH,
+``/logs``, ``/tests``, a process left running) never reaches the tests. What the host causes (the daemon
+failing, the image missing) is a ``ContainerInfraError``: withheld and retried, never a 0. A test.sh past its
+own timeout is a 0, as in Harbor: the tests ran the agent's code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.environments import TaskEnvironment, VerifierSuite
+from workers.containers.image_containers import MAX_OUTPUT_BYTES, container_run, output_tail
+from workers.containers.reward_file import JSON_FILE, MAX_REWARD_FILE_BYTES, TEXT_FILE, VerifierReward, read_reward
+
+LOGS_DIR = "/logs/verifier"
+TESTS_DIR = "/tests"
+OUTPUT_FILE = "test-stdout.txt"
+_STAGE_S = 120.0
+_RUN = (
+    f"rm -f -- {LOGS_DIR}/{JSON_FILE} {LOGS_DIR}/{TEXT_FILE} && chmod 0700 {TESTS_DIR} && "
+    f"chmod +x {TESTS_DIR}/test.sh && ({TESTS_DIR}/test.sh) > {LOGS_DIR}/{OUTPUT_FILE} 2>&1"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """What one verification decided: the reward (and why), whether test.sh ran past its own timeout, the
+    tail of its output, and how long the whole verification took."""
+
+    reward: VerifierReward
+    timed_out: bool
+    output: str
+    seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON form for the CLI and a verdict's details."""
+        return {"reward": self.reward.reward, "source": self.reward.source, "reason": self.reward.reason,
+                "values": dict(self.reward.values), "timed_out": self.timed_out, "output": self.output,
+                "seconds": round(self.seconds, 3)}  # fmt: skip
+
+
+def verify(
+    client: Any, image: str, environment: TaskEnvironment, verifier: VerifierSuite, workdir_tar: bytes | None
+) -> Verification:
+    """Run ``verifier`` on the agent's final WORKDIR (``workdir_tar``: a tar of its contents; None: the image's
+    own WORKDIR, untouched) in a fresh container of ``image``."""
+    started = time.monotonic()
+    with container_run(client, image, environment, purpose="verifier", env=verifier.env) as run:
+        if workdir_tar is not None:
+            run.replace_dir(environment.workdir, workdir_tar)
+        run.shell(f"mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=_STAGE_S)
+        run.put(TESTS_DIR, verifier.tests.tar())
+        finished = run.shell(_RUN, timeout_s=verifier.timeout_s, cwd=environment.workdir)
+        caps = {OUTPUT_FILE: MAX_OUTPUT_BYTES}
+        files = run.read_files(LOGS_DIR, caps, default_cap=MAX_REWARD_FILE_BYTES + 1)  # one byte over tells
+    reward = read_reward(files)
+    if not finished:
+        reward = VerifierReward(0.0, None, f"test.sh ran past its timeout ({verifier.timeout_s:g} s)")
+    output = output_tail(files.get(OUTPUT_FILE, b""))
+    return Verification(reward, not finished, output, time.monotonic() - started)
