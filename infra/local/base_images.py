@@ -127,11 +127,13 @@ def ensure_base_image(settings: Settings, docker_client: Any, name: str) -> str 
     with locked(workdir / f"{slug}.lock"):
         image_id = _usable(docker_client, name, stamp)
         if image_id is None:
+            stale = _stale(docker_client, canonical, stamp)
             image_id = _ours(docker_client, canonical, stamp)
             if image_id is None:
                 image_id = _build(settings, docker_client, recipe, stamp, workdir / slug)
             else:
                 _tag_names(docker_client, canonical, image_id)
+            _drop(docker_client, stale)
     return image_id
 
 
@@ -155,6 +157,22 @@ def _ours(docker_client: Any, canonical: str, stamp: str) -> str | None:
         if image is not None and (image.labels or {}).get(LABEL) == stamp:
             return str(image.id)
     return None
+
+
+def _stale(docker_client: Any, canonical: str, stamp: str) -> set[str]:
+    """Ids of bases built here by an older recipe under the names: untagged (dangling) once rebuilt."""
+    images = (local_image(docker_client, alias) for alias in _names(canonical))
+    return {str(i.id) for i in images if i is not None and (i.labels or {}).get(LABEL) not in (None, stamp)}
+
+
+def _drop(docker_client: Any, image_ids: set[str]) -> None:
+    """Remove the old bases; one that a task image is built on or a container uses stays (docker refuses)."""
+    for image_id in image_ids:
+        try:
+            docker_client.images.remove(image_id)
+        except Exception as exc:  # docker.errors.APIError (409 conflict); docker is optional at import time
+            if type(exc).__name__ not in {"APIError", "ImageNotFound"}:
+                raise
 
 
 def _tag_names(docker_client: Any, canonical: str, image_id: str) -> None:

@@ -194,3 +194,20 @@ def test_the_base_images_are_configured_as_the_official_ones(
         "6",
         "True",
     ]
+
+
+def test_a_base_of_an_older_recipe_is_replaced_and_dropped(
+    docker_client: Any, base_image: Callable[[str], str | None]
+) -> None:
+    current = base_image("debian:bookworm-slim")
+    assert current is not None
+    dockerfile = f"FROM debian:bookworm-slim\nLABEL {LABEL}=an-older-recipe\n"
+    older, _ = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag="debian:12-slim", rm=True)
+    try:
+        assert base_image("debian:12-slim") == current
+        assert docker_client.images.get("debian:12-slim").id == current
+        assert absent(docker_client, older.id)
+    finally:
+        docker_client.api.tag(current, "debian", "12-slim", force=True)
+        if not absent(docker_client, older.id):
+            docker_client.images.remove(older.id, force=True)
