@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import re
+import tarfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.images.task_images import RECIPE_VERSION, TaskImageError, dockerfile_bases, task_image_tag
+from workers.images.task_images import (
+    RECIPE_VERSION,
+    TaskImageError,
+    dockerfile_bases,
+    ensure_task_image,
+    task_image_tag,
+)
 
 DIGEST = "ab" * 32
 
@@ -85,3 +94,33 @@ def test_the_tag_is_a_content_address_of_context_bases_and_recipe() -> None:
 def test_a_context_digest_that_is_not_sha256_hex_is_a_value_error(digest: str) -> None:
     with pytest.raises(ValueError, match="64 lowercase hex"):
         task_image_tag(digest, [])
+
+
+def context(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def no_base(name: str) -> str | None:
+    del name
+    return None
+
+
+@pytest.mark.parametrize(
+    ("tar", "says"),
+    [
+        (context({"app/Dockerfile": b"FROM python:3.11-slim\n"}), "no Dockerfile at its root"),
+        (b"not a tar at all" * 64, "unreadable build context"),
+        (context({"./Dockerfile": b"FROM ${BASE}\n"}), "build argument"),
+        (context({"Dockerfile": b"FROM alpine:3.19\n"}), "base image alpine:3.19 is not available here"),
+    ],
+)
+def test_a_context_that_cannot_be_built_here_is_refused_before_docker(tar: bytes, says: str, tmp_path: Path) -> None:
+    with pytest.raises(TaskImageError, match=says) as caught:
+        ensure_task_image(None, tar, DIGEST, build_timeout_s=1.0, base_image=no_base, lock_dir=tmp_path)
+    assert f"task context {DIGEST}" in str(caught.value)
