@@ -66,6 +66,10 @@ class LocalPlatformSettings(_Group):
     maven_url: str = Field("https://repo1.maven.org/maven2", description="Maven repository for service jars")
     java_home: Path | None = Field(None, description="JDK for Kafka/OpenSearch/S3 (default: java on PATH)")
     debian_mirror: str = Field("http://deb.debian.org/debian", description="mirror for the sandbox image")
+    ca_certificates_dir: Path = Field(
+        Path("/usr/local/share/ca-certificates"),
+        description="its *.crt are trusted in the local base images (TLS-intercepting egress)",
+    )
     startup_timeout_s: float = 180.0
     health_timeout_s: float = 3.0
 

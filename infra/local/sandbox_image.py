@@ -10,18 +10,12 @@ Building is idempotent and guarded by a file lock, so concurrent callers build e
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
-import shutil
-import subprocess
-import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from infra.local.rootfs import build_rootfs, import_tree, local_image, locked
 from schemas.errors import PlatformError
 from schemas.settings import PYTHON_TOOLCHAIN, Settings
 
@@ -60,7 +54,6 @@ TOOLCHAINS: dict[str, tuple[str, ...]] = {
 #: In every family's tree: ``localhost`` resolves to the run's own loopback even where /etc/hosts is docker's
 #: empty placeholder (a container without networking gets no hosts file): glibc's myhostname module, 205 kB.
 _EVERY_FAMILY = ("libnss-myhostname",)
-_BUILD_TIMEOUT_S = 900.0
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 
 
@@ -78,25 +71,6 @@ def _stamp(settings: Settings) -> dict[str, Any]:
         "packages": list(PACKAGES),
         "layout": 4,  # 4: localhost resolves (/etc/hosts, libnss-myhostname)
     }
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _private_mounts() -> list[str]:
-    """``unshare`` into a new mount namespace (root only, as ``--mode=root`` is), when available."""
-    unshare = shutil.which("unshare")
-    if unshare is None or os.geteuid() != 0:
-        return []
-    return [unshare, "--mount", "--propagation", "private"]
 
 
 def rootfs_path(settings: Settings) -> Path:
@@ -138,14 +112,9 @@ def ensure_toolchain_rootfs(settings: Settings, family: str) -> Path:
 
 def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wanted: dict[str, Any]) -> Path:
     stamp_file = dest.with_name(dest.name + ".json")
-    with _locked(dest.with_name(dest.name + ".lock")):
+    with locked(dest.with_name(dest.name + ".lock")):
         if dest.is_dir() and stamp_file.is_file() and json.loads(stamp_file.read_text()) == wanted:
             return dest
-        mmdebstrap = shutil.which("mmdebstrap")
-        if mmdebstrap is None:
-            raise PlatformError("mmdebstrap is not installed (Debian package `mmdebstrap`)")
-        tmp = dest.with_name(dest.name + f".tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
         uid = settings.sandbox.uid
         hooks = [
             f'chroot "$1" groupadd --gid {uid} {_SANDBOX_USER}',
@@ -159,35 +128,12 @@ def _ensure_rootfs(settings: Settings, dest: Path, packages: tuple[str, ...], wa
             # A run's own loopback answers to its name, as on any Debian system (docker writes its own).
             'printf "127.0.0.1\\tlocalhost\\n::1\\tlocalhost ip6-localhost ip6-loopback\\n" > "$1/etc/hosts"',
         ]
-        # In a private mount namespace: mmdebstrap mounts /proc, /sys and /dev inside the tree while it builds;
-        # if it is killed half-way (a test or an `up` interrupted), those mounts die with the namespace
-        # instead of staying behind on the host.
-        cmd = [
-            *_private_mounts(),
-            mmdebstrap,
-            "--mode=root",
-            "--variant=minbase",
-            f"--include={','.join((*packages, *_EVERY_FAMILY))}",
-            *(f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES),
-            # update-alternatives (openjdk) needs the man dirs it links into, even with their files excluded.
-            '--setup-hook=mkdir -p "$1/usr/share/man/man1"',
-            *(f"--customize-hook={h}" for h in hooks),
-            "bookworm",
-            str(tmp),
-            settings.local.debian_mirror,
-        ]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=_BUILD_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise PlatformError(f"mmdebstrap failed to run: {exc}") from exc
-        if proc.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
-            raise PlatformError(f"mmdebstrap exited {proc.returncode}: {' | '.join(tail)}")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
+        build_rootfs(
+            dest,
+            packages=(*packages, *_EVERY_FAMILY),
+            options=[*(f"--dpkgopt=path-exclude={p}" for p in _EXCLUDES), *(f"--customize-hook={h}" for h in hooks)],
+            mirrors=[settings.local.debian_mirror],
+        )
         stamp_file.write_text(json.dumps(wanted))
         return dest
 
@@ -202,13 +148,8 @@ def _stamp_id(settings: Settings, family: str = PYTHON_TOOLCHAIN) -> str:
 
 def _image_present(docker_client: Any, tag: str, stamp: str) -> bool:
     """True when ``tag`` exists and was imported from the rootfs these settings describe."""
-    try:
-        image = docker_client.images.get(tag)
-    except Exception as exc:  # docker.errors.ImageNotFound; docker is optional at import time
-        if type(exc).__name__ == "ImageNotFound":
-            return False
-        raise PlatformError(f"docker: cannot inspect image {tag}: {exc}") from exc
-    return bool((image.labels or {}).get(_STAMP_LABEL) == stamp)
+    image = local_image(docker_client, tag)
+    return image is not None and (image.labels or {}).get(_STAMP_LABEL) == stamp
 
 
 def ensure_sandbox_image(settings: Settings, docker_client: Any) -> str:
@@ -229,28 +170,21 @@ def ensure_toolchain_image(settings: Settings, docker_client: Any, family: str) 
         rootfs = ensure_sandbox_rootfs(settings)
     else:
         rootfs = ensure_toolchain_rootfs(settings, family)
-    tar_path = rootfs.with_name(rootfs.name + ".tar")
-    with _locked(rootfs.with_name(rootfs.name + ".lock")):
+    with locked(rootfs.with_name(rootfs.name + ".lock")):
         if _image_present(docker_client, tag, stamp):
             return tag
-        try:
-            with tarfile.open(tar_path, "w") as tar:
-                tar.add(str(rootfs), arcname=".")
-            docker_client.api.import_image_from_file(
-                str(tar_path),
-                repository=repo,
-                tag=image_version(settings),
-                changes=[
-                    f"USER {settings.sandbox.uid}:{settings.sandbox.uid}",
-                    "WORKDIR /work",
-                    "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8",
-                    f"LABEL {_STAMP_LABEL}={stamp}",
-                ],
-            )
-        except Exception as exc:
-            raise PlatformError(f"docker import of the sandbox image failed: {exc}") from exc
-        finally:
-            tar_path.unlink(missing_ok=True)
+        import_tree(
+            docker_client,
+            rootfs,
+            repository=repo,
+            tag=image_version(settings),
+            changes=[
+                f"USER {settings.sandbox.uid}:{settings.sandbox.uid}",
+                "WORKDIR /work",
+                "ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8",
+                f"LABEL {_STAMP_LABEL}={stamp}",
+            ],
+        )
     if not _image_present(docker_client, tag, stamp):
         raise PlatformError(f"docker import did not produce {tag}")
     return tag

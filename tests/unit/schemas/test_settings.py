@@ -65,10 +65,11 @@ def test_each_setting_is_declared_once_in_its_group() -> None:
     """The flat names are derived from the groups' fields, one each, none shared; a name the groups do not
     declare is no attribute."""
     names = flat_names()
-    assert len(names) == len(set(names.values())) == 73
+    assert len(names) == len(set(names.values())) == 74
     assert names["kafka_bootstrap"] == ("kafka", "bootstrap")
     assert names["topic_prefix"] == ("kafka", "topic_prefix")
     assert names["docker_host"] == ("sandbox", "docker_host")
     assert names["cache_dir"] == ("local", "cache_dir")
+    assert names["ca_certificates_dir"] == ("local", "ca_certificates_dir")
     with pytest.raises(AttributeError):
         flat(Settings(), "kafka_topic_prefix")
