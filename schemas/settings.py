@@ -164,6 +164,11 @@ class SandboxSettings(_Group):
     slots_dir: Path | None = Field(
         None, description="where the host's slot locks live, shared by every worker on it; default <run_dir>/slots"
     )
+    task_images: Literal["local", "registry"] = Field(
+        "local",
+        description="where image tasks' base and prebuilt images come from: local (the known bases built here from "
+        "Debian packages, nothing pulled) or registry (pulled as usual)",
+    )
 
     def image_version(self) -> str:
         """The tag of ``image`` (``latest`` when untagged); it versions the rootfs too."""

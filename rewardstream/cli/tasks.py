@@ -7,15 +7,23 @@ readable (``show --version``), so what was graded against it can still be explai
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import orjson
 import typer
 
 from rewardstream.cli.common import backend_option, load_settings, open_sandbox, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ValidationError
+from schemas.settings import Settings
+from schemas.tasks import Task
 from workers.tasks.harbor.directory import TaskDirError
-from workers.tasks.registry import TaskFileError, TaskRegistry, WeakTasksError, write_jsonl
+from workers.tasks.registry import StoreReport, TaskFileError, TaskRegistry, WeakTasksError, write_jsonl
+
+if TYPE_CHECKING:
+    from workers.containers.validation import TaskValidation
 
 tasks_app = typer.Typer(
     help="Task registry: load JSONL tasks or Harbor task directories, show their public part.", no_args_is_help=True
@@ -35,6 +43,14 @@ _STRICT = typer.Option(
     help="refuse the file (store nothing) if any task has a warning, e.g. a hidden suite that "
     "only repeats the public one",
 )
+_BUILD = typer.Option(
+    True, "--build/--no-build", help="build each Harbor task's image on this host before storing (needs dockerd)"
+)
+_VALIDATE = typer.Option(
+    False, "--validate", help="run each Harbor task's oracle and a no-op; store nothing if any task is invalid"
+)
+_TASK_IDS = typer.Argument(..., help="ids of Harbor tasks in the registry")
+_JSON_LINES = typer.Option(False, "--json", help="one JSON object per task, one per line")
 _TASK_ID = typer.Argument(..., help="task id, e.g. HumanEval/0")
 _VERSION = typer.Option(None, "--version", help="a version of the task (default: its latest)")
 
@@ -44,34 +60,24 @@ def _registry(directory: Path | None) -> TaskRegistry:
 
 
 @tasks_app.command("load")
-def load(
+def load(  # noqa: PLR0917 - a typer command: its options are its parameters
     file: Path = _FILE,
     directory: Path | None = _DIR,
     as_json: bool = _JSON,
     strict: bool = _STRICT,
+    build: bool = _BUILD,
+    validate: bool = _VALIDATE,
 ) -> None:
     """Validate every task in FILE (all errors, with line and field) and store them; nothing if any fails.
 
     Tasks whose hidden cases all repeat the public suite are stored with a warning (refused with --strict).
-    A directory loads the Harbor tasks in it (every problem of every task named; nothing stored if any).
+    A directory loads the Harbor tasks in it (every problem of every task named; nothing stored if any), and
+    builds their images on this host first (a failed build stores nothing).
     """
     registry = _registry(directory)
-    try:
-        report = registry.load_dir(file, strict=strict) if file.is_dir() else registry.load_file(file, strict=strict)
-    except TaskDirError as exc:
-        for problem in exc.problems:
-            print(f"{exc.source}: {problem}", file=sys.stderr)
-        raise
-    except TaskFileError as exc:
-        for error in exc.errors:
-            print(f"{exc.source}: {error}", file=sys.stderr)
-        raise ValidationError(
-            f"{len(exc.errors)} error(s) in {exc.source}, nothing stored; first: {exc.errors[0]}"
-        ) from None
-    except WeakTasksError as exc:
-        for warning in exc.warnings:
-            print(f"{exc.source}: refused (--strict): {warning}", file=sys.stderr)
-        raise
+    if validate and not file.is_dir():
+        raise ValidationError("--validate is for a directory of Harbor tasks (a JSONL file has no oracle)")
+    report = _stored(registry, file, strict, _prepare(build, validate) if file.is_dir() else None)
     for warning in report.warnings:
         print(f"{file}: warning: {warning}", file=sys.stderr)
     if as_json:
@@ -86,6 +92,90 @@ def load(
         typer.echo(f"updated {task_id}: version {report.versions[task_id]}" + (f" (was {was})" if was else ""))
     if report.migrated:
         typer.echo(f"{len(report.migrated)} task(s) stored before versions got their version files")
+
+
+def _stored(
+    registry: TaskRegistry, file: Path, strict: bool, prepare: Callable[[list[Task]], None] | None
+) -> StoreReport:
+    """Load ``file`` (a JSONL file, or a directory of Harbor tasks) into ``registry``; every problem is printed
+    to stderr before the error that says nothing was stored."""
+    try:
+        if file.is_dir():
+            return registry.load_dir(file, strict=strict, prepare=prepare)
+        return registry.load_file(file, strict=strict)
+    except TaskDirError as exc:
+        for problem in exc.problems:
+            print(f"{exc.source}: {problem}", file=sys.stderr)
+        raise
+    except TaskFileError as exc:
+        for error in exc.errors:
+            print(f"{exc.source}: {error}", file=sys.stderr)
+        raise ValidationError(
+            f"{len(exc.errors)} error(s) in {exc.source}, nothing stored; first: {exc.errors[0]}"
+        ) from None
+    except WeakTasksError as exc:
+        for warning in exc.warnings:
+            print(f"{exc.source}: refused (--strict): {warning}", file=sys.stderr)
+        raise
+
+
+def _prepare(build: bool, validate: bool) -> Callable[[list[Task]], None] | None:
+    """What runs on a directory's tasks before they are stored: their images built, then (``validate``) each
+    checked by its oracle and a no-op; an invalid task stops the load."""
+    if not (build or validate):
+        return None
+
+    def prepare(tasks: list[Task]) -> None:
+        settings = load_settings()
+        image_of = _image_source(settings)
+        images = {task.task_id: image_of(task) for task in tasks}
+        if not validate:
+            return
+        results = _validations(settings, tasks, images)
+        invalid = [r for r in results if not r.valid]
+        for result in invalid:
+            print(f"{result.task_id}: invalid: {'; '.join(result.reasons)}", file=sys.stderr)
+        if invalid:
+            raise ValidationError(f"{len(invalid)} of {len(results)} task(s) invalid (--validate), nothing stored")
+
+    return prepare
+
+
+def _image_source(settings: Settings) -> Callable[[Task], str]:
+    from rewardstream.cli.task_images import task_image_source
+    from workers.sandbox.docker_backend import docker_client
+
+    return task_image_source(settings, docker_client(settings))
+
+
+def _validations(settings: Settings, tasks: list[Task], images: dict[str, str]) -> list[TaskValidation]:
+    from workers.containers.validation import validate_task
+    from workers.sandbox.docker_backend import docker_client
+
+    client = docker_client(settings)
+    return [validate_task(client, images[task.task_id], task) for task in tasks]
+
+
+@tasks_app.command("validate")
+def validate_tasks(task_ids: list[str] = _TASK_IDS, directory: Path | None = _DIR, as_json: bool = _JSON_LINES) -> None:
+    """Run each task's oracle (solution/solve.sh in its container, then its verifier) and a no-op (the verifier
+    on the untouched workspace): valid iff the oracle earns 1.0 and the no-op 0.0. Exits 1 if any is invalid.
+    Runs on the docker backend (images need dockerd)."""
+    registry = _registry(directory)
+    tasks = [registry.task(task_id) for task_id in task_ids]
+    settings = load_settings()
+    image_of = _image_source(settings)
+    results = _validations(settings, tasks, {task.task_id: image_of(task) for task in tasks})
+    for result in results:
+        if as_json:
+            sys.stdout.write(orjson.dumps(result.as_json()).decode() + "\n")
+        elif result.valid:
+            typer.echo(f"{result.task_id}: valid (oracle {result.oracle_reward}, no-op {result.noop_reward})")
+        else:
+            typer.echo(f"{result.task_id}: invalid: {'; '.join(result.reasons)}")
+    sys.stdout.flush()
+    if not all(result.valid for result in results):
+        raise typer.Exit(1)
 
 
 @tasks_app.command("show")

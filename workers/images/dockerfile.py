@@ -1,12 +1,17 @@
-"""The base images a task's Dockerfile builds ``FROM``: what must exist locally before it can be built.
+"""What a task's Dockerfile says before it is built: the base images it builds ``FROM`` and the WORKDIR its
+final stage runs in.
 
 Why parse it at all: with no registry, every base must be a local image before ``docker build`` starts, and a
 base that cannot be made here must refuse the task at load, naming the base, rather than fail half-way through a
-build. Only literal bases are accepted: a ``FROM $IMAGE`` names nothing until build time.
+build. Only literal bases are accepted: a ``FROM $IMAGE`` names nothing until build time. The WORKDIR is where
+the agent works and all the verifier receives, part of the task's public view on every machine: read here, and
+checked against the built image (a base with a WORKDIR of its own is what only the build can tell).
 """
 
 from __future__ import annotations
 
+import json
+import posixpath
 import re
 
 from schemas.errors import RewardstreamError
@@ -91,3 +96,42 @@ def dockerfile_bases(dockerfile_text: str) -> list[str]:
     if not froms:
         raise TaskImageError("the Dockerfile has no FROM instruction")
     return bases
+
+
+def _workdir_argument(arguments: str) -> str:
+    """The path of ``WORKDIR path`` or ``WORKDIR ["path"]``."""
+    if arguments.startswith("["):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, list) and len(parsed) == 1 and isinstance(parsed[0], str):
+            return parsed[0]
+    return arguments.strip().strip('"')
+
+
+def final_workdir(dockerfile_text: str) -> str | None:
+    """The WORKDIR the final stage runs in (a stage ``FROM`` an earlier one starts in that one's), or None when
+    the Dockerfile sets none (the base image's applies). TaskImageError for one set from a variable."""
+    workdirs: dict[str, str | None] = {}
+    current: str | None = None
+    stage: str | None = None
+    froms = 0
+    for line in _logical_lines(dockerfile_text):
+        instruction, _, rest = line.partition(" ")
+        if instruction.upper() == "FROM":
+            image, stage = _from_image(rest.split(), line)
+            froms += 1
+            current = workdirs.get(image.lower())
+        elif instruction.upper() == "WORKDIR":
+            path = _workdir_argument(rest.strip())
+            if "$" in path:
+                raise TaskImageError(
+                    f"WORKDIR {path!r} uses a variable: set [environment] workdir in task.toml to the path"
+                )
+            current = "/" + posixpath.normpath(posixpath.join(current or "/", path)).lstrip("/")
+        if stage is not None:
+            workdirs[stage] = current
+    if not froms:
+        raise TaskImageError("the Dockerfile has no FROM instruction")
+    return current

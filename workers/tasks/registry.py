@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote
@@ -239,13 +239,20 @@ class TaskRegistry:
         ``strict``, if any task has a warning (``WeakTasksError``)."""
         return self.load_tasks(load_jsonl(path), str(path), strict=strict)
 
-    def load_dir(self, path: Path, *, strict: bool = False) -> StoreReport:
+    def load_dir(
+        self, path: Path, *, strict: bool = False, prepare: Callable[[list[Task]], None] | None = None
+    ) -> StoreReport:
         """Validate every Harbor task under ``path`` (each subdirectory holding a ``task.toml``), then store
         them; nothing is stored if any is invalid (``TaskDirError``), nor, when ``strict``, if any task has a
-        warning."""
+        warning, nor if ``prepare(tasks)`` (e.g. building their images) raises."""
         read = read_task_tree(path)
         told = [TaskWarning(item.task.task_id, warning) for item in read for warning in item.warnings]
-        return self.load_tasks([item.task for item in read], str(path), strict=strict, warnings=told)
+        tasks = [item.task for item in read]
+        if strict and told:
+            raise WeakTasksError(str(path), told)
+        if prepare is not None:
+            prepare(tasks)
+        return self.load_tasks(tasks, str(path), strict=strict, warnings=told)
 
     def load_tasks(
         self, tasks: list[Task], source: str, *, strict: bool = False, warnings: Iterable[TaskWarning] = ()

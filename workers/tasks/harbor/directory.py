@@ -20,8 +20,8 @@ from schemas.environments import MAX_CONTEXT_BYTES, MAX_FILES_BYTES, PackedTree
 from schemas.errors import ValidationError
 from schemas.tasks import MAX_PROMPT_CHARS, Task
 from workers.episodes.snapshot import Caps, SnapshotError, pack
+from workers.images.dockerfile import TaskImageError, dockerfile_bases, final_workdir
 from workers.tasks.harbor.config import TaskConfig, TaskConfigError, parse_task_toml
-from workers.tasks.harbor.dockerfile import DockerfileError, final_workdir
 
 TASK_TOML = "task.toml"
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -158,11 +158,12 @@ def _environment(path: Path, config: TaskConfig | None, problems: list[str]) -> 
         context = _tree(path, "Dockerfile", MAX_CONTEXT_BYTES, problems, required=True)
         if context is not None:
             out["context"] = context
-        if workdir is None:
-            try:
-                workdir = final_workdir(_text(path / "Dockerfile"))
-            except (DockerfileError, _UnreadableError) as exc:
-                problems.append(f"environment/Dockerfile: {exc}")
+        try:
+            dockerfile = _text(path / "Dockerfile")
+            dockerfile_bases(dockerfile)  # refused here, not at build time: a FROM that names nothing yet
+            workdir = workdir or final_workdir(dockerfile)
+        except (TaskImageError, _UnreadableError) as exc:
+            problems.append(f"environment/Dockerfile: {exc}")
     if config is not None:
         optional = {"docker_image": docker_image, "cpus": config.cpus, "memory_mb": config.memory_mb,
                     "storage_mb": config.storage_mb, "build_timeout_s": config.build_timeout_s}  # fmt: skip

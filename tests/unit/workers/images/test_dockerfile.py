@@ -1,4 +1,4 @@
-"""The final stage's WORKDIR, read from the Dockerfile without building it."""
+"""The final stage's WORKDIR, read from the Dockerfile without building it (the bases: test_task_images)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.tasks.harbor.dockerfile import DockerfileError, final_workdir, instructions
+from workers.images.dockerfile import TaskImageError, final_workdir
 
 
 @pytest.mark.parametrize(
@@ -32,13 +32,8 @@ def test_the_final_stage_workdir(text: str, workdir: str | None) -> None:
     ("text", "named"), [("FROM x\nWORKDIR $HOME/app\n", "set [environment] workdir"), ("RUN true\n", "no FROM")]
 )
 def test_what_cannot_be_told_without_building_is_said(text: str, named: str) -> None:
-    with pytest.raises(DockerfileError, match=named.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(TaskImageError, match=named.replace("[", r"\[").replace("]", r"\]")):
         final_workdir(text)
-
-
-def test_continuations_are_joined_and_comments_dropped() -> None:
-    parsed = instructions("FROM x\n# note\nRUN a \\\n # inside\n    b\n")
-    assert [(i.keyword, i.arguments) for i in parsed] == [("FROM", "x"), ("RUN", "a b")]
 
 
 @settings(max_examples=500, deadline=None)
@@ -46,6 +41,6 @@ def test_continuations_are_joined_and_comments_dropped() -> None:
 def test_any_dockerfile_gives_a_workdir_or_a_dockerfile_error(text: str) -> None:
     try:
         workdir = final_workdir(text)
-    except DockerfileError:
+    except TaskImageError:
         return
     assert workdir is None or workdir.startswith("/")

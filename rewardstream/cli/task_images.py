@@ -1,0 +1,48 @@
+"""The wiring of image tasks' images on this host: the local base images (``infra``) handed to the task image
+builder (``workers``), which cannot import each other."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from schemas.settings import Settings
+from schemas.tasks import Task
+from workers.images.task_images import TaskImageError, ensure_prebuilt_image, ensure_task_image
+
+
+def task_image_source(settings: Settings, client: Any) -> Callable[[Task], str]:
+    """``image_of(task)``: the tag of ``task``'s image on this host, built (or, from a registry, pulled) the
+    first time; TaskImageError names why it cannot be had."""
+    from infra.local.base_images import ensure_base_image
+
+    local = settings.sandbox.task_images == "local"
+    base_image: Callable[[str], str | None] = (
+        functools.partial(ensure_base_image, settings, client) if local else functools.partial(_pulled, client)
+    )
+    lock_dir = settings.local.cache_dir / "task-images"
+
+    def image_of(task: Task) -> str:
+        environment = task.environment
+        if environment is None:
+            raise TaskImageError(f"task {task.task_id} is not an image task")
+        if environment.context is not None and (local or environment.docker_image is None):
+            built = ensure_task_image(
+                client,
+                environment.context.tar(),
+                environment.context.sha256,
+                build_timeout_s=environment.build_timeout_s,
+                base_image=base_image,
+                lock_dir=lock_dir,
+            )
+            return built.tag
+        assert environment.docker_image is not None  # noqa: S101 - the task's schema: a context or an image
+        return ensure_prebuilt_image(client, environment.docker_image, may_pull=not local)
+
+    return image_of
+
+
+def _pulled(client: Any, name: str) -> str | None:
+    """A base image from the registry (pulled when absent): its id."""
+    return ensure_prebuilt_image(client, name, may_pull=True)

@@ -1,0 +1,197 @@
+"""Image tasks (the Harbor format) on the real docker daemon: `tasks load DIR` builds and validates, the
+verifier runs in a fresh container that holds only the agent's WORKDIR, and its reward file decides.
+
+Every task image a test builds is removed after the module; the base images stay (a cache).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from schemas.settings import Settings
+from schemas.tasks import Task, VerifierSuite
+from tests.unit.workers.tasks.harbor.test_directory import make_task
+from workers.containers.image_containers import LABEL, ContainerInfraError
+from workers.containers.validation import validate_task
+from workers.containers.verification import verify
+from workers.tasks.harbor.directory import read_task_dir
+from workers.tasks.registry import TaskRegistry
+
+
+def tar_of(files: dict[str, str | tuple[str, str]]) -> bytes:
+    """A tar of ``files`` (name -> text, or name -> ("link", target))."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, body in files.items():
+            info = tarfile.TarInfo(name)
+            if isinstance(body, tuple):
+                info.type, info.linkname = tarfile.SYMTYPE, body[1]
+                tar.addfile(info)
+            else:
+                data = body.encode()
+                info.size, info.mode = len(data), 0o755
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def images(settings: Settings, docker_client: Any) -> Iterator[dict[str, str]]:
+    """task id -> image: each test's task image, removed after the module."""
+    made: dict[str, str] = {}
+    yield made
+    for tag in set(made.values()):
+        docker_client.images.remove(tag, force=True)
+
+
+@pytest.fixture
+def image_of(settings: Settings, docker_client: Any, images: dict[str, str]) -> Any:
+    from rewardstream.cli.task_images import task_image_source
+
+    source = task_image_source(settings, docker_client)
+
+    def build(task: Task) -> str:
+        images[task.task_id] = source(task)
+        return images[task.task_id]
+
+    return build
+
+
+def hello(tmp_path: Path, files: dict[str, str] | None = None) -> Task:
+    """The sample task, with ``files`` (path in the task directory -> text) written over it."""
+    task_dir = make_task(tmp_path, f"hello-{uuid.uuid4().hex[:8]}")
+    for relative, text in (files or {}).items():
+        (task_dir / relative).write_text(text)
+    return read_task_dir(task_dir).task
+
+
+def verifier_of(task: Task) -> VerifierSuite:
+    assert isinstance(task.hidden_tests, VerifierSuite)
+    return task.hidden_tests
+
+
+def test_a_task_with_a_working_oracle_is_valid(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+    task = hello(tmp_path)
+    result = validate_task(docker_client, image_of(task), task)
+    assert result.as_json() == {"task_id": task.task_id, "oracle_reward": 1.0, "noop_reward": 0.0, "valid": True,
+                                "reasons": []}  # fmt: skip
+
+
+def test_a_broken_oracle_and_a_free_reward_are_invalid(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+    broken = hello(tmp_path, {"solution/solve.sh": "#!/bin/bash\necho 'print(\"nope\")' > /app/hello.py\n"})
+    result = validate_task(docker_client, image_of(broken), broken)
+    assert (result.valid, result.oracle_reward, result.noop_reward) == (False, 0.0, 0.0)
+    assert "the oracle earns 0.0" in result.reasons[0]
+    free = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"})
+    result = validate_task(docker_client, image_of(free), free)
+    assert (result.valid, result.noop_reward) == (False, 1.0)
+    assert "no-op must earn 0.0" in result.reasons[0]
+
+
+def test_the_verifier_sees_the_agents_workdir_and_nothing_else(
+    docker_client: Any, image_of: Any, tmp_path: Path
+) -> None:
+    test_sh = (
+        "#!/bin/bash\n"
+        'fail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; exit 0; }\n'
+        '[ "$PWD" = /app ] || fail cwd\n'
+        "[ -e /app/hello.py ] && fail 'a file the agent deleted came back'\n"
+        "[ \"$(cat /app/new.txt)\" = written ] || fail 'the agent file is missing'\n"
+        "[ -L /app/passwd ] && [ \"$(readlink /app/passwd)\" = /etc/passwd ] || fail 'a link is not a link'\n"
+        "[ \"$(ls /sys/class/net)\" = lo ] || fail 'a network besides loopback'\n"
+        "[ \"$(id -u)\" = 0 ] || fail 'not root'\n"
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = hello(tmp_path, {"tests/test.sh": test_sh})
+    assert task.environment is not None
+    workdir = tar_of({"new.txt": "written", "passwd": ("link", "/etc/passwd")})
+    got = verify(docker_client, image_of(task), task.environment, verifier_of(task), workdir)
+    assert (got.reward.reward, got.reward.source, got.timed_out) == (1.0, "reward.txt", False), got.output
+
+
+def test_reward_json_wins_and_values_are_clamped(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+    test_sh = (
+        "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
+        'echo \'{"reward": 4, "tests": 2}\' > /logs/verifier/reward.json\n'
+    )
+    task = hello(tmp_path, {"tests/test.sh": test_sh})
+    assert task.environment is not None
+    got = verify(docker_client, image_of(task), task.environment, verifier_of(task), None)
+    assert (got.reward.reward, got.reward.source) == (1.0, "reward.json")
+    assert got.reward.reason is not None
+    assert "clamped" in got.reward.reason
+    assert dict(got.reward.values) == {"reward": 4.0, "tests": 2.0}
+
+
+def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+    silent = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\necho ran but wrote nothing\n"})
+    assert silent.environment is not None
+    got = verify(docker_client, image_of(silent), silent.environment, verifier_of(silent), None)
+    assert (got.reward.reward, got.reward.source) == (0.0, None)
+    assert "neither reward.json nor reward.txt" in (got.reward.reason or "")
+    assert "ran but wrote nothing" in got.output
+    slow = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\nsleep 600\necho 1 > /logs/verifier/reward.txt\n"})
+    assert slow.environment is not None
+    verifier = verifier_of(slow).model_copy(update={"timeout_s": 2.0})
+    got = verify(docker_client, image_of(slow), slow.environment, verifier, None)
+    assert (got.reward.reward, got.timed_out) == (0.0, True)
+    assert got.seconds < 60
+    assert not docker_client.containers.list(all=True, filters={"label": LABEL})
+
+
+def test_a_missing_image_is_the_hosts_error_never_a_zero(docker_client: Any, tmp_path: Path) -> None:
+    task = hello(tmp_path)
+    assert task.environment is not None
+    with pytest.raises(ContainerInfraError, match="cannot create a container"):
+        verify(docker_client, "rs-task/absent:1", task.environment, verifier_of(task), None)
+
+
+def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, images: dict[str, str]) -> None:
+    from typer.testing import CliRunner
+
+    from rewardstream.cli.main import _register, app
+
+    _register()
+    make_task(tmp_path / "tasks", "good")
+    bad = make_task(tmp_path / "tasks", "bad")
+    (bad / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    runner = CliRunner()
+    refused = runner.invoke(
+        app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "reg"), "--validate"]
+    )
+    assert refused.exit_code != 0
+    assert "bad: invalid: the oracle earns 0.0" in refused.output
+    assert TaskRegistry(tmp_path / "reg").ids() == []
+    (bad / "solution" / "solve.sh").write_text("#!/bin/bash\necho 'print(\"hello\")' > /app/hello.py\n")
+    stored = runner.invoke(
+        app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "reg"), "--validate"]
+    )
+    assert stored.exit_code == 0, stored.output
+    assert TaskRegistry(tmp_path / "reg").ids() == ["bad", "good"]
+    checked = runner.invoke(app, ["tasks", "validate", "good", "bad", "--dir", str(tmp_path / "reg"), "--json"])
+    assert checked.exit_code == 0, checked.output
+    assert [line for line in checked.output.splitlines() if line.startswith("{")] == [
+        '{"task_id":"good","oracle_reward":1.0,"noop_reward":0.0,"valid":true,"reasons":[]}',
+        '{"task_id":"bad","oracle_reward":1.0,"noop_reward":0.0,"valid":true,"reasons":[]}',
+    ]
+
+
+def test_cli_lists_the_local_bases_present(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rewardstream.cli.main import _register, app
+
+    _register()
+    image_of(hello(tmp_path))  # its base is built if it was not
+    listed = CliRunner().invoke(app, ["sandbox", "bases"])
+    assert listed.exit_code == 0, listed.output
+    rows = {row["image"]: row for row in orjson.loads(listed.output)["bases"]}
+    assert set(rows) == {"debian:bookworm-slim", "python:3.11-slim"}
+    assert rows["python:3.11-slim"]["id"] == docker_client.images.get("python:3.11-slim").id
