@@ -39,7 +39,8 @@ MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py te
 	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py test_host_load.py)
 test: $(STAMP)
 	$(BIN)/rewardstream up
-	$(BIN)/rewardstream sandbox toolchains --build all --docker > .toolchains.log 2>&1 & build=$$!; \
+	{ $(BIN)/rewardstream sandbox toolchains --build all --docker && $(BIN)/rewardstream sandbox bases --build; } \
+		> .toolchains.log 2>&1 & build=$$!; \
 	lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
 	built=0; wait $$build || built=$$?; cat .toolchains.log; rm -f .toolchains.log; \
 	test $$lint -eq 0 && test $$built -eq 0

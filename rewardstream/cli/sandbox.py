@@ -167,3 +167,32 @@ def toolchains(
         row["rootfs_built"] = (settings.toolchain_rootfs_path(family) / "usr" / "bin").is_dir()
         rows.append(row)
     print_json({"toolchains": rows})
+
+
+@sandbox_app.command("bases")
+def bases(
+    *, build: Annotated[bool, typer.Option("--build", help="build every local base image that is missing")] = False
+) -> None:
+    """List the base images image tasks may build FROM when images are sourced locally (built here from Debian
+    packages, nothing pulled), building them with --build (needs dockerd)."""
+    from infra.local.base_images import ensure_base_image
+    from infra.local.rootfs import local_image
+    from schemas.base_images import LOCAL_BASE_IMAGES
+    from workers.sandbox.docker_backend import docker_client
+
+    settings = load_settings()
+    client = docker_client(settings)
+    rows = []
+    for canonical in sorted(set(LOCAL_BASE_IMAGES.values())):
+        started = time.monotonic()
+        if build:
+            image_id = ensure_base_image(settings, client, canonical)
+        else:
+            present = local_image(client, canonical)
+            image_id = None if present is None else str(present.id)
+        names = sorted(name for name, recipe in LOCAL_BASE_IMAGES.items() if recipe == canonical)
+        row: dict[str, object] = {"image": canonical, "names": names, "id": image_id}
+        if build:
+            row["seconds"] = round(time.monotonic() - started, 1)
+        rows.append(row)
+    print_json({"bases": rows})
