@@ -47,6 +47,16 @@ ImageRef = Annotated[
 ]
 
 
+#: Where a verifier stages the tests, writes the reward and an oracle its solution: never part of a WORKDIR.
+RESERVED_DIRS = ("/tests", "/logs", "/solution")
+
+
+def _within(path: str, directory: str) -> bool:
+    """True when ``path`` is ``directory`` or lies under it (both absolute, normalised)."""
+    path, directory = path.rstrip("/") or "/", directory.rstrip("/") or "/"
+    return path == directory or path.startswith(directory + "/")
+
+
 class PackedTree(Contract):
     """A directory as its canonical tar, base64, with the sha256 of the tar's bytes (checked on every read)."""
 
@@ -119,6 +129,13 @@ class TaskEnvironment(Contract):
                 "workdir is /: the verifier receives the agent's WORKDIR, so it must be a directory of its own "
                 "(set WORKDIR in the Dockerfile, e.g. /app, or [environment] workdir)",
                 {"field": "workdir"},
+            )
+        reserved = next((r for r in RESERVED_DIRS if _within(self.workdir, r) or _within(r, self.workdir)), None)
+        if reserved is not None:
+            raise PydanticCustomError(
+                "environment",
+                "workdir {workdir} overlaps {reserved}, where the verifier stages what the agent must not reach",
+                {"field": "workdir", "workdir": self.workdir, "reserved": reserved},
             )
         return self
 

@@ -132,9 +132,12 @@ def _prepare(build: bool, validate: bool) -> Callable[[list[Task]], None] | None
         if not validate:
             return
         results = _validations(settings, tasks, images)
+        for result in results:
+            for flag in result.flags:
+                print(f"{result.task_id}: {flag}", file=sys.stderr)
         invalid = [r for r in results if not r.valid]
         for result in invalid:
-            print(f"{result.task_id}: invalid: {'; '.join(result.reasons)}", file=sys.stderr)
+            print(f"{result.task_id}: invalid: {'; '.join(result.problems)}", file=sys.stderr)
         if invalid:
             raise ValidationError(f"{len(invalid)} of {len(results)} task(s) invalid (--validate), nothing stored")
 
@@ -172,7 +175,9 @@ def validate_tasks(task_ids: list[str] = _TASK_IDS, directory: Path | None = _DI
         elif result.valid:
             typer.echo(f"{result.task_id}: valid (oracle {result.oracle_reward}, no-op {result.noop_reward})")
         else:
-            typer.echo(f"{result.task_id}: invalid: {'; '.join(result.reasons)}")
+            typer.echo(f"{result.task_id}: invalid: {'; '.join(result.problems)}")
+        for flag in [] if as_json else result.flags:
+            typer.echo(f"{result.task_id}: {flag}")
     sys.stdout.flush()
     if not all(result.valid for result in results):
         raise typer.Exit(1)

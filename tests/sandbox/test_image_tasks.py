@@ -18,7 +18,7 @@ import pytest
 
 from schemas.settings import Settings
 from schemas.tasks import Task, VerifierSuite
-from tests.unit.workers.tasks.harbor.test_directory import make_task
+from tests.unit.workers.tasks.harbor.test_directory import TEST_SH, make_task
 from workers.containers.image_containers import LABEL, ContainerInfraError
 from workers.containers.validation import validate_task
 from workers.containers.verification import verify
@@ -88,11 +88,41 @@ def test_a_broken_oracle_and_a_free_reward_are_invalid(docker_client: Any, image
     broken = hello(tmp_path, {"solution/solve.sh": "#!/bin/bash\necho 'print(\"nope\")' > /app/hello.py\n"})
     result = validate_task(docker_client, image_of(broken), broken)
     assert (result.valid, result.oracle_reward, result.noop_reward) == (False, 0.0, 0.0)
-    assert "the oracle earns 0.0" in result.reasons[0]
+    assert "the oracle earns 0.0" in result.problems[0]
     free = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"})
     result = validate_task(docker_client, image_of(free), free)
     assert (result.valid, result.noop_reward) == (False, 1.0)
-    assert "no-op must earn 0.0" in result.reasons[0]
+    assert "no-op must earn 0.0" in result.problems[0]
+
+
+def test_a_task_whose_tests_run_agent_code_as_root_is_flagged(
+    docker_client: Any, image_of: Any, tmp_path: Path
+) -> None:
+    as_root = TEST_SH.replace("rs-as-agent ", "")
+    task = hello(tmp_path, {"tests/test.sh": as_root})
+    result = validate_task(docker_client, image_of(task), task)
+    assert (result.valid, result.oracle_reward, result.noop_reward) == (True, 1.0, 0.0)
+    assert len(result.flags) == 1
+    assert "run the agent's code through rs-as-agent" in result.flags[0]
+    assert result.as_json()["reasons"] == result.flags
+
+
+def test_rs_as_agent_keeps_agent_code_from_the_reward_and_the_tests(
+    docker_client: Any, image_of: Any, tmp_path: Path
+) -> None:
+    test_sh = (
+        "#!/bin/bash\n"
+        'fail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; exit 0; }\n'
+        "rs-as-agent sh -c 'echo {\\\"reward\\\": 1} > /logs/verifier/reward.json' && fail 'agent wrote the reward'\n"
+        "rs-as-agent cat /tests/test.sh > /dev/null 2>&1 && fail 'agent read the tests'\n"
+        "rs-as-agent touch /app/made-by-agent || fail 'agent cannot write its WORKDIR'\n"
+        "[ \"$(rs-as-agent id -u)\" = 65534 ] || fail 'agent is not nobody'\n"
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = hello(tmp_path, {"tests/test.sh": test_sh})
+    assert task.environment is not None
+    got = verify(docker_client, image_of(task), task.environment, verifier_of(task), None)
+    assert (got.reward.reward, got.reward.source) == (1.0, "reward.txt"), got.output
 
 
 def test_the_verifier_sees_the_agents_workdir_and_nothing_else(

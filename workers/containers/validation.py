@@ -1,4 +1,5 @@
-"""``tasks validate``: a task is valid when its oracle earns 1.0 and the untouched workspace earns 0.0.
+"""``tasks validate``: a task is valid when its oracle earns 1.0 and the untouched workspace earns 0.0; it is
+flagged when a planted reward writer in its WORKDIR moves its reward (``planted``).
 
 Why both: an oracle below 1.0 means the task cannot be solved as written (a broken test, an image that lacks
 what the tests need), and a no-op above 0.0 means the reward is free. Either would train the policy on noise.
@@ -11,59 +12,101 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.caps import STDERR_TAIL_BYTES
+from schemas.environments import Oracle, TaskEnvironment
 from schemas.tasks import Task, VerifierSuite
 from workers.containers.oracle import run_oracle
-from workers.containers.verification import verify
+from workers.containers.planted import planted_workdir
+from workers.containers.verification import Verification, verify
+from workers.containers.workdir import image_workdir
 from workers.episodes.snapshot import Caps, SnapshotError
 
 
 @dataclass(frozen=True, slots=True)
 class TaskValidation:
-    """One task's validation, as ``tasks validate --json`` prints it."""
+    """One task's validation: its rewards, what makes it invalid (``problems``) and what it is flagged for
+    (``flags``: valid, but an agent could game it); ``tasks validate --json`` prints both as ``reasons``."""
 
     task_id: str
     oracle_reward: float | None
     noop_reward: float | None
-    reasons: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
-        """Oracle 1.0 and no-op 0.0 (and nothing else wrong)."""
-        return self.oracle_reward == 1.0 and self.noop_reward == 0.0 and not self.reasons
+        """The oracle earns 1.0 and the no-op 0.0."""
+        return self.oracle_reward == 1.0 and self.noop_reward == 0.0 and not self.problems
 
     def as_json(self) -> dict[str, Any]:
         """``{"task_id", "oracle_reward", "noop_reward", "valid", "reasons"}``."""
         return {"task_id": self.task_id, "oracle_reward": self.oracle_reward, "noop_reward": self.noop_reward,
-                "valid": self.valid, "reasons": list(self.reasons)}  # fmt: skip
+                "valid": self.valid, "reasons": [*self.problems, *self.flags]}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Subject:
+    """What every run of one validation shares: the daemon, the image, the task's parts and its caps."""
+
+    client: Any
+    image: str
+    environment: TaskEnvironment
+    verifier: VerifierSuite
+    caps: Caps
+
+    def reward(self, workdir_tar: bytes | None) -> Verification:
+        return verify(self.client, self.image, self.environment, self.verifier, workdir_tar)
 
 
 def validate_task(client: Any, image: str, task: Task) -> TaskValidation:
-    """Run ``task``'s no-op and oracle through its verifier, each in fresh containers of ``image``."""
+    """Run ``task``'s no-op, a planted reward writer and its oracle through its verifier, each in fresh
+    containers of ``image``."""
     environment, verifier = task.environment, task.hidden_tests
     if environment is None or not isinstance(verifier, VerifierSuite):
         return TaskValidation(task.task_id, None, None, [f"task {task.task_id} is not an image task"])
-    reasons: list[str] = []
-    noop = verify(client, image, environment, verifier, None)
-    if noop.reward.reward != 0.0:
-        reasons.append(f"the untouched workspace earns {noop.reward.reward} (a no-op must earn 0.0)")
-    if task.solution is None:
-        reasons.append("no solution/solve.sh: nothing shows the task can be solved")
-        return TaskValidation(task.task_id, None, noop.reward.reward, reasons)
     limits = task.episode_limits
-    caps = Caps(limits.workspace_max_mb << 20, limits.workspace_max_files)
+    subject = _Subject(client, image, environment, verifier, Caps(limits.workspace_max_mb << 20,
+                                                                   limits.workspace_max_files))  # fmt: skip
+    noop = subject.reward(None).reward.reward
+    problems: list[str] = []
+    if noop != 0.0:
+        problems.append(f"the untouched workspace earns {noop} (a no-op must earn 0.0)")
+    flags = _planted_flags(subject, noop)
+    oracle, problem = _oracle_reward(subject, task.solution, limits.episode_timeout_s)
+    if problem is not None:
+        problems.append(problem)
+    return TaskValidation(task.task_id, oracle, noop, problems, flags)
+
+
+def _planted_flags(subject: _Subject, noop: float) -> list[str]:
+    """A flag when the planted writer moves the reward above the no-op's."""
     try:
-        packed, output = run_oracle(client, image, environment, task.solution, timeout_s=limits.episode_timeout_s,
-                                    caps=caps)  # fmt: skip
+        workdir = image_workdir(subject.client, subject.image, subject.environment, subject.caps)
+        planted = planted_workdir(workdir.data, subject.caps)
     except SnapshotError as exc:
-        reasons.append(f"the oracle's workspace cannot be snapshotted: {exc}")
-        return TaskValidation(task.task_id, None, noop.reward.reward, reasons)
+        return [f"flag: the planted writer could not be made: {exc}"]
+    got = subject.reward(planted).reward.reward
+    if got <= noop:
+        return []
+    return [
+        f"flag: agent code the tests run as root wrote the reward (a planted writer in WORKDIR earned {got}, the "
+        f"no-op {noop}): run the agent's code through rs-as-agent in test.sh"
+    ]
+
+
+def _oracle_reward(subject: _Subject, solution: Oracle | None, timeout_s: float) -> tuple[float | None, str | None]:
+    """The oracle's reward, and why the task is invalid by it (None: it earns 1.0)."""
+    if solution is None:
+        return None, "no solution/solve.sh: nothing shows the task can be solved"
+    try:
+        packed, output = run_oracle(subject.client, subject.image, subject.environment, solution,
+                                    timeout_s=timeout_s, caps=subject.caps)  # fmt: skip
+    except SnapshotError as exc:
+        return None, f"the oracle's workspace cannot be snapshotted: {exc}"
     if packed is None:
-        tail = output[-STDERR_TAIL_BYTES:]
-        reasons.append(f"solve.sh ran past the agent's timeout ({limits.episode_timeout_s:g} s): {tail}")
-        return TaskValidation(task.task_id, None, noop.reward.reward, reasons)
-    solved = verify(client, image, environment, verifier, packed.data)
-    if solved.reward.reward != 1.0:
-        why = solved.reward.reason or f"test.sh wrote {solved.reward.reward}"
-        tail = solved.output[-STDERR_TAIL_BYTES:]
-        reasons.append(f"the oracle earns {solved.reward.reward} (it must earn 1.0): {why}; {tail}")
-    return TaskValidation(task.task_id, solved.reward.reward, noop.reward.reward, reasons)
+        return None, f"solve.sh ran past the agent's timeout ({timeout_s:g} s): {output[-STDERR_TAIL_BYTES:]}"
+    solved = subject.reward(packed.data)
+    if solved.reward.reward == 1.0:
+        return 1.0, None
+    why = solved.reward.reason or f"test.sh wrote {solved.reward.reward}"
+    tail = solved.output[-STDERR_TAIL_BYTES:]
+    return solved.reward.reward, f"the oracle earns {solved.reward.reward} (it must earn 1.0): {why}; {tail}"

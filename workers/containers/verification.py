@@ -5,16 +5,19 @@ replaced by the agent's final one and nothing else of the episode, ``tests/`` st
 Why a fresh container: whatever the agent changed outside WORKDIR (site-packages, ``/usr``, ``/etc``, PATH,
 ``/logs``, ``/tests``, a process left running) never reaches the tests. What the host causes (the daemon
 failing, the image missing) is a ``ContainerInfraError``: withheld and retried, never a 0. A test.sh past its
-own timeout is a 0, as in Harbor: the tests ran the agent's code.
+own timeout is a 0, as in Harbor: the tests ran the agent's code. ``rs-as-agent`` is installed for the tests to
+run that code unprivileged (``as_agent``).
 """
 
 from __future__ import annotations
 
+import posixpath
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from schemas.environments import TaskEnvironment, VerifierSuite
+from workers.containers import as_agent
 from workers.containers.image_containers import MAX_OUTPUT_BYTES, container_run, output_tail
 from workers.containers.reward_file import JSON_FILE, MAX_REWARD_FILE_BYTES, TEXT_FILE, VerifierReward, read_reward
 
@@ -54,8 +57,10 @@ def verify(
     with container_run(client, image, environment, purpose="verifier", env=verifier.env) as run:
         if workdir_tar is not None:
             run.replace_dir(environment.workdir, workdir_tar)
-        run.shell(f"mkdir -p {TESTS_DIR} {LOGS_DIR}", timeout_s=_STAGE_S)
+        run.shell(f"mkdir -p {TESTS_DIR} {LOGS_DIR} {posixpath.dirname(as_agent.PATH)}", timeout_s=_STAGE_S)
         run.put(TESTS_DIR, verifier.tests.tar())
+        run.put(posixpath.dirname(as_agent.PATH), as_agent.install_tar())
+        run.shell(as_agent.prepare_script(environment.workdir), timeout_s=_STAGE_S)
         finished = run.shell(_RUN, timeout_s=verifier.timeout_s, cwd=environment.workdir)
         caps = {OUTPUT_FILE: MAX_OUTPUT_BYTES}
         files = run.read_files(LOGS_DIR, caps, default_cap=MAX_REWARD_FILE_BYTES + 1)  # one byte over tells

@@ -6,8 +6,10 @@ from __future__ import annotations
 import posixpath
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from workers.containers.image_containers import ContainerInfraError, ContainerRun
+from schemas.environments import TaskEnvironment
+from workers.containers.image_containers import ContainerInfraError, ContainerRun, container_run
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
 
 
@@ -25,3 +27,9 @@ def workdir_snapshot(run: ContainerRun, workdir: str, caps: Caps) -> Packed:
         if not top.is_dir():
             raise ContainerInfraError(f"the daemon's archive of {workdir} has no directory {top.name}")
         return pack(top, caps)
+
+
+def image_workdir(client: Any, image: str, environment: TaskEnvironment, caps: Caps) -> Packed:
+    """The WORKDIR ``image`` starts with (what an agent that does nothing submits), as a canonical snapshot."""
+    with container_run(client, image, environment, purpose="workdir") as run:
+        return workdir_snapshot(run, environment.workdir, caps)

@@ -68,6 +68,9 @@ def test_trees_over_their_caps_are_refused() -> None:
         ({"environment": {"context": TREE, "workdir": "/app/../etc"}}, ". or .. segment"),
         ({"environment": {"context": TREE, "workdir": "app"}}, "workdir"),
         ({"environment": {"context": TREE, "workdir": "//"}}, "must be a directory of its own"),
+        ({"environment": {"context": TREE, "workdir": "/tests"}}, "overlaps /tests"),
+        ({"environment": {"context": TREE, "workdir": "/logs/verifier/x"}}, "overlaps /logs"),
+        ({"environment": {"context": TREE, "workdir": "/solution/"}}, "overlaps /solution"),
         ({"environment": {"context": TREE, "workdir": "/app", "env": {"1BAD": "x"}}}, "env"),
     ],
 )

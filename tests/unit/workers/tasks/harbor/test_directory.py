@@ -16,8 +16,9 @@ from schemas.tasks import ImageTaskError, language_problem, task_version
 from workers.tasks.harbor.directory import HarborTaskError, TaskDirError, read_task_dir, read_task_tree
 from workers.tasks.registry import TaskRegistry, WeakTasksError
 
+#: The agent's program runs through rs-as-agent: as root it could write the reward itself.
 TEST_SH = (
-    '#!/bin/bash\n[ "$(python /app/hello.py)" = hello ] && echo 1 > /logs/verifier/reward.txt '
+    '#!/bin/bash\n[ "$(rs-as-agent python /app/hello.py)" = hello ] && echo 1 > /logs/verifier/reward.txt '
     "|| echo 0 > /logs/verifier/reward.txt\n"
 )
 
