@@ -15,8 +15,9 @@ import posixpath
 import shlex
 import tarfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from schemas.environments import TaskEnvironment
 from schemas.errors import SandboxError
@@ -27,6 +28,9 @@ _CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID"
 _PIDS_LIMIT = 4096
 #: Seconds a host-side step (staging files, emptying a directory) may take.
 _HOST_STEP_S = 120.0
+#: Seconds between two looks at how much a running command has written (docker has no disk quota on overlay2
+#: without project quotas, so the storage cap is watched, and a fast writer may pass it by about a second's worth).
+_SIZE_CHECK_S = 1.0
 #: Bytes of a command's output file read back, and characters of its tail kept (``output_tail``).
 MAX_OUTPUT_BYTES = 1024 * 1024
 OUTPUT_TAIL_CHARS = 4000
@@ -39,6 +43,10 @@ def output_tail(data: bytes) -> str:
     return data.decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
 
 
+#: How a command in the container ended: on its own, past its timeout, or over the container's storage.
+Ended = Literal["finished", "timeout", "storage"]
+
+
 class ContainerInfraError(SandboxError):
     """The docker daemon failed a step of the container's life: the host's problem, never the task's."""
 
@@ -46,14 +54,16 @@ class ContainerInfraError(SandboxError):
 class ContainerRun:
     """A started container of an image task; ``shell`` runs a command in it, ``put``/``get`` move tars."""
 
-    def __init__(self, client: Any, container: Any) -> None:
+    def __init__(self, client: Any, container: Any, storage_bytes: int) -> None:
         self.client = client
         self.container = container
+        self.storage_bytes = storage_bytes
         self.killed = False
 
-    def shell(self, script: str, *, timeout_s: float, cwd: str | None = None) -> bool:
-        """Run ``script`` under ``bash -c`` as root; False if it ran past ``timeout_s`` (the container is then
-        killed: later ``get`` calls still read its files). Its exit status is not the caller's business."""
+    def shell(self, script: str, *, timeout_s: float, cwd: str | None = None) -> Ended:
+        """Run ``script`` under ``bash -c`` as root until it ends, runs past ``timeout_s`` or makes the container
+        hold more than its storage (then the container is killed: later ``get`` calls still read its files).
+        Its exit status is not the caller's business."""
         if self.killed:
             raise ContainerInfraError("the container was killed by an earlier timeout")
         api = self.client.api
@@ -73,12 +83,32 @@ class ContainerRun:
                 done.set()
 
         threading.Thread(target=_run, name="image-task-exec", daemon=True).start()
-        if not done.wait(timeout_s):
-            self.kill()
-            return False
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(max(0.0, min(_SIZE_CHECK_S, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                self.kill()
+                return "timeout"
+            if self.written() > self.storage_bytes:
+                self.kill()
+                return "storage"
         if failure:
             raise ContainerInfraError(f"docker exec failed: {failure[0]}")
-        return True
+        return "finished"
+
+    def stage(self, script: str) -> None:
+        """Run a host-side step (staging files, emptying a directory): anything but finishing is the host's."""
+        ended = self.shell(script, timeout_s=_HOST_STEP_S)
+        if ended != "finished":
+            raise ContainerInfraError(f"a staging step ended by {ended} ({_HOST_STEP_S:g} s allowed): {script!r}")
+
+    def written(self) -> int:
+        """Bytes the container has added to its image (docker's SizeRw)."""
+        api = self.client.api
+        try:  # docker-py's inspect_container cannot ask for sizes: the same endpoint with ?size=1
+            info = api._result(api._get(api._url("/containers/{0}/json", self.container.id), params={"size": 1}), True)
+        except Exception as exc:
+            raise ContainerInfraError(f"docker inspect of the container's size failed: {exc}") from exc
+        return int(info.get("SizeRw") or 0)
 
     def kill(self) -> None:
         """Stop every process of the container now."""
@@ -98,8 +128,7 @@ class ContainerRun:
     def replace_dir(self, path: str, tar: bytes) -> None:
         """Make the directory ``path`` hold exactly ``tar``'s entries (everything in it before is removed)."""
         quoted = shlex.quote(path)
-        if not self.shell(f"mkdir -p -- {quoted} && find {quoted} -mindepth 1 -delete", timeout_s=_HOST_STEP_S):
-            raise ContainerInfraError(f"emptying {path} took over {_HOST_STEP_S:g} s")
+        self.stage(f"mkdir -p -- {quoted} && find {quoted} -mindepth 1 -delete")
         self.put(path, tar)
 
     def read_files(self, directory: str, caps: Mapping[str, int], *, default_cap: int) -> dict[str, bytes]:
@@ -188,7 +217,7 @@ def container_run(
             container.start()
         except Exception as exc:
             raise ContainerInfraError(f"cannot start a container of {image}: {exc}") from exc
-        yield ContainerRun(client, container)
+        yield ContainerRun(client, container, environment.storage_mb << 20)
     finally:
         with contextlib.suppress(Exception):
             container.remove(force=True)

@@ -16,7 +16,6 @@ _RUN = (
     f"chmod +x {SOLUTION_DIR}/solve.sh && mkdir -p /logs/agent && "
     f"({SOLUTION_DIR}/solve.sh) > /logs/agent/oracle.txt 2>&1"
 )
-_STAGE_S = 120.0
 
 
 def run_oracle(
@@ -25,8 +24,8 @@ def run_oracle(
     """The WORKDIR ``solve.sh`` leaves (None if it ran past ``timeout_s``) and the tail of its output."""
     env = {"DEBIAN_FRONTEND": "noninteractive", **oracle.env}
     with container_run(client, image, environment, purpose="oracle", env=env) as run:
-        run.shell(f"mkdir -p {SOLUTION_DIR}", timeout_s=_STAGE_S)
+        run.stage(f"mkdir -p {SOLUTION_DIR}")
         run.put(SOLUTION_DIR, oracle.solution.tar())
-        finished = run.shell(_RUN, timeout_s=timeout_s, cwd=environment.workdir)
+        finished = run.shell(_RUN, timeout_s=timeout_s, cwd=environment.workdir) == "finished"
         output = output_tail(run.read_files("/logs/agent", {}, default_cap=MAX_OUTPUT_BYTES).get("oracle.txt", b""))
         return (workdir_snapshot(run, environment.workdir, caps) if finished else None), output

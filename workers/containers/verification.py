@@ -24,7 +24,6 @@ from workers.containers.reward_file import JSON_FILE, MAX_REWARD_FILE_BYTES, TEX
 LOGS_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
 OUTPUT_FILE = "test-stdout.txt"
-_STAGE_S = 120.0
 _RUN = (
     f"rm -f -- {LOGS_DIR}/{JSON_FILE} {LOGS_DIR}/{TEXT_FILE} && chmod 0700 {TESTS_DIR} && "
     f"chmod +x {TESTS_DIR}/test.sh && ({TESTS_DIR}/test.sh) > {LOGS_DIR}/{OUTPUT_FILE} 2>&1"
@@ -57,15 +56,17 @@ def verify(
     with container_run(client, image, environment, purpose="verifier", env=verifier.env) as run:
         if workdir_tar is not None:
             run.replace_dir(environment.workdir, workdir_tar)
-        run.shell(f"mkdir -p {TESTS_DIR} {LOGS_DIR} {posixpath.dirname(as_agent.PATH)}", timeout_s=_STAGE_S)
+        run.stage(f"mkdir -p {TESTS_DIR} {LOGS_DIR} {posixpath.dirname(as_agent.PATH)}")
         run.put(TESTS_DIR, verifier.tests.tar())
         run.put(posixpath.dirname(as_agent.PATH), as_agent.install_tar())
-        run.shell(as_agent.prepare_script(environment.workdir), timeout_s=_STAGE_S)
-        finished = run.shell(_RUN, timeout_s=verifier.timeout_s, cwd=environment.workdir)
+        run.stage(as_agent.prepare_script(environment.workdir))
+        ended = run.shell(_RUN, timeout_s=verifier.timeout_s, cwd=environment.workdir)
         caps = {OUTPUT_FILE: MAX_OUTPUT_BYTES}
         files = run.read_files(LOGS_DIR, caps, default_cap=MAX_REWARD_FILE_BYTES + 1)  # one byte over tells
     reward = read_reward(files)
-    if not finished:
+    if ended == "timeout":
         reward = VerifierReward(0.0, None, f"test.sh ran past its timeout ({verifier.timeout_s:g} s)")
+    elif ended == "storage":
+        reward = VerifierReward(0.0, None, f"the verifier's container wrote over {environment.storage_mb} MiB")
     output = output_tail(files.get(OUTPUT_FILE, b""))
-    return Verification(reward, not finished, output, time.monotonic() - started)
+    return Verification(reward, ended == "timeout", output, time.monotonic() - started)
