@@ -16,6 +16,7 @@ import pytest
 
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
+from schemas.tasks import Task
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
 
@@ -116,3 +117,26 @@ def run_py(sandbox: Sandbox, code: str, **limits: Any) -> SandboxResult:
     files = {"main.py": code.encode(), **limits.pop("files", {})}
     spec = SandboxSpec(argv=("python3", "main.py"), files=files, **limits)
     return sandbox.run(spec)
+
+
+@pytest.fixture(scope="module")
+def task_images(settings: Settings, docker_client: Any) -> Iterator[dict[str, str]]:
+    """task id -> image: each test's task image, removed after the module."""
+    made: dict[str, str] = {}
+    yield made
+    for tag in set(made.values()):
+        docker_client.images.remove(tag, force=True)
+
+
+@pytest.fixture
+def image_of(settings: Settings, docker_client: Any, task_images: dict[str, str]) -> Any:
+    """``image_of(task)``: the task's image on this host (built once; removed after the module)."""
+    from rewardstream.cli.task_images import task_image_source
+
+    source = task_image_source(settings, docker_client)
+
+    def build(task: Task) -> str:
+        task_images[task.task_id] = source(task)
+        return task_images[task.task_id]
+
+    return build

@@ -6,75 +6,18 @@ Every task image a test builds is removed after the module; the base images stay
 
 from __future__ import annotations
 
-import io
-import tarfile
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from schemas.settings import Settings
-from schemas.tasks import Task, VerifierSuite
+from tests.sandbox.image_task import hello, tar_of, verifier_of
 from tests.unit.workers.tasks.harbor.test_directory import TEST_SH, make_task
 from workers.containers.image_containers import LABEL, ContainerInfraError
 from workers.containers.validation import validate_task
 from workers.containers.verification import verify
-from workers.tasks.harbor.directory import read_task_dir
 from workers.tasks.registry import TaskRegistry
-
-
-def tar_of(files: dict[str, str | tuple[str, str]]) -> bytes:
-    """A tar of ``files`` (name -> text, or name -> ("link", target))."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, body in files.items():
-            info = tarfile.TarInfo(name)
-            if isinstance(body, tuple):
-                info.type, info.linkname = tarfile.SYMTYPE, body[1]
-                tar.addfile(info)
-            else:
-                data = body.encode()
-                info.size, info.mode = len(data), 0o755
-                tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def images(settings: Settings, docker_client: Any) -> Iterator[dict[str, str]]:
-    """task id -> image: each test's task image, removed after the module."""
-    made: dict[str, str] = {}
-    yield made
-    for tag in set(made.values()):
-        docker_client.images.remove(tag, force=True)
-
-
-@pytest.fixture
-def image_of(settings: Settings, docker_client: Any, images: dict[str, str]) -> Any:
-    from rewardstream.cli.task_images import task_image_source
-
-    source = task_image_source(settings, docker_client)
-
-    def build(task: Task) -> str:
-        images[task.task_id] = source(task)
-        return images[task.task_id]
-
-    return build
-
-
-def hello(tmp_path: Path, files: dict[str, str] | None = None) -> Task:
-    """The sample task, with ``files`` (path in the task directory -> text) written over it."""
-    task_dir = make_task(tmp_path, f"hello-{uuid.uuid4().hex[:8]}")
-    for relative, text in (files or {}).items():
-        (task_dir / relative).write_text(text)
-    return read_task_dir(task_dir).task
-
-
-def verifier_of(task: Task) -> VerifierSuite:
-    assert isinstance(task.hidden_tests, VerifierSuite)
-    return task.hidden_tests
 
 
 def test_a_task_with_a_working_oracle_is_valid(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
@@ -183,7 +126,7 @@ def test_a_missing_image_is_the_hosts_error_never_a_zero(docker_client: Any, tmp
         verify(docker_client, "rs-task/absent:1", task.environment, verifier_of(task), None)
 
 
-def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, images: dict[str, str]) -> None:
+def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, task_images: dict[str, str]) -> None:
     from typer.testing import CliRunner
 
     from rewardstream.cli.main import _register, app
@@ -225,37 +168,3 @@ def test_cli_lists_the_local_bases_present(docker_client: Any, image_of: Any, tm
     rows = {row["image"]: row for row in orjson.loads(listed.output)["bases"]}
     assert set(rows) == {"debian:bookworm-slim", "python:3.11-slim"}
     assert rows["python:3.11-slim"]["id"] == docker_client.images.get("python:3.11-slim").id
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        # Disk: docker has no quota on overlay2 here, so the cap is watched and the writer killed.
-        ("rs-as-agent dd if=/dev/zero of=/app/big bs=1M count=2000 2>/dev/null", {"storage_mb": 64}, "wrote over"),
-        # A fork bomb meets the pids limit; the verifier's timeout ends it.
-        ("rs-as-agent bash -c ':(){ :|:& };:' ; sleep 600", {}, "past its timeout"),
-        # Every process root can signal in the container: test.sh dies with them, having written nothing.
-        ("kill -9 -1; sleep 5; echo 1 > /logs/verifier/reward.txt", {}, "neither reward.json nor reward.txt"),
-        # Memory: the kernel kills the allocation; the tests go on and write the 0.
-        (
-            "rs-as-agent python3 -c 'x = bytearray(1 << 30)' || echo 0 > /logs/verifier/reward.txt",
-            {"memory_mb": 128},
-            None,
-        ),
-    ],
-    ids=["disk", "fork-bomb", "kill-all", "memory"],
-)
-def test_hostile_verifier_runs_end_in_a_zero_and_leave_nothing(
-    docker_client: Any, image_of: Any, tmp_path: Path, case: tuple[str, dict[str, int], str | None]
-) -> None:
-    script, limits, reason = case
-    task = hello(tmp_path, {"tests/test.sh": f"#!/bin/bash\n{script}\n"})
-    assert task.environment is not None
-    environment = task.environment.model_copy(update=limits)
-    verifier = verifier_of(task).model_copy(update={"timeout_s": 8.0})
-    got = verify(docker_client, image_of(task), environment, verifier, None)
-    assert got.reward.reward == 0.0
-    if reason is not None:
-        assert reason in (got.reward.reason or ""), got
-    assert got.seconds < 60
-    assert not docker_client.containers.list(all=True, filters={"label": LABEL})
