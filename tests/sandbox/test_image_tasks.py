@@ -50,12 +50,14 @@ def test_a_task_whose_tests_run_agent_code_as_root_is_flagged(
     assert result.as_json()["reasons"] == result.flags
 
 
+#: A test.sh that checks things one by one: the first that fails writes 0 and says which.
+CHECKS = '#!/bin/bash\nfail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; exit 0; }\n'
+
+
 def test_rs_as_agent_keeps_agent_code_from_the_reward_and_the_tests(
     docker_client: Any, image_of: Any, tmp_path: Path
 ) -> None:
-    test_sh = (
-        "#!/bin/bash\n"
-        'fail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; exit 0; }\n'
+    test_sh = CHECKS + (
         "rs-as-agent sh -c 'echo {\\\"reward\\\": 1} > /logs/verifier/reward.json' && fail 'agent wrote the reward'\n"
         "rs-as-agent cat /tests/test.sh > /dev/null 2>&1 && fail 'agent read the tests'\n"
         "rs-as-agent touch /app/made-by-agent || fail 'agent cannot write its WORKDIR'\n"
@@ -71,9 +73,7 @@ def test_rs_as_agent_keeps_agent_code_from_the_reward_and_the_tests(
 def test_the_verifier_sees_the_agents_workdir_and_nothing_else(
     docker_client: Any, image_of: Any, tmp_path: Path
 ) -> None:
-    test_sh = (
-        "#!/bin/bash\n"
-        'fail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; exit 0; }\n'
+    test_sh = CHECKS + (
         '[ "$PWD" = /app ] || fail cwd\n'
         "[ -e /app/hello.py ] && fail 'a file the agent deleted came back'\n"
         "[ \"$(cat /app/new.txt)\" = written ] || fail 'the agent file is missing'\n"

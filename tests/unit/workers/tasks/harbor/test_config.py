@@ -145,7 +145,17 @@ _TABLES = st.sampled_from(["agent", "verifier", "environment", "solution", "meta
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_TABLES, st.dictionaries(_KEYS, _VALUES, max_size=4), max_size=4))
 def test_any_task_toml_reads_or_is_refused_with_problems(tables: dict[str, dict[str, Any]]) -> None:
-    text = "\n".join(f"{name} = {_toml_value(body)}" for name, body in tables.items())
+    reads_or_names_problems("\n".join(f"{name} = {_toml_value(body)}" for name, body in tables.items()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_reads_or_is_refused(text: str) -> None:
+    reads_or_names_problems(text)
+
+
+def reads_or_names_problems(text: str) -> None:
+    """``text`` reads, or is refused with at least one problem, each a non-empty line."""
     try:
         parse_task_toml(text)
     except TaskConfigError as exc:
@@ -154,15 +164,3 @@ def test_any_task_toml_reads_or_is_refused_with_problems(tables: dict[str, dict[
         return
     assert problems
     assert all(isinstance(p, str) and p for p in problems)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=300))
-def test_any_text_reads_or_is_refused(text: str) -> None:
-    try:
-        parse_task_toml(text)
-    except TaskConfigError as exc:
-        problems = exc.problems
-    else:
-        return
-    assert problems
