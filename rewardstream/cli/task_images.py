@@ -4,6 +4,7 @@ builder (``workers``), which cannot import each other."""
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,11 @@ def task_image_source(settings: Settings, client: Any) -> Callable[[Task], str]:
                 build_timeout_s=environment.build_timeout_s,
                 base_image=base_image,
                 lock_dir=lock_dir,
+                workdir=environment.workdir,
             )
+            for trimmed in built.trimmed:
+                print(f"{task.task_id}: warning: removed from its image's history (only HEAD's is kept): {trimmed}",
+                      file=sys.stderr)  # fmt: skip
             return built.tag
         assert environment.docker_image is not None  # noqa: S101 - the task's schema: a context or an image
         return ensure_prebuilt_image(client, environment.docker_image, may_pull=not local)

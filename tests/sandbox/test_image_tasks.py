@@ -17,6 +17,7 @@ from tests.unit.workers.tasks.harbor.test_directory import TEST_SH, make_task
 from workers.containers.image_containers import LABEL, ContainerInfraError
 from workers.containers.validation import validate_task
 from workers.containers.verification import verify
+from workers.images.task_images import TaskImageError
 from workers.tasks.registry import TaskRegistry
 
 
@@ -168,3 +169,41 @@ def test_cli_lists_the_local_bases_present(docker_client: Any, image_of: Any, tm
     rows = {row["image"]: row for row in orjson.loads(listed.output)["bases"]}
     assert set(rows) == {"debian:bookworm-slim", "python:3.11-slim"}
     assert rows["python:3.11-slim"]["id"] == docker_client.images.get("python:3.11-slim").id
+
+
+_GIT = "git -c user.email=author@example.com -c user.name=author"
+HISTORY = (
+    "FROM debian:bookworm-slim\n"
+    "RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*\n"
+    "WORKDIR /app\n"
+    f"RUN git init -q -b main . && {_GIT} commit -q --allow-empty -m base && echo buggy > code.txt "
+    f"&& git add code.txt && {_GIT} commit -q -m buggy && git checkout -q -b fix && echo fixed > code.txt "
+    f"&& {_GIT} commit -qam 'the fix' && git tag v-fix && git checkout -q main && echo wip > wip.txt "
+    f"&& git add wip.txt && {_GIT} stash -q && git branch other fix && git reflog | head -3\n"
+)
+#: Every commit message and blob text left in /app's repository, and its refs.
+AUDIT = (
+    "cd /app && git for-each-ref --format='ref %(refname)' && "
+    "git cat-file --batch-all-objects --batch-check='%(objecttype) %(objectname)' | while read -r t o; do "
+    'case $t in commit) echo "commit $(git log -1 --format=%s $o)";; blob) echo "blob $(git cat-file -p $o)";; esac; '
+    "done"
+)
+
+
+def test_repositories_in_the_workdir_keep_only_heads_history(
+    docker_client: Any, image_of: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    task = hello(tmp_path, {"environment/Dockerfile": HISTORY})
+    image = image_of(task)
+    warned = capsys.readouterr().err
+    for ref in ("refs/heads/fix", "refs/heads/other", "refs/tags/v-fix", "refs/stash"):
+        assert f"/app: {ref}" in warned, warned
+    left = docker_client.containers.run(image, ["sh", "-c", AUDIT], network_mode="none", remove=True).decode()
+    assert sorted(left.split("\n")) == sorted(["", "ref refs/heads/main", "commit base", "commit buggy", "blob buggy"])
+
+
+def test_a_repository_in_an_image_without_git_is_refused(image_of: Any, tmp_path: Path) -> None:
+    dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN mkdir -p /app/.git\n"
+    task = hello(tmp_path, {"environment/Dockerfile": dockerfile})
+    with pytest.raises(TaskImageError, match="is a git repository and the image has no git"):
+        image_of(task)

@@ -32,6 +32,7 @@ from typing import Any
 from schemas.base_images import LOCAL_BASE_IMAGES
 from schemas.errors import SandboxError, exception_line
 from workers.images.dockerfile import TaskImageError, dockerfile_bases
+from workers.images.trim_git import ERROR_MARK, MARK, trim_context, trimmed_refs
 
 __all__ = [
     "BuiltImage",
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 #: Bump when the way a task image is made changes (build options, labels): every task image is then rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: repositories in WORKDIR keep only HEAD's history (trim_git)
 REPOSITORY = "rs-task"
 CONTEXT_LABEL = "rewardstream.task-context"
 #: How much of a failed build's output its error keeps.
@@ -62,6 +63,7 @@ class BuiltImage:
     image_id: str
     built: bool
     seconds: float
+    trimmed: tuple[str, ...] = ()
 
 
 def task_image_tag(context_sha256: str, base_ids: Sequence[str]) -> str:
@@ -80,11 +82,13 @@ def ensure_task_image(
     build_timeout_s: float,
     base_image: Callable[[str], str | None],
     lock_dir: Path,
+    workdir: str | None = None,
 ) -> BuiltImage:
     """The task image of ``context_tar`` (an uncompressed tar whose root holds the Dockerfile), built unless
     present. ``base_image(name)`` gives a base's local id (building it when it is a known local base) or None.
     Raises TaskImageError naming the context digest: an unusable Dockerfile, a base not to be had here, a
-    failed build (with its last lines) or one over ``build_timeout_s`` (stopped; nothing tagged)."""
+    failed build (with its last lines) or one over ``build_timeout_s`` (stopped; nothing tagged). With
+    ``workdir``, its repositories keep only HEAD's history (``trim_git``): ``trimmed`` names what went."""
     started = time.monotonic()
     where = f"task context {context_sha256}"
     try:
@@ -105,11 +109,36 @@ def ensure_task_image(
         present = _local_id(client, tag)
         if present is not None:
             return BuiltImage(tag, present, built=False, seconds=time.monotonic() - started)
-        _build(client, context_tar, tag, labels={CONTEXT_LABEL: context_sha256}, timeout_s=build_timeout_s, where=where)
+        labels = {CONTEXT_LABEL: context_sha256}
+        if workdir is None:
+            _build(client, context_tar, tag, labels=labels, timeout_s=build_timeout_s, where=where)
+            trimmed: list[str] = []
+        else:
+            trimmed = _build_trimmed(client, context_tar, tag, labels, build_timeout_s - (time.monotonic() - started),
+                                     where=where, workdir=workdir)  # fmt: skip
         built = _local_id(client, tag)
     if built is None:
         raise TaskImageError(f"{where}: the build ended without tagging {tag}")
-    return BuiltImage(tag, built, built=True, seconds=time.monotonic() - started)
+    return BuiltImage(tag, built, built=True, seconds=time.monotonic() - started, trimmed=tuple(trimmed))
+
+
+def _build_trimmed(
+    client: Any, context_tar: bytes, tag: str, labels: dict[str, str], timeout_s: float, *, where: str, workdir: str
+) -> list[str]:
+    """The task's own build, then the trimming step ``FROM`` it as ``tag``; the refs it removed."""
+    started = time.monotonic()
+    untrimmed = f"{tag}-untrimmed"
+    _build(client, context_tar, untrimmed, labels=labels, timeout_s=timeout_s, where=where)
+    try:
+        image = client.images.get(untrimmed)
+        user = str((image.attrs.get("Config") or {}).get("User") or "")
+        context = trim_context(str(image.id), workdir, user)
+        output = _build(client, context, tag, labels=labels, timeout_s=timeout_s - (time.monotonic() - started),
+                        where=where)  # fmt: skip
+    finally:
+        with contextlib.suppress(Exception):
+            client.images.remove(untrimmed, noprune=True)
+    return trimmed_refs(output.lines)
 
 
 def ensure_prebuilt_image(client: Any, ref: str, may_pull: bool) -> str:
@@ -165,12 +194,15 @@ class _BuildOutput:
 
     def __init__(self) -> None:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.lines: list[str] = []  # the marked ones (``trim_git``), every one
         self.error: str | None = None
 
     def add(self, message: dict[str, Any]) -> None:
         for line in str(message.get("stream", "")).splitlines():
             if line.strip():
                 self.tail.append(line.strip()[:TAIL_LINE_CHARS])
+            if MARK in line or ERROR_MARK in line:
+                self.lines.append(line.strip()[:TAIL_LINE_CHARS])
         if "error" in message:
             self.error = str(message["error"]).strip()
             self.tail.append(self.error[:TAIL_LINE_CHARS])
@@ -179,7 +211,9 @@ class _BuildOutput:
         return " | ".join(self.tail) or "no output"
 
 
-def _build(client: Any, context_tar: bytes, tag: str, *, labels: dict[str, str], timeout_s: float, where: str) -> None:
+def _build(
+    client: Any, context_tar: bytes, tag: str, *, labels: dict[str, str], timeout_s: float, where: str
+) -> _BuildOutput:
     """``docker build`` (classic builder) of the context as ``tag``, stopped at ``timeout_s``."""
     api = client.api
     params = {
@@ -221,7 +255,10 @@ def _build(client: Any, context_tar: bytes, tag: str, *, labels: dict[str, str],
             f"{where}: the image build took over {timeout_s:g}s and was stopped; last output: {output.last_lines()}"
         )
     if output.error is not None:
-        raise TaskImageError(f"{where}: the image build failed: {output.last_lines()}")
+        refused = [line.split(ERROR_MARK, 1)[1].strip() for line in output.lines if ERROR_MARK in line]
+        raise TaskImageError(f"{where}: {refused[0]}" if refused else f"{where}: the image build failed: "
+                             f"{output.last_lines()}")  # fmt: skip
+    return output
 
 
 def _read(response: Any, output: _BuildOutput) -> None:
