@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.sandbox.image_task import hello, verifier_of
-from workers.containers.image_containers import LABEL
+from tests.sandbox.image_task import CreatedContainers, hello, verifier_of
 from workers.containers.verification import verify
 
 
@@ -33,9 +32,14 @@ from workers.containers.verification import verify
     ids=["disk", "fork-bomb", "kill-all", "memory"],
 )
 def test_hostile_verifier_runs_end_in_a_zero_and_leave_nothing(
-    docker_client: Any, image_of: Any, tmp_path: Path, case: tuple[str, dict[str, int], str | None]
+    docker_client: Any,
+    image_of: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, dict[str, int], str | None],
 ) -> None:
     script, limits, reason = case
+    created = CreatedContainers(monkeypatch)
     task = hello(tmp_path, {"tests/test.sh": f"#!/bin/bash\n{script}\n"})
     assert task.environment is not None
     environment = task.environment.model_copy(update=limits)
@@ -45,4 +49,5 @@ def test_hostile_verifier_runs_end_in_a_zero_and_leave_nothing(
     if reason is not None:
         assert reason in (got.reward.reason or ""), got
     assert got.seconds < 60
-    assert not docker_client.containers.list(all=True, filters={"label": LABEL})
+    assert created.ids
+    assert created.left(docker_client) == []

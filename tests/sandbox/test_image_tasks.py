@@ -6,18 +6,20 @@ Every task image a test builds is removed after the module; the base images stay
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from tests.sandbox.image_task import hello, tar_of, verifier_of
+from tests.sandbox.image_task import CreatedContainers, hello, tar_of, verifier_of
 from tests.unit.workers.tasks.harbor.test_directory import TEST_SH, make_task
-from workers.containers.image_containers import LABEL, ContainerInfraError
+from workers.containers.image_containers import ContainerInfraError
 from workers.containers.validation import validate_task
 from workers.containers.verification import verify
 from workers.images.task_images import TaskImageError
+from workers.tasks.harbor.directory import read_task_dir
 from workers.tasks.registry import TaskRegistry
 
 
@@ -104,7 +106,10 @@ def test_reward_json_wins_and_values_are_clamped(docker_client: Any, image_of: A
     assert dict(got.reward.values) == {"reward": 4.0, "tests": 2.0}
 
 
-def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(
+    docker_client: Any, image_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = CreatedContainers(monkeypatch)
     silent = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\necho ran but wrote nothing\n"})
     assert silent.environment is not None
     got = verify(docker_client, image_of(silent), silent.environment, verifier_of(silent), None)
@@ -117,7 +122,8 @@ def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(docker_client: Any,
     got = verify(docker_client, image_of(slow), slow.environment, verifier, None)
     assert (got.reward.reward, got.timed_out) == (0.0, True)
     assert got.seconds < 60
-    assert not docker_client.containers.list(all=True, filters={"label": LABEL})
+    assert created.ids
+    assert created.left(docker_client) == []
 
 
 def test_a_missing_image_is_the_hosts_error_never_a_zero(docker_client: Any, tmp_path: Path) -> None:
@@ -127,14 +133,17 @@ def test_a_missing_image_is_the_hosts_error_never_a_zero(docker_client: Any, tmp
         verify(docker_client, "rs-task/absent:1", task.environment, verifier_of(task), None)
 
 
-def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, task_images: dict[str, str]) -> None:
+def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, image_of: Any) -> None:
     from typer.testing import CliRunner
 
     from rewardstream.cli.main import _register, app
 
     _register()
-    make_task(tmp_path / "tasks", "good")
+    good = make_task(tmp_path / "tasks", "good")
     bad = make_task(tmp_path / "tasks", "bad")
+    for task_dir in (good, bad):  # this process's image, removed after the module
+        (task_dir / "environment" / "owner").write_text(f"{os.getpid()}\n")
+    image_of(read_task_dir(good).task)
     (bad / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
     runner = CliRunner()
     refused = runner.invoke(

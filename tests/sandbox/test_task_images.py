@@ -126,9 +126,9 @@ def test_an_unknown_base_is_refused_naming_it_and_the_known_ones(build: Any) -> 
 
 def _build_leftovers(docker_client: Any, marker: str) -> list[str]:
     """Containers and host processes still running the step that carries ``marker``."""
-    containers = [
-        c.name for c in docker_client.containers.list(all=True) if marker in " ".join(c.attrs["Config"]["Cmd"] or [])
-    ]
+    # One listing call (its rows carry each command), not a listing then an inspect per container: a container
+    # another test removes in between would fail the inspect.
+    containers = [row["Id"] for row in docker_client.api.containers(all=True) if marker in (row.get("Command") or "")]
     processes = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
