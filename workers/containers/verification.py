@@ -50,8 +50,9 @@ class Verification:
 def verify(
     client: Any, image: str, environment: TaskEnvironment, verifier: VerifierSuite, workdir_tar: bytes | None
 ) -> Verification:
-    """Run ``verifier`` on the agent's final WORKDIR (``workdir_tar``: a tar of its contents; None: the image's
-    own WORKDIR, untouched) in a fresh container of ``image``."""
+    """Run ``verifier`` on the agent's final WORKDIR (``workdir_tar``: its contents as a canonical snapshot, which
+    the host's snapshot rules made or checked; None: the image's own WORKDIR, untouched) in a fresh container of
+    ``image``."""
     started = time.monotonic()
     with container_run(client, image, environment, purpose="verifier", env=verifier.env) as run:
         if workdir_tar is not None:
