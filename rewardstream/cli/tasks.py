@@ -146,9 +146,17 @@ def _prepare(build: bool, validate: bool) -> Callable[[list[Task]], None] | None
 
 def _image_source(settings: Settings) -> Callable[[Task], str]:
     from rewardstream.cli.task_images import task_image_source
+    from schemas.errors import SandboxError
     from workers.sandbox.docker_backend import docker_client
 
-    return task_image_source(settings, docker_client(settings))
+    try:
+        client = docker_client(settings)
+    except SandboxError as exc:
+        raise SandboxError(
+            f"Harbor tasks' images are built and run by dockerd ({exc}): start it (`rewardstream up`), or load "
+            "with --no-build to build on first use"
+        ) from exc
+    return task_image_source(settings, client)
 
 
 def _validations(settings: Settings, tasks: list[Task], images: dict[str, str]) -> list[TaskValidation]:

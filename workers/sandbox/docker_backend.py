@@ -67,6 +67,11 @@ def _baked_image(settings: Settings, client: Any, family: str) -> str:
 
 def docker_client(settings: Settings) -> Any:
     """A docker-py client for ``settings.sandbox.docker_host`` (default: the local socket), checked with a ping."""
+    url = settings.sandbox.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if url.startswith("unix://") and not os.path.exists(url.removeprefix("unix://")):
+        # No daemon: said before a client is made, whose failed connect would leave its socket to the collector.
+        raise SandboxError(f"docker daemon unreachable: no socket at {url.removeprefix('unix://')}")
+    client = None
     try:
         import docker
 
@@ -77,6 +82,8 @@ def docker_client(settings: Settings) -> Any:
         )
         client.ping()
     except Exception as exc:
+        if client is not None:
+            client.close()  # its connection pool holds the socket the failed ping opened
         raise SandboxError(f"docker daemon unreachable: {exc}") from exc
     return client
 

@@ -171,11 +171,32 @@ def test_cli_loads_a_directory_and_names_each_problem(tmp_path: Path) -> None:
     _register()
     make_task(tmp_path / "tasks")
     runner = CliRunner()
-    ok = runner.invoke(app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "a"), "--json"])
+    load = ["tasks", "load", str(tmp_path / "tasks"), "--no-build"]  # images: tests/sandbox/test_image_tasks.py
+    ok = runner.invoke(app, [*load, "--dir", str(tmp_path / "a"), "--json"])
     assert ok.exit_code == 0, ok.output
     assert '"added": [\n    "hello"\n  ]' in ok.output or '"hello"' in ok.output
     (tmp_path / "tasks" / "hello" / "instruction.md").unlink()
-    bad = runner.invoke(app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "b")])
+    bad = runner.invoke(app, [*load, "--dir", str(tmp_path / "b")])
     assert bad.exit_code != 0
     assert "hello: instruction.md is missing" in bad.output
     assert not (tmp_path / "b").exists()
+
+
+def test_cli_without_dockerd_says_how_to_load_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from rewardstream.cli.main import _register, app
+
+    _register()
+    make_task(tmp_path / "tasks")
+    monkeypatch.setenv("RS_SANDBOX_DOCKER_HOST", f"unix://{tmp_path}/no-dockerd.sock")
+    runner = CliRunner()
+    refused = runner.invoke(app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "a")])
+    assert refused.exit_code != 0
+    assert "start it (`rewardstream up`), or load with --no-build" in str(refused.exception)
+    assert TaskRegistry(tmp_path / "a").ids() == []
+    deferred = runner.invoke(
+        app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "a"), "--no-build"]
+    )
+    assert deferred.exit_code == 0, deferred.output
+    assert TaskRegistry(tmp_path / "a").ids() == ["hello"]
