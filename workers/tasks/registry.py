@@ -247,21 +247,25 @@ class TaskRegistry:
         warning, nor if ``prepare(tasks)`` (e.g. building their images) raises."""
         read = read_task_tree(path)
         told = [TaskWarning(item.task.task_id, warning) for item in read for warning in item.warnings]
-        tasks = [item.task for item in read]
-        if strict and told:
-            raise WeakTasksError(str(path), told)
-        if prepare is not None:
-            prepare(tasks)
-        return self.load_tasks(tasks, str(path), strict=strict, warnings=told)
+        return self.load_tasks([item.task for item in read], str(path), strict=strict, warnings=told, prepare=prepare)
 
     def load_tasks(
-        self, tasks: list[Task], source: str, *, strict: bool = False, warnings: Iterable[TaskWarning] = ()
+        self,
+        tasks: list[Task],
+        source: str,
+        *,
+        strict: bool = False,
+        warnings: Iterable[TaskWarning] = (),
+        prepare: Callable[[list[Task]], None] | None = None,
     ) -> StoreReport:
         """Store validated ``tasks`` with their warnings (and those ``task_warnings`` finds); when ``strict``,
-        nothing if there is any (``WeakTasksError``)."""
+        nothing if there is any (``WeakTasksError``), and nothing if ``prepare(tasks)``, run before storing,
+        raises."""
         told = [*warnings, *task_warnings(tasks)]
         if strict and told:
             raise WeakTasksError(source, told)
+        if prepare is not None:
+            prepare(tasks)
         return replace(self.store(tasks), warnings=tuple(told))
 
     # ---- reading ----------------------------------------------------------------------------------------
