@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
@@ -127,11 +127,11 @@ def _prepare(build: bool, validate: bool) -> Callable[[list[Task]], None] | None
 
     def prepare(tasks: list[Task]) -> None:
         settings = load_settings()
-        image_of = _image_source(settings)
-        images = {task.task_id: image_of(task) for task in tasks}
+        client = _docker(settings)
+        images = _images(settings, client, tasks)
         if not validate:
             return
-        results = _validations(settings, tasks, images)
+        results = _validations(client, tasks, images)
         for result in results:
             for flag in result.flags:
                 print(f"{result.task_id}: {flag}", file=sys.stderr)
@@ -144,26 +144,31 @@ def _prepare(build: bool, validate: bool) -> Callable[[list[Task]], None] | None
     return prepare
 
 
-def _image_source(settings: Settings) -> Callable[[Task], str]:
-    from rewardstream.cli.task_images import task_image_source
+def _docker(settings: Settings) -> Any:
+    """The one docker client of a command that builds or runs Harbor tasks' images."""
     from schemas.errors import SandboxError
     from workers.sandbox.docker_backend import docker_client
 
     try:
-        client = docker_client(settings)
+        return docker_client(settings)
     except SandboxError as exc:
         raise SandboxError(
             f"Harbor tasks' images are built and run by dockerd ({exc}): start it (`rewardstream up`), or load "
             "with --no-build to build on first use"
         ) from exc
-    return task_image_source(settings, client)
 
 
-def _validations(settings: Settings, tasks: list[Task], images: dict[str, str]) -> list[TaskValidation]:
+def _images(settings: Settings, client: Any, tasks: list[Task]) -> dict[str, str]:
+    """Each task's image on this host (task id -> tag), built the first time."""
+    from rewardstream.cli.task_images import task_image_source
+
+    image_of = task_image_source(settings, client)
+    return {task.task_id: image_of(task) for task in tasks}
+
+
+def _validations(client: Any, tasks: list[Task], images: dict[str, str]) -> list[TaskValidation]:
     from workers.containers.validation import validate_task
-    from workers.sandbox.docker_backend import docker_client
 
-    client = docker_client(settings)
     return [validate_task(client, images[task.task_id], task) for task in tasks]
 
 
@@ -175,8 +180,8 @@ def validate_tasks(task_ids: list[str] = _TASK_IDS, directory: Path | None = _DI
     registry = _registry(directory)
     tasks = [registry.task(task_id) for task_id in task_ids]
     settings = load_settings()
-    image_of = _image_source(settings)
-    results = _validations(settings, tasks, {task.task_id: image_of(task) for task in tasks})
+    client = _docker(settings)
+    results = _validations(client, tasks, _images(settings, client, tasks))
     for result in results:
         if as_json:
             sys.stdout.write(orjson.dumps(result.as_json()).decode() + "\n")
