@@ -10,14 +10,14 @@ from typing import Any
 
 from schemas.environments import TaskEnvironment
 from workers.containers.image_containers import ContainerInfraError, ContainerRun, container_run
-from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
+from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, tar_limit, unpack
 
 
 def workdir_snapshot(run: ContainerRun, workdir: str, caps: Caps) -> Packed:
     """The contents of ``workdir`` in ``run``'s container, packed canonically (SnapshotError: over ``caps``, or
     an entry no snapshot may hold, e.g. a device or a hard link)."""
     stream = run.get(workdir)
-    limit = caps.max_bytes + (caps.max_entries + 2) * 3 * 512  # content + headers + end blocks
+    limit = tar_limit(caps)
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise SnapshotError(f"{workdir} is over {caps.max_bytes} bytes")

@@ -213,11 +213,16 @@ def unpack(data: bytes, dest: Path, caps: Caps = Caps()) -> int:
         os.close(root_fd)
 
 
+def tar_limit(caps: Caps) -> int:
+    """The most bytes a tar within ``caps`` can take: its content, each entry's headers, the end blocks."""
+    return caps.max_bytes + (caps.max_entries + 2) * 3 * tarfile.BLOCKSIZE
+
+
 def _inflated(data: bytes, caps: Caps) -> bytes:
     """``data`` itself, or (gzip) its content, refused once it outgrows what the caps allow a tar to hold."""
     if not data.startswith(b"\x1f\x8b"):
         return data
-    limit = caps.max_bytes + (caps.max_entries + 2) * 3 * tarfile.BLOCKSIZE  # content + headers + end blocks
+    limit = tar_limit(caps)
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
         out = inflater.decompress(data, limit + 1)
