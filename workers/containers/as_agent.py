@@ -8,9 +8,9 @@ every verifier container; ``tasks validate`` flags a task whose reward a planted
 
 from __future__ import annotations
 
-import io
 import shlex
-import tarfile
+
+from workers.images.script_tar import script_tar
 
 PATH = "/usr/local/bin/rs-as-agent"
 #: The unprivileged uid and gid agent code runs as (``nobody``/``nogroup`` on Debian and Ubuntu).
@@ -30,10 +30,4 @@ def prepare_script(workdir: str) -> str:
 
 def install_tar() -> bytes:
     """A tar holding ``rs-as-agent`` (root's, 0755), to extract at ``/usr/local/bin``."""
-    data = SCRIPT.encode()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("rs-as-agent")
-        info.size, info.mode = len(data), 0o755
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return script_tar({"rs-as-agent": SCRIPT})

@@ -9,9 +9,9 @@ cannot be trimmed, and the build fails saying so.
 
 from __future__ import annotations
 
-import io
 import shlex
-import tarfile
+
+from workers.images.script_tar import script_tar
 
 MARK = "RS-TRIMMED:"
 ERROR_MARK = "RS-TRIM-ERROR:"
@@ -46,14 +46,7 @@ def trim_context(base_id: str, workdir: str, user: str) -> bytes:
         f"FROM {base_id}\nUSER root\nCOPY {SCRIPT_NAME} /{SCRIPT_NAME}\n"
         f"RUN sh /{SCRIPT_NAME} {shlex.quote(workdir)} && rm -f /{SCRIPT_NAME}\n" + (f"USER {user}\n" if user else "")
     )
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, text in (("Dockerfile", dockerfile), (SCRIPT_NAME, SCRIPT)):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o755
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return script_tar({"Dockerfile": dockerfile, SCRIPT_NAME: SCRIPT})
 
 
 def trimmed_refs(lines: list[str]) -> list[str]:
