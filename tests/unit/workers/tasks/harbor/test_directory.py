@@ -189,7 +189,7 @@ def test_cli_without_dockerd_says_how_to_load_anyway(tmp_path: Path, monkeypatch
 
     _register()
     make_task(tmp_path / "tasks")
-    monkeypatch.setenv("RS_SANDBOX_DOCKER_HOST", f"unix://{tmp_path}/no-dockerd.sock")
+    monkeypatch.setenv("RS_DOCKER_HOST", f"unix://{tmp_path}/no-dockerd.sock")
     runner = CliRunner()
     refused = runner.invoke(app, ["tasks", "load", str(tmp_path / "tasks"), "--dir", str(tmp_path / "a")])
     assert refused.exit_code != 0
