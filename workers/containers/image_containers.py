@@ -9,14 +9,17 @@ Commands run with ``docker exec``; one past its timeout kills the container (wha
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
+import json
 import posixpath
 import shlex
 import tarfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import IO, Any, Literal
 
 from schemas.environments import TaskEnvironment
@@ -36,6 +39,7 @@ MAX_OUTPUT_BYTES = 1024 * 1024
 OUTPUT_TAIL_CHARS = 4000
 #: Entries of a directory ``read_files`` looks at.
 _MAX_READ_ENTRIES = 64
+_CHUNK_BYTES = 1 << 20
 
 
 def output_tail(data: bytes) -> str:
@@ -45,6 +49,54 @@ def output_tail(data: bytes) -> str:
 
 #: How a command in the container ended: on its own, past its timeout, or over the container's storage.
 Ended = Literal["finished", "timeout", "storage"]
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """A command run in the container: how it ended, its exit code (None unless it finished), the first bytes
+    of its stdout and stderr and how many bytes each had."""
+
+    ended: Ended
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    stdout_bytes: int
+    stderr_bytes: int
+
+
+class _Captured:
+    """The first ``cap`` bytes of each of a command's two streams, and their whole lengths."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts: tuple[bytearray, bytearray] = (bytearray(), bytearray())
+        self.sizes = [0, 0]
+
+    def add(self, *chunks: bytes | None) -> None:
+        for i, chunk in enumerate(chunks):
+            if chunk:
+                self.sizes[i] += len(chunk)
+                room = self.cap - len(self.parts[i])
+                if room > 0:
+                    self.parts[i].extend(chunk[:room])
+
+    def result(self) -> tuple[bytes, bytes, int, int]:
+        return bytes(self.parts[0]), bytes(self.parts[1]), self.sizes[0], self.sizes[1]
+
+
+def _read_frames(sock: Any, captured: _Captured) -> None:
+    """The command's multiplexed stdout and stderr from its exec socket, which is closed after (docker-py's
+    own stream leaves it open)."""
+    from docker.utils.socket import STDERR, STDOUT, frames_iter
+
+    raw = getattr(sock, "_sock", None)  # a SocketIO forgets its socket when closed
+    try:
+        for stream, data in frames_iter(sock, tty=False):
+            captured.add(data if stream == STDOUT else None, data if stream == STDERR else None)
+    finally:
+        sock.close()
+        if raw is not None:
+            raw.close()
 
 
 class ContainerInfraError(SandboxError):
@@ -83,6 +135,51 @@ class ContainerRun:
                 done.set()
 
         threading.Thread(target=_run, name="image-task-exec", daemon=True).start()
+        ended = self._watch(done, timeout_s)
+        if ended != "finished":
+            return ended
+        if failure:
+            raise ContainerInfraError(f"docker exec failed: {failure[0]}")
+        return "finished"
+
+    def run(self, argv: list[str], *, timeout_s: float, cwd: str, output_cap: int) -> Executed:
+        """Run ``argv`` as root in ``cwd``, keeping the first ``output_cap`` bytes of its stdout and of its
+        stderr, until it ends, runs past ``timeout_s`` or makes the container hold more than its storage (then
+        the container is killed, as in ``shell``)."""
+        if self.killed:
+            raise ContainerInfraError("the container was killed by an earlier timeout")
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, argv, user="0", workdir=cwd)["Id"]
+        except Exception as exc:
+            raise ContainerInfraError(f"docker exec failed: {exc}") from exc
+        captured = _Captured(output_cap)
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def _run() -> None:
+            try:
+                _read_frames(api.exec_start(exec_id, socket=True), captured)
+            except Exception as exc:  # the daemon's failure, read by the caller below
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=_run, name="image-task-step", daemon=True).start()
+        ended = self._watch(done, timeout_s)
+        done.wait(_HOST_STEP_S)  # a killed container ends the stream
+        if failure and ended == "finished":
+            raise ContainerInfraError(f"docker exec failed: {failure[0]}")
+        exit_code = None
+        if ended == "finished":
+            try:
+                exit_code = api.exec_inspect(exec_id).get("ExitCode")
+            except Exception as exc:
+                raise ContainerInfraError(f"docker exec inspect failed: {exc}") from exc
+        return Executed(ended, exit_code if isinstance(exit_code, int) else None, *captured.result())
+
+    def _watch(self, done: threading.Event, timeout_s: float) -> Ended:
+        """How the command ``done`` is set for ends: the container is killed past ``timeout_s`` or storage."""
         deadline = time.monotonic() + timeout_s
         while not done.wait(max(0.0, min(_SIZE_CHECK_S, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
@@ -91,8 +188,6 @@ class ContainerRun:
             if self.written() > self.storage_bytes:
                 self.kill()
                 return "storage"
-        if failure:
-            raise ContainerInfraError(f"docker exec failed: {failure[0]}")
         return "finished"
 
     def stage(self, script: str) -> None:
@@ -142,7 +237,7 @@ class ContainerRun:
             if "404" in str(exc) or "Could not find" in str(exc):
                 return out
             raise
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with stream, tarfile.open(fileobj=stream, mode="r|") as tar:
             for seen, member in enumerate(tar):
                 if seen >= _MAX_READ_ENTRIES:
                     break
@@ -153,13 +248,53 @@ class ContainerRun:
                 out[name] = source.read(caps.get(name, default_cap)) if source is not None else b""
         return out
 
-    def get(self, path: str) -> IO[bytes]:
-        """A tar stream of ``path`` (its entries under ``path``'s base name), as the daemon sends it."""
+    def stat(self, path: str) -> dict[str, Any] | None:
+        """What the daemon says of ``path`` in the container (``name``, ``size``, ``mode`` as Go's FileMode,
+        ``mtime``, ``linkTarget``), or None if there is nothing there."""
+        api = self.client.api
+        try:  # docker-py has no call for HEAD /containers/{id}/archive: the endpoint itself
+            res = api.head(api._url("/containers/{0}/archive", self.container.id), params={"path": path})
+        except Exception as exc:
+            raise ContainerInfraError(f"docker stat of {path} failed: {exc}") from exc
+        if res.status_code == 404:
+            return None
+        header = res.headers.get("X-Docker-Container-Path-Stat")
+        if res.status_code != 200 or header is None:
+            raise ContainerInfraError(f"docker stat of {path} failed: HTTP {res.status_code}")
+        stat: dict[str, Any] = json.loads(base64.b64decode(header))
+        return stat
+
+    def changes(self) -> list[dict[str, Any]]:
+        """``docker diff``: each path the container added (Kind 1), changed (0) or deleted (2) from its image."""
         try:
-            bits, _ = self.container.get_archive(path)
+            return list(self.client.api.diff(self.container.id) or [])
+        except Exception as exc:
+            raise ContainerInfraError(f"docker diff failed: {exc}") from exc
+
+    def get(self, path: str) -> IO[bytes]:
+        """A tar stream of ``path`` (its entries under ``path``'s base name), as the daemon sends it; closing it
+        closes the daemon's connection, however much of it was read."""
+        api = self.client.api
+        try:  # docker-py's get_archive hides the response, whose connection a partly read stream must close
+            res = api._get(api._url("/containers/{0}/archive", self.container.id), params={"path": path}, stream=True)
+            api._raise_for_status(res)
         except Exception as exc:
             raise ContainerInfraError(f"docker get_archive of {path} failed: {exc}") from exc
-        return io.BufferedReader(_ChunkReader(bits))
+        return _ResponseReader(res)
+
+
+class _ResponseReader(io.BufferedReader):
+    """The body of a streamed response as a file; ``close`` also closes the response."""
+
+    def __init__(self, res: Any) -> None:
+        super().__init__(_ChunkReader(res.iter_content(_CHUNK_BYTES)))
+        self.res = res
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.res.close()
 
 
 class _ChunkReader(io.RawIOBase):

@@ -16,9 +16,9 @@ from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, tar_lim
 def workdir_snapshot(run: ContainerRun, workdir: str, caps: Caps) -> Packed:
     """The contents of ``workdir`` in ``run``'s container, packed canonically (SnapshotError: over ``caps``, or
     an entry no snapshot may hold, e.g. a device or a hard link)."""
-    stream = run.get(workdir)
     limit = tar_limit(caps)
-    data = stream.read(limit + 1)
+    with run.get(workdir) as stream:
+        data = stream.read(limit + 1)
     if len(data) > limit:
         raise SnapshotError(f"{workdir} is over {caps.max_bytes} bytes")
     with tempfile.TemporaryDirectory(prefix="rs-workdir-") as tmp:
