@@ -59,11 +59,16 @@ _T = TypeVar("_T", PublicTask, Task)
 
 
 def one_shot(task: _T) -> _T:
-    """``task``, if the one-shot roles can run it; a workspace task is an invalid event for them."""
+    """``task``, if the one-shot roles can run it; a workspace or image task is an invalid event for them."""
     try:
         refuse_workspace(task)
     except WorkspaceTaskError as exc:
         raise WorkspaceTaskEventError(str(exc)) from exc
+    if task.environment is not None:
+        raise WorkspaceTaskEventError(
+            f"task {task.task_id} is an image task: it is solved in episodes, and only an episode's submit (a "
+            "generation naming workspace_ref) is graded"
+        )
     return task
 
 
