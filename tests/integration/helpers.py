@@ -1,9 +1,11 @@
 """Helpers several integration test modules share: in-process worker threads, the partition count of the
-topic catalog the ``prefix`` fixture (``conftest.py``) creates, and running the ``rewardstream`` CLI.
+topic catalog the ``prefix`` fixture (``conftest.py``) creates, an episode's submit, and running the
+``rewardstream`` CLI.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import threading
@@ -14,13 +16,26 @@ from typing import Any
 import orjson
 
 from bus.metrics import WorkerMetrics
+from schemas.events import GenerationEvent
 from schemas.settings import Settings
 from tests.integration.reward_env import REPO
+from workers.artifacts import ArtifactStore
 from workers.loop_config import WorkerStats
 from workers.roles.service import Dependencies, RoleName, run_worker
 
 #: Partitions of every topic under the ``prefix`` fixture's catalog (pass it on as ``topic_partitions``).
 PARTITIONS = 3
+
+
+def episode_submit(store: ArtifactStore, task_id: str, episode: str, data: bytes, run_id: str) -> GenerationEvent:
+    """What the episode worker publishes on submit: the final snapshot ``data`` in S3 by its content, the
+    generation named after the episode."""
+    url = store.put(data, "application/x-tar").url
+    return GenerationEvent(
+        generation_id=episode, episode_id=episode, run_id=run_id, task_id=task_id, policy_version="step-1",
+        workspace_ref=url, workspace_sha256=hashlib.sha256(data).hexdigest(),
+    )  # fmt: skip
+
 
 # ---- workers in threads of the test process ----------------------------------------------------------------
 

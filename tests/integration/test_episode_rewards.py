@@ -15,7 +15,7 @@ from bus.clients import make_producer
 from schemas.codec import encode
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
-from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
+from tests.integration.helpers import PARTITIONS, episode_submit, start_workers, stop_workers
 from tests.integration.reward_env import Reader, reward_env
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_FIXED, snapshot, task
 from workers.artifacts import ArtifactStore
@@ -83,9 +83,5 @@ def test_each_episode_submit_gets_exactly_one_reward(
 
 
 def submit(store: ArtifactStore, episode: str, kind: str, data: bytes) -> GenerationEvent:
-    """What the episode worker publishes on submit: the snapshot in S3 by its content, generation = episode."""
-    url = store.put(data, "application/x-tar").url
-    return GenerationEvent(
-        generation_id=episode, episode_id=episode, run_id="run-episodes", task_id=f"swe/calc-{kind}",
-        policy_version="step-1", workspace_ref=url, workspace_sha256=hashlib.sha256(data).hexdigest(),
-    )  # fmt: skip
+    """What the episode worker publishes on submit of an episode of ``swe/calc-<kind>``."""
+    return episode_submit(store, f"swe/calc-{kind}", episode, data, "run-episodes")
