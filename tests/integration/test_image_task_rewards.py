@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 
-from bus.clients import make_producer
-from schemas.codec import encode
 from schemas.settings import Settings
-from tests.integration.helpers import PARTITIONS, episode_submit, start_workers, stop_workers
-from tests.integration.reward_env import Reader, reward_env
+from tests.integration.helpers import PARTITIONS, episode_submit, one_reward_each
+from tests.integration.reward_env import reward_env
 from tests.sandbox.conftest import image_of, task_images  # noqa: F401 - fixtures: the task's image, removed after
 from tests.sandbox.image_task import hello
 from workers.artifacts import ArtifactStore
@@ -69,22 +67,8 @@ def test_each_image_task_submit_gets_exactly_its_verifiers_reward(  # noqa: PLR0
             episode_submit(store, task.task_id, f"{name}-{unique_name[-6:]}", workdir_snapshot(body), "run-images")
             for name, (body, _) in SUBMITS.items()
         ]
-        rewards = Reader(kafka_config, env.name("rewards"))
         deps = Dependencies(sandbox=process_sandbox, image_tasks=ImageTaskHost(docker_client, image_of))
-        stop, threads, _metrics, outcome = start_workers(settings, ["executor", "verifier", "judge"], deps)
-        try:
-            env.start()
-            producer = make_producer(kafka_config)
-            for event in events:
-                producer.produce(env.name("generations"), key=event.key(), value=encode(event))
-            assert producer.flush(30) == 0
-            ids = [e.generation_id for e in events]
-            rewards.wait(lambda: {r.generation_id for r in rewards.rewards()} >= set(ids), 120, "a reward each", env,
-                         missing=lambda: set(ids) - {r.generation_id for r in rewards.rewards()})  # fmt: skip
-            got = rewards.exactly_one_each(ids)
-        finally:
-            stop_workers(stop, threads)
-            rewards.close()
+        got, outcome = one_reward_each(env, kafka_config, settings, deps, events, timeout_s=120)
         assert all(not isinstance(o, BaseException) for o in outcome.values()), outcome
         # every role handled every submit, none dead-lettered one (the executor and the judge publish nothing)
         assert all(o.dead_letters == 0 for o in outcome.values() if isinstance(o, WorkerStats)), outcome
