@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
 from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
+from schemas.result_rules import VerifierOutcome, check_counts, check_verifier
 from schemas.signals import Signal
 from schemas.status import RunStatusField
 from schemas.tasks import CaseId, Language, TaskId
@@ -49,6 +50,8 @@ Base64 = Annotated[
 ]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 SuiteKind = Literal["call", "io", "assert"]
+#: What graded a generation's hidden side: a test suite's kind, or an image task's verifier (its ``test.sh``).
+HiddenKind = Literal["call", "io", "assert", "verifier"]
 CaseStatus = Literal["passed", "failed", "error", "timeout", "missing"]
 #: What a result event may link to in S3: the submitted code, the full captured stdout/stderr (when longer
 #: than the inline tail) and the per-case results as canonical JSON.
@@ -256,23 +259,6 @@ class HiddenCaseResult(Contract):
     status: CaseStatus = Field(description="passed only with positive proof; missing result = missing")
 
 
-def _check_counts(cases: list[CaseResult] | list[HiddenCaseResult], passed: int, total: int) -> None:
-    """Counts must agree with the per-case results (a producer bug otherwise)."""
-    if total != len(cases):
-        raise PydanticCustomError(
-            "count_mismatch",
-            "{total} does not match {n} case results",
-            {"total": total, "n": len(cases), "field": "total"},
-        )
-    really = sum(1 for c in cases if c.status == "passed")
-    if passed != really:
-        raise PydanticCustomError(
-            "count_mismatch",
-            "{passed} does not match {really} passed case results",
-            {"passed": passed, "really": really, "field": "passed"},
-        )
-
-
 class ExecutionResult(Event):
     """An executor ran the public tests; this is the feedback a trainer may see."""
 
@@ -293,7 +279,7 @@ class ExecutionResult(Event):
 
     @model_validator(mode="after")
     def _counts(self) -> ExecutionResult:
-        _check_counts(self.cases, self.passed, self.total)
+        check_counts(self.cases, self.passed, self.total)
         return self
 
 
@@ -310,13 +296,14 @@ class StaticFlag(Contract):
 
 
 class HiddenVerdict(Event):
-    """A verifier ran the hidden tests and static analysis: the evidence the reward is built on."""
+    """A verifier ran the hidden tests and static analysis: the evidence the reward is built on. For an image
+    task (``suite_kind`` verifier) the task's verifier ran instead: ``verifier`` holds its reward, no cases."""
 
     turn: int = Field(0, ge=0, le=10_000, description="turn of the generation this verdict is for")
     attempt: int = Field(1, ge=1, le=100, description="1 + retries after sandbox_error")
     worker: ShortText = Field(description="host:pid of the verifier, for SREs")
     grader_version: ShortText = Field(description="version of the grader, for replay diffs")
-    suite_kind: SuiteKind = Field(description="kind of the hidden suite")
+    suite_kind: HiddenKind = Field(description="kind of the hidden suite; verifier: an image task's test.sh")
     run: SandboxRun = Field(description="what the sandbox reported")
     cases: list[HiddenCaseResult] = Field(default_factory=list, description="one result per hidden case")
     passed: int = Field(ge=0, description="number of cases with status passed")
@@ -333,10 +320,26 @@ class HiddenVerdict(Event):
         default_factory=dict, description=ARTIFACTS_DESCRIPTION + " (hidden cases: statuses only)"
     )
 
+    verifier: VerifierOutcome | None = Field(
+        None,
+        description="image tasks only (suite_kind verifier): what the task's verifier decided; absent when its "
+        "run was a sandbox_error (the infrastructure's: no verdict on the work). Left out when unset",
+    )
+
     @model_validator(mode="after")
     def _counts(self) -> HiddenVerdict:
-        _check_counts(self.cases, self.passed, self.total)
+        check_counts(self.cases, self.passed, self.total)
         return self
+
+    @model_validator(mode="after")
+    def _verifier_iff_image_task(self) -> HiddenVerdict:
+        check_verifier(self.suite_kind, self.verifier, self.run.status, len(self.cases))
+        return self
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A verdict of a test suite encodes byte for byte as before image tasks: ``verifier`` is left out."""
+        return _without_none(handler(self), "task_version", "verifier")
 
 
 class JudgeScore(Event):

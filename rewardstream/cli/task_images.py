@@ -8,9 +8,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from schemas.errors import SandboxError
 from schemas.settings import Settings
 from schemas.tasks import Task
 from workers.images.task_images import TaskImageError, ensure_prebuilt_image, ensure_task_image
+from workers.roles.image_verifier import ImageTaskHost, NoImageTaskHost
+from workers.sandbox.docker_backend import docker_client
 
 
 def task_image_source(settings: Settings, client: Any) -> Callable[[Task], str]:
@@ -51,3 +54,16 @@ def task_image_source(settings: Settings, client: Any) -> Callable[[Task], str]:
 def _pulled(client: Any, name: str) -> str | None:
     """A base image from the registry (pulled when absent): its id."""
     return ensure_prebuilt_image(client, name, may_pull=True)
+
+
+def image_task_host(settings: Settings) -> ImageTaskHost | NoImageTaskHost:
+    """How a verifier runs image tasks on this host: on the docker daemon (whatever ``RS_SANDBOX_BACKEND`` says,
+    as ``tasks validate`` does), or, with none reachable, why not (said on stderr now; each image task's verdict
+    is then a sandbox_error naming it, withheld, never a 0)."""
+    try:
+        client = docker_client(settings)
+    except SandboxError as exc:
+        reason = f"{exc}: image tasks are verified on a docker daemon (RS_DOCKER_HOST); start one"
+        print(f"verifier: warning: {reason}", file=sys.stderr, flush=True)
+        return NoImageTaskHost(reason)
+    return ImageTaskHost(client, task_image_source(settings, client))

@@ -68,7 +68,9 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     """Run one executor/verifier/judge/episode worker until SIGTERM, then drain within RS_WORKER_DRAIN_TIMEOUT_S."""
     import faulthandler
 
+    from rewardstream.cli.task_images import image_task_host
     from workers.roles.episode_worker import build_episode_worker
+    from workers.roles.image_verifier import ImageTaskHost
     from workers.roles.service import Dependencies, RoleName, run_worker
 
     settings = load_settings()
@@ -85,7 +87,8 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     )
     chosen: RoleName = "executor" if role == "executor" else ("verifier" if role == "verifier" else "judge")
     sandbox = None if role == "judge" else open_sandbox(settings)
-    deps = Dependencies(sandbox=sandbox)
+    images = image_task_host(settings) if role == "verifier" else None
+    deps = Dependencies(sandbox=sandbox, image_tasks=images)
     try:
         if role == "episode":
             with build_episode_worker(settings, stop, metrics, deps, concurrency) as worker:
@@ -96,6 +99,8 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
         server.close()
         if sandbox is not None:
             sandbox.close()
+        if isinstance(images, ImageTaskHost):
+            images.client.close()
     print(
         f"{role}: stopped; committed {stats.committed} ({stats.results} results, {stats.dead_letters} dead letters) "
         f"in {stats.transactions} transactions, {stats.aborted} aborted",

@@ -19,6 +19,7 @@ from streams.reward.policy import (
     Scored,
     Signals,
     evaluate,
+    image_task,
     load_policy,
 )
 
@@ -104,13 +105,17 @@ def explain_reward(policy: Policy, signals: Signals, recorded: RewardEvent | Non
         out.update(steps=[*outcome.reasons, "no reward: withheld until a retry"], reward=None, matches=recorded is None)
         return out
     hacks = [f for f in outcome.flags if f != PUBLIC_PASSED_HIDDEN_FAILED]
-    steps = _gate_steps(policy, signals, missing)
-    judge = signals.judgement
-    if judge is not None:
-        score = "error" if judge.score is None else _fmt(judge.score)
-        steps.append(f"judge: {score} (judge_weight {_fmt(policy.score.judge_weight)})")
-    steps.append(f"flags: {', '.join(outcome.flags) if outcome.flags else 'none'}")
-    steps.extend(_formula(policy, outcome, hacks))
+    if image_task(signals):  # no gates: the verifier's value, less what flags take
+        steps = [*outcome.reasons, f"flags: {', '.join(outcome.flags) if outcome.flags else 'none'}",
+                 f"an image task's reward is its verifier's value: reward {_fmt(outcome.reward)}"]  # fmt: skip
+    else:
+        steps = _gate_steps(policy, signals, missing)
+        judge = signals.judgement
+        if judge is not None:
+            score = "error" if judge.score is None else _fmt(judge.score)
+            steps.append(f"judge: {score} (judge_weight {_fmt(policy.score.judge_weight)})")
+        steps.append(f"flags: {', '.join(outcome.flags) if outcome.flags else 'none'}")
+        steps.extend(_formula(policy, outcome, hacks))
     matches = recorded is not None and abs(recorded.reward - outcome.reward) <= TOLERANCE
     if recorded is not None:
         steps.append(f"recorded reward {_fmt(recorded.reward)}: {'matches' if matches else 'DIFFERS'}")

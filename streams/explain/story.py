@@ -86,6 +86,7 @@ def _verdict(found: Found, attempts: int) -> dict[str, Any]:
         "cases": [{"case_id": c.case_id, "status": c.status} for c in event.cases],
         "static_flags": [f.model_dump(mode="json") for f in event.static_flags],
         "static_flag_counts": dict(event.static_flag_counts),
+        **({} if event.verifier is None else {"verifier": event.verifier.model_dump(mode="json")}),  # image tasks
         "artifacts": _artifacts(event),
         "location": found.location(),
     }

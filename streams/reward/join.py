@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from schemas.caps import cap, fit_list
 from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent, result_ids
 from schemas.signals import SIGNALS, Signal
-from streams.reward.policy import Policy, Scored, Signals, Withheld, evaluate
+from streams.reward.policy import Policy, Scored, Signals, Withheld, awaited, evaluate
 
 PartEvent = ExecutionResult | HiddenVerdict | JudgeScore
 Status = Literal["pending", "emitted", "gave_up"]
@@ -62,8 +62,9 @@ class JoinState(BaseModel):
 
     def missing(self, policy: Policy) -> tuple[Signal, ...]:
         """Awaited parts that have not arrived."""
-        present = set(self.signals().present())
-        return tuple(p for p in policy.join.wait_for if p not in present)
+        signals = self.signals()
+        present = set(signals.present())
+        return tuple(p for p in awaited(policy, signals) if p not in present)
 
 
 def part_of(event: PartEvent) -> Signal:

@@ -140,6 +140,24 @@ class Signals:
         return tuple(p for p in SIGNALS if have[p] is not None)
 
 
+def image_task(signals: Signals) -> bool:
+    """The generation is an image task's submit: its verdict is its verifier's (``suite_kind`` verifier)."""
+    return signals.verdict is not None and signals.verdict.suite_kind == "verifier"
+
+
+def awaited(policy: Policy, signals: Signals) -> tuple[Signal, ...]:
+    """The parts the join waits for: the policy's ``join.wait_for``, or for an image task the verdict alone.
+
+    Why the verdict alone, and not an empty execution the executor could publish: an image task has no public
+    suite and nothing for a judge to weigh, so its reward is its verifier's, and its verification can take far
+    longer than ``join.deadline_s`` (the task's image built on first use, ``test.sh`` under its own timeout). Had
+    the executor or the judge published at once, the deadline would count from their part and emit a 0
+    ("verdict missing") before the verifier ended. With them publishing nothing, the join's state begins with
+    the verdict and is complete with it: exactly one reward, decided at once, and a sandbox_error verdict is
+    withheld and given up on like any other."""
+    return ("verdict",) if image_task(signals) else policy.join.wait_for
+
+
 def sandbox_errors(signals: Signals) -> tuple[Signal, ...]:
     """Parts whose sandbox failed (their result proves nothing either way)."""
     out: list[Signal] = []
@@ -155,6 +173,8 @@ def evaluate(policy: Policy, signals: Signals, missing: tuple[Signal, ...] = ())
     broken = sandbox_errors(signals)
     if broken:
         return Withheld(tuple(f"sandbox_error in {p}: infrastructure failure, waiting for a retry" for p in broken))
+    if image_task(signals):
+        return _verified(policy, signals)
     reasons: list[str] = []
     flags: list[str] = []
     components: dict[str, float] = {}
@@ -195,6 +215,26 @@ def evaluate(policy: Policy, signals: Signals, missing: tuple[Signal, ...] = ())
         reward -= penalty
     reward = min(1.0, max(0.0, reward))
     return Scored(round(reward, 9), components, tuple(reasons), tuple(flags))
+
+
+def _verified(policy: Policy, signals: Signals) -> Scored:
+    """An image task's reward: the value its verifier wrote (clamped already), the reason it gave (a missing
+    reward file, a timeout) or the file it came from; hack flags and penalties as for any verdict."""
+    assert signals.verdict is not None  # noqa: S101 - image_task(signals) says so
+    outcome = signals.verdict.verifier
+    value = 0.0 if outcome is None else outcome.reward
+    if outcome is None:
+        reasons = ["verifier: no outcome"]
+    elif outcome.reason is not None:
+        reasons = [f"verifier: {outcome.reason}"]
+    else:
+        reasons = [f"verifier: {outcome.source or 'reward'}: {value:g}"]
+    components = {"verifier_reward": value}
+    hacks, warnings, penalty = _flags(policy, signals, reasons)
+    reward = 0.0 if hacks else value - penalty
+    if penalty:
+        components["penalty"] = penalty
+    return Scored(round(min(1.0, max(0.0, reward)), 9), components, tuple(reasons), (*hacks, *warnings))
 
 
 def _public(policy: Policy, ex: ExecutionResult | None, components: dict[str, float], reasons: list[str]) -> bool:

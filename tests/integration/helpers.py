@@ -1,9 +1,11 @@
 """Helpers several integration test modules share: in-process worker threads, the partition count of the
-topic catalog the ``prefix`` fixture (``conftest.py``) creates, and running the ``rewardstream`` CLI.
+topic catalog the ``prefix`` fixture (``conftest.py``) creates, an episode's submit, and running the
+``rewardstream`` CLI.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import threading
@@ -13,14 +15,29 @@ from typing import Any
 
 import orjson
 
+from bus.clients import make_producer
 from bus.metrics import WorkerMetrics
+from schemas.codec import encode
+from schemas.events import GenerationEvent, RewardEvent
 from schemas.settings import Settings
-from tests.integration.reward_env import REPO
+from tests.integration.reward_env import REPO, Reader, RewardEnv
+from workers.artifacts import ArtifactStore
 from workers.loop_config import WorkerStats
 from workers.roles.service import Dependencies, RoleName, run_worker
 
 #: Partitions of every topic under the ``prefix`` fixture's catalog (pass it on as ``topic_partitions``).
 PARTITIONS = 3
+
+
+def episode_submit(store: ArtifactStore, task_id: str, episode: str, data: bytes, run_id: str) -> GenerationEvent:
+    """What the episode worker publishes on submit: the final snapshot ``data`` in S3 by its content, the
+    generation named after the episode."""
+    url = store.put(data, "application/x-tar").url
+    return GenerationEvent(
+        generation_id=episode, episode_id=episode, run_id=run_id, task_id=task_id, policy_version="step-1",
+        workspace_ref=url, workspace_sha256=hashlib.sha256(data).hexdigest(),
+    )  # fmt: skip
+
 
 # ---- workers in threads of the test process ----------------------------------------------------------------
 
@@ -54,6 +71,36 @@ def stop_workers(stop: threading.Event, threads: list[threading.Thread]) -> None
     for thread in threads:
         thread.join(timeout=60)
         assert not thread.is_alive(), f"{thread.name} did not stop"
+
+
+def one_reward_each(
+    env: RewardEnv,
+    kafka_config: dict[str, str],
+    settings: Settings,
+    deps: Dependencies,
+    events: list[GenerationEvent],
+    *,
+    timeout_s: float,
+) -> tuple[dict[str, RewardEvent], dict[str, WorkerStats | BaseException]]:
+    """``events`` on the generations topic, graded by the executor, verifier and judge in threads and joined by
+    the reward processor (started here): exactly one reward each within ``timeout_s``, and each role's outcome
+    once stopped."""
+    rewards = Reader(kafka_config, env.name("rewards"))
+    stop, threads, _metrics, outcome = start_workers(settings, ["executor", "verifier", "judge"], deps)
+    try:
+        env.start()
+        producer = make_producer(kafka_config)
+        for event in events:
+            producer.produce(env.name("generations"), key=event.key(), value=encode(event))
+        assert producer.flush(30) == 0
+        ids = [e.generation_id for e in events]
+        rewards.wait(lambda: {r.generation_id for r in rewards.rewards()} >= set(ids), timeout_s, "a reward each",
+                     env, missing=lambda: set(ids) - {r.generation_id for r in rewards.rewards()})  # fmt: skip
+        got = rewards.exactly_one_each(ids)
+    finally:
+        stop_workers(stop, threads)
+        rewards.close()
+    return got, outcome
 
 
 # ---- the CLI as a subprocess ---------------------------------------------------------------------------------

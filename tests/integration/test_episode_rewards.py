@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from bus.clients import make_producer
-from schemas.codec import encode
 from schemas.events import GenerationEvent
 from schemas.settings import Settings
-from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
-from tests.integration.reward_env import Reader, reward_env
+from tests.integration.helpers import PARTITIONS, episode_submit, one_reward_each
+from tests.integration.reward_env import reward_env
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_FIXED, snapshot, task
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
@@ -51,23 +49,9 @@ def test_each_episode_submit_gets_exactly_one_reward(
         mismatched = submit(store, f"bad-sha-{unique_name[-6:]}", "call", EPISODES["fix-call"][1])
         mismatched = mismatched.model_copy(update={"workspace_sha256": hashlib.sha256(b"other").hexdigest()})
         events.append(mismatched)
-        rewards = Reader(kafka_config, env.name("rewards"))
-        stop, threads, _metrics, outcome = start_workers(
-            settings, ["executor", "verifier", "judge"], Dependencies(sandbox=process_sandbox)
+        got, outcome = one_reward_each(
+            env, kafka_config, settings, Dependencies(sandbox=process_sandbox), events, timeout_s=240
         )
-        try:
-            env.start()
-            producer = make_producer(kafka_config)
-            for event in events:
-                producer.produce(env.name("generations"), key=event.key(), value=encode(event))
-            assert producer.flush(30) == 0
-            ids = [e.generation_id for e in events]
-            rewards.wait(lambda: {r.generation_id for r in rewards.rewards()} >= set(ids), 240, "a reward each", env,
-                         missing=lambda: set(ids) - {r.generation_id for r in rewards.rewards()})  # fmt: skip
-            got = rewards.exactly_one_each(ids)
-        finally:
-            stop_workers(stop, threads)
-            rewards.close()
         assert all(not isinstance(o, BaseException) for o in outcome.values()), outcome
     for gid, reward in sorted(got.items()):
         print(f"{gid}: {reward.reward} {list(reward.reasons)}")  # run with -s to see them
@@ -83,9 +67,5 @@ def test_each_episode_submit_gets_exactly_one_reward(
 
 
 def submit(store: ArtifactStore, episode: str, kind: str, data: bytes) -> GenerationEvent:
-    """What the episode worker publishes on submit: the snapshot in S3 by its content, generation = episode."""
-    url = store.put(data, "application/x-tar").url
-    return GenerationEvent(
-        generation_id=episode, episode_id=episode, run_id="run-episodes", task_id=f"swe/calc-{kind}",
-        policy_version="step-1", workspace_ref=url, workspace_sha256=hashlib.sha256(data).hexdigest(),
-    )  # fmt: skip
+    """What the episode worker publishes on submit of an episode of ``swe/calc-<kind>``."""
+    return episode_submit(store, f"swe/calc-{kind}", episode, data, "run-episodes")

@@ -13,6 +13,7 @@ from schemas.events import (
     SandboxRun,
     StaticFlag,
 )
+from schemas.result_rules import VerifierOutcome
 
 
 def run(status: str = "ok") -> SandboxRun:
@@ -66,3 +67,22 @@ def verdict(
 
 def judgement(gid: str, score: float = 0.8) -> JudgeScore:
     return JudgeScore(**ids(gid), status="ok", score=score, judge_model="rubric", prompt_version="p1", latency_ms=1.0)
+
+
+def verified(
+    gid: str,
+    reward: float | None = 1.0,
+    *,
+    reason: str | None = None,
+    status: str = "ok",
+    attempt: int = 1,
+    flags: tuple[str, ...] = (),
+) -> HiddenVerdict:
+    """An image task's verdict: its verifier wrote ``reward`` to reward.txt (None: a sandbox_error, no outcome)."""
+    outcome = (
+        None if reward is None else VerifierOutcome(reward=reward, source="reward.txt", reason=reason, seconds=1.5)
+    )
+    return HiddenVerdict(
+        **ids(gid), worker="test:1", grader_version="g1", suite_kind="verifier", run=run(status), passed=0, total=0,
+        attempt=attempt, verifier=outcome, static_flags=[StaticFlag(rule=r, message=r) for r in flags],
+    )  # fmt: skip

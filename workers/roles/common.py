@@ -29,7 +29,7 @@ from schemas.events import LOG_FIELD_CHARS, ArtifactName, GenerationEvent, LogLe
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
-from workers.handler import InvalidEventError, Source
+from workers.handler import Done, InvalidEventError, Source
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry
 
 #: A run's figures and the trainer's tags (for search) a run's log line carries: with the ids, within
@@ -59,11 +59,16 @@ _T = TypeVar("_T", PublicTask, Task)
 
 
 def one_shot(task: _T) -> _T:
-    """``task``, if the one-shot roles can run it; a workspace task is an invalid event for them."""
+    """``task``, if the one-shot roles can run it; a workspace or image task is an invalid event for them."""
     try:
         refuse_workspace(task)
     except WorkspaceTaskError as exc:
         raise WorkspaceTaskEventError(str(exc)) from exc
+    if task.environment is not None:
+        raise WorkspaceTaskEventError(
+            f"task {task.task_id} is an image task: it is solved in episodes, and only an episode's submit (a "
+            "generation naming workspace_ref) is graded"
+        )
     return task
 
 
@@ -224,6 +229,12 @@ class RoleContext:
             artifacts["code"] = event.code_ref  # read and checked against code_sha256 by code_of
             return None
         return self.store(artifacts, "code", code.encode("utf-8"))
+
+    def image_task_skipped(self, event: GenerationEvent, source: Source, version: str | None) -> Done:
+        """An image task's submit, which only the verifier grades: nothing published (the reward processor
+        awaits its verdict alone, ``streams.reward.policy.awaited``), one log line saying so."""
+        message = f"{self.role}: image task: graded by its verifier alone, nothing to publish"
+        return Done((), self.log_record(event, source, "info", message, {"task_version": version}), "image_task")
 
     def log_record(
         self,

@@ -8,7 +8,8 @@ the code, its per-case results and the candidate's full stdout/stderr when longe
 An episode's submit (``workspace_ref``) runs the public suite on the graded workspace (``roles.workspace``:
 protected paths reset to the original). A public ``command`` suite (the agent's own tests) is feedback
 only, never a gate: its result has no cases (``suite_kind`` None), so the policy's public gates pass it
-whatever it printed, and its exit status and output are the feedback.
+whatever it printed, and its exit status and output are the feedback. An image task has no public suite: its
+submit publishes nothing here (its verifier's verdict alone makes its reward).
 
 A generation in another language than python is graded in it (``event.language``; one the task's suites do
 not accept is an invalid event). A public run whose program did not build gets the compiler's output as its
@@ -103,6 +104,8 @@ class ExecutorHandler:
         ctx = self.context
         artifacts: dict[ArtifactName, str] = {}
         read = ctx.tasks.for_event(event)
+        if event.workspace_ref is not None and read.task.environment is not None:
+            return ctx.image_task_skipped(event, source, read.version)  # no public suite: the verifier decides
         if event.workspace_ref is not None:
             ran = self._episode(event, read.task, read.version)
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content

@@ -3,7 +3,8 @@
 An episode's submit is judged on what the agent changed: the Python files of its graded workspace that differ
 from the task's original (``episodes.diff``), the entry point's module first; and on its transcript (each
 action and how it ended, ``episodes.transcript``), which the generation's ``transcript_ref`` names. A snapshot
-that cannot be graded is a ``status="error"`` score with the reason, like any judge failure.
+that cannot be graded is a ``status="error"`` score with the reason, like any judge failure. An image task's
+submit is not judged (publishes nothing): its reward is its verifier's alone.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class JudgeHandler:
         """Judge the code (or an episode's changes) against the task's public prompt."""
         ctx = self.context
         read = ctx.tasks.for_event(event)
+        if event.workspace_ref is not None and read.task.environment is not None:
+            return ctx.image_task_skipped(event, source, read.version)  # its verifier's reward alone
         if event.workspace_ref is not None:
             got = self._episode(event, read.task, read.version)
         else:

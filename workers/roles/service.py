@@ -31,6 +31,7 @@ from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
 from workers.loop_config import WorkerConfig, WorkerStats
 from workers.roles.common import RoleContext, TaskSource
+from workers.roles.image_verifier import ImageTaskHost, NoImageTaskHost
 from workers.roles.run_code import ExecutorRouter, RunHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry
@@ -48,6 +49,9 @@ class Dependencies:
     judge: CachedJudge | None = None
     registry: TaskRegistry | None = None
     artifacts: ArtifactStore | None = None
+    #: How the verifier runs image tasks here (their images and a docker daemon, wired by the CLI), or why it
+    #: cannot (their verdicts are then sandbox_error: withheld, never a 0).
+    image_tasks: ImageTaskHost | NoImageTaskHost | None = None
 
 
 def instance_id(settings: Settings) -> str:
@@ -180,7 +184,9 @@ def _handler(
         sandbox = make_sandbox(settings)
         stack.callback(sandbox.close)
     grader = Grader(sandbox)
-    return ExecutorHandler(context, grader) if role == "executor" else VerifierHandler(context, grader)
+    if role == "executor":
+        return ExecutorHandler(context, grader)
+    return VerifierHandler(context, grader, deps.image_tasks)
 
 
 def run_worker(

@@ -6,6 +6,8 @@ Its run has hidden inputs, so it keeps its output to itself: the verdict and the
 hidden suite in a fresh sandbox from the graded workspace (``roles.workspace``); an unusable snapshot is the
 agent's failure (``run.status == "crashed"`` with the reason in ``run.error``; every hidden case ``error``).
 Static analysis is not run on workspaces: their hidden suites are call/io only, compared outside the sandbox.
+An image task's submit is verified by the task's own verifier in a fresh container (``roles.image_verifier``):
+its verdict has ``suite_kind`` verifier, no cases, and the reward the verifier wrote in ``verifier``.
 A generation in another language than python is graded in it (``event.language``; one the task's suites do
 not accept is an invalid event); static analysis reads Python only, so such code has no static flags.
 """
@@ -23,6 +25,7 @@ from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_fl
 from workers.grading.suites import failed_suite
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext, one_shot
+from workers.roles.image_verifier import ImageTaskHost, ImageVerifier, NoImageTaskHost, Verified
 from workers.roles.runs import Ran, artifact_fields, log_level, pending_uploads, run_fields, sandbox_run, unusable_run
 from workers.roles.workspace import EpisodeWorkspaces, Unusable
 
@@ -33,10 +36,13 @@ _FLAGS_LOGGED_CHARS = 1024
 class VerifierHandler:
     """Hidden tests + static analysis -> HiddenVerdict."""
 
-    def __init__(self, context: RoleContext, grader: Grader) -> None:
+    def __init__(
+        self, context: RoleContext, grader: Grader, images: ImageTaskHost | NoImageTaskHost | None = None
+    ) -> None:
         self.context = context
         self.grader = grader
         self.workspaces = EpisodeWorkspaces(context)
+        self.images = ImageVerifier(self.workspaces, images or NoImageTaskHost("no docker daemon was given to it"))
 
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
         """Run the hidden suite (in its own sandbox run) and analyse the code (or, for an episode's submit,
@@ -44,6 +50,8 @@ class VerifierHandler:
         ctx = self.context
         artifacts: dict[ArtifactName, str] = {}
         read = ctx.tasks.full_for_event(event)
+        if event.workspace_ref is not None and read.task.environment is not None:
+            return self._image_task(event, source, self.images.verify(event, read.task), read.version)
         if event.workspace_ref is not None:
             ran, flags = self._episode(event, read.task, read.version), []
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
@@ -70,6 +78,29 @@ class VerifierHandler:
             "", task.entry_point, [("hidden", task.graded_suite)], task.limits, workspace=graded.job()
         )
         return Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
+
+    def _image_task(self, event: GenerationEvent, source: Source, got: Verified, version: str | None) -> Outcome:
+        """The verdict of an image task: the verifier's reward, no cases, no static analysis (the agent's code
+        is whatever its WORKDIR holds, in any language)."""
+        ctx = self.context
+        artifacts: dict[ArtifactName, str] = {}
+        if event.workspace_ref is not None:
+            artifacts["code"] = event.workspace_ref  # the agent's final WORKDIR, already in S3 by its content
+        verdict = HiddenVerdict(
+            **result_ids(event), task_version=version, attempt=min(max(got.attempts, 1), 100), worker=ctx.worker,
+            grader_version=GRADER_VERSION, suite_kind="verifier", run=got.run, passed=0, total=0,
+            verifier=got.outcome, artifacts=artifacts,
+        )  # fmt: skip
+        fields = run_fields(got.run, got.attempts, 0, 0)
+        outcome = got.outcome
+        fields.update(task_version=version, reward=None if outcome is None else outcome.reward,
+                      reward_source=None if outcome is None else outcome.source,
+                      reason=None if outcome is None else outcome.reason)  # fmt: skip
+        artifact_fields(fields, artifacts)
+        said = "no verdict" if outcome is None else f"reward {outcome.reward}"
+        message = f"verifier: image task verified: {said} ({got.run.status})"
+        record = ctx.log_record(event, source, log_level(got.run), message, fields)
+        return Done((encode_output(ctx.output_topic, event, verdict),), record, got.run.status, (), got.run)
 
     def _publish(  # noqa: PLR0917
         self,

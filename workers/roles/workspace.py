@@ -12,18 +12,24 @@ its bytes matching ``workspace_sha256``, every protected path reset to the task'
   publishes as its failing result;
 * a generation that names a workspace for a one-shot task, or a task whose own workspace is broken, is an
   invalid event (DLQ, with why).
+
+An image task's submit names the agent's final WORKDIR as the same kind of snapshot: ``workdir`` fetches it by the
+same rules and checks it (restored and packed again under the task's caps) with no protected path reset: an
+image task has none, its verifier runs in a fresh container whatever the WORKDIR holds.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from schemas.events import GenerationEvent
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.protect import graded_workspace
-from workers.episodes.snapshot import Packed, SnapshotError
+from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
 from workers.episodes.step import host_failure, runner_code
 from workers.grading.suites import WorkspaceJob
 from workers.handler import InvalidEventError
@@ -82,10 +88,20 @@ class EpisodeWorkspaces:
         try:
             packed = graded_workspace(final, original, task.protected, caps_of(task.episode_limits))
         except SnapshotError as exc:
-            if host_failure(exc):
-                raise HostScratchError(f"making the graded workspace failed on this host: {exc}") from exc
-            return Unusable(f"the workspace snapshot is unusable: {exc}"[:_REASON_CHARS])
+            return _unusable(exc, "making the graded workspace")
         return Graded(packed, original)
+
+    def workdir(self, event: GenerationEvent, task: PublicTask | Task) -> Packed | Unusable:
+        """An image task's submitted WORKDIR as a checked canonical snapshot, or why it cannot be verified."""
+        if task.environment is None:
+            raise WorkspaceEventError(f"task {task.task_id} is not an image task")
+        final = self._final(event)
+        if isinstance(final, Unusable):
+            return final
+        try:
+            return checked_snapshot(final, caps_of(task.episode_limits))
+        except SnapshotError as exc:
+            return _unusable(exc, "checking the submitted WORKDIR")
 
     def _final(self, event: GenerationEvent) -> bytes | Unusable:
         store, url, sha = self.context.artifacts, event.workspace_ref, event.workspace_sha256
@@ -105,3 +121,18 @@ class EpisodeWorkspaces:
             return task_original(task, self.context.artifacts).data
         except BrokenOriginalError as exc:
             raise WorkspaceEventError(str(exc)) from exc
+
+
+def _unusable(exc: SnapshotError, doing: str) -> Unusable:
+    """The agent's snapshot is unusable; unless this host's scratch space failed (HostScratchError: retried)."""
+    if host_failure(exc):
+        raise HostScratchError(f"{doing} failed on this host: {exc}") from exc
+    return Unusable(f"the workspace snapshot is unusable: {exc}"[:_REASON_CHARS])
+
+
+def checked_snapshot(data: bytes, caps: Caps) -> Packed:
+    """``data`` restored by ``snapshot.unpack`` (every check) in a private scratch directory and packed again:
+    a canonical snapshot within ``caps``, or SnapshotError naming what is wrong."""
+    with tempfile.TemporaryDirectory(prefix="rs-workdir-") as scratch:
+        unpack(data, Path(scratch), caps)
+        return pack(Path(scratch), caps)

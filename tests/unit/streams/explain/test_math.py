@@ -7,7 +7,7 @@ from pathlib import Path
 from schemas.events import RewardEvent
 from streams.explain.math import explain_reward, find_policy
 from streams.reward.policy import Signals, default_policy_path, evaluate, load_policy
-from tests.unit.reward_events import execution, judgement, verdict
+from tests.unit.reward_events import execution, judgement, verdict, verified
 
 
 def recorded(value: float) -> RewardEvent:
@@ -63,3 +63,13 @@ def test_rewards_recorded_under_version_1_are_explained_by_the_kept_file() -> No
     assert old is not None
     assert new is not None
     assert (old.gates.min_public_cases, new.gates.min_public_cases) == (0, 1)
+
+
+def test_an_image_tasks_steps_are_its_verifiers_value() -> None:
+    out = explain_reward(load_policy(), Signals(verdict=verified("g", 0.5)), recorded(0.5))
+    assert out["steps"] == [
+        "verifier: reward.txt: 0.5",
+        "flags: none",
+        "an image task's reward is its verifier's value: reward 0.5",
+        "recorded reward 0.5: matches",
+    ]

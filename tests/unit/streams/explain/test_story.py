@@ -7,7 +7,7 @@ from schemas.events import GenerationEvent, InputRef, RewardEvent
 from streams.explain.locate import Found, Located
 from streams.explain.story import build_story
 from streams.reward.policy import default_policy_path
-from tests.unit.reward_events import execution, ids, judgement, verdict
+from tests.unit.reward_events import execution, ids, judgement, verdict, verified
 
 SECTIONS = {"generation_id", "found", "generation", "execution", "verdict", "judgement", "reward", "math",
             "artifacts", "logs", "log_search_error", "scanned"}  # fmt: skip
@@ -60,3 +60,19 @@ def test_story_when_only_the_generation_is_found() -> None:
     assert story["found"] is True
     assert [story[s] for s in ("execution", "verdict", "judgement", "reward", "math")] == [None] * 5
     assert story["log_search_error"] == "log search failed"
+
+
+def test_story_of_an_image_tasks_reward_shows_its_verifier() -> None:
+    gen = GenerationEvent(**ids("g"), policy_version="1", workspace_ref="s3://bucket/sha256/ab/" + "ab" * 32,
+                          workspace_sha256="ab" * 32)  # fmt: skip
+    got = verified("g", 0.5)
+    reward = RewardEvent(**ids("g"), reward=0.5, policy_name="default", policy_version="2",
+                         inputs=[InputRef(role="verdict", event_id=got.event_id)])  # fmt: skip
+    located = Located("g")
+    located.events = {"generations": [Found(at("rs.generations", 5), gen)],
+                      "verdicts": [Found(at("rs.verdicts", 8), got)],
+                      "rewards": [Found(at("rs.rewards", 10), reward)]}  # fmt: skip
+    story = build_story(located, [], [default_policy_path()])
+    assert story["verdict"]["verifier"]["reward"] == 0.5
+    assert story["verdict"]["verifier"]["source"] == "reward.txt"
+    assert story["math"]["matches"] is True

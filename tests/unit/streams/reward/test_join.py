@@ -18,7 +18,7 @@ from streams.reward.join import (
     reward_id,
 )
 from streams.reward.policy import Policy, load_policy
-from tests.unit.reward_events import execution, judgement, verdict
+from tests.unit.reward_events import execution, judgement, verdict, verified
 
 T0 = 1_000_000.0
 
@@ -132,3 +132,23 @@ def test_stored_state_round_trips_a_task_without_public_tests() -> None:
     no_public = execution("g-nopublic", passed=0, total=0).model_copy(update={"suite_kind": None, "cases": []})
     state = join(no_public)
     assert JoinState.loads(state.dumps()) == state
+
+
+def test_an_image_tasks_verdict_alone_emits_its_reward_at_once(policy: Policy) -> None:
+    """The executor and the judge publish nothing for an image task: the join begins and ends with the verdict,
+    whenever it comes, and never emits a 0 for the verdict's wait."""
+    decision = decide(join(verified("g", 0.25)), T0, policy)
+    assert isinstance(decision, Emit)
+    reward = decision.reward
+    assert (reward.reward, reward.missing) == (0.25, [])
+    assert [i.role for i in reward.inputs] == ["verdict"]
+
+
+def test_an_image_tasks_sandbox_error_is_withheld_then_given_up(policy: Policy) -> None:
+    state = join(verified("g", None, status="sandbox_error"))
+    assert isinstance(decide(state, T0, policy), Withhold)
+    assert isinstance(decide(state, T0 + policy.join.sandbox_retry_s, policy), GiveUp)
+    retried = absorb(state, verified("g", 1.0, attempt=2), 2, T0 + 5).state
+    decision = decide(retried, T0 + 5, policy)
+    assert isinstance(decision, Emit)
+    assert decision.reward.reward == 1.0

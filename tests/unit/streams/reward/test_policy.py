@@ -16,12 +16,13 @@ from streams.reward.policy import (
     Scored,
     Signals,
     Withheld,
+    awaited,
     default_policy_path,
     evaluate,
     load_policy,
 )
 from tests.unit.interim_reward import interim_reward
-from tests.unit.reward_events import execution, judgement, verdict
+from tests.unit.reward_events import execution, judgement, verdict, verified
 from workers.grading.static_analysis import RULES
 
 
@@ -188,3 +189,34 @@ def test_io_only_tasks_do_not_gate_on_self_only_rules(default: Policy) -> None:
     assert scored(evaluate(default, Signals(call_public, v, judgement("g")))).reward == 0.0
     other = verdict("g", flags=("builtins_patch",)).model_copy(update={"suite_kind": "io"})
     assert scored(evaluate(default, Signals(ex, other, judgement("g")))).reward == 0.0
+
+
+def test_an_image_tasks_reward_is_its_verifiers_value(default: Policy) -> None:
+    got = scored(evaluate(default, Signals(verdict=verified("g", 0.5))))
+    assert got.reward == 0.5
+    assert got.components == {"verifier_reward": 0.5}
+    assert got.reasons == ("verifier: reward.txt: 0.5",)
+    assert got.flags == ()
+
+
+def test_an_image_tasks_zero_says_why(default: Policy) -> None:
+    why = "the verifier wrote neither reward.json nor reward.txt"
+    got = scored(evaluate(default, Signals(verdict=verified("g", 0.0, reason=why))))
+    assert (got.reward, got.reasons) == (0.0, (f"verifier: {why}",))
+
+
+def test_an_image_tasks_sandbox_error_is_withheld_never_zero(default: Policy) -> None:
+    outcome = evaluate(default, Signals(verdict=verified("g", None, status="sandbox_error")))
+    assert isinstance(outcome, Withheld)
+
+
+def test_an_image_tasks_hack_flag_still_gates(default: Policy) -> None:
+    got = scored(evaluate(default, Signals(verdict=verified("g", 1.0, flags=("exit_call",)))))
+    assert got.reward == 0.0
+    assert got.flags == ("exit_call",)
+
+
+def test_an_image_task_awaits_its_verdict_alone(default: Policy) -> None:
+    assert awaited(default, Signals(verdict=verified("g"))) == ("verdict",)
+    assert awaited(default, Signals(verdict=verdict("g"))) == default.join.wait_for
+    assert awaited(default, Signals()) == default.join.wait_for

@@ -1,0 +1,72 @@
+"""Rules between a result event's fields, checked by its validators, and what an image task's verifier decided.
+
+Why apart from ``schemas.events``: the rules are the same for several events (counts agree with the cases), and
+the verifier's outcome is a contract of its own that the verdict carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Protocol
+
+from pydantic import Field, StringConstraints
+from pydantic_core import PydanticCustomError
+
+from schemas.codec import Contract
+
+_Short = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class _HasStatus(Protocol):
+    @property
+    def status(self) -> str: ...
+
+
+def check_counts(cases: Sequence[_HasStatus], passed: int, total: int) -> None:
+    """Counts must agree with the per-case results (a producer bug otherwise)."""
+    if total != len(cases):
+        raise PydanticCustomError(
+            "count_mismatch",
+            "{total} does not match {n} case results",
+            {"total": total, "n": len(cases), "field": "total"},
+        )
+    really = sum(1 for c in cases if c.status == "passed")
+    if passed != really:
+        raise PydanticCustomError(
+            "count_mismatch",
+            "{passed} does not match {really} passed case results",
+            {"passed": passed, "really": really, "field": "passed"},
+        )
+
+
+class VerifierOutcome(Contract):
+    """What an image task's verifier (its ``test.sh``, in a fresh container) decided: the reward it wrote,
+    already clamped to [0, 1], which file gave it, and why it is 0 or was clamped."""
+
+    reward: float = Field(ge=0, le=1, description="the reward test.sh wrote, clamped to [0, 1]; 0 with a reason")
+    source: _Short | None = Field(
+        None, description="the file the reward was read from (reward.json, reward.txt); None when neither gave one"
+    )
+    reason: str | None = Field(
+        None, max_length=1024, description="why the reward is 0 or was clamped (missing file, timeout); None: as is"
+    )
+    timed_out: bool = Field(False, description="test.sh ran past the verifier's timeout (a 0, as in Harbor)")
+    seconds: float = Field(ge=0, description="how long the whole verification took")
+
+
+def check_verifier(suite_kind: str, verifier: VerifierOutcome | None, run_status: str, cases: int) -> None:
+    """A verdict carries a verifier's outcome exactly when an image task's verifier decided (``suite_kind``
+    verifier, the run not a sandbox_error), and then no cases: its reward is the verifier's."""
+    image = suite_kind == "verifier"
+    if not image and verifier is not None:
+        raise PydanticCustomError("verifier_only", "set only when suite_kind is verifier", {"field": "verifier"})
+    if image and verifier is None and run_status != "sandbox_error":
+        raise PydanticCustomError(
+            "verifier_required",
+            "required when suite_kind is verifier (unless run.status is sandbox_error)",
+            {"field": "verifier"},
+        )
+    if image and cases:
+        raise PydanticCustomError(
+            "verifier_cases", "a verifier's verdict has no cases: its reward is the verifier's", {"field": "cases"}
+        )
