@@ -10,13 +10,13 @@ from typing import Any
 
 from schemas.errors import SandboxError
 from schemas.settings import Settings
-from schemas.tasks import Task
+from schemas.tasks import PublicTask, Task
+from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.images.task_images import TaskImageError, ensure_prebuilt_image, ensure_task_image
-from workers.roles.image_verifier import ImageTaskHost, NoImageTaskHost
 from workers.sandbox.docker_backend import docker_client
 
 
-def task_image_source(settings: Settings, client: Any) -> Callable[[Task], str]:
+def task_image_source(settings: Settings, client: Any) -> Callable[[PublicTask | Task], str]:
     """``image_of(task)``: the tag of ``task``'s image on this host, built (or, from a registry, pulled) the
     first time; TaskImageError names why it cannot be had."""
     from infra.local.base_images import ensure_base_image
@@ -27,7 +27,7 @@ def task_image_source(settings: Settings, client: Any) -> Callable[[Task], str]:
     )
     lock_dir = settings.local.cache_dir / "task-images"
 
-    def image_of(task: Task) -> str:
+    def image_of(task: PublicTask | Task) -> str:
         environment = task.environment
         if environment is None:
             raise TaskImageError(f"task {task.task_id} is not an image task")
@@ -56,14 +56,14 @@ def _pulled(client: Any, name: str) -> str | None:
     return ensure_prebuilt_image(client, name, may_pull=True)
 
 
-def image_task_host(settings: Settings) -> ImageTaskHost | NoImageTaskHost:
-    """How a verifier runs image tasks on this host: on the docker daemon (whatever ``RS_SANDBOX_BACKEND`` says,
+def image_task_host(settings: Settings, role: str = "verifier") -> ImageTaskHost | NoImageTaskHost:
+    """How ``role`` runs image tasks on this host: on the docker daemon (whatever ``RS_SANDBOX_BACKEND`` says,
     as ``tasks validate`` does), or, with none reachable, why not (said on stderr now; each image task's verdict
-    is then a sandbox_error naming it, withheld, never a 0)."""
+    is then a sandbox_error naming it, withheld, never a 0; an episode of one is refused at its open)."""
     try:
         client = docker_client(settings)
     except SandboxError as exc:
-        reason = f"{exc}: image tasks are verified on a docker daemon (RS_DOCKER_HOST); start one"
-        print(f"verifier: warning: {reason}", file=sys.stderr, flush=True)
+        reason = f"{exc}: image tasks run on a docker daemon (RS_DOCKER_HOST); start one"
+        print(f"{role}: warning: {reason}", file=sys.stderr, flush=True)
         return NoImageTaskHost(reason)
     return ImageTaskHost(client, task_image_source(settings, client))

@@ -69,8 +69,8 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     import faulthandler
 
     from rewardstream.cli.task_images import image_task_host
+    from workers.containers.task_host import ImageTaskHost
     from workers.roles.episode_worker import build_episode_worker
-    from workers.roles.image_verifier import ImageTaskHost
     from workers.roles.service import Dependencies, RoleName, run_worker
 
     settings = load_settings()
@@ -87,7 +87,7 @@ def _run_role(role: str, concurrency: int | None, metrics_port: int | None) -> N
     )
     chosen: RoleName = "executor" if role == "executor" else ("verifier" if role == "verifier" else "judge")
     sandbox = None if role == "judge" else open_sandbox(settings)
-    images = image_task_host(settings) if role == "verifier" else None
+    images = image_task_host(settings, role) if role in ("verifier", "episode") else None
     deps = Dependencies(sandbox=sandbox, image_tasks=images)
     try:
         if role == "episode":

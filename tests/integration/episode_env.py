@@ -30,6 +30,7 @@ from schemas.tasks import Task
 from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
 from tests.integration.reward_env import RewardEnv, reward_env
 from workers.artifacts import remove_bucket
+from workers.containers.task_host import ImageTaskHost
 from workers.loop_config import WorkerStats
 from workers.roles.episode_worker import build_episode_worker, clock_topic, state_changelog
 from workers.roles.service import Dependencies
@@ -67,8 +68,10 @@ def episode_stack(
     tasks: Iterable[Task],
     concurrency: int = 2,
     worker_thread: bool = False,
+    image_tasks: ImageTaskHost | None = None,
 ) -> Iterator[Stack]:
-    """The whole pipeline of one machine under a prefix of its own, ``tasks`` in its registry."""
+    """The whole pipeline of one machine under a prefix of its own, ``tasks`` in its registry (``image_tasks``:
+    how the verifier runs image tasks; the episode worker's process finds the docker daemon itself)."""
     registry_dir = tmp_path / "registry"
     TaskRegistry(registry_dir).store(tasks)
     with reward_env(kafka_config, unique_name, tmp_path) as env:
@@ -81,7 +84,7 @@ def episode_stack(
         }  # fmt: skip
         logs = tmp_path / "episode-worker.log"
         stop, threads, _metrics, outcome = start_workers(
-            settings, ["executor", "verifier", "judge"], Dependencies(sandbox=sandbox)
+            settings, ["executor", "verifier", "judge"], Dependencies(sandbox=sandbox, image_tasks=image_tasks)
         )
         worker: subprocess.Popen[bytes] | None = None
         if worker_thread:
@@ -123,13 +126,15 @@ def episode_stack_in_own_bucket(
     tasks: Iterable[Task],
     concurrency: int = 2,
     worker_thread: bool = False,
+    image_tasks: ImageTaskHost | None = None,
 ) -> Iterator[Stack]:
     """``episode_stack`` under a unique name and an S3 bucket of its own, the bucket removed afterwards."""
     name = f"t-{label}-{uuid.uuid4().hex[:10]}"
     minio_client.make_bucket(name)
     try:
         with episode_stack(kafka_config, name, tmp_path_factory.mktemp(label), sandbox, name, tasks=tasks,
-                           concurrency=concurrency, worker_thread=worker_thread) as stack:  # fmt: skip
+                           concurrency=concurrency, worker_thread=worker_thread,
+                           image_tasks=image_tasks) as stack:  # fmt: skip
             yield stack
     finally:
         remove_bucket(minio_client, name)

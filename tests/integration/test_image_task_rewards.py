@@ -20,9 +20,9 @@ from tests.sandbox.conftest import image_of, task_images  # noqa: F401 - fixture
 from tests.sandbox.image_task import hello
 from workers.artifacts import ArtifactStore
 from workers.artifacts import minio_client as make_minio
+from workers.containers.task_host import ImageTaskHost
 from workers.episodes.snapshot import pack
 from workers.loop_config import WorkerStats
-from workers.roles.image_verifier import ImageTaskHost
 from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry

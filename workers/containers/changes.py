@@ -19,6 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO
 
+from schemas.caps import QUOTE_CHARS
 from workers.containers.delta import (
     Delta,
     DeltaCaps,
@@ -132,7 +133,7 @@ class _Reader:
         try:
             checked_path(path)
         except DeltaError:
-            self.dropped.append(path.encode("utf-8", "replace").decode("utf-8")[:200])
+            self.dropped.append(path.encode("utf-8", "replace").decode("utf-8")[:QUOTE_CHARS])
             return False
         if posixpath.basename(path).startswith(_WHITEOUT) or _docker_s(path):
             self.dropped.append(path)

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
 
 DELETED = "deleted"
@@ -88,13 +89,13 @@ def checked_path(path: str) -> str:
     try:
         encoded = path.encode("utf-8")
     except UnicodeEncodeError:
-        raise DeltaError(f"path is not UTF-8: {path[:80]!r}") from None
+        raise DeltaError(f"path is not UTF-8: {path[:QUOTE_CHARS]!r}") from None
     if len(encoded) > MAX_PATH_BYTES or any(ch in path for ch in "\n\r\x00"):
-        raise DeltaError(f"path is too long or holds a newline or NUL: {path[:80]!r}")
+        raise DeltaError(f"path is too long or holds a newline or NUL: {path[:QUOTE_CHARS]!r}")
     if path == "/" or not path.startswith("/") or posixpath.normpath(path) != path or path.startswith("//"):
-        raise DeltaError(f"path is not absolute and normalised: {path[:80]!r}")
+        raise DeltaError(f"path is not absolute and normalised: {path[:QUOTE_CHARS]!r}")
     if any(len(part.encode("utf-8")) > _MAX_COMPONENT_BYTES for part in path.split("/")):
-        raise DeltaError(f"a name in the path is over {_MAX_COMPONENT_BYTES} bytes: {path[:80]!r}")
+        raise DeltaError(f"a name in the path is over {_MAX_COMPONENT_BYTES} bytes: {path[:QUOTE_CHARS]!r}")
     return path
 
 
@@ -205,7 +206,7 @@ def read_delta(data: bytes, caps: DeltaCaps = DeltaCaps()) -> Delta:
 
 def _entry(tar: tarfile.TarFile, member: tarfile.TarInfo, caps: DeltaCaps) -> Entry:
     if not member.name.startswith(f"{ROOT}/"):
-        raise DeltaError(f"a delta member outside {ROOT}/: {member.name[:80]!r}")
+        raise DeltaError(f"a delta member outside {ROOT}/: {member.name[:QUOTE_CHARS]!r}")
     path = member.name.removeprefix(ROOT)
     mtime = int(member.mtime)
     if member.isdir():
@@ -215,12 +216,12 @@ def _entry(tar: tarfile.TarFile, member: tarfile.TarInfo, caps: DeltaCaps) -> En
     if member.isreg():
         data = _read(tar, member, caps.max_bytes)
         return Entry(path, "file", member.mode, member.uid, member.gid, mtime, data=data)
-    raise DeltaError(f"{path[:80]!r}: a delta holds directories, files and symlinks only")
+    raise DeltaError(f"{path[:QUOTE_CHARS]!r}: a delta holds directories, files and symlinks only")
 
 
 def _read(tar: tarfile.TarFile, member: tarfile.TarInfo, cap: int) -> bytes:
     if member.size > cap:
-        raise DeltaTooLargeError(f"{member.name[:80]!r} is {member.size} bytes: over {cap}")
+        raise DeltaTooLargeError(f"{member.name[:QUOTE_CHARS]!r} is {member.size} bytes: over {cap}")
     source = tar.extractfile(member)
     return source.read() if source is not None else b""
 

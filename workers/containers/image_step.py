@@ -19,6 +19,7 @@ import tarfile
 import time
 from typing import Any
 
+from schemas.caps import QUOTE_CHARS
 from schemas.environments import TaskEnvironment
 from schemas.status import REJECTED, SandboxStatus
 from workers.containers.changes import GO_DIR, read_changes
@@ -66,7 +67,7 @@ def run_image_step(  # noqa: PLR0917 - the step's whole context
         return before.outcome(SandboxStatus.SANDBOX_ERROR, str(exc))
     reason = fields.pop("reason", None)
     if after.dropped:
-        shown = ", ".join(repr(p[:80]) for p in after.dropped[:5])
+        shown = ", ".join(repr(p[:QUOTE_CHARS]) for p in after.dropped[:5])
         reason = _joined(reason, f"{len(after.dropped)} entries left out (only files, directories and links "
                                  f"survive a step, under plain UTF-8 names): {shown}")  # fmt: skip
     return StepOutcome(snapshot=after.data, sha256=after.sha256, reason=reason, dropped=after.dropped,

@@ -3,6 +3,7 @@ snapshot code, so what a verifier receives passed the same rules as any episode'
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import tempfile
 from pathlib import Path
@@ -11,6 +12,21 @@ from typing import Any
 from schemas.environments import TaskEnvironment
 from workers.containers.image_containers import ContainerInfraError, ContainerRun, container_run
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, tar_limit, unpack
+
+#: How the object an unusable final WORKDIR is handed on as begins (what follows: why). Only the episode worker
+#: stores it; a snapshot (a tar) never begins so unless the agent named a file so, which only costs it the reward.
+UNUSABLE_MARKER = b"rewardstream-unusable-workdir:"
+
+
+def unusable_workdir(reason: str) -> Packed:
+    """What is submitted for a WORKDIR no snapshot may hold: not a snapshot, only the reason, content-addressed."""
+    data = UNUSABLE_MARKER + reason.encode("utf-8", "replace")
+    return Packed(data, hashlib.sha256(data).hexdigest(), 0, len(data))
+
+
+def unusable_reason(data: bytes) -> str | None:
+    """The reason ``unusable_workdir`` stored, if ``data`` is one."""
+    return data[len(UNUSABLE_MARKER) :].decode("utf-8", "replace") if data.startswith(UNUSABLE_MARKER) else None
 
 
 def workdir_snapshot(run: ContainerRun, workdir: str, caps: Caps) -> Packed:

@@ -54,9 +54,12 @@ def end_observation(event: ActionEvent, why: EndReason, workspace_ref: str) -> O
     )  # fmt: skip
 
 
-def submitted(state: EpisodeState, workspace_ref: str, transcript_ref: str | None = None) -> GenerationEvent:
+def submitted(
+    state: EpisodeState, workspace_ref: str, transcript_ref: str | None = None, *, workspace_sha256: str | None = None
+) -> GenerationEvent:
     """The generation an ended episode hands to the verifier/judge/reward path: its final workspace (and its
-    stored transcript, for the judge), one per episode (``generation_id`` = ``episode_id``)."""
+    stored transcript, for the judge), one per episode (``generation_id`` = ``episode_id``). ``workspace_sha256``:
+    what ``workspace_ref`` holds when it is not the state's snapshot (an image task's final WORKDIR)."""
     return GenerationEvent(
         generation_id=state.episode_id,
         episode_id=state.episode_id,
@@ -66,6 +69,6 @@ def submitted(state: EpisodeState, workspace_ref: str, transcript_ref: str | Non
         policy_version=state.policy_version or UNKNOWN,
         turn=state.turn,
         workspace_ref=workspace_ref,
-        workspace_sha256=state.snapshot,
+        workspace_sha256=workspace_sha256 or state.snapshot,
         transcript_ref=transcript_ref,
     )

@@ -27,6 +27,7 @@ from workers.episodes.workspaces import Workspaces
 from workers.logs.shipper import worker_name
 from workers.roles.common import TaskSource
 from workers.roles.episodes import EpisodeHandler, EpisodeTopics
+from workers.roles.image_episodes import ImageEpisodes
 from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config
 from workers.tasks.registry import TaskRegistry
 from workers.transactional_loop import TransactionalWorker
@@ -84,8 +85,9 @@ def build_episode_worker(
         broker = BrokerClock(kafka, clock.name)
         stack.callback(broker.close)
         producer, consumer, shipper = loop_clients(settings, config, worker_name())
+        images = None if deps.image_tasks is None else ImageEpisodes(deps.image_tasks)
         handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
-                                 committed=committed, store=store, clock=broker.now_ms,
+                                 committed=committed, store=store, clock=broker.now_ms, images=images,
                                  shipper=shipper, retention_s=settings.worker.episode_retention_s)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
                                   shipper=shipper, model=ActionEvent, listener=table, timers=handler,

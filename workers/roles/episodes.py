@@ -40,6 +40,7 @@ from workers.episodes.workspaces import Workspaces
 from workers.handler import Done, InfrastructureError, InvalidEventError, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
 from workers.roles.common import TaskSource, UnknownTaskError
+from workers.roles.image_episodes import ImageEpisodeError, ImageEpisodes, empty_delta
 from workers.sandbox.api import Sandbox
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,15 @@ def _infrastructure(what: str) -> Iterator[None]:
             raise
         raise StepInfraError(f"{what}: {exc}") from exc
     except KafkaError as exc:
+        raise StepInfraError(f"{what}: {exc}") from exc
+
+
+@contextmanager
+def _image_host(what: str) -> Iterator[None]:
+    """The docker daemon or a task image failing ``what`` is the infrastructure's, retried like a sandbox_error."""
+    try:
+        yield
+    except ImageEpisodeError as exc:
         raise StepInfraError(f"{what}: {exc}") from exc
 
 
@@ -101,6 +111,8 @@ class EpisodeHandler:
     clock: Callable[[], int]
     #: Makes each action's log record (shipped to OpenSearch in the action's transaction); None: no records.
     shipper: LogShipper | None = None
+    #: Image tasks' steps and submits on this worker's docker daemon; None: image tasks cannot open here.
+    images: ImageEpisodes | None = None
     #: An ended episode's state is deleted this long after its last action (``Settings.worker.episode_retention_s``).
     retention_s: float = defaults(WorkerSettings).episode_retention_s
     #: (task_id, task version) -> sha256 of its original snapshot (the bytes are in ``workspaces``)
@@ -156,6 +168,8 @@ class EpisodeHandler:
         except UnknownTaskError as exc:
             return str(exc)
         task = read.task
+        if task.environment is not None:
+            return self._open_image(episode_id, action, task, read.version, now_s)
         if task.workspace is None:
             return f"task {task.task_id} has no workspace"
         try:
@@ -166,6 +180,24 @@ class EpisodeHandler:
         return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
                             policy_version=action.policy_version, history=((0, sha),),
                             task_version=read.version)  # fmt: skip
+
+    def _open_image(
+        self, episode_id: str, action: OpenAction, task: PublicTask, version: str | None, now_s: float
+    ) -> EpisodeState | str:
+        """An image task's episode: its state the empty delta (the image as built), or why it cannot open here."""
+        if self.images is None:
+            return f"task {task.task_id} is an image task: this episode worker runs no docker daemon"
+        with _image_host(f"opening an episode of {task.task_id}"):
+            refused = self.images.refusal(task)
+        if refused is not None:
+            return refused
+        empty = empty_delta()
+        with _infrastructure(f"the empty delta of {task.task_id}"):
+            self.workspaces.put(empty)
+        sha = empty.sha256
+        return EpisodeState(episode_id, task.task_id, 0, sha, now_s, now_s, run_id=action.run_id,
+                            policy_version=action.policy_version, history=((0, sha),),
+                            task_version=version)  # fmt: skip
 
     def _fork(self, episode_id: str, action: ForkAction, now_s: float) -> EpisodeState | str:
         """A new episode from a committed turn of another (its task and task version; the fork's own run and
@@ -240,7 +272,11 @@ class EpisodeHandler:
         where = f"step {event.turn} of {event.episode_id}"
         with _infrastructure(f"{where}: reading its workspace"):
             before = self.workspaces.get(state.snapshot)
-        outcome = run_step(self.sandbox, before, decision.action, caps_of(limits), step_limits(task, limits))
+        if task.environment is not None:
+            with _image_host(where):
+                outcome = self._image_episodes().step(task, before, decision.action)
+        else:
+            outcome = run_step(self.sandbox, before, decision.action, caps_of(limits), step_limits(task, limits))
         if outcome.status == SandboxStatus.SANDBOX_ERROR:
             raise StepInfraError(f"{where}: {outcome.reason}")
         if outcome.sha256 != state.snapshot:  # stored before the observation naming it can be committed
@@ -364,10 +400,26 @@ class EpisodeHandler:
         return Done(tuple(outputs), log=record, status=observation.status)
 
     def _submitted(self, state: EpisodeState) -> GenerationEvent:
-        """The generation of an ended episode, its transcript stored first (content-addressed, in S3)."""
+        """The generation of an ended episode, its transcript stored first (content-addressed, in S3); an image
+        task's names its final WORKDIR, stored first too (what its verifier grades)."""
         with _infrastructure(f"storing the transcript of {state.episode_id}"):
             stored = self.store.put(transcript.document(state), "application/json")
-        return submitted(state, self.workspaces.url_for(state.snapshot), stored.url)
+        task = self.tasks.public(state.task_id, state.task_version).task
+        if task.environment is None:
+            return submitted(state, self.workspaces.url_for(state.snapshot), stored.url)
+        where = f"the submit of {state.episode_id}"
+        with _infrastructure(where):
+            delta = self.workspaces.get(state.snapshot)
+        with _image_host(where):
+            workdir = self._image_episodes().final_workdir(task, delta)
+        with _infrastructure(where):
+            url = self.workspaces.put(workdir)
+        return submitted(state, url, stored.url, workspace_sha256=workdir.sha256)
+
+    def _image_episodes(self) -> ImageEpisodes:
+        if self.images is None:
+            raise StepInfraError("an image task's episode on a worker that runs no docker daemon")
+        return self.images
 
     def _record(self, source: Source, observation: ObservationEvent, state: EpisodeState | None) -> LogRecord | None:
         """What SREs find of this action: the episode, the turn, how it ended, where it was read."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from schemas.caps import fit
 from schemas.environments import VerifierSuite
@@ -24,28 +23,13 @@ from schemas.result_rules import VerifierOutcome
 from schemas.status import SandboxStatus
 from schemas.tasks import Task
 from workers.containers.image_containers import ContainerInfraError
+from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.containers.verification import Verification, verify
 from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.roles.runs import no_run, unusable_run
 from workers.roles.workspace import EpisodeWorkspaces, Unusable, WorkspaceEventError
 
 BACKEND = "docker"
-
-
-@dataclass(frozen=True, slots=True)
-class ImageTaskHost:
-    """What verifying image tasks needs of this host: a docker client and ``image_of(task) -> tag`` (the task's
-    image, built the first time: the CLI wires the product's base images into it, ``cli.task_images``)."""
-
-    client: Any
-    image_of: Callable[[Task], str]
-
-
-@dataclass(frozen=True, slots=True)
-class NoImageTaskHost:
-    """This verifier cannot run image tasks, and why (no docker daemon): their verdicts are sandbox_error."""
-
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

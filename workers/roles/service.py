@@ -26,12 +26,12 @@ from schemas.signals import WriterRole
 from schemas.topics import WRITER_ROLE, catalog_for, group_for, topic_for
 from schemas.topics import Role as TopicRole
 from workers.artifacts import ArtifactStore, RetryPolicy, minio_client
+from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.handler import Handler
 from workers.judge.cache import CachedJudge
 from workers.logs.shipper import LogShipper, worker_name
 from workers.loop_config import WorkerConfig, WorkerStats
 from workers.roles.common import RoleContext, TaskSource
-from workers.roles.image_verifier import ImageTaskHost, NoImageTaskHost
 from workers.roles.run_code import ExecutorRouter, RunHandler
 from workers.sandbox.api import Sandbox
 from workers.tasks.registry import TaskRegistry

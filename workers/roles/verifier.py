@@ -19,13 +19,14 @@ from concurrent.futures import Future
 from schemas.caps import fit
 from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag, result_ids
 from schemas.tasks import Task
+from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.grading import Grader
 from workers.grading.grader import GRADER_VERSION
 from workers.grading.static_analysis import Flag, analyze, rule_counts, shown_flags
 from workers.grading.suites import failed_suite
 from workers.handler import Done, Outcome, Source, encode_output
 from workers.roles.common import RoleContext, one_shot
-from workers.roles.image_verifier import ImageTaskHost, ImageVerifier, NoImageTaskHost, Verified
+from workers.roles.image_verifier import ImageVerifier, Verified
 from workers.roles.runs import Ran, artifact_fields, log_level, pending_uploads, run_fields, sandbox_run, unusable_run
 from workers.roles.workspace import EpisodeWorkspaces, Unusable
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from schemas.events import GenerationEvent
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError
+from workers.containers.workdir import unusable_reason
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
@@ -98,6 +99,8 @@ class EpisodeWorkspaces:
         final = self._final(event)
         if isinstance(final, Unusable):
             return final
+        if (why := unusable_reason(final)) is not None:  # the episode worker could not snapshot it, and said why
+            return Unusable(why[:_REASON_CHARS])
         try:
             return checked_snapshot(final, caps_of(task.episode_limits))
         except SnapshotError as exc:

@@ -30,6 +30,9 @@ _MAX_ENTRIES = 5000
 #: An episode's step may take at most this long (``EpisodeLimits.step_timeout_s``'s bound).
 _MAX_STEP_S = 600.0
 _MAX_TURNS = 1000
+#: What an episode's changes to its container may hold (its delta: ``pip install``s, builds) and its WORKDIR.
+_DELTA_MAX_MB = 256
+_DELTA_MAX_FILES = 50_000
 
 
 class HarborTaskError(ValueError):
@@ -180,8 +183,10 @@ def _environment(path: Path, config: TaskConfig | None, problems: list[str]) -> 
 
 def _episode(config: TaskConfig) -> dict[str, Any]:
     """The episode's limits: ``[agent] timeout_sec`` bounds the episode (and so each of its steps); Harbor
-    bounds an agent by time, not by turns, so the turns are many."""
-    limits: dict[str, Any] = {"max_turns": _MAX_TURNS, "step_timeout_s": _MAX_STEP_S}
+    bounds an agent by time, not by turns, so the turns are many; its workspace caps bound what it changes in its
+    container (``containers.delta``) and its final WORKDIR."""
+    limits: dict[str, Any] = {"max_turns": _MAX_TURNS, "step_timeout_s": _MAX_STEP_S,
+                              "workspace_max_mb": _DELTA_MAX_MB, "workspace_max_files": _DELTA_MAX_FILES}  # fmt: skip
     if config.agent_timeout_s is not None:
         limits |= {"episode_timeout_s": config.agent_timeout_s,
                    "step_timeout_s": min(_MAX_STEP_S, config.agent_timeout_s)}  # fmt: skip

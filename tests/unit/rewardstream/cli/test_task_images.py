@@ -9,7 +9,7 @@ import pytest
 
 from rewardstream.cli.task_images import image_task_host
 from schemas.settings import Settings
-from workers.roles.image_verifier import NoImageTaskHost
+from workers.containers.task_host import NoImageTaskHost
 
 
 def test_no_daemon_is_said_and_kept_as_the_reason(
@@ -19,5 +19,5 @@ def test_no_daemon_is_said_and_kept_as_the_reason(
     host = image_task_host(Settings())
     assert isinstance(host, NoImageTaskHost)
     assert "no-dockerd.sock" in host.reason
-    assert "image tasks are verified on a docker daemon" in host.reason
+    assert "image tasks run on a docker daemon" in host.reason
     assert capsys.readouterr().err.startswith("verifier: warning: docker daemon unreachable")

@@ -14,9 +14,10 @@ import pytest
 
 from schemas.codec import decode
 from schemas.events import GenerationEvent, HiddenVerdict
-from schemas.tasks import Task
+from schemas.tasks import PublicTask, Task
 from tests.sandbox.image_task import hello
 from workers.containers.image_containers import ContainerInfraError
+from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.episodes.snapshot import pack
 from workers.grading import Grader
 from workers.handler import Done, InvalidEventError, Source
@@ -26,7 +27,7 @@ from workers.retry import RetryPolicy
 from workers.roles import image_verifier
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.executor import ExecutorHandler
-from workers.roles.image_verifier import ImageTaskHost, ImageVerifier, NoImageTaskHost
+from workers.roles.image_verifier import ImageVerifier
 from workers.roles.judging import JudgeHandler
 from workers.roles.verifier import VerifierHandler
 from workers.roles.workspace import EpisodeWorkspaces
@@ -96,7 +97,7 @@ def test_a_verifier_without_a_daemon_withholds_never_zero(tmp_path: Path, image_
 def test_an_image_that_cannot_be_had_is_the_hosts(tmp_path: Path, image_task: Task) -> None:
     store = Store()
 
-    def image_of(task: Task) -> str:
+    def image_of(task: PublicTask | Task) -> str:
         raise RuntimeError("the build ran out of disk")
 
     workspaces = EpisodeWorkspaces(context(tmp_path, image_task, "verifier", store))
