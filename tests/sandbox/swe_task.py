@@ -64,8 +64,9 @@ HIDDEN_VALUES = ("100000000000000000007", "100000000000000000000", "30 12", "-8 
 CAPS = Caps(max_bytes=8 << 20, max_entries=500)
 
 
-def task(kind: str = "call", task_id: str | None = None) -> Task:
-    """The task with a hidden ``call`` suite (``calc.ops:add``) or ``io`` suite (``python3 -m calc``)."""
+def task(kind: str = "call", task_id: str | None = None, timeout_s: float = 5) -> Task:
+    """The task with a hidden ``call`` suite (``calc.ops:add``) or ``io`` suite (``python3 -m calc``), each case
+    limited to ``timeout_s``."""
     hidden = ({"kind": "call", "cases": HIDDEN_CALL} if kind == "call"
               else {"kind": "io", "command": "python3 -m calc", "cases": HIDDEN_IO})  # fmt: skip
     return Task.model_validate({
@@ -75,7 +76,7 @@ def task(kind: str = "call", task_id: str | None = None) -> Task:
                     "workspace_max_mb": 8, "workspace_max_files": 500},
         "protected": PROTECTED,
         "public_tests": {"kind": "command", "command": "python3 -m unittest -q tests.test_ops"},
-        "hidden_tests": hidden, "limits": {"timeout_s": 5, "memory_mb": 256},
+        "hidden_tests": hidden, "limits": {"timeout_s": timeout_s, "memory_mb": 256},
     })  # fmt: skip
 
 

@@ -30,9 +30,20 @@ HIDDEN_N = [3, 10, 99, 12345]
 HONEST = "def solve(n):\n    return (n * 7919 + 104729) % 1000003\n"
 IO_SHIM = "\n\nif __name__ == '__main__':\n    print(solve(int(input())))\n"
 LIMITS = {"timeout_s": 3, "memory_mb": 256}
+#: Hacks that can only end by running out their time (a stopped harness, a spinning or forking candidate): they
+#: fail whatever the limit, so their tasks get a shorter one and the run waits out less. clock_tampering gets
+#: 2 s: on 1 s the bound ``test_timeouts_are_enforced_despite_clock_tampering`` checks would sit too near the
+#: run's own limit to tell a per-case limit from it.
+TIMED_OUT_LIMITS = {
+    "stop_parent": {**LIMITS, "timeout_s": 1},
+    "fork_bomb_in_call": {**LIMITS, "timeout_s": 1},
+    "clock_tampering": {**LIMITS, "timeout_s": 2},
+}
+#: Every per-case limit a hack's task has: the honest control passes under each.
+TIMEOUTS_S = sorted({limits["timeout_s"] for limits in [LIMITS, *TIMED_OUT_LIMITS.values()]})
 
 
-def call_task() -> Task:
+def call_task(limits: dict[str, int] = LIMITS) -> Task:
     return Task.model_validate(
         {
             "task_id": "hack/call",
@@ -40,12 +51,12 @@ def call_task() -> Task:
             "entry_point": "solve",
             "public_tests": {"kind": "call", "cases": [{"args": [n], "expected": secret(n)} for n in PUBLIC_N]},
             "hidden_tests": {"kind": "call", "cases": [{"args": [n], "expected": secret(n)} for n in HIDDEN_N]},
-            "limits": LIMITS,
+            "limits": limits,
         }
     )
 
 
-def assert_task() -> Task:
+def assert_task(limits: dict[str, int] = LIMITS) -> Task:
     lines = "\n".join(f"    assert candidate({n}) == {secret(n)}" for n in HIDDEN_N)
     check = f"import random\nimport math\n\n\ndef check(candidate):\n{lines}\n"
     return Task.model_validate(
@@ -55,12 +66,12 @@ def assert_task() -> Task:
             "entry_point": "solve",
             "public_tests": {"kind": "call", "cases": [{"args": [n], "expected": secret(n)} for n in PUBLIC_N]},
             "hidden_tests": {"kind": "assert", "code": check},
-            "limits": LIMITS,
+            "limits": limits,
         }
     )
 
 
-def io_task() -> Task:
+def io_task(limits: dict[str, int] = LIMITS) -> Task:
     return Task.model_validate(
         {
             "task_id": "hack/io",
@@ -69,7 +80,7 @@ def io_task() -> Task:
                 "kind": "io",
                 "cases": [{"stdin": f"{n}\n", "expected_stdout": f"{secret(n)}\n"} for n in HIDDEN_N],
             },
-            "limits": LIMITS,
+            "limits": limits,
         }
     )
 
@@ -471,10 +482,29 @@ def run_grade(sandbox: Sandbox, task: Task, code: str) -> dict[str, Any]:
     return grader.grade(task, code, generation_id="hack").to_json()
 
 
+#: The runs more than one test makes claims about (hack, task kind): each backend runs them once.
+SHARED_RUNS = {("clock_tampering", "call")}
+_shared_results: dict[tuple[int, str, str], dict[str, Any]] = {}
+
+
+def grade_hack(sandbox: Sandbox, hack: str, kind: str) -> dict[str, Any]:
+    """``hack`` graded on a ``kind`` task with its limits; a shared run's result is kept for the next test."""
+    key = (id(sandbox), hack, kind)
+    if key in _shared_results:
+        return _shared_results[key]
+    code = HACKS[hack] + (IO_SHIM if kind == "io" else "")
+    res = run_grade(sandbox, TASKS[kind](TIMED_OUT_LIMITS.get(hack, LIMITS)), code)
+    if (hack, kind) in SHARED_RUNS:
+        _shared_results[key] = res
+    return res
+
+
+@pytest.mark.parametrize("timeout_s", TIMEOUTS_S)
 @pytest.mark.parametrize("kind", list(TASKS))
-def test_honest_control_passes(sandbox: Sandbox, kind: str) -> None:
+def test_honest_control_passes(sandbox: Sandbox, kind: str, timeout_s: int) -> None:
+    """Under every limit a hack's task has: a hack that fails there was stopped, not starved of time."""
     code = HONEST + (IO_SHIM if kind == "io" else "")
-    res = run_grade(sandbox, TASKS[kind](), code)
+    res = run_grade(sandbox, TASKS[kind]({**LIMITS, "timeout_s": timeout_s}), code)
     assert res["status"] == "pass", res
     assert res["reward"] == 1.0
 
@@ -482,8 +512,7 @@ def test_honest_control_passes(sandbox: Sandbox, kind: str) -> None:
 @pytest.mark.parametrize("kind", list(TASKS))
 @pytest.mark.parametrize("hack", list(HACKS))
 def test_reward_hack_fails(sandbox: Sandbox, hack: str, kind: str) -> None:
-    code = HACKS[hack] + (IO_SHIM if kind == "io" else "")
-    res = run_grade(sandbox, TASKS[kind](), code)
+    res = grade_hack(sandbox, hack, kind)
     assert res["status"] == "fail", (hack, kind, res)
     assert res["reward"] == 0.0
     assert res["hidden"]["passed"] < res["hidden"]["total"]
@@ -588,14 +617,16 @@ def test_poisoning_does_not_reach_later_runs(sandbox: Sandbox) -> None:
 
 
 def test_timeouts_are_enforced_despite_clock_tampering(sandbox: Sandbox) -> None:
-    res = run_grade(sandbox, call_task(), HACKS["clock_tampering"])
+    res = grade_hack(sandbox, "clock_tampering", "call")  # the run test_reward_hack_fails made, if it ran
     assert res["status"] == "fail"
     assert {c["status"] for c in res["cases"]["public"]} <= {"timeout", "error", "missing"}
     assert {c["status"] for c in res["cases"]["hidden"]} <= {"timeout", "error", "missing"}
-    # Each case has its own 3 s limit on the program's CPU and own time: the run's own time (its wall time
-    # less what it waited for a CPU on a busy host) ends near the sum of them, plus start-up grace.
+    # Each case has its own limit on the program's CPU and own time: the run's own time (its wall time less
+    # what it waited for a CPU on a busy host) ends near the sum of them, plus start-up grace, well before
+    # the run's own limit (twice the sum, plus that grace) would have stopped it.
     cases = len(PUBLIC_N) + len(HIDDEN_N)
-    assert res["run"]["wall_ms"] - res["run"]["wait_ms"] < cases * LIMITS["timeout_s"] * 1000 + 8_000, res["run"]
+    limit_ms = TIMED_OUT_LIMITS["clock_tampering"]["timeout_s"] * 1000
+    assert res["run"]["wall_ms"] - res["run"]["wait_ms"] < cases * limit_ms + 8_000, res["run"]
 
 
 def test_one_bad_case_does_not_lose_the_others(sandbox: Sandbox) -> None:
