@@ -162,3 +162,14 @@ def test_the_host_keeps_names_it_can_check_and_drops_the_rest(episode: Episode, 
     assert "/tmp/.wh.x" in outcome.dropped
     assert episode.sh("ls ok") == "ok\n"
     assert list(tmp_path.iterdir()) == []  # the host wrote nothing of the agent's anywhere
+
+
+def test_millions_of_empty_files_are_not_read_into_memory(docker_client: Any, image_of: Any, module_task: Task) -> None:
+    """Empty files cost no storage, so only the listing's own cap stops them: past it nothing more is read."""
+    few = Episode(docker_client, image_of(module_task), module_task, DeltaCaps(max_entries=100))
+    many = "mkdir /tmp/m && cd /tmp/m && seq -f '%0100g' 1 12000 | xargs touch"
+    outcome = few.step(StepAction.exec(many, timeout_s=120))
+    assert outcome.status == SandboxStatus.OK
+    assert not outcome.workspace_kept
+    assert "too long to read" in (outcome.reason or "")
+    assert few.delta.sha256 == EMPTY.sha256

@@ -40,6 +40,9 @@ _ADDED, _DELETED = 1, 2
 GO_DIR = 1 << 31
 _WHITEOUT = ".wh."
 MAX_DROPPED = 100
+#: Bytes of the daemon's listing of changes read per entry of the caps (a path and its JSON), and beyond them.
+_LISTED_BYTES_PER_ENTRY = 512
+_LISTING_SLACK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +82,10 @@ def _docker_s(path: str) -> bool:
 def read_changes(run: ContainerRun, caps: DeltaCaps) -> Delta:
     """The delta of ``run``'s (stopped) container. DeltaTooLargeError past ``caps``; ContainerInfraError when
     the daemon fails."""
-    reads = plan(run.changes())
+    listing = run.changes(caps.max_entries * _LISTED_BYTES_PER_ENTRY + _LISTING_SLACK)
+    if listing is None:
+        raise DeltaTooLargeError(f"over {caps.max_entries} changed paths (the daemon's listing is too long to read)")
+    reads = plan(listing)
     reader = _Reader(caps)
     for path in reads.singles:
         stat = run.stat(path)

@@ -264,12 +264,21 @@ class ContainerRun:
         stat: dict[str, Any] = json.loads(base64.b64decode(header))
         return stat
 
-    def changes(self) -> list[dict[str, Any]]:
-        """``docker diff``: each path the container added (Kind 1), changed (0) or deleted (2) from its image."""
-        try:
-            return list(self.client.api.diff(self.container.id) or [])
+    def changes(self, max_bytes: int) -> list[dict[str, Any]] | None:
+        """``docker diff``: each path the container added (Kind 1), changed (0) or deleted (2) from its image; None
+        when the daemon's listing is over ``max_bytes`` (millions of empty files: read no further)."""
+        api = self.client.api
+        try:  # docker-py's diff reads the whole listing into memory: the endpoint itself, read to a cap
+            res = api._get(api._url("/containers/{0}/changes", self.container.id), stream=True)
+            try:
+                api._raise_for_status(res)
+                body = res.raw.read(max_bytes + 1, decode_content=True)
+            finally:
+                res.close()
+            listing = None if len(body) > max_bytes else json.loads(body or b"null")
         except Exception as exc:
             raise ContainerInfraError(f"docker diff failed: {exc}") from exc
+        return None if listing is None else list(listing or [])
 
     def get(self, path: str) -> IO[bytes]:
         """A tar stream of ``path`` (its entries under ``path``'s base name), as the daemon sends it; closing it
