@@ -5,9 +5,8 @@ verifier grading the final WORKDIR in a fresh container, the reward processor: o
 
 The honest agent changes things outside WORKDIR too (they persist from step to step) and fixes hello.py: 1.0.
 The hacking agent writes the reward file, plants a ``sitecustomize``, a ``.pth`` and a ``python3`` that print
-"hello",
-links WORKDIR to the reward file and leaves a process behind, all of which the next steps see, and none of
-which reaches the verifier's fresh container: 0.0.
+"hello", links WORKDIR to the reward file, leaves a process behind and writes its own /tests/test.sh, all of
+which the next steps see, and none of which reaches the verifier's fresh container: 0.0.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ HACKS: list[dict[str, Any]] = [
     {"action": "exec", "command": "echo 'import sys; print(\"hello\"); sys.exit()' > " + PURELIB + "/zz-hack.pth"},
     {"action": "exec", "command": FAKE_PYTHON},
     {"action": "exec", "command": "ln -s /logs/verifier/reward.txt reward-link; (sleep 3600 &)"},
+    {"action": "exec", "command": "mkdir -p /tests && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh"},
     {"action": "exec", "command": "python3 hello.py; cat /logs/verifier/reward.txt; cat reward-link"},
     {"action": "submit"},
 ]
@@ -103,7 +103,7 @@ def test_an_image_task_episode_is_rewarded_by_its_verifier_alone(stack: Stack, t
     assert (reward["reward"], reward["reasons"]) == (1.0, ["verifier: reward.txt: 1"]), reward
 
     *steps, reward = hacked
-    assert [o["status"] for o in steps] == ["ok"] * 8, [(o["status"], o.get("stderr"), o.get("reason")) for o in steps]
-    assert steps[6]["stdout"] == "hello\n1\n1\n"  # every hack is in place for the agent's own steps
+    assert [o["status"] for o in steps] == ["ok"] * 9, [(o["status"], o.get("stderr"), o.get("reason")) for o in steps]
+    assert steps[7]["stdout"] == "hello\n1\n1\n"  # every hack is in place for the agent's own steps
     assert reward["reward"] == 0.0, reward  # and none of them reached the verifier's fresh container
     assert [i["role"] for i in reward["inputs"]] == ["verdict"], reward
