@@ -116,33 +116,9 @@ class ContainerRun:
         """Run ``script`` under ``bash -c`` as root until it ends, runs past ``timeout_s`` or makes the container
         hold more than its storage (then the container is killed: later ``get`` calls still read its files).
         Its exit status is not the caller's business."""
-        if self.killed:
-            raise ContainerInfraError("the container was killed by an earlier timeout")
-        api = self.client.api
-        try:
-            exec_id = api.exec_create(self.container.id, ["bash", "-c", script], user="0", workdir=cwd)["Id"]
-        except Exception as exc:
-            raise ContainerInfraError(f"docker exec failed: {exc}") from exc
-        done = threading.Event()
-        failure: list[BaseException] = []
+        return self.run(["bash", "-c", script], timeout_s=timeout_s, cwd=cwd, output_cap=0).ended
 
-        def _run() -> None:
-            try:
-                api.exec_start(exec_id, detach=False)
-            except Exception as exc:  # the daemon's failure, read by the caller below
-                failure.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=_run, name="image-task-exec", daemon=True).start()
-        ended = self._watch(done, timeout_s)
-        if ended != "finished":
-            return ended
-        if failure:
-            raise ContainerInfraError(f"docker exec failed: {failure[0]}")
-        return "finished"
-
-    def run(self, argv: list[str], *, timeout_s: float, cwd: str, output_cap: int) -> Executed:
+    def run(self, argv: list[str], *, timeout_s: float, cwd: str | None, output_cap: int) -> Executed:
         """Run ``argv`` as root in ``cwd``, keeping the first ``output_cap`` bytes of its stdout and of its
         stderr, until it ends, runs past ``timeout_s`` or makes the container hold more than its storage (then
         the container is killed, as in ``shell``)."""
@@ -188,6 +164,9 @@ class ContainerRun:
             if self.written() > self.storage_bytes:
                 self.kill()
                 return "storage"
+        if self.written() > self.storage_bytes:  # a writer faster than one look: over all the same
+            self.kill()
+            return "storage"
         return "finished"
 
     def stage(self, script: str) -> None:
