@@ -20,9 +20,12 @@ from typing import Any
 import orjson
 import pytest
 
+from rewardstream.cli.task_images import task_image_source
+from schemas.settings import Settings
 from schemas.tasks import Task
+from streams.sdk import TrainerClient, TrainerConfig
+from streams.sdk.episodes import EpisodeClient, EpisodeConfig
 from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
-from tests.sandbox.conftest import image_of, task_images  # noqa: F401 - fixtures: the task's image, removed after
 from tests.sandbox.image_task import hello
 from workers.containers.task_host import ImageTaskHost
 from workers.sandbox.api import Sandbox
@@ -59,21 +62,26 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
     return hello(tmp_path_factory.mktemp("image-task"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stack(  # noqa: PLR0917 - fixtures
     kafka_config: dict[str, str],
     minio_client: Any,
     tmp_path_factory: pytest.TempPathFactory,
     process_sandbox: Sandbox,
+    settings: Settings,
     docker_client: Any,
-    image_of: Any,  # noqa: F811 - the fixture imported above
     task: Task,
 ) -> Iterator[Stack]:
-    image_of(task)  # built once, as `tasks load` does, and removed after the module
+    """One pipeline for the module; the task's image built once, as `tasks load` does, and removed after it."""
+    image_of = task_image_source(settings, docker_client)
+    image = image_of(task)
     host = ImageTaskHost(docker_client, image_of)
-    with episode_stack_in_own_bucket(kafka_config, minio_client, "image-episodes", tmp_path_factory, process_sandbox,
-                                     tasks=[task], image_tasks=host) as stack:  # fmt: skip
-        yield stack
+    try:
+        with episode_stack_in_own_bucket(kafka_config, minio_client, "image-episodes", tmp_path_factory,
+                                         process_sandbox, tasks=[task], image_tasks=host) as stack:  # fmt: skip
+            yield stack
+    finally:
+        docker_client.images.remove(image, force=True)
 
 
 def _play(stack: Stack, task: Task, path: Path, actions: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
@@ -107,3 +115,19 @@ def test_an_image_task_episode_is_rewarded_by_its_verifier_alone(stack: Stack, t
     assert steps[7]["stdout"] == "hello\n1\n1\n"  # every hack is in place for the agent's own steps
     assert reward["reward"] == 0.0, reward  # and none of them reached the verifier's fresh container
     assert [i["role"] for i in reward["inputs"]] == ["verdict"], reward
+
+
+def test_an_image_task_episode_forks_from_any_committed_turn(stack: Stack, task: Task) -> None:
+    """A fork starts from the delta of the turn it names: the changes made outside WORKDIR before it, and not
+    the fix made after it."""
+    config = EpisodeConfig.from_settings(stack.settings, "image-forks", answer_timeout_s=300)
+    with TrainerClient(TrainerConfig.from_settings(stack.settings, "image-forks", trainer_id="forks.t")) as trainer, \
+            EpisodeClient(config, trainer) as client:  # fmt: skip
+        episode = client.open(task.task_id)
+        assert episode.exec("echo before-fork > /etc/agent").status == "ok"  # turn 1
+        assert episode.write("hello.py", 'print("hello")\n').status == "ok"  # turn 2
+        fork = episode.fork(1)
+        seen = fork.exec("cat /etc/agent hello.py")
+        assert seen.stdout == 'before-fork\nprint("helo")\n', seen
+        assert episode.submit(timeout_s=300).reward == 1.0
+        assert fork.submit(timeout_s=300).reward == 0.0
