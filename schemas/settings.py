@@ -15,6 +15,7 @@ what a bad value's error names. Components built from the settings take their de
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping
 from functools import cache
@@ -370,6 +371,26 @@ def flat_names() -> dict[str, tuple[str, str]]:
         if isinstance(kind, type) and issubclass(kind, _Group):
             names.update({kind.flat_name(field): (group, field) for field in kind.model_fields})
     return names
+
+
+#: ``RS_`` variables the product reads that are no setting: the debug switch, the VM tests', the examples'.
+NOT_SETTINGS = frozenset({"RS_DEBUG", "RS_VM", "RS_VM_ACCEL", "RS_RUN_ID"})
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """What to say of each ``RS_*`` variable of ``environ`` that is no setting: a misspelt setting is otherwise
+    ignored without a word, and its default used."""
+    names = [*flat_names(), *Settings.model_fields]
+    known = {ENV_PREFIX + name.upper() for name in names} | NOT_SETTINGS
+    said: list[str] = []
+    for key in sorted(environ):
+        upper = key.upper()
+        if upper.startswith(ENV_PREFIX) and upper not in known:
+            near = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.6)
+            said.append(
+                f"{key} is no setting of rewardstream and is ignored" + (f" (did you mean {near[0]}?)" if near else "")
+            )
+    return said
 
 
 def env_name(path: str) -> str:

@@ -14,7 +14,7 @@ import pydantic
 from schemas.backends import BACKENDS, Backend
 from schemas.codec import problems_of
 from schemas.errors import ConfigError
-from schemas.settings import Settings, env_name
+from schemas.settings import Settings, env_name, unknown_variables
 
 if TYPE_CHECKING:
     from workers.sandbox.api import Sandbox
@@ -27,8 +27,17 @@ TIME_CHARS = 23
 PROBLEMS_SHOWN = 20
 
 
+#: What ``load_settings`` has warned of in this process (each variable once).
+_WARNED: set[str] = set()
+
+
 def load_settings() -> Settings:
-    """Settings from the environment, with a one-line error naming the bad variable."""
+    """Settings from the environment, with a one-line error naming the bad variable, and a warning on stderr
+    for each ``RS_*`` variable that is no setting (a misspelt one would otherwise be ignored silently)."""
+    for said in unknown_variables(os.environ):
+        if said not in _WARNED:
+            _WARNED.add(said)
+            print(f"rewardstream: warning: {said}", file=sys.stderr, flush=True)
     try:
         return Settings()
     except pydantic.ValidationError as exc:

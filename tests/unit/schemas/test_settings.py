@@ -73,3 +73,16 @@ def test_each_setting_is_declared_once_in_its_group() -> None:
     assert names["ca_certificates_dir"] == ("local", "ca_certificates_dir")
     with pytest.raises(AttributeError):
         flat(Settings(), "kafka_topic_prefix")
+
+
+def test_a_misspelt_setting_is_named_with_the_setting_meant() -> None:
+    from schemas.settings import unknown_variables
+
+    said = unknown_variables({"RS_SANDBOX_DOCKER_HOST": "x", "RS_KAFKA_BOOTSRAP": "y", "RS_DEBUG": "1",
+                              "RS_TASKS_DIR": "/t", "RS_DOCKER_HOST": "unix:///d", "HOME": "/root",
+                              "RS_ZZZ": "1"})  # fmt: skip
+    assert said == [
+        "RS_KAFKA_BOOTSRAP is no setting of rewardstream and is ignored (did you mean RS_KAFKA_BOOTSTRAP?)",
+        "RS_SANDBOX_DOCKER_HOST is no setting of rewardstream and is ignored (did you mean RS_DOCKER_HOST?)",
+        "RS_ZZZ is no setting of rewardstream and is ignored",
+    ]
