@@ -173,3 +173,14 @@ def test_millions_of_empty_files_are_not_read_into_memory(docker_client: Any, im
     assert not outcome.workspace_kept
     assert "too long to read" in (outcome.reason or "")
     assert few.delta.sha256 == EMPTY.sha256
+
+
+def test_an_agent_that_deletes_the_tools_of_the_restore_still_steps(episode: Episode) -> None:
+    """Deleting rm, bash, libraries and thousands of other files of the image: the next step restores all of it."""
+    doomed = "find /usr/share /etc /var /usr/lib/python3.11 -type f | grep -v ld.so | head -9000"
+    episode.sh(f"{doomed} | xargs rm -f; rm -f /usr/bin/rm /usr/bin/bash /usr/bin/xargs")
+    deleted = episode.delta.deleted
+    others = [p for p in deleted if p.startswith(("/usr/share/", "/etc/", "/var/"))]
+    assert len("".join(others)) > 64 << 10  # more than one command line of deletions besides the system's
+    probes = " || ".join(f"test -e {p}" for p in ("/usr/bin/rm", "/usr/bin/bash", others[0], others[-1], deleted[-1]))
+    assert episode.sh(f"{probes} || echo gone") == "gone\n"

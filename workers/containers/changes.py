@@ -29,6 +29,7 @@ from workers.containers.delta import (
     Kind,
     checked_path,
     pack_delta,
+    topmost,
 )
 from workers.containers.image_containers import ContainerRun
 
@@ -40,6 +41,8 @@ _ADDED, _DELETED = 1, 2
 GO_DIR = 1 << 31
 _WHITEOUT = ".wh."
 MAX_DROPPED = 100
+#: Bytes of the paths a delta deletes (topmost only): they are restored by ``rm`` command lines (ARG_MAX: 2 MiB).
+MAX_DELETED_BYTES = 1 << 20
 #: Bytes of the daemon's listing of changes read per entry of the caps (a path and its JSON), and beyond them.
 _LISTED_BYTES_PER_ENTRY = 512
 _LISTING_SLACK = 1 << 20
@@ -95,6 +98,8 @@ def read_changes(run: ContainerRun, caps: DeltaCaps) -> Delta:
     for path in reads.subtrees:
         with run.get(path) as stream:
             reader.read(stream, posixpath.dirname(path))
+    if sum(len(p.encode()) + 1 for p in topmost(reads.deleted)) > MAX_DELETED_BYTES:
+        raise DeltaTooLargeError(f"over {MAX_DELETED_BYTES} bytes of deleted paths (delete their directory instead)")
     delta = pack_delta(reader.entries, reads.deleted, caps)
     return Delta(delta.data, delta.sha256, delta.entries, delta.deleted, tuple(reader.dropped[:MAX_DROPPED]))
 

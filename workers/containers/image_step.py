@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import posixpath
-import shlex
 import tarfile
 import time
 from typing import Any
@@ -30,8 +29,12 @@ from workers.sandbox.common import classify
 from workers.sandbox.guest import workspace_paths
 from workers.sandbox.guest.step_errors import StepError
 
-#: Bytes of ``rm`` arguments per command: far under ARG_MAX.
+#: Bytes of ``rm`` arguments per command: far under ARG_MAX (all deletions are at most ``MAX_DELETED_BYTES``).
 _RM_BATCH_BYTES = 64 << 10
+_RM_OUTPUT_BYTES = 4096
+_RESTORE_S = 120.0
+#: Where the programs and libraries ``rm`` needs live: deleted last, together.
+_SYSTEM = ("/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/lib", "/lib", "/usr/libexec/", "/etc/ld.so")
 #: How many symlinks a read follows (the kernel's own limit is 40).
 _MAX_LINK_HOPS = 8
 #: Exit codes of a shell for a process killed by signal n.
@@ -75,14 +78,21 @@ def run_image_step(  # noqa: PLR0917 - the step's whole context
 
 
 def restore(run: ContainerRun, delta: Delta) -> None:
-    """Make ``run``'s fresh container hold ``delta``: its deletions, then its entries."""
-    batch: list[str] = []
-    for path in (*delta.deleted, None):
-        if path is not None:
-            batch.append(shlex.quote(path))
-        if batch and (path is None or sum(map(len, batch)) > _RM_BATCH_BYTES):
-            run.stage(f"rm -rf -- {' '.join(batch)}")
-            batch = []
+    """Make ``run``'s fresh container hold ``delta``: its deletions (by the image's own ``rm``, without a shell;
+    the system's programs and libraries last, in one command, since the agent may have deleted ``rm``, its
+    libraries or ``bash``), then its entries."""
+    system = [p for p in delta.deleted if p.startswith(_SYSTEM)]
+    rest = [p for p in delta.deleted if not p.startswith(_SYSTEM)]
+    batches: list[list[str]] = []
+    for path in rest:
+        if not batches or sum(map(len, batches[-1])) > _RM_BATCH_BYTES:
+            batches.append([])
+        batches[-1].append(path)
+    for batch in [*batches, system] if system else batches:
+        got = run.run(["rm", "-rf", "--", *batch], timeout_s=_RESTORE_S, cwd="/", output_cap=_RM_OUTPUT_BYTES)
+        if got.ended != "finished" or got.exit_code != 0:
+            why = got.stderr.decode("utf-8", "replace").strip() or got.ended
+            raise ContainerInfraError(f"restoring an episode's deletions failed (exit {got.exit_code}): {why}")
     if delta.entries:
         run.put("/", restore_tar(delta))
 
