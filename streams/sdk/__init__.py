@@ -19,7 +19,8 @@ Agent episodes (``streams.sdk.episodes``): each call is one turn, one observatio
         reward = episode.submit()  # a restarted trainer: c.resume(episode_id) goes on from the last turn
 
 ``AsyncEpisodeClient`` (``streams.sdk.episodes_aio``) is the same, awaited, for many episodes on one event loop.
-Agent-framework faces: ``streams.sdk.gym_env`` (gym-style reset/step/close) and ``streams.sdk.verl_tool``.
+Agent-framework faces: ``streams.sdk.gym_env`` (gym-style reset/step/close), ``streams.sdk.verl_tool`` and
+``streams.sdk.mini_swe_env`` (a mini-swe-agent environment).
 """
 
 from __future__ import annotations
