@@ -184,3 +184,12 @@ def test_an_agent_that_deletes_the_tools_of_the_restore_still_steps(episode: Epi
     assert len("".join(others)) > 64 << 10  # more than one command line of deletions besides the system's
     probes = " || ".join(f"test -e {p}" for p in ("/usr/bin/rm", "/usr/bin/bash", others[0], others[-1], deleted[-1]))
     assert episode.sh(f"{probes} || echo gone") == "gone\n"
+
+
+def test_an_endless_writer_is_stopped_at_the_output_limit(episode: Episode) -> None:
+    outcome = episode.step(StepAction.exec("echo before > kept; yes", timeout_s=120))
+    assert outcome.status == SandboxStatus.OUTPUT_LIMIT
+    assert "bytes of output" in (outcome.reason or "")
+    assert outcome.wall_ms < 60_000  # stopped by its output, not by its timeout
+    assert len(outcome.stdout) == LIMITS.output_cap_bytes
+    assert episode.sh("cat kept") == "before\n"

@@ -47,8 +47,12 @@ def output_tail(data: bytes) -> str:
     return data.decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
 
 
-#: How a command in the container ended: on its own, past its timeout, or over the container's storage.
-Ended = Literal["finished", "timeout", "storage"]
+#: How a command in the container ended: on its own, past its timeout, over the container's storage, or over
+#: the output a host reads of it (``OUTPUT_LIMIT_BYTES``).
+Ended = Literal["finished", "timeout", "storage", "output"]
+#: Bytes of a command's stdout and stderr together past which it is killed: what is kept is cut to its cap anyway,
+#: and an endless writer would keep a host thread reading until the command's timeout.
+OUTPUT_LIMIT_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +77,22 @@ class _Captured:
         self.sizes = [0, 0]
 
     def add(self, *chunks: bytes | None) -> None:
+        """Keep what fits of ``chunks`` (stdout's, stderr's); _OutputOverError past ``OUTPUT_LIMIT_BYTES``."""
         for i, chunk in enumerate(chunks):
             if chunk:
                 self.sizes[i] += len(chunk)
                 room = self.cap - len(self.parts[i])
                 if room > 0:
                     self.parts[i].extend(chunk[:room])
+        if sum(self.sizes) > max(OUTPUT_LIMIT_BYTES, 2 * self.cap):
+            raise _OutputOverError
 
     def result(self) -> tuple[bytes, bytes, int, int]:
         return bytes(self.parts[0]), bytes(self.parts[1]), self.sizes[0], self.sizes[1]
+
+
+class _OutputOverError(Exception):
+    """A command wrote more output than a host reads of it."""
 
 
 def _read_frames(sock: Any, captured: _Captured) -> None:
@@ -130,12 +141,15 @@ class ContainerRun:
         except Exception as exc:
             raise ContainerInfraError(f"docker exec failed: {exc}") from exc
         captured = _Captured(output_cap)
-        done = threading.Event()
+        done, over = threading.Event(), threading.Event()
         failure: list[BaseException] = []
 
         def _run() -> None:
             try:
                 _read_frames(api.exec_start(exec_id, socket=True), captured)
+            except _OutputOverError:
+                over.set()
+                self.kill()
             except Exception as exc:  # the daemon's failure, read by the caller below
                 failure.append(exc)
             finally:
@@ -144,6 +158,8 @@ class ContainerRun:
         threading.Thread(target=_run, name="image-task-step", daemon=True).start()
         ended = self._watch(done, timeout_s)
         done.wait(_HOST_STEP_S)  # a killed container ends the stream
+        if over.is_set():
+            ended = "output"
         if failure and ended == "finished":
             raise ContainerInfraError(f"docker exec failed: {failure[0]}")
         exit_code = None

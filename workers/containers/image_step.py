@@ -23,7 +23,7 @@ from schemas.environments import TaskEnvironment
 from schemas.status import REJECTED, SandboxStatus
 from workers.containers.changes import GO_DIR, read_changes
 from workers.containers.delta import Delta, DeltaCaps, DeltaError, restore_tar
-from workers.containers.image_containers import ContainerInfraError, ContainerRun, container_run
+from workers.containers.image_containers import OUTPUT_LIMIT_BYTES, ContainerInfraError, ContainerRun, container_run
 from workers.episodes.step import Previous, StepAction, StepLimits, StepOutcome
 from workers.sandbox.common import classify
 from workers.sandbox.guest import workspace_paths
@@ -125,6 +125,9 @@ def _exec(run: ContainerRun, workdir: str, action: StepAction, limits: StepLimit
     }
     if got.ended == "timeout":
         return {**fields, "status": SandboxStatus.TIMEOUT, "reason": f"the command ran out of its {action.timeout_s} s"}
+    if got.ended == "output":
+        why = f"the command wrote over {OUTPUT_LIMIT_BYTES} bytes of output and was stopped"
+        return {**fields, "status": SandboxStatus.OUTPUT_LIMIT, "reason": why}
     if got.ended == "storage":
         return {**fields, "status": SandboxStatus.KILLED, "reason": "the command wrote over the task's storage_mb"}
     code = got.exit_code
