@@ -25,7 +25,7 @@ from workers.containers.changes import GO_DIR, read_changes
 from workers.containers.delta import Delta, DeltaCaps, DeltaError, restore_tar
 from workers.containers.image_containers import OUTPUT_LIMIT_BYTES, ContainerInfraError, ContainerRun, container_run
 from workers.episodes.step import Previous, StepAction, StepLimits, StepOutcome
-from workers.sandbox.common import classify
+from workers.sandbox.common import classify, exit_of
 from workers.sandbox.guest import workspace_paths
 from workers.sandbox.guest.step_errors import StepError
 
@@ -37,8 +37,6 @@ _RESTORE_S = 120.0
 _SYSTEM = ("/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/lib", "/lib", "/usr/libexec/", "/etc/ld.so")
 #: How many symlinks a read follows (the kernel's own limit is 40).
 _MAX_LINK_HOPS = 8
-#: Exit codes of a shell for a process killed by signal n.
-_SIGNAL_BASE = 128
 
 
 def run_image_step(  # noqa: PLR0917 - the step's whole context
@@ -130,8 +128,7 @@ def _exec(run: ContainerRun, workdir: str, action: StepAction, limits: StepLimit
         return {**fields, "status": SandboxStatus.OUTPUT_LIMIT, "reason": why}
     if got.ended == "storage":
         return {**fields, "status": SandboxStatus.KILLED, "reason": "the command wrote over the task's storage_mb"}
-    code = got.exit_code
-    sig = code - _SIGNAL_BASE if code is not None and code > _SIGNAL_BASE else None
+    code, sig = exit_of(got.exit_code) if got.exit_code is not None else (None, None)
     return {**fields, "status": classify(stopped_for=None, oom_kills=0, exit_code=code, sig=sig), "exit_code": code,
             "signal": sig}  # fmt: skip
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from workers.sandbox.api import SandboxResult, SandboxStatus
-from workers.sandbox.common import classify
+from workers.sandbox.common import classify, exit_of
 
 #: Bytes of stderr, its end, kept as the reason a sandbox never reached its program.
 _ERROR_DETAIL_BYTES = 400
@@ -80,10 +80,7 @@ class Capture:
         exit_code: int | None = None
         sig: int | None = None
         if stopped_for is None and returncode is not None:
-            if 128 < returncode < 128 + 65:
-                sig = returncode - 128
-            else:
-                exit_code = returncode
+            exit_code, sig = exit_of(returncode)
         return SandboxResult(
             status=classify(stopped_for=stopped_for, oom_kills=oom_kills, exit_code=exit_code, sig=sig),
             exit_code=exit_code,

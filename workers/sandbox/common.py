@@ -38,6 +38,14 @@ def base_env(uid_home: str = "/work") -> dict[str, str]:
     }
 
 
+def exit_of(returncode: int) -> tuple[int | None, int | None]:
+    """(exit code, signal) of a ``returncode`` as bwrap, runc, a shell and the in-sandbox servers report it:
+    128 + N for a death by signal N."""
+    if 128 < returncode < 128 + 65:
+        return None, returncode - 128
+    return returncode, None
+
+
 def classify(
     *,
     stopped_for: SandboxStatus | None,
