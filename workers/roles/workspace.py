@@ -20,9 +20,7 @@ image task has none, its verifier runs in a fresh container whatever the WORKDIR
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from schemas.events import GenerationEvent
 from schemas.tasks import PublicTask, Task
@@ -30,8 +28,8 @@ from workers.artifacts import ArtifactError
 from workers.containers.workdir import unusable_reason
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.protect import graded_workspace
-from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack, unpack
-from workers.episodes.step import host_failure, runner_code
+from workers.episodes.snapshot import Packed, SnapshotError
+from workers.episodes.step import canonical, host_failure, runner_code
 from workers.grading.suites import WorkspaceJob
 from workers.handler import InvalidEventError
 from workers.roles.common import CodeUnavailableError, Lru, RoleContext
@@ -102,7 +100,7 @@ class EpisodeWorkspaces:
         if (why := unusable_reason(final)) is not None:  # the episode worker could not snapshot it, and said why
             return Unusable(why[:_REASON_CHARS])
         try:
-            return checked_snapshot(final, caps_of(task.episode_limits))
+            return canonical(final, caps_of(task.episode_limits))
         except SnapshotError as exc:
             return _unusable(exc, "checking the submitted WORKDIR")
 
@@ -131,11 +129,3 @@ def _unusable(exc: SnapshotError, doing: str) -> Unusable:
     if host_failure(exc):
         raise HostScratchError(f"{doing} failed on this host: {exc}") from exc
     return Unusable(f"the workspace snapshot is unusable: {exc}"[:_REASON_CHARS])
-
-
-def checked_snapshot(data: bytes, caps: Caps) -> Packed:
-    """``data`` restored by ``snapshot.unpack`` (every check) in a private scratch directory and packed again:
-    a canonical snapshot within ``caps``, or SnapshotError naming what is wrong."""
-    with tempfile.TemporaryDirectory(prefix="rs-workdir-") as scratch:
-        unpack(data, Path(scratch), caps)
-        return pack(Path(scratch), caps)
