@@ -81,6 +81,8 @@ _SHM = "/dev/shm"  # noqa: S108 - a fresh private directory is made in it (tempf
 _HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EIO, errno.EROFS, errno.EMFILE, errno.ENFILE})
 _INODE_SLACK = 16
 _MIB = 1 << 20
+#: What the episode worker cuts a step's captured output and a read to before the observation's own caps apply.
+CAPTURE_BYTES = 256 << 10
 
 
 @dataclass(frozen=True, slots=True)

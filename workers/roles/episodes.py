@@ -33,7 +33,7 @@ from workers.episodes.observe import end_observation, step_observation, submitte
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.snapshot import Packed
 from workers.episodes.sources import CommittedEpisodes
-from workers.episodes.step import StepAction, StepLimits, run_step
+from workers.episodes.step import CAPTURE_BYTES, StepAction, StepLimits, run_step
 from workers.episodes.table import EpisodeTable, dumps
 from workers.episodes.turns import ClaimedWrite, EpisodeState, Rejected, Step
 from workers.episodes.workspaces import Workspaces
@@ -45,8 +45,6 @@ from workers.sandbox.api import Sandbox
 
 log = logging.getLogger(__name__)
 
-#: What a step's captured output and a read are cut to before the observation's own caps apply.
-_CAPTURE_BYTES = 256 << 10
 #: Memory of a step beyond three times the workspace cap (see ``workers.episodes.step``).
 _STEP_MEMORY_SLACK_MB = 128
 
@@ -58,24 +56,16 @@ class StepInfraError(InfrastructureError):
 
 @contextmanager
 def _infrastructure(what: str) -> Iterator[None]:
-    """An outage of S3 (past the store's own retries: the worker is stopping) or of Kafka while doing ``what``
-    is the infrastructure's, retried like a sandbox_error."""
+    """An outage of S3 (past the store's own retries: the worker is stopping) or of Kafka, or the docker daemon or
+    a task image failing an image task, while doing ``what`` is the infrastructure's, retried like a
+    sandbox_error."""
     try:
         yield
     except ArtifactError as exc:
         if not exc.outage:
             raise
         raise StepInfraError(f"{what}: {exc}") from exc
-    except KafkaError as exc:
-        raise StepInfraError(f"{what}: {exc}") from exc
-
-
-@contextmanager
-def _image_host(what: str) -> Iterator[None]:
-    """The docker daemon or a task image failing ``what`` is the infrastructure's, retried like a sandbox_error."""
-    try:
-        yield
-    except ImageEpisodeError as exc:
+    except (KafkaError, ImageEpisodeError) as exc:
         raise StepInfraError(f"{what}: {exc}") from exc
 
 
@@ -91,7 +81,7 @@ class EpisodeTopics:
 def step_limits(task: PublicTask, limits: EpisodeLimits) -> StepLimits:
     """The task's memory, at least what the workspace's tmpfs pages and its tar take."""
     memory = max(task.limits.memory_mb, 3 * limits.workspace_max_mb + _STEP_MEMORY_SLACK_MB)
-    return StepLimits(memory_mb=memory, output_cap_bytes=_CAPTURE_BYTES, read_cap_bytes=_CAPTURE_BYTES)
+    return StepLimits(memory_mb=memory, output_cap_bytes=CAPTURE_BYTES, read_cap_bytes=CAPTURE_BYTES)
 
 
 @dataclass(eq=False)
@@ -187,7 +177,7 @@ class EpisodeHandler:
         """An image task's episode: its state the empty delta (the image as built), or why it cannot open here."""
         if self.images is None:
             return f"task {task.task_id} is an image task: this episode worker runs no docker daemon"
-        with _image_host(f"opening an episode of {task.task_id}"):
+        with _infrastructure(f"opening an episode of {task.task_id}"):
             refused = self.images.refusal(task)
         if refused is not None:
             return refused
@@ -273,7 +263,7 @@ class EpisodeHandler:
         with _infrastructure(f"{where}: reading its workspace"):
             before = self.workspaces.get(state.snapshot)
         if task.environment is not None:
-            with _image_host(where):
+            with _infrastructure(where):
                 outcome = self._image_episodes().step(task, before, decision.action)
         else:
             outcome = run_step(self.sandbox, before, decision.action, caps_of(limits), step_limits(task, limits))
@@ -410,7 +400,7 @@ class EpisodeHandler:
         where = f"the submit of {state.episode_id}"
         with _infrastructure(where):
             delta = self.workspaces.get(state.snapshot)
-        with _image_host(where):
+        with _infrastructure(where):
             workdir = self._image_episodes().final_workdir(task, delta)
         with _infrastructure(where):
             url = self.workspaces.put(workdir)

@@ -22,12 +22,11 @@ from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.containers.workdir import unusable_workdir, workdir_snapshot
 from workers.episodes.originals import caps_of
 from workers.episodes.snapshot import Packed, SnapshotError
-from workers.episodes.step import StepAction, StepLimits, StepOutcome
+from workers.episodes.step import CAPTURE_BYTES, StepAction, StepLimits, StepOutcome
 from workers.images.task_images import TaskImageError
 
 #: What of a step's output and of a read comes back (as for workspace tasks' steps).
-_CAPTURE_BYTES = 256 << 10
-IMAGE_STEP_LIMITS = StepLimits(output_cap_bytes=_CAPTURE_BYTES, read_cap_bytes=_CAPTURE_BYTES)
+IMAGE_STEP_LIMITS = StepLimits(output_cap_bytes=CAPTURE_BYTES, read_cap_bytes=CAPTURE_BYTES)
 
 
 class ImageEpisodeError(SandboxError):
