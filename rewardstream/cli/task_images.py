@@ -3,6 +3,7 @@ builder (``workers``), which cannot import each other."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import sys
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from schemas.settings import Settings
 from schemas.tasks import PublicTask, Task
 from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.images.task_images import TaskImageError, ensure_prebuilt_image, ensure_task_image
+from workers.overlays.host import OverlayHost
 from workers.sandbox.docker_backend import docker_client
 
 
@@ -66,4 +68,12 @@ def image_task_host(settings: Settings, role: str = "verifier") -> ImageTaskHost
         reason = f"{exc}: image tasks run on a docker daemon (RS_DOCKER_HOST); start one"
         print(f"{role}: warning: {reason}", file=sys.stderr, flush=True)
         return NoImageTaskHost(reason)
-    return ImageTaskHost(client, task_image_source(settings, client))
+    overlays = None
+    if role == "episode" and settings.sandbox.backend == "process":
+        try:
+            overlays = OverlayHost(settings, client)
+        except SandboxError as exc:
+            print(f"{role}: warning: image tasks' steps run in containers: {exc}", file=sys.stderr, flush=True)
+        else:
+            atexit.register(overlays.close)
+    return ImageTaskHost(client, task_image_source(settings, client), overlays)

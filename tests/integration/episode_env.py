@@ -69,6 +69,7 @@ def episode_stack(
     concurrency: int = 2,
     worker_thread: bool = False,
     image_tasks: ImageTaskHost | None = None,
+    worker_env: dict[str, str] | None = None,
 ) -> Iterator[Stack]:
     """The whole pipeline of one machine under a prefix of its own, ``tasks`` in its registry (``image_tasks``:
     how the verifier runs image tasks; the episode worker's process finds the docker daemon itself)."""
@@ -81,6 +82,7 @@ def episode_stack(
             **os.environ, "RS_TOPIC_PREFIX": env.prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
             "RS_TASKS_DIR": str(registry_dir), "RS_S3_BUCKET": s3_bucket, "RS_METRICS_PORT": "0",
             "RS_WORKER_COMMIT_INTERVAL_S": "0.1", "RS_WORKER_INSTANCE_ID": f"episode-{unique_name}",
+            **(worker_env or {}),
         }  # fmt: skip
         logs = tmp_path / "episode-worker.log"
         stop, threads, _metrics, outcome = start_workers(
@@ -127,6 +129,7 @@ def episode_stack_in_own_bucket(
     concurrency: int = 2,
     worker_thread: bool = False,
     image_tasks: ImageTaskHost | None = None,
+    worker_env: dict[str, str] | None = None,
 ) -> Iterator[Stack]:
     """``episode_stack`` under a unique name and an S3 bucket of its own, the bucket removed afterwards."""
     name = f"t-{label}-{uuid.uuid4().hex[:10]}"
@@ -134,7 +137,7 @@ def episode_stack_in_own_bucket(
     try:
         with episode_stack(kafka_config, name, tmp_path_factory.mktemp(label), sandbox, name, tasks=tasks,
                            concurrency=concurrency, worker_thread=worker_thread,
-                           image_tasks=image_tasks) as stack:  # fmt: skip
+                           image_tasks=image_tasks, worker_env=worker_env) as stack:  # fmt: skip
             yield stack
     finally:
         remove_bucket(minio_client, name)

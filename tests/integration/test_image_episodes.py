@@ -1,6 +1,7 @@
 """Harbor (image) tasks played as agent episodes through the whole pipeline, the way a user plays them:
 ``rewardstream episode play --task ID --actions FILE --json`` as a process, the episode worker as a process (its
-steps in fresh containers of the task image on the real docker daemon, the state a delta in the real S3), the
+steps on each backend: fresh overlays of the image's tree under bubblewrap, or fresh containers of the task image
+on the real docker daemon; the state a delta in the real S3), the
 verifier grading the final WORKDIR in a fresh container, the reward processor: one reward per episode.
 
 The honest agent changes things outside WORKDIR too (they persist from step to step) and fixes hello.py: 1.0.
@@ -62,8 +63,9 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
     return hello(tmp_path_factory.mktemp("image-task"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["process", "docker"])
 def stack(  # noqa: PLR0917 - fixtures
+    request: pytest.FixtureRequest,
     kafka_config: dict[str, str],
     minio_client: Any,
     tmp_path_factory: pytest.TempPathFactory,
@@ -78,7 +80,8 @@ def stack(  # noqa: PLR0917 - fixtures
     host = ImageTaskHost(docker_client, image_of)
     try:
         with episode_stack_in_own_bucket(kafka_config, minio_client, "image-episodes", tmp_path_factory,
-                                         process_sandbox, tasks=[task], image_tasks=host) as stack:  # fmt: skip
+                                         process_sandbox, tasks=[task], image_tasks=host,
+                                         worker_env={"RS_SANDBOX_BACKEND": request.param}) as stack:  # fmt: skip
             yield stack
     finally:
         docker_client.images.remove(image, force=True)

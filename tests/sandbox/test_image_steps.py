@@ -1,6 +1,6 @@
-"""Agent steps on image tasks (the docker backend): each step a fresh container of the task image with the
-episode's delta restored, so whatever a step changes anywhere is what the next step sees, and nothing else
-(no process, no mount) survives it.
+"""Agent steps on image tasks, on both backends: each step a fresh container of the task image (docker) or a
+fresh overlay of its unpacked tree under bubblewrap (process) with the episode's delta restored, so whatever a
+step changes anywhere is what the next step sees, and nothing else (no process, no mount) survives it.
 
 The task image is built once for the module (tests.sandbox.image_task's sample task: python:3.11-slim, WORKDIR
 /app holding hello.py) and removed after it.
@@ -8,6 +8,8 @@ The task image is built once for the module (tests.sandbox.image_task's sample t
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +20,35 @@ from schemas.tasks import Task
 from tests.sandbox.image_task import CreatedContainers, hello
 from workers.containers.delta import EMPTY, Delta, DeltaCaps, read_delta
 from workers.containers.image_step import run_image_step
+from workers.containers.task_host import ImageTaskHost
 from workers.episodes.step import StepAction, StepLimits, StepOutcome
+from workers.overlays.host import OverlayHost
+from workers.overlays.overlay_step import run_overlay_step
 
 #: Where ``pip install`` puts a module in the task image.
 PURELIB = "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
 LIMITS = StepLimits(output_cap_bytes=4096, read_cap_bytes=4096)
 
 
-class Episode:
-    """A sequence of steps on one task, each from the delta the last one left."""
+Stepper = Callable[..., StepOutcome]
 
-    def __init__(self, client: Any, image: str, task: Task, caps: DeltaCaps | None = None) -> None:
+
+class Episode:
+    """A sequence of steps on one task, each from the delta the last one left, on one backend."""
+
+    def __init__(self, host: ImageTaskHost, image: str, task: Task, caps: DeltaCaps | None = None) -> None:
         assert task.environment is not None
-        self.client, self.image, self.environment = client, image, task.environment
+        self.image, self.environment = image, task.environment
+        self.run: Stepper = (
+            functools.partial(run_image_step, host.client)
+            if host.overlays is None
+            else functools.partial(run_overlay_step, host.overlays)
+        )
         self.caps = caps or DeltaCaps()
         self.delta: Delta = EMPTY
 
     def step(self, action: StepAction) -> StepOutcome:
-        outcome = run_image_step(self.client, self.image, self.environment, self.delta, action, self.caps, LIMITS)
+        outcome = self.run(self.image, self.environment, self.delta, action, self.caps, LIMITS)
         assert outcome.status != SandboxStatus.SANDBOX_ERROR, outcome.reason
         self.delta = read_delta(outcome.snapshot, self.caps)
         assert self.delta.sha256 == outcome.sha256
@@ -52,9 +65,25 @@ def module_task(tmp_path_factory: pytest.TempPathFactory) -> Task:
     return hello(tmp_path_factory.mktemp("task"))
 
 
+@pytest.fixture(scope="module")
+def overlays(settings: Any, docker_client: Any) -> Iterator[OverlayHost]:
+    host = OverlayHost(settings, docker_client)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture(params=["docker", "process"])
+def host(request: pytest.FixtureRequest, docker_client: Any, image_of: Any) -> ImageTaskHost:
+    """The backend a test's steps run on: containers, or overlays under bubblewrap."""
+    overlays = request.getfixturevalue("overlays") if request.param == "process" else None
+    return ImageTaskHost(docker_client, image_of, overlays)
+
+
 @pytest.fixture
-def episode(docker_client: Any, image_of: Any, module_task: Task) -> Episode:
-    return Episode(docker_client, image_of(module_task), module_task)
+def episode(host: ImageTaskHost, image_of: Any, module_task: Task) -> Episode:
+    return Episode(host, image_of(module_task), module_task)
 
 
 def test_changes_anywhere_are_what_the_next_step_sees(
@@ -78,7 +107,6 @@ def test_changes_anywhere_are_what_the_next_step_sees(
     assert read.status == SandboxStatus.OK
     assert read.content is not None
     assert read.content.endswith(b"tuned\n")
-    assert created.ids
     assert created.left(docker_client) == []
 
 
@@ -119,8 +147,8 @@ def test_output_is_cut_to_its_cap_and_exit_codes_come_back(episode: Episode) -> 
     assert killed.status == SandboxStatus.KILLED
 
 
-def test_changes_over_the_caps_are_not_kept(docker_client: Any, image_of: Any, module_task: Task) -> None:
-    small = Episode(docker_client, image_of(module_task), module_task, DeltaCaps(max_bytes=64 << 10))
+def test_changes_over_the_caps_are_not_kept(host: ImageTaskHost, image_of: Any, module_task: Task) -> None:
+    small = Episode(host, image_of(module_task), module_task, DeltaCaps(max_bytes=64 << 10))
     small.sh("echo kept > kept")
     kept = small.delta.sha256
     outcome = small.step(StepAction.exec("head -c 200000 /dev/urandom > /tmp/big"))
@@ -153,6 +181,17 @@ def test_a_daemon_failure_is_the_infrastructures(docker_client: Any, module_task
     assert outcome.sha256 == EMPTY.sha256
 
 
+def test_a_host_failure_on_the_process_backend_is_the_infrastructures(overlays: OverlayHost, module_task: Task) -> None:
+    assert module_task.environment is not None
+    outcome = run_overlay_step(
+        overlays, "rs-task/no-such-image:0", module_task.environment, EMPTY, StepAction.exec("true"),
+        DeltaCaps(), LIMITS,
+    )  # fmt: skip
+    assert outcome.status == SandboxStatus.SANDBOX_ERROR
+    assert "no-such-image" in (outcome.reason or "")
+    assert outcome.sha256 == EMPTY.sha256
+
+
 def test_the_host_keeps_names_it_can_check_and_drops_the_rest(episode: Episode, tmp_path: Path) -> None:
     outcome = episode.step(
         StepAction.exec("touch /tmp/$(head -c 300 /dev/zero | tr '\\0' n); touch /tmp/.wh.x; touch ok")
@@ -164,14 +203,16 @@ def test_the_host_keeps_names_it_can_check_and_drops_the_rest(episode: Episode, 
     assert list(tmp_path.iterdir()) == []  # the host wrote nothing of the agent's anywhere
 
 
-def test_millions_of_empty_files_are_not_read_into_memory(docker_client: Any, image_of: Any, module_task: Task) -> None:
+def test_millions_of_empty_files_are_not_read_into_memory(
+    host: ImageTaskHost, image_of: Any, module_task: Task
+) -> None:
     """Empty files cost no storage, so only the listing's own cap stops them: past it nothing more is read."""
-    few = Episode(docker_client, image_of(module_task), module_task, DeltaCaps(max_entries=100))
+    few = Episode(host, image_of(module_task), module_task, DeltaCaps(max_entries=100))
     many = "mkdir /tmp/m && cd /tmp/m && seq -f '%0100g' 1 12000 | xargs touch"
     outcome = few.step(StepAction.exec(many, timeout_s=120))
     assert outcome.status == SandboxStatus.OK
     assert not outcome.workspace_kept
-    assert "too long to read" in (outcome.reason or "")
+    assert "too long to read" in (outcome.reason or "") or "over 100 changed" in (outcome.reason or "")
     assert few.delta.sha256 == EMPTY.sha256
 
 
@@ -193,3 +234,30 @@ def test_an_endless_writer_is_stopped_at_the_output_limit(episode: Episode) -> N
     assert outcome.wall_ms < 60_000  # stopped by its output, not by its timeout
     assert len(outcome.stdout) == LIMITS.output_cap_bytes
     assert episode.sh("cat kept") == "before\n"
+
+
+def test_links_never_lead_the_host_out_of_the_tree(episode: Episode, tmp_path: Path) -> None:
+    """Reads and writes through the agent's links resolve inside its filesystem, never on the host's."""
+    secret = tmp_path / "host-secret"
+    secret.write_text("host\n")
+    episode.sh(f"ln -s {secret} link; ln -s ../../../../../..{secret} dots; ln -s / rootlink")
+    assert episode.step(StepAction.read("link")).status == REJECTED
+    assert episode.step(StepAction.read("dots")).status == REJECTED
+    assert episode.step(StepAction.write("link", b"agent\n")).status == SandboxStatus.OK
+    assert episode.step(StepAction.write(f"rootlink{secret}", b"agent\n")).status == SandboxStatus.OK
+    assert secret.read_text() == "host\n"
+    assert episode.sh(f"cat link {secret}; test -L link || echo replaced") == "agent\nagent\nreplaced\n"
+
+
+def test_root_in_a_process_step_is_nobody_on_the_host(overlays: OverlayHost, image_of: Any, module_task: Task) -> None:
+    from workers.overlays import ids
+
+    episode = Episode(ImageTaskHost(None, image_of, overlays), image_of(module_task), module_task)
+    mapped = episode.sh("id -u; cat /proc/self/uid_map; ls /proc | grep -c '^[0-9]'").split()
+    assert mapped[:4] == ["0", "0", str(ids.BASE), str(ids.SIZE)]
+    assert int(mapped[4]) <= 5  # its own pid namespace (its init, sh, ls, grep): no host process is visible
+    refused = episode.step(
+        StepAction.exec("mount -t tmpfs none /mnt || echo refused; echo x > /proc/sys/kernel/domainname")
+    )
+    assert b"refused" in refused.stdout
+    assert refused.status == SandboxStatus.NONZERO_EXIT

@@ -31,14 +31,12 @@ from workers.containers.delta import (
     pack_delta,
     topmost,
 )
-from workers.containers.image_containers import ContainerRun
+from workers.containers.image_containers import GO_DIR, ContainerRun
 
 #: Paths docker mounts or makes in every container (with ``init``): never part of a delta.
 NOT_THE_AGENTS = ("/proc", "/sys", "/dev", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv",
                   "/usr/sbin/docker-init")  # fmt: skip
 _ADDED, _DELETED = 1, 2
-#: Go's FileMode bit of a directory, in the daemon's stat of a path.
-GO_DIR = 1 << 31
 _WHITEOUT = ".wh."
 MAX_DROPPED = 100
 #: Bytes of the paths a delta deletes (topmost only): they are restored by ``rm`` command lines (ARG_MAX: 2 MiB).

@@ -19,11 +19,11 @@ import tarfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 from schemas.environments import TaskEnvironment
 from schemas.errors import SandboxError
+from workers.containers.executed import Captured, Ended, Executed, OutputOverError
 
 LABEL = "rewardstream.image-task"
 #: What root in an image task's container may still do: own, read, write and chmod files, switch users.
@@ -40,6 +40,10 @@ OUTPUT_TAIL_CHARS = 4000
 #: Entries of a directory ``read_files`` looks at.
 _MAX_READ_ENTRIES = 64
 _CHUNK_BYTES = 1 << 20
+#: Go's FileMode bit of a directory, in the daemon's stat of a path.
+GO_DIR = 1 << 31
+#: How many symlinks a read follows (the kernel's own limit is 40).
+_MAX_LINK_HOPS = 8
 
 
 def output_tail(data: bytes) -> str:
@@ -47,55 +51,7 @@ def output_tail(data: bytes) -> str:
     return data.decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
 
 
-#: How a command in the container ended: on its own, past its timeout, over the container's storage, or over
-#: the output a host reads of it (``OUTPUT_LIMIT_BYTES``).
-Ended = Literal["finished", "timeout", "storage", "output"]
-#: Bytes of a command's stdout and stderr together past which it is killed: what is kept is cut to its cap anyway,
-#: and an endless writer would keep a host thread reading until the command's timeout.
-OUTPUT_LIMIT_BYTES = 16 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Executed:
-    """A command run in the container: how it ended, its exit code (None unless it finished), the first bytes
-    of its stdout and stderr and how many bytes each had."""
-
-    ended: Ended
-    exit_code: int | None
-    stdout: bytes
-    stderr: bytes
-    stdout_bytes: int
-    stderr_bytes: int
-
-
-class _Captured:
-    """The first ``cap`` bytes of each of a command's two streams, and their whole lengths."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: tuple[bytearray, bytearray] = (bytearray(), bytearray())
-        self.sizes = [0, 0]
-
-    def add(self, *chunks: bytes | None) -> None:
-        """Keep what fits of ``chunks`` (stdout's, stderr's); _OutputOverError past ``OUTPUT_LIMIT_BYTES``."""
-        for i, chunk in enumerate(chunks):
-            if chunk:
-                self.sizes[i] += len(chunk)
-                room = self.cap - len(self.parts[i])
-                if room > 0:
-                    self.parts[i].extend(chunk[:room])
-        if sum(self.sizes) > max(OUTPUT_LIMIT_BYTES, 2 * self.cap):
-            raise _OutputOverError
-
-    def result(self) -> tuple[bytes, bytes, int, int]:
-        return bytes(self.parts[0]), bytes(self.parts[1]), self.sizes[0], self.sizes[1]
-
-
-class _OutputOverError(Exception):
-    """A command wrote more output than a host reads of it."""
-
-
-def _read_frames(sock: Any, captured: _Captured) -> None:
+def _read_frames(sock: Any, captured: Captured) -> None:
     """The command's multiplexed stdout and stderr from its exec socket, which is closed after (docker-py's
     own stream leaves it open)."""
     from docker.utils.socket import STDERR, STDOUT, frames_iter
@@ -140,14 +96,14 @@ class ContainerRun:
             exec_id = api.exec_create(self.container.id, argv, user="0", workdir=cwd)["Id"]
         except Exception as exc:
             raise ContainerInfraError(f"docker exec failed: {exc}") from exc
-        captured = _Captured(output_cap)
+        captured = Captured(output_cap)
         done, over = threading.Event(), threading.Event()
         failure: list[BaseException] = []
 
         def _run() -> None:
             try:
                 _read_frames(api.exec_start(exec_id, socket=True), captured)
-            except _OutputOverError:
+            except OutputOverError:
                 over.set()
                 self.kill()
             except Exception as exc:  # the daemon's failure, read by the caller below
@@ -274,6 +230,40 @@ class ContainerRun:
         except Exception as exc:
             raise ContainerInfraError(f"docker diff failed: {exc}") from exc
         return None if listing is None else list(listing or [])
+
+    def write_file(self, path: str, data: bytes) -> str | None:
+        """Write one file (mode 0644, root's) as the daemon extracts a tar: a link at ``path`` is replaced,
+        links on the way are followed inside the container; a directory there refuses it."""
+        found = self.stat(path)
+        if found is not None and int(found.get("mode", 0)) & GO_DIR:
+            return f"is a directory: {path}"
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        self.put("/", out.getvalue())
+        return None
+
+    def read_file(self, path: str, cap: int) -> tuple[bytes, int] | str:
+        """The first ``cap`` bytes of a regular file and its size (following links inside the container, as
+        ``cat`` would), or why not."""
+        for _ in range(_MAX_LINK_HOPS):
+            found = self.stat(path)
+            if found is None:
+                return f"no such file: {path}"
+            target = found.get("linkTarget") or ""
+            if not target:
+                break
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        else:
+            return f"too many symlinks from {path}"
+        with self.get(path) as stream, tarfile.open(fileobj=stream, mode="r|") as tar:
+            member = tar.next()
+            if member is None or not member.isreg():
+                return f"not a regular file: {path}"
+            source = tar.extractfile(member)
+            return (source.read(cap) if source is not None else b""), member.size
 
     def get(self, path: str) -> IO[bytes]:
         """A tar stream of ``path`` (its entries under ``path``'s base name), as the daemon sends it; closing it

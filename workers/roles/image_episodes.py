@@ -24,6 +24,7 @@ from workers.episodes.originals import caps_of
 from workers.episodes.snapshot import Packed, SnapshotError
 from workers.episodes.step import CAPTURE_BYTES, StepAction, StepLimits, StepOutcome
 from workers.images.task_images import TaskImageError
+from workers.overlays.overlay_step import overlay_workdir, run_overlay_step
 
 #: What of a step's output and of a read comes back (as for workspace tasks' steps).
 IMAGE_STEP_LIMITS = StepLimits(output_cap_bytes=CAPTURE_BYTES, read_cap_bytes=CAPTURE_BYTES)
@@ -89,8 +90,12 @@ class ImageEpisodes:
         assert environment is not None  # noqa: S101 - only image tasks come here
         caps = delta_caps(task)
         delta = self._delta(task, state, caps)
-        return run_image_step(self._host().client, self.image(task), environment, delta, action, caps,
-                              IMAGE_STEP_LIMITS)  # fmt: skip
+        host = self._host()
+        if host.overlays is not None:
+            return run_overlay_step(
+                host.overlays, self.image(task), environment, delta, action, caps, IMAGE_STEP_LIMITS
+            )
+        return run_image_step(host.client, self.image(task), environment, delta, action, caps, IMAGE_STEP_LIMITS)
 
     def final_workdir(self, task: PublicTask, state: bytes) -> Packed:
         """The agent's final WORKDIR (``state`` restored in a fresh container) as a workspace snapshot, what the
@@ -101,11 +106,15 @@ class ImageEpisodes:
         host = self._host()
         delta = self._delta(task, state, delta_caps(task))
         try:
+            if host.overlays is not None:
+                return overlay_workdir(
+                    host.overlays, self.image(task), environment, delta, caps_of(task.episode_limits)
+                )
             with container_run(host.client, self.image(task), environment, purpose="submit") as run:
                 restore(run, delta)
                 run.kill()
                 return workdir_snapshot(run, environment.workdir, caps_of(task.episode_limits))
-        except ContainerInfraError as exc:
+        except (ContainerInfraError, SandboxError, OSError) as exc:
             raise ImageEpisodeError(f"reading the final WORKDIR of task {task.task_id}: {exc}") from exc
         except SnapshotError as exc:
             return unusable_workdir(f"the final WORKDIR cannot be graded: {exc}")

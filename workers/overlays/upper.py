@@ -1,0 +1,190 @@
+"""An episode's delta as an overlay's upper directory, and back: entries as files, directories and links with
+the image's ids shifted to the host's, deletions as whiteouts (0/0 character devices), a directory the agent
+replaced (``trusted.overlay.opaque``) as the deletion of what the image had in it. Only the host writes and
+reads an upper directory, and only while no overlay is mounted on it; nothing in it is followed."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from dataclasses import replace
+from pathlib import Path
+
+from workers.containers.changes import MAX_DELETED_BYTES, MAX_DROPPED, NOT_THE_AGENTS
+from workers.containers.delta import (
+    Delta,
+    DeltaCaps,
+    DeltaError,
+    DeltaTooLargeError,
+    Entry,
+    checked_path,
+    pack_delta,
+    path_key,
+)
+from workers.overlays import ids
+
+_OPAQUE = "trusted.overlay.opaque"
+_WHITEOUT_PREFIX = ".wh."
+_MAX_MTIME = (1 << 33) - 1
+
+
+def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
+    """Make the empty ``upper`` hold ``delta`` over ``lower`` (DeltaError: a delta no overlay can hold)."""
+    for path in delta.deleted:
+        _parents(upper, lower, path)
+        os.mknod(upper / path.lstrip("/"), stat.S_IFCHR | 0o000, os.makedev(0, 0))
+    for entry in sorted(delta.entries, key=lambda e: path_key(e.path)):
+        _parents(upper, lower, entry.path)
+        target = upper / entry.path.lstrip("/")
+        if entry.kind == "dir":
+            if not target.is_dir() or target.is_symlink():
+                target.mkdir()
+            os.chmod(target, entry.mode)
+        elif entry.kind == "file":
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(entry.data)
+            os.chmod(target, entry.mode)
+        else:
+            os.symlink(entry.target, target)
+        os.lchown(target, ids.to_host(entry.uid), ids.to_host(entry.gid))
+        os.utime(target, (entry.mtime, entry.mtime), follow_symlinks=False)
+
+
+def _parents(upper: Path, lower: Path, path: str) -> None:
+    """The directories above ``path`` in ``upper``, made as the image has them (or root's 0755)."""
+    walked = ""
+    for name in path.strip("/").split("/")[:-1]:
+        walked = f"{walked}/{name}"
+        here = upper / walked.lstrip("/")
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISDIR(st.st_mode):
+                raise DeltaError(f"{path} is inside {walked}, which the delta does not make a directory")
+            continue
+        here.mkdir()
+        try:
+            image = os.lstat(lower / walked.lstrip("/"))
+            mode, uid, gid = (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid)
+            if not stat.S_ISDIR(image.st_mode):
+                mode, uid, gid = 0o755, ids.BASE, ids.BASE
+        except FileNotFoundError:
+            mode, uid, gid = 0o755, ids.BASE, ids.BASE
+        os.chmod(here, mode)
+        os.lchown(here, uid, gid)
+
+
+class _UpperReader:
+    """What one walk of an upper directory finds: entries, deletions, what it leaves out."""
+
+    def __init__(self, upper: Path, lower: Path, caps: DeltaCaps) -> None:
+        self.upper, self.lower, self.caps = upper, lower, caps
+        self.entries: list[Entry] = []
+        self.deleted: list[str] = []
+        self.dropped: list[str] = []
+        self.size = 0
+
+    def walk(self, directory: str) -> None:
+        with os.scandir(self.upper / directory.lstrip("/")) as found:
+            children = sorted(found, key=lambda e: e.name)
+        for child in children:
+            path = posixpath.join(directory, os.fsdecode(child.name))
+            if not self._plain(child.name, path):
+                continue
+            st = child.stat(follow_symlinks=False)
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                self.deleted.append(path)
+            elif stat.S_ISDIR(st.st_mode):
+                self._directory(path, st)
+            elif stat.S_ISREG(st.st_mode):
+                self._add(path, st, "file", data=self._data(Path(child.path), st.st_size))
+            elif stat.S_ISLNK(st.st_mode):
+                self._add(path, st, "symlink", target=os.readlink(child.path))
+            else:
+                self._drop(path)
+
+    def _directory(self, path: str, st: os.stat_result) -> None:
+        opaque = _xattr(self.upper / path.lstrip("/"), _OPAQUE) == b"y"
+        image = _lstat(self.lower / path.lstrip("/"))
+        ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+        same = image is not None and stat.S_ISDIR(image.st_mode) and not opaque
+        same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
+        if not same:
+            self._add(path, st, "dir")
+        if opaque and image is not None and stat.S_ISDIR(image.st_mode):
+            self._hidden(path)
+        self.walk(path)
+
+    def _hidden(self, path: str) -> None:
+        """Deletions for what the image has in ``path`` and the agent's replacement of it has not: a directory
+        of both is hidden below, one level at a time."""
+        with os.scandir(self.lower / path.lstrip("/")) as found:
+            names = sorted(e.name for e in found)
+        for name in names:
+            inner = posixpath.join(path, os.fsdecode(name))
+            mine = _lstat(self.upper / inner.lstrip("/"))
+            theirs = _lstat(self.lower / inner.lstrip("/"))
+            if mine is None:
+                self.deleted.append(inner)
+            elif stat.S_ISDIR(mine.st_mode) and theirs is not None and stat.S_ISDIR(theirs.st_mode):
+                self._hidden(inner)
+
+    def _plain(self, name: str | bytes, path: str) -> bool:
+        try:
+            os.fsencode(path).decode("utf-8")
+            checked_path(path)
+        except (UnicodeDecodeError, DeltaError):
+            self._drop(path)
+            return False
+        if path in NOT_THE_AGENTS or any(path.startswith(p + "/") for p in NOT_THE_AGENTS):
+            return False
+        if os.fsdecode(name).startswith(_WHITEOUT_PREFIX):
+            self._drop(path)
+            return False
+        return True
+
+    def _data(self, path: Path, size: int) -> bytes:
+        self.size += size
+        if self.size > self.caps.max_bytes:
+            raise DeltaTooLargeError(f"over {self.caps.max_bytes} bytes of changed files")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(size + 1)[:size] if size else b""
+
+    def _add(self, path: str, st: os.stat_result, kind: str, *, data: bytes = b"", target: str = "") -> None:
+        if len(self.entries) + len(self.deleted) >= self.caps.max_entries:
+            raise DeltaTooLargeError(f"over {self.caps.max_entries} changed and deleted paths")
+        mtime = min(max(int(st.st_mtime), 0), _MAX_MTIME)
+        self.entries.append(Entry(path, kind, stat.S_IMODE(st.st_mode) & 0o1777, ids.to_image(st.st_uid),  # type: ignore[arg-type]
+                                  ids.to_image(st.st_gid), mtime, data, target))  # fmt: skip
+
+    def _drop(self, path: str) -> None:
+        if len(self.dropped) < MAX_DROPPED:
+            self.dropped.append(path)
+
+
+def read_upper(upper: Path, lower: Path, caps: DeltaCaps) -> Delta:
+    """The delta ``upper`` holds over ``lower`` (DeltaTooLargeError: over ``caps``)."""
+    reader = _UpperReader(upper, lower, caps)
+    reader.walk("/")
+    if sum(len(p.encode("utf-8", "surrogateescape")) for p in reader.deleted) > MAX_DELETED_BYTES:
+        raise DeltaTooLargeError(f"over {MAX_DELETED_BYTES} bytes of deleted paths")
+    return replace(pack_delta(reader.entries, reader.deleted, caps), dropped=tuple(reader.dropped))
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _xattr(path: Path, name: str) -> bytes | None:
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError:
+        return None
