@@ -50,6 +50,8 @@ def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
             os.symlink(entry.target, target)
         os.lchown(target, ids.to_host(entry.uid), ids.to_host(entry.gid))
         os.utime(target, (entry.mtime, entry.mtime), follow_symlinks=False)
+    for entry in sorted((e for e in delta.entries if e.kind == "dir"), key=lambda e: path_key(e.path), reverse=True):
+        os.utime(upper / entry.path.lstrip("/"), (entry.mtime, entry.mtime))  # after what was made inside it
 
 
 def _parents(upper: Path, lower: Path, path: str) -> None:

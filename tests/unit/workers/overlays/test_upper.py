@@ -1,0 +1,83 @@
+"""An episode's delta as an overlay's upper directory and back (as root: whiteouts are devices, owners shifted)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from workers.containers.delta import DeltaCaps, DeltaError, DeltaTooLargeError, Entry, pack_delta
+from workers.overlays import ids
+from workers.overlays.rootfs import shift_owners
+from workers.overlays.upper import read_upper, restore_upper
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts and owners need root")
+
+
+@pytest.fixture
+def lower(tmp_path: Path) -> Path:
+    root = tmp_path / "lower"
+    for d in ("etc", "usr/share/doc/a", "app"):
+        (root / d).mkdir(parents=True)
+    (root / "etc/motd").write_text("image\n")
+    (root / "usr/share/doc/a/README").write_text("a\n")
+    (root / "usr/share/doc/b").write_text("b\n")
+    (root / "app/hello.py").write_text("print()\n")
+    shift_owners(root)  # as an unpacked image is
+    return root
+
+
+def test_a_delta_survives_the_round_trip(tmp_path: Path, lower: Path) -> None:
+    delta = pack_delta(
+        [
+            Entry("/app/new", "dir", 0o700, 1000, 1000, 5),
+            Entry("/app/new/x.py", "file", 0o644, 1000, 1000, 7, data=b"x = 1\n"),
+            Entry("/app/link", "symlink", 0o777, 0, 0, 9, target="/etc/motd"),
+            Entry("/etc/motd", "file", 0o600, 0, 0, 11, data=b"agent\n"),
+        ],
+        ["/app/hello.py", "/usr/share/doc/b"],
+    )
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    restore_upper(delta, upper, lower)
+    whiteout = os.lstat(upper / "app/hello.py")
+    assert stat.S_ISCHR(whiteout.st_mode)
+    assert whiteout.st_rdev == 0
+    assert os.lstat(upper / "app/new/x.py").st_uid == ids.BASE + 1000
+    assert read_upper(upper, lower, DeltaCaps()).data == delta.data
+
+
+def test_a_directory_the_agent_replaced_deletes_what_the_image_had_in_it(tmp_path: Path, lower: Path) -> None:
+    upper = tmp_path / "upper"
+    (upper / "usr/share/doc").mkdir(parents=True)
+    (upper / "usr/share/doc/README").write_text("only\n")
+    shift_owners(upper)
+    os.setxattr(upper / "usr/share/doc", "trusted.overlay.opaque", b"y")
+    got = read_upper(upper, lower, DeltaCaps())
+    assert got.deleted == ("/usr/share/doc/a", "/usr/share/doc/b")
+    assert [e.path for e in got.entries] == ["/usr/share/doc", "/usr/share/doc/README"]
+
+
+def test_what_no_delta_holds_is_dropped_and_caps_hold(tmp_path: Path, lower: Path) -> None:
+    upper = tmp_path / "upper"
+    (upper / "tmp").mkdir(parents=True)
+    os.mkfifo(upper / "tmp/pipe")
+    (upper / "tmp/.wh.x").write_text("")
+    (upper / os.fsdecode(b"tmp/\xff")).write_text("")
+    got = read_upper(upper, lower, DeltaCaps())
+    assert set(got.dropped) == {"/tmp/pipe", "/tmp/.wh.x", os.fsdecode(b"/tmp/\xff")}
+    (upper / "tmp/big").write_bytes(b"x" * 2048)
+    with pytest.raises(DeltaTooLargeError):
+        read_upper(upper, lower, DeltaCaps(max_bytes=1024))
+
+
+def test_a_delta_with_a_file_inside_a_link_is_refused(tmp_path: Path, lower: Path) -> None:
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    (upper / "app").mkdir()
+    (upper / "app/out").symlink_to("/etc")
+    delta = pack_delta([Entry("/etc/x", "file", data=b"")], ["/app/out/motd"])
+    with pytest.raises(DeltaError):
+        restore_upper(delta, upper, lower)
