@@ -82,6 +82,8 @@ Json = Annotated[JsonValue, AfterValidator(_finite_json)]
 S3Url = Annotated[str, StringConstraints(pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s]{1,1024}$")]
 #: A sha256 digest, lowercase hex.
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+#: A docker image id (the sha256 of its config): what a container ran, whatever its tag names later.
+ImageId = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
 class Contract(BaseModel):

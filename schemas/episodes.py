@@ -30,7 +30,7 @@ from pydantic import BeforeValidator, Field, SerializerFunctionWrapHandler, mode
 from pydantic_core import PydanticCustomError
 
 from schemas.caps import cap
-from schemas.codec import Contract, S3Url, Sha256
+from schemas.codec import Contract, ImageId, S3Url, Sha256
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, Envelope, Id, ShortText
 from schemas.paths import path_problem
 from schemas.status import ObservationStatus
@@ -339,6 +339,19 @@ class ObservationEvent(Envelope):
         None, max_length=REASON_MAX_CHARS, description="why the action was rejected or the episode ended; a note"
     )
     ended: EndReason | None = Field(None, description="set on the observation that ended the episode: why")
+    image_id: ImageId | None = Field(
+        None,
+        description="an image task's step: the id of the task image its container ran (sha256:...), so a step "
+        "can be traced to the exact image; left out when unset (a workspace task's step, a rejection, an end)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An observation without an image encodes byte for byte as before ``image_id``."""
+        data: dict[str, Any] = handler(self)
+        if data.get("image_id", 0) is None:
+            del data["image_id"]
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> ObservationEvent:
@@ -384,6 +397,7 @@ class ObservationEvent(Envelope):
         workspace_ref: str | None = None,
         reason: str | None = None,
         ended: EndReason | None = None,
+        image_id: str | None = None,
     ) -> ObservationEvent:
         """An observation from what a step produced, whatever the agent's program wrote: text is decoded
         (invalid UTF-8 replaced), made safe to store (``schemas.text``) and cut to the caps (stdout and stderr
@@ -409,6 +423,7 @@ class ObservationEvent(Envelope):
             workspace_ref=workspace_ref,
             reason=why,
             ended=ended,
+            image_id=image_id,
         )
 
     @classmethod

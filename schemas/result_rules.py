@@ -7,14 +7,20 @@ the verifier's outcome is a contract of its own that the verdict carries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 from pydantic_core import PydanticCustomError
 
-from schemas.codec import Contract
+from schemas.codec import Contract, ImageId
 
 _Short = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+#: Characters of test.sh's output a verdict keeps (its end: a test run's verdict and failures come last).
+OUTPUT_TAIL_CHARS = 4000
+#: Characters of the reward file a verdict keeps (a reward.json may hold more numbers than the reward).
+REWARD_FILE_CHARS = 1024
+#: The evidence fields added to 1.0 later: left out when unset, so a verdict without them encodes as before.
+_EVIDENCE = ("image_id", "output_tail", "reward_file")
 
 
 class _HasStatus(Protocol):
@@ -52,6 +58,30 @@ class VerifierOutcome(Contract):
     )
     timed_out: bool = Field(False, description="test.sh ran past the verifier's timeout (a 0, as in Harbor)")
     seconds: float = Field(ge=0, description="how long the whole verification took")
+    image_id: ImageId | None = Field(
+        None, description="the id of the task image the verification's container ran (sha256:...); left out when unset"
+    )
+    output_tail: str | None = Field(
+        None,
+        max_length=OUTPUT_TAIL_CHARS,
+        description="the end of test.sh's stdout and stderr (for operators: the hidden tests' own output, never "
+        "in a reward); left out when unset",
+    )
+    reward_file: str | None = Field(
+        None,
+        max_length=REWARD_FILE_CHARS,
+        description="the start of the file named by source, as test.sh wrote it (undecodable bytes replaced); "
+        "left out when unset",
+    )
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An outcome without evidence encodes byte for byte as before the evidence fields."""
+        data: dict[str, Any] = handler(self)
+        for name in _EVIDENCE:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
 
 
 def check_verifier(suite_kind: str, verifier: VerifierOutcome | None, run_status: str, cases: int) -> None:

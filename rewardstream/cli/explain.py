@@ -8,7 +8,9 @@ scan of the topics (``--scan-limit`` messages per partition; the output says wha
 A generation an agent episode submitted also gets the episode: how it ended, its final workspace snapshot
 (URL and size) and its steps, from the ``actions`` and ``observations`` topics (``streams.explain.episode``),
 printed bounded (``explain_episode``), and the episode worker's log lines (they name the episode, not the
-generation). A one-shot generation prints exactly as it did.
+generation). An image task's verdict adds what its ``test.sh`` decided and the evidence: the task image it
+ran on, the reward file, the end of test.sh's output (``explain_verifier``). A one-shot generation prints
+exactly as it did.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.table import Table
 
 from rewardstream.cli.common import TIME_CHARS, load_settings, print_json
 from rewardstream.cli.explain_episode import episode_lines
+from rewardstream.cli.explain_verifier import verifier_rows
 from rewardstream.cli.logs import LogSearchError, search
 from rewardstream.cli.main import app
 from schemas.caps import QUOTE_CHARS
@@ -178,13 +181,17 @@ def _render(story: dict[str, Any], console: Console) -> None:
         **_host(ex["sandbox"]), "attempt": f"{ex['attempt']} ({ex['attempts_seen']} seen)",
         "worker": ex["worker"], **_version(ex), "at": _where(ex),
     })  # fmt: skip
-    _section(console, "hidden verdict (verifier; counts only)", ver and {
+    image_task = bool(ver) and ver.get("suite_kind") == "verifier"
+    title = (
+        "hidden verdict (an image task's verifier: test.sh)" if image_task else "hidden verdict (verifier; counts only)"
+    )
+    _section(console, title, ver and {
         "sandbox": ver["sandbox"]["status"], "passed": f"{ver['passed']}/{ver['total']}",
         "statuses": ", ".join(f"{k}: {v}" for k, v in ver["statuses"].items()),
         "static flags": ", ".join(f"{f['rule']} (line {f['line']})" for f in ver["static_flags"]) or "none",
         "flag counts": ", ".join(f"{k}: {v}" for k, v in ver.get("static_flag_counts", {}).items()) or "-",
-        **_host(ver["sandbox"]), "grader": ver["grader_version"], "worker": ver["worker"], **_version(ver),
-        "at": _where(ver),
+        **verifier_rows(ver.get("verifier")), **_host(ver["sandbox"]), "grader": ver["grader_version"],
+        "worker": ver["worker"], **_version(ver), "at": _where(ver),
     })  # fmt: skip
     _section(console, "judge", judge and {
         "score": judge["score"] if judge["status"] == "ok" else f"error: {judge['error']}",

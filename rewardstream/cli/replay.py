@@ -3,6 +3,8 @@
 Why a namespace: a replay must never mix into the live rewards a trainer reads. The replay runs executor,
 verifier, judge and the reward processor (no indexer) on topics ``<prefix>replay.<id>.*`` with their own
 consumer groups, reward processor app id (and changelog), pid files and metrics ports; the live topics are only read.
+An image task's submit is re-verified from the WORKDIR snapshot its generation names; its entry also shows both
+verifications' evidence (the task image, the reward file, the end of test.sh's output: ``explain_verifier``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rich.table import Table
 
 from bus.scan import partitions
 from rewardstream.cli.common import load_settings, print_json
+from rewardstream.cli.explain_verifier import verifier_rows
 from rewardstream.cli.main import app
 from rewardstream.pipeline import Pipeline, PipelineProcess
 from schemas.errors import PlatformError
@@ -162,6 +165,22 @@ def _reward_text(entry: Entry, side: str) -> str:
     return "-" if reward is None else f"{reward.reward:g}"
 
 
+def _render_verifier(entry: Entry, console: Console) -> None:
+    """An image task's verifications: the new one's evidence, and each row of the old one that differs."""
+    sides = entry.verifier()
+    if sides is None:
+        return
+    old, new = (verifier_rows((side or {}).get("verifier")) for side in (sides["old"], sides["new"]))
+    table = Table(title=f"image task verifier of {entry.generation_id}", title_justify="left", show_header=False,
+                  box=None, padding=(0, 1))  # fmt: skip
+    for name in dict.fromkeys([*new, *old]):
+        now, before = new.get(name, "(no new verdict)"), old.get(name, "(no old verdict)")
+        table.add_row(name, str(now))
+        if before != now:
+            table.add_row("  was", str(before))
+    console.print(table)
+
+
 def _render(report: Report, only_differences: bool, console: Console) -> None:
     entries = [e for e in report.entries if not only_differences or e.kind != "same"]
     table = Table()
@@ -181,6 +200,8 @@ def _render(report: Report, only_differences: bool, console: Console) -> None:
         )
     if entries:
         console.print(table)
+    for entry in entries:
+        _render_verifier(entry, console)
     counts = ", ".join(f"{n} {kind}" for kind, n in report.counts().items())
     console.print(f"replayed {len(report.entries)}: {counts}")
 

@@ -12,12 +12,14 @@ these topics. The ``episode`` section's shape (``--json``)::
      "workspace": {"url", "sha256", "size_bytes": int | null, "size_error": str | null},
      "steps": [{"turn", "action": kind | null, "detail": {...} | null, "status", "exit_code", "wall_ms",
                 "stdout_head", "stdout_chars", "stdout_truncated", "stderr_head", "stderr_chars",
-                "stderr_truncated", "content_chars", "reason", "ended", "workspace_ref", "location"}],
+                "stderr_truncated", "content_chars", "reason", "ended", "workspace_ref", "image_id",
+                "location"}],
      "notes": [str]}
 
 ``detail`` is the action as sent, summarised: exec ``{"command", "timeout_s"}``, write ``{"path", "bytes"}``,
 read ``{"path"}``, open ``{"task_id", "run_id", "policy_version"}``, fork ``{"from_episode", "turn"}``, submit
-``{}``; null when the action was not found (or the worker ended the episode on its own).
+``{}``; null when the action was not found (or the worker ended the episode on its own). ``image_id``: the
+task image an image task's step ran on (null for a workspace task's step, a rejection or an end).
 
 Bounded in memory too: each record is cut to its step (``observed``) or its summary (``sent``) as it is read,
 so neither a write's content nor a read's nor the full outputs are held, however long the episode.
@@ -141,6 +143,7 @@ def observed(record: Record, obs: ObservationEvent) -> dict[str, Any]:
         "reason": obs.reason,
         "ended": obs.ended,
         "workspace_ref": obs.workspace_ref,
+        "image_id": obs.image_id,
         "location": {"topic": record.topic, "partition": record.partition, "offset": record.offset,
                      "timestamp_ms": record.timestamp_ms},
     }  # fmt: skip

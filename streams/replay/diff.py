@@ -2,7 +2,8 @@
 
 ``changed``: the reward number differs (what a trainer would see). ``reasons_changed``: same number, other
 reasons or flags. ``old_missing``: the live stream has no reward for it (reported, not an error).
-``new_missing``: the replay produced none in time (the replay failed for it).
+``new_missing``: the replay produced none in time (the replay failed for it). An image task's entry also has
+``verifier``: the old and the new verification's evidence (``streams.replay.evidence``); other entries do not.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from schemas.events import RewardEvent
+from schemas.events import HiddenVerdict, RewardEvent
+from streams.replay.evidence import verifier_side
 
 Kind = Literal["same", "changed", "reasons_changed", "old_missing", "new_missing"]
 KINDS: tuple[Kind, ...] = ("changed", "reasons_changed", "old_missing", "new_missing", "same")
@@ -21,7 +23,7 @@ TOLERANCE = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One replayed generation: its old and new reward."""
+    """One replayed generation: its old and new reward (and, for an image task, the verdicts they used)."""
 
     generation_id: str
     run_id: str
@@ -29,6 +31,14 @@ class Entry:
     old: RewardEvent | None
     new: RewardEvent | None
     kind: Kind
+    old_verdict: HiddenVerdict | None = None
+    new_verdict: HiddenVerdict | None = None
+
+    def verifier(self) -> dict[str, Any] | None:
+        """Both sides' verification evidence of an image task (None for any other generation)."""
+        if self.old_verdict is None and self.new_verdict is None:
+            return None
+        return {"old": verifier_side(self.old_verdict), "new": verifier_side(self.new_verdict)}
 
     def reasons_removed(self) -> list[str]:
         return _minus(self.old.reasons if self.old else [], self.new.reasons if self.new else [])
@@ -38,6 +48,7 @@ class Entry:
 
     def as_json(self) -> dict[str, Any]:
         delta = None if self.old is None or self.new is None else round(self.new.reward - self.old.reward, 9)
+        verifier = self.verifier()
         return {
             "generation_id": self.generation_id,
             "run_id": self.run_id,
@@ -48,6 +59,7 @@ class Entry:
             "delta": delta,
             "reasons_removed": self.reasons_removed(),
             "reasons_added": self.reasons_added(),
+            **({} if verifier is None else {"verifier": verifier}),
         }
 
 
@@ -94,8 +106,16 @@ class Replayed:
     task_id: str
 
 
-def diff(generations: Iterable[Replayed], old: Mapping[str, RewardEvent], new: Mapping[str, RewardEvent]) -> Report:
-    """Compare old and new reward of each generation; entries sorted by generation id."""
+def diff(
+    generations: Iterable[Replayed],
+    old: Mapping[str, RewardEvent],
+    new: Mapping[str, RewardEvent],
+    old_verdicts: Mapping[str, HiddenVerdict] | None = None,
+    new_verdicts: Mapping[str, HiddenVerdict] | None = None,
+) -> Report:
+    """Compare old and new reward of each generation (with the image-task verdicts each side used, when
+    given); entries sorted by generation id."""
+    old_v, new_v = old_verdicts or {}, new_verdicts or {}
     entries = [
         Entry(
             g.generation_id,
@@ -104,6 +124,8 @@ def diff(generations: Iterable[Replayed], old: Mapping[str, RewardEvent], new: M
             old.get(g.generation_id),
             new.get(g.generation_id),
             classify(old.get(g.generation_id), new.get(g.generation_id)),
+            old_v.get(g.generation_id),
+            new_v.get(g.generation_id),
         )
         for g in generations
     ]

@@ -1,7 +1,7 @@
 """One replay, start to end: select, read the old rewards, run the pipeline on the replay namespace, copy the
 generations in (each graded against the task version its original was, ``source.pinned``), collect the new
-rewards, diff. The pipeline and its teardown are injected (the CLI wires the
-workers; ``streams`` never imports them).
+rewards (and, when an episode's submit is among them, the image-task verdicts both sides used), diff. The
+pipeline and its teardown are injected (the CLI wires the workers; ``streams`` never imports them).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Protocol
 
 from schemas.topics import catalog, topic_for
 from streams.replay.diff import Replayed, Report, diff
+from streams.replay.evidence import read_verifier_verdicts, used_verdicts, wants_evidence
 from streams.replay.namespace import Feed, feed_and_collect
 from streams.replay.ready import pipeline_groups, wait_groups_ready
 from streams.replay.selection import Selection
@@ -82,5 +83,12 @@ def run_replay(plan: ReplayPlan, pipeline: ReplayPipeline, reporter: Reporter) -
     finally:
         reporter.phase("stopping the replay pipeline", None)
         pipeline.stop()
+    old_verdicts, new_verdicts = {}, {}
+    if wants_evidence(found.generations):  # an image task's submit: its verifications' evidence, both sides
+        reporter.phase("reading the image tasks' verdicts", None)
+        verdicts = topic_for("verdicts", live).name
+        old_verdicts = used_verdicts(read_verifier_verdicts(plan.kafka, verdicts, ids, earliest, reporter.update), old)
+        verdicts = topic_for("verdicts", replay).name
+        new_verdicts = used_verdicts(read_verifier_verdicts(plan.kafka, verdicts, ids, None, reporter.update), new)
     generations = [Replayed(s.event.generation_id, s.event.run_id, s.event.task_id) for s in found.generations]
-    return ReplayResult(diff(generations, old, new), found)
+    return ReplayResult(diff(generations, old, new, old_verdicts, new_verdicts), found)

@@ -104,6 +104,9 @@ def test_reward_json_wins_and_values_are_clamped(docker_client: Any, image_of: A
     assert got.reward.reason is not None
     assert "clamped" in got.reward.reason
     assert dict(got.reward.values) == {"reward": 4.0, "tests": 2.0}
+    # the evidence: the file the reward came from as written, and the image the container ran (by its id)
+    assert got.reward_file == '{"reward": 4, "tests": 2}\n'
+    assert got.image_id == docker_client.images.get(image_of(task)).id
 
 
 def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(
@@ -116,6 +119,7 @@ def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(
     assert (got.reward.reward, got.reward.source) == (0.0, None)
     assert "neither reward.json nor reward.txt" in (got.reward.reason or "")
     assert "ran but wrote nothing" in got.output
+    assert got.reward_file is None
     slow = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\nsleep 600\necho 1 > /logs/verifier/reward.txt\n"})
     assert slow.environment is not None
     verifier = verifier_of(slow).model_copy(update={"timeout_s": 2.0})

@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import posixpath
+import re
 import shlex
 import tarfile
 import threading
@@ -44,6 +45,7 @@ _CHUNK_BYTES = 1 << 20
 GO_DIR = 1 << 31
 #: How many symlinks a read follows (the kernel's own limit is 40).
 _MAX_LINK_HOPS = 8
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def output_tail(data: bytes) -> str:
@@ -78,6 +80,13 @@ class ContainerRun:
         self.container = container
         self.storage_bytes = storage_bytes
         self.killed = False
+
+    @property
+    def image_id(self) -> str | None:
+        """The id of the image this container was created from (``sha256:...``, as the daemon inspected it at
+        creation): what ran, whatever the tag names later. None if the daemon did not say."""
+        image = self.container.attrs.get("Image") if isinstance(self.container.attrs, dict) else None
+        return image if isinstance(image, str) and _IMAGE_ID.fullmatch(image) else None
 
     def shell(self, script: str, *, timeout_s: float, cwd: str | None = None) -> Ended:
         """Run ``script`` under ``bash -c`` as root until it ends, runs past ``timeout_s`` or makes the container

@@ -48,7 +48,7 @@ def run_image_step(  # noqa: PLR0917 - the step's whole context
     try:
         with container_run(client, image, environment, purpose="step") as run:
             restore(run, delta)
-            fields = act(run, environment.workdir, action, limits)
+            fields = {**act(run, environment.workdir, action, limits), "image_id": run.image_id}
             run.kill()  # nothing runs while the filesystem is read
             try:
                 after = read_changes(run, caps)

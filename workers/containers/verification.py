@@ -33,18 +33,22 @@ _RUN = (
 @dataclass(frozen=True, slots=True)
 class Verification:
     """What one verification decided: the reward (and why), whether test.sh ran past its own timeout, the
-    tail of its output, and how long the whole verification took."""
+    tail of its output, and how long the whole verification took; and its evidence: the id of the image the
+    container ran (None if the daemon did not say) and the reward file as written (None: there was none)."""
 
     reward: VerifierReward
     timed_out: bool
     output: str
     seconds: float
+    image_id: str | None = None
+    reward_file: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """JSON form for the CLI and a verdict's details."""
         return {"reward": self.reward.reward, "source": self.reward.source, "reason": self.reward.reason,
                 "values": dict(self.reward.values), "timed_out": self.timed_out, "output": self.output,
-                "seconds": round(self.seconds, 3)}  # fmt: skip
+                "seconds": round(self.seconds, 3), "image_id": self.image_id,
+                "reward_file": self.reward_file}  # fmt: skip
 
 
 def verify(
@@ -64,10 +68,13 @@ def verify(
         ended = run.shell(_RUN, timeout_s=verifier.timeout_s, cwd=environment.workdir)
         caps = {OUTPUT_FILE: MAX_OUTPUT_BYTES}
         files = run.read_files(LOGS_DIR, caps, default_cap=MAX_REWARD_FILE_BYTES + 1)  # one byte over tells
+        image_id = run.image_id
     reward = read_reward(files)
+    written = None if reward.source is None or reward.source not in files else files[reward.source]
     if ended == "timeout":
         reward = VerifierReward(0.0, None, f"test.sh ran past its timeout ({verifier.timeout_s:g} s)")
     elif ended == "storage":
         reward = VerifierReward(0.0, None, f"the verifier's container wrote over {environment.storage_mb} MiB")
     output = output_tail(files.get(OUTPUT_FILE, b""))
-    return Verification(reward, ended == "timeout", output, time.monotonic() - started)
+    reward_file = None if written is None else written.decode("utf-8", "replace")
+    return Verification(reward, ended == "timeout", output, time.monotonic() - started, image_id, reward_file)

@@ -38,6 +38,7 @@ def step_observation(
         workspace_ref=workspace_ref,
         reason=outcome.reason or ("rejected" if status == "rejected" else None),
         ended=ended,
+        image_id=outcome.image_id,
     )
 
 

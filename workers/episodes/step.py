@@ -137,7 +137,7 @@ class StepOutcome:
     """What one step did. ``snapshot``/``sha256``: the workspace after it (the previous snapshot when
     ``workspace_kept`` is False; ``reason`` says why). ``content``: a read's bytes (None for other actions).
     ``wall_ms`` is the run's, measured outside the sandbox. ``dropped``: names not kept (FIFOs, sockets,
-    devices, names that are not plain UTF-8; at most 100 listed)."""
+    devices, names that are not plain UTF-8; at most 100 listed). ``image_id``: what an image task's step ran on."""
 
     status: ObservationStatus
     snapshot: bytes
@@ -154,6 +154,8 @@ class StepOutcome:
     wall_ms: float = 0.0
     reason: str | None = None
     dropped: tuple[str, ...] = field(default_factory=tuple)
+    #: an image task's step: the id of the image its container ran (None for a workspace task's step)
+    image_id: str | None = None
 
 
 DEFAULT_CAPS = Caps()

@@ -41,7 +41,7 @@ def run_overlay_step(  # noqa: PLR0917 - the step's whole context
         with overlay_run(host, rootfs, environment) as run:
             restore_upper(delta, run.upper, rootfs.path)
             run.mount()
-            fields = act(run, environment.workdir, action, limits)
+            fields = {**act(run, environment.workdir, action, limits), "image_id": rootfs.image_id}
             run.unmount()  # its processes are gone: each command's die with it
             try:
                 after = read_upper(run.upper, rootfs.path, caps)

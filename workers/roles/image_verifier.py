@@ -48,14 +48,18 @@ def host_failed(error: str, attempts: int = 1) -> Verified:
 
 
 def verified_run(verification: Verification) -> Verified:
-    """A verification that ran: its reward as the verifier wrote it (already clamped, or 0 with the reason)."""
-    reward = verification.reward
+    """A verification that ran: its reward as the verifier wrote it (already clamped, or 0 with the reason),
+    with its evidence for operators (the image it ran on, the end of test.sh's output, the reward file)."""
+    reward, written = verification.reward, verification.reward_file
     outcome = VerifierOutcome(
         reward=reward.reward,
         source=reward.source,
         reason=None if reward.reason is None else fit(VerifierOutcome, "reason", reward.reason),
         timed_out=verification.timed_out,
         seconds=max(verification.seconds, 0.0),
+        image_id=verification.image_id,
+        output_tail=fit(VerifierOutcome, "output_tail", verification.output, keep="tail"),
+        reward_file=None if written is None else fit(VerifierOutcome, "reward_file", written),
     )
     status = SandboxStatus.TIMEOUT if verification.timed_out else SandboxStatus.OK
     run = SandboxRun(status=status, wall_ms=verification.seconds * 1000.0, cpu_ms=0.0, max_rss_kb=0, backend=BACKEND)

@@ -409,3 +409,15 @@ def test_a_python_built_write_refuses_nothing_at_decode_time() -> None:
     with pytest.raises(pydantic.ValidationError):
         WriteAction(action="write", path="a")  # neither text nor base64: structural, a decode error
     assert _write("../x", text="x").path == "../x"
+
+
+def test_an_observation_names_its_image_only_when_it_has_one() -> None:
+    """A workspace task's step encodes as before ``image_id``; an image task's step round-trips it."""
+    plain = ObservationEvent.build(episode_id="ep", turn=1, action="exec", status=SandboxStatus.OK, exit_code=0)
+    assert b'"image_id"' not in encode(plain)
+    image_id = "sha256:" + "c3" * 32
+    stepped = ObservationEvent.build(episode_id="ep", turn=1, action="exec", status=SandboxStatus.OK, exit_code=0,
+                                     image_id=image_id)  # fmt: skip
+    assert decode(encode(stepped), ObservationEvent).image_id == image_id
+    with pytest.raises(pydantic.ValidationError, match="image_id"):
+        ObservationEvent.build(episode_id="ep", turn=1, action="exec", status=SandboxStatus.OK, image_id="rs-task/x:1")

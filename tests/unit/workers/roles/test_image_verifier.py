@@ -155,3 +155,28 @@ def test_a_one_shot_generation_naming_an_image_task_is_invalid(tmp_path: Path, i
     verifier = VerifierHandler(context(tmp_path, image_task, "verifier", store), Grader(object()))  # type: ignore[arg-type]
     with pytest.raises(InvalidEventError, match="is an image task"):
         verifier.handle(event, SOURCE)
+
+
+def test_a_verifications_evidence_is_fitted_to_the_verdicts_caps() -> None:
+    """The image it ran on as the daemon said, the END of test.sh's output (the failures come last) and the
+    START of the reward file, each cut to its field's cap, never unbounded."""
+    from schemas.caps import cap
+    from schemas.result_rules import VerifierOutcome
+    from workers.containers.reward_file import VerifierReward
+    from workers.containers.verification import Verification
+
+    image_id = "sha256:" + "0f" * 32
+    output = "collected 1 item\n" + "x" * 10_000 + "\n1 passed"
+    ran = Verification(VerifierReward(1.0, "reward.json"), False, output, 2.0, image_id, '{"reward": 1}' + " " * 5000)
+    outcome = image_verifier.verified_run(ran).outcome
+    assert outcome is not None
+    assert outcome.image_id == image_id
+    assert outcome.output_tail is not None
+    assert outcome.output_tail.endswith("\n1 passed")
+    assert len(outcome.output_tail) == cap(VerifierOutcome, "output_tail") < len(output)
+    assert outcome.reward_file is not None
+    assert outcome.reward_file.startswith('{"reward": 1}')
+    assert len(outcome.reward_file) == cap(VerifierOutcome, "reward_file")
+    none = image_verifier.verified_run(Verification(VerifierReward(0.0, None, "neither"), False, "", 1.0)).outcome
+    assert none is not None
+    assert (none.image_id, none.output_tail, none.reward_file) == (None, "", None)
