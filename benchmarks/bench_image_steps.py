@@ -76,7 +76,7 @@ def main() -> None:
                         series.setdefault(f"image_{label}_{name}", []).append(took)
     finally:
         sandbox.close()
-        client.images.remove(image, force=True)
+        client.images.remove(image, force=True, noprune=True)
         client.close()
     out: dict[str, object] = {"runs": args.runs, "delta_files": args.delta_files}
     out |= {f"{name}_ms": _summary(ms) for name, ms in series.items()}

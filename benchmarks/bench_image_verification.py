@@ -84,7 +84,7 @@ def main() -> None:
     finally:
         sandbox.close()
         remove_bucket(minio, name)
-        client.images.remove(image, force=True)
+        client.images.remove(image, force=True, noprune=True)
         client.close()
     print(json.dumps({"episodes": args.episodes, "submit_to_reward_ms": _summary(submit_ms),
                       "verify_alone_ms": _summary(verify_ms)}))  # fmt: skip

@@ -69,11 +69,11 @@ def image_task_host(settings: Settings, role: str = "verifier") -> ImageTaskHost
         print(f"{role}: warning: {reason}", file=sys.stderr, flush=True)
         return NoImageTaskHost(reason)
     overlays = None
-    if role == "episode" and settings.sandbox.backend == "process":
+    if role in ("episode", "verifier") and settings.sandbox.backend == "process":
         try:
             overlays = OverlayHost(settings, client)
         except SandboxError as exc:
-            print(f"{role}: warning: image tasks' steps run in containers: {exc}", file=sys.stderr, flush=True)
+            print(f"{role}: warning: image tasks run in containers: {exc}", file=sys.stderr, flush=True)
         else:
             atexit.register(overlays.close)
     return ImageTaskHost(client, task_image_source(settings, client), overlays)

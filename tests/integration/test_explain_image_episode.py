@@ -63,7 +63,7 @@ def image_id(settings: Settings, docker_client: Any, task: Task) -> Iterator[tup
     try:
         yield str(docker_client.images.get(image).id), ImageTaskHost(docker_client, image_of)
     finally:
-        docker_client.images.remove(image, force=True)
+        docker_client.images.remove(image, force=True, noprune=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ steps on each backend: fresh overlays of the image's tree under bubblewrap, or f
 on the real docker daemon; the state a delta in the real S3), the
 verifier grading the final WORKDIR in a fresh container, the reward processor: one reward per episode.
 
+On the process backend the verifier's fresh sandbox is an overlay of the image's tree, on docker a container.
 The honest agent changes things outside WORKDIR too (they persist from step to step) and fixes hello.py: 1.0.
 The hacking agent writes the reward file, plants a ``sitecustomize``, a ``.pth`` and a ``python3`` that print
 "hello", links WORKDIR to the reward file, leaves a process behind and writes its own /tests/test.sh, all of
@@ -29,6 +30,7 @@ from streams.sdk.episodes import EpisodeClient, EpisodeConfig
 from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
 from tests.sandbox.image_task import hello
 from workers.containers.task_host import ImageTaskHost
+from workers.overlays.host import OverlayHost
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
@@ -74,17 +76,22 @@ def stack(  # noqa: PLR0917 - fixtures
     docker_client: Any,
     task: Task,
 ) -> Iterator[Stack]:
-    """One pipeline for the module; the task's image built once, as `tasks load` does, and removed after it."""
+    """One pipeline for the module, on one backend (the verifier's and the episode worker's); the task's image
+    built once, as `tasks load` does, and removed after it (with its unpacked tree)."""
     image_of = task_image_source(settings, docker_client)
     image = image_of(task)
-    host = ImageTaskHost(docker_client, image_of)
+    overlays = OverlayHost(settings, docker_client) if request.param == "process" else None
+    host = ImageTaskHost(docker_client, image_of, overlays)
     try:
         with episode_stack_in_own_bucket(kafka_config, minio_client, "image-episodes", tmp_path_factory,
                                          process_sandbox, tasks=[task], image_tasks=host,
                                          worker_env={"RS_SANDBOX_BACKEND": request.param}) as stack:  # fmt: skip
             yield stack
     finally:
-        docker_client.images.remove(image, force=True)
+        docker_client.images.remove(image, force=True, noprune=True)
+        if overlays is not None:
+            overlays.prune()
+            overlays.close()
 
 
 def _play(stack: Stack, task: Task, path: Path, actions: list[dict[str, Any]]) -> subprocess.Popen[bytes]:

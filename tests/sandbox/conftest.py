@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +17,9 @@ import pytest
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 from schemas.tasks import Task
+from workers.containers.verification import Verification
+from workers.overlays.host import OverlayHost, image_rootfs_dir
+from workers.overlays.rootfs import RootfsCache
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
 
@@ -120,12 +123,35 @@ def run_py(sandbox: Sandbox, code: str, **limits: Any) -> SandboxResult:
 
 
 @pytest.fixture(scope="module")
+def overlays(settings: Settings, docker_client: Any) -> Iterator[OverlayHost]:
+    """The process backend's host for image tasks (its unpacked trees pruned with the module's images)."""
+    host = OverlayHost(settings, docker_client)
+    try:
+        yield host
+    finally:
+        host.close()
+
+
+@pytest.fixture(scope="module")
 def task_images(settings: Settings, docker_client: Any) -> Iterator[dict[str, str]]:
-    """task id -> image: each test's task image, removed after the module."""
+    """task id -> image: each test's task image, removed after the module (and its unpacked tree, if any)."""
     made: dict[str, str] = {}
     yield made
     for tag in set(made.values()):
-        docker_client.images.remove(tag, force=True)
+        docker_client.images.remove(tag, force=True, noprune=True)  # a parent layer may be in a build
+    if made:
+        RootfsCache(image_rootfs_dir(settings)).prune(docker_client)
+
+
+@pytest.fixture(params=["docker", "process"])
+def verifying(request: pytest.FixtureRequest, docker_client: Any) -> Callable[..., Verification]:
+    """``verifying(image, environment, verifier, workdir_tar)`` on one backend: a container, or an overlay."""
+    from workers.containers.verification import verify
+    from workers.overlays.overlay_verification import verify_on_overlay
+
+    if request.param == "docker":
+        return functools.partial(verify, docker_client)
+    return functools.partial(verify_on_overlay, request.getfixturevalue("overlays"))
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ The task image is built once for the module (tests.sandbox.image_task's sample t
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +63,6 @@ class Episode:
 @pytest.fixture(scope="module")
 def module_task(tmp_path_factory: pytest.TempPathFactory) -> Task:
     return hello(tmp_path_factory.mktemp("task"))
-
-
-@pytest.fixture(scope="module")
-def overlays(settings: Any, docker_client: Any) -> Iterator[OverlayHost]:
-    host = OverlayHost(settings, docker_client)
-    try:
-        yield host
-    finally:
-        host.close()
 
 
 @pytest.fixture(params=["docker", "process"])

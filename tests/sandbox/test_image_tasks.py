@@ -13,11 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
+from schemas.errors import SandboxError
 from tests.sandbox.image_task import CreatedContainers, hello, tar_of, verifier_of
 from tests.unit.workers.tasks.harbor.test_directory import TEST_SH, make_task
-from workers.containers.image_containers import ContainerInfraError
 from workers.containers.validation import validate_task
-from workers.containers.verification import verify
 from workers.images.task_images import TaskImageError
 from workers.tasks.harbor.directory import read_task_dir
 from workers.tasks.registry import TaskRegistry
@@ -58,7 +57,7 @@ CHECKS = '#!/bin/bash\nfail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; e
 
 
 def test_rs_as_agent_keeps_agent_code_from_the_reward_and_the_tests(
-    docker_client: Any, image_of: Any, tmp_path: Path
+    verifying: Any, docker_client: Any, image_of: Any, tmp_path: Path
 ) -> None:
     test_sh = CHECKS + (
         "rs-as-agent sh -c 'echo {\\\"reward\\\": 1} > /logs/verifier/reward.json' && fail 'agent wrote the reward'\n"
@@ -69,37 +68,39 @@ def test_rs_as_agent_keeps_agent_code_from_the_reward_and_the_tests(
     )
     task = hello(tmp_path, {"tests/test.sh": test_sh})
     assert task.environment is not None
-    got = verify(docker_client, image_of(task), task.environment, verifier_of(task), None)
+    got = verifying(image_of(task), task.environment, verifier_of(task), None)
     assert (got.reward.reward, got.reward.source) == (1.0, "reward.txt"), got.output
 
 
 def test_the_verifier_sees_the_agents_workdir_and_nothing_else(
-    docker_client: Any, image_of: Any, tmp_path: Path
+    verifying: Any, docker_client: Any, image_of: Any, tmp_path: Path
 ) -> None:
     test_sh = CHECKS + (
         '[ "$PWD" = /app ] || fail cwd\n'
         "[ -e /app/hello.py ] && fail 'a file the agent deleted came back'\n"
         "[ \"$(cat /app/new.txt)\" = written ] || fail 'the agent file is missing'\n"
         "[ -L /app/passwd ] && [ \"$(readlink /app/passwd)\" = /etc/passwd ] || fail 'a link is not a link'\n"
-        "[ \"$(ls /sys/class/net)\" = lo ] || fail 'a network besides loopback'\n"
+        "[ \"$(grep -c : /proc/net/dev)\" = 1 ] || fail 'a network besides loopback'\n"
         "[ \"$(id -u)\" = 0 ] || fail 'not root'\n"
         "echo 1 > /logs/verifier/reward.txt\n"
     )
     task = hello(tmp_path, {"tests/test.sh": test_sh})
     assert task.environment is not None
     workdir = tar_of({"new.txt": "written", "passwd": ("link", "/etc/passwd")})
-    got = verify(docker_client, image_of(task), task.environment, verifier_of(task), workdir)
-    assert (got.reward.reward, got.reward.source, got.timed_out) == (1.0, "reward.txt", False), got.output
+    got = verifying(image_of(task), task.environment, verifier_of(task), workdir)
+    assert (got.reward.reward, got.reward.source, got.timed_out) == (1.0, "reward.txt", False), got
 
 
-def test_reward_json_wins_and_values_are_clamped(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+def test_reward_json_wins_and_values_are_clamped(
+    verifying: Any, docker_client: Any, image_of: Any, tmp_path: Path
+) -> None:
     test_sh = (
         "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
         'echo \'{"reward": 4, "tests": 2}\' > /logs/verifier/reward.json\n'
     )
     task = hello(tmp_path, {"tests/test.sh": test_sh})
     assert task.environment is not None
-    got = verify(docker_client, image_of(task), task.environment, verifier_of(task), None)
+    got = verifying(image_of(task), task.environment, verifier_of(task), None)
     assert (got.reward.reward, got.reward.source) == (1.0, "reward.json")
     assert got.reward.reason is not None
     assert "clamped" in got.reward.reason
@@ -110,12 +111,12 @@ def test_reward_json_wins_and_values_are_clamped(docker_client: Any, image_of: A
 
 
 def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(
-    docker_client: Any, image_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    verifying: Any, docker_client: Any, image_of: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     created = CreatedContainers(monkeypatch)
     silent = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\necho ran but wrote nothing\n"})
     assert silent.environment is not None
-    got = verify(docker_client, image_of(silent), silent.environment, verifier_of(silent), None)
+    got = verifying(image_of(silent), silent.environment, verifier_of(silent), None)
     assert (got.reward.reward, got.reward.source) == (0.0, None)
     assert "neither reward.json nor reward.txt" in (got.reward.reason or "")
     assert "ran but wrote nothing" in got.output
@@ -123,18 +124,18 @@ def test_no_reward_file_and_a_timeout_are_zeros_with_reasons(
     slow = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\nsleep 600\necho 1 > /logs/verifier/reward.txt\n"})
     assert slow.environment is not None
     verifier = verifier_of(slow).model_copy(update={"timeout_s": 2.0})
-    got = verify(docker_client, image_of(slow), slow.environment, verifier, None)
+    got = verifying(image_of(slow), slow.environment, verifier, None)
     assert (got.reward.reward, got.timed_out) == (0.0, True)
     assert got.seconds < 60
-    assert created.ids
+    assert created.ids or got.backend == "process"  # an overlay makes a container only to unpack a new image
     assert created.left(docker_client) == []
 
 
-def test_a_missing_image_is_the_hosts_error_never_a_zero(docker_client: Any, tmp_path: Path) -> None:
+def test_a_missing_image_is_the_hosts_error_never_a_zero(verifying: Any, tmp_path: Path) -> None:
     task = hello(tmp_path)
     assert task.environment is not None
-    with pytest.raises(ContainerInfraError, match="cannot create a container"):
-        verify(docker_client, "rs-task/absent:1", task.environment, verifier_of(task), None)
+    with pytest.raises(SandboxError, match="rs-task/absent:1"):
+        verifying("rs-task/absent:1", task.environment, verifier_of(task), None)
 
 
 def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, image_of: Any) -> None:

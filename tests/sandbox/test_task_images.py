@@ -63,7 +63,7 @@ def build(docker_client: Any, base_image: Callable[[str], str | None], tmp_path:
 
     yield ensure
     for tag in set(made):
-        docker_client.images.remove(tag, force=True)
+        docker_client.images.remove(tag, force=True, noprune=True)  # a parent layer may be in a build
 
 
 def run(docker_client: Any, image: str, *argv: str) -> str:

@@ -24,7 +24,7 @@ from workers.containers.reward_file import JSON_FILE, MAX_REWARD_FILE_BYTES, TEX
 LOGS_DIR = "/logs/verifier"
 TESTS_DIR = "/tests"
 OUTPUT_FILE = "test-stdout.txt"
-_RUN = (
+RUN_SCRIPT = (
     f"rm -f -- {LOGS_DIR}/{JSON_FILE} {LOGS_DIR}/{TEXT_FILE} && chmod 0700 {TESTS_DIR} && "
     f"chmod +x {TESTS_DIR}/test.sh && ({TESTS_DIR}/test.sh) > {LOGS_DIR}/{OUTPUT_FILE} 2>&1"
 )
@@ -42,6 +42,7 @@ class Verification:
     seconds: float
     image_id: str | None = None
     reward_file: str | None = None
+    backend: str = "docker"
 
     def as_json(self) -> dict[str, Any]:
         """JSON form for the CLI and a verdict's details."""
@@ -65,7 +66,7 @@ def verify(
         run.put(TESTS_DIR, verifier.tests.tar())
         run.put(posixpath.dirname(as_agent.PATH), as_agent.install_tar())
         run.stage(as_agent.prepare_script(environment.workdir))
-        ended = run.shell(_RUN, timeout_s=verifier.timeout_s, cwd=environment.workdir)
+        ended = run.shell(RUN_SCRIPT, timeout_s=verifier.timeout_s, cwd=environment.workdir)
         caps = {OUTPUT_FILE: MAX_OUTPUT_BYTES}
         files = run.read_files(LOGS_DIR, caps, default_cap=MAX_REWARD_FILE_BYTES + 1)  # one byte over tells
         image_id = run.image_id

@@ -8,6 +8,7 @@ import os
 import secrets
 import shutil
 import threading
+from pathlib import Path
 from typing import Any
 
 from schemas.errors import SandboxError
@@ -18,6 +19,11 @@ from workers.sandbox.cgroups import CgroupManager
 from workers.sandbox.fork_server import HOST_ENV
 from workers.sandbox.mounts import Mounter, remove_tree
 from workers.sandbox.seccomp import build_filter
+
+
+def image_rootfs_dir(settings: Settings) -> Path:
+    """Where this host keeps unpacked task images (beside the toolchains' trees)."""
+    return (settings.sandbox.toolchains_dir or settings.local.cache_dir / "sandbox") / "image-rootfs"
 
 
 class OverlayHost:
@@ -44,6 +50,7 @@ class OverlayHost:
         )
         self._lock = threading.Lock()
         self._closed = False
+        self.prune()  # trees of images removed since the last worker
         try:
             self.userns = make_userns(self.mounter, self.directory / "userns")
         except (OSError, SandboxError) as exc:
@@ -53,6 +60,10 @@ class OverlayHost:
     def rootfs(self, image: str) -> ImageRootfs:
         """``image`` unpacked on this host (once)."""
         return self._cache.rootfs(self.client, image)
+
+    def prune(self) -> int:
+        """Remove the unpacked trees of images the daemon no longer has; how many went."""
+        return self._cache.prune(self.client)
 
     def close(self) -> None:
         """Unmount and remove this worker's directory; idempotent."""

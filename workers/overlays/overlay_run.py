@@ -41,8 +41,16 @@ class OverlayInfraError(SandboxError):
 class OverlayRun:
     """A mounted overlay of ``rootfs``; ``run`` executes commands in it, ``files`` reads and writes its tree."""
 
-    def __init__(self, host: OverlayHost, rootfs: ImageRootfs, environment: TaskEnvironment, directory: Path) -> None:
+    def __init__(
+        self,
+        host: OverlayHost,
+        rootfs: ImageRootfs,
+        environment: TaskEnvironment,
+        directory: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.host, self.rootfs, self.environment = host, rootfs, environment
+        self.env = env or {}
         self.upper = directory / "upper"
         self.merged = directory / "merged"
         self.work = directory / "work"
@@ -74,7 +82,7 @@ class OverlayRun:
         """Run ``argv`` as root with cwd ``cwd``, keeping the first ``output_cap`` bytes of each stream, until its
         first process ends (the rest die with it), it runs past ``timeout_s`` or writes past OUTPUT_LIMIT_BYTES."""
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
-               **self.rootfs.env, **self.environment.env}  # fmt: skip
+               **self.rootfs.env, **self.environment.env, **self.env}  # fmt: skip
         group = self.host.cgroups.create(f"{os.getpid()}-image-{secrets.token_hex(4)}",
                                          memory_bytes=self.environment.memory_mb << 20, pids=_PIDS_LIMIT,
                                          cpus=self.environment.cpus)  # fmt: skip
@@ -138,14 +146,17 @@ def _pump(proc: subprocess.Popen[bytes], captured: Captured, timeout_s: float) -
 
 
 @contextlib.contextmanager
-def overlay_run(host: OverlayHost, rootfs: ImageRootfs, environment: TaskEnvironment) -> Iterator[OverlayRun]:
-    """A fresh sandbox of ``rootfs`` (its upper directory empty, not yet mounted), removed after."""
+def overlay_run(
+    host: OverlayHost, rootfs: ImageRootfs, environment: TaskEnvironment, env: dict[str, str] | None = None
+) -> Iterator[OverlayRun]:
+    """A fresh sandbox of ``rootfs`` (its upper directory empty, not yet mounted; ``env`` added to the task's
+    for every command), removed after."""
     directory = host.directory / f"run-{secrets.token_hex(6)}"
     directory.mkdir(mode=0o711)
     try:
         host.mounter.mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV,
                            f"size={environment.storage_mb}m,mode=0711")  # fmt: skip
-        run = OverlayRun(host, rootfs, environment, directory)
+        run = OverlayRun(host, rootfs, environment, directory, env)
         for path in (run.upper, run.work, run.merged):
             path.mkdir(mode=0o755)
         os.chown(run.upper, ids.BASE, ids.BASE)

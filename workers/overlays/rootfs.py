@@ -61,6 +61,22 @@ class RootfsCache:
         meta = json.loads((target / _READY).read_text())
         return ImageRootfs(target / "root", image_id, dict(meta["env"]))
 
+    def prune(self, client: Any) -> int:
+        """Remove the unpacked trees of images no longer on this host's daemon; how many went."""
+        gone = 0
+        if not self.directory.is_dir():
+            return gone
+        with self._lock:
+            for tree in self.directory.iterdir():
+                if tree.name.startswith(".") or not (tree / _READY).exists():
+                    continue
+                try:
+                    client.images.get(f"sha256:{tree.name}")
+                except Exception:
+                    shutil.rmtree(tree, ignore_errors=True)
+                    gone += 1
+        return gone
+
 
 def _unpack(client: Any, image: Any, target: Path) -> None:
     partial = target.with_name(f".{target.name}.{os.getpid()}")

@@ -32,10 +32,10 @@ _MAX_MTIME = (1 << 33) - 1
 def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
     """Make the empty ``upper`` hold ``delta`` over ``lower`` (DeltaError: a delta no overlay can hold)."""
     for path in delta.deleted:
-        _parents(upper, lower, path)
+        make_parents(upper, lower, path)
         os.mknod(upper / path.lstrip("/"), stat.S_IFCHR | 0o000, os.makedev(0, 0))
     for entry in sorted(delta.entries, key=lambda e: path_key(e.path)):
-        _parents(upper, lower, entry.path)
+        make_parents(upper, lower, entry.path)
         target = upper / entry.path.lstrip("/")
         if entry.kind == "dir":
             if not target.is_dir() or target.is_symlink():
@@ -54,7 +54,7 @@ def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
         os.utime(upper / entry.path.lstrip("/"), (entry.mtime, entry.mtime))  # after what was made inside it
 
 
-def _parents(upper: Path, lower: Path, path: str) -> None:
+def make_parents(upper: Path, lower: Path, path: str) -> None:
     """The directories above ``path`` in ``upper``, made as the image has them (or root's 0755)."""
     walked = ""
     for name in path.strip("/").split("/")[:-1]:

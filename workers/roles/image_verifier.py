@@ -18,13 +18,14 @@ from dataclasses import dataclass
 
 from schemas.caps import fit
 from schemas.environments import VerifierSuite
+from schemas.errors import SandboxError
 from schemas.events import GenerationEvent, SandboxRun
 from schemas.result_rules import VerifierOutcome
 from schemas.status import SandboxStatus
 from schemas.tasks import Task
-from workers.containers.image_containers import ContainerInfraError
 from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.containers.verification import Verification, verify
+from workers.overlays.overlay_verification import verify_on_overlay
 from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.roles.runs import no_run, unusable_run
 from workers.roles.workspace import EpisodeWorkspaces, Unusable, WorkspaceEventError
@@ -62,7 +63,8 @@ def verified_run(verification: Verification) -> Verified:
         reward_file=None if written is None else fit(VerifierOutcome, "reward_file", written),
     )
     status = SandboxStatus.TIMEOUT if verification.timed_out else SandboxStatus.OK
-    run = SandboxRun(status=status, wall_ms=verification.seconds * 1000.0, cpu_ms=0.0, max_rss_kb=0, backend=BACKEND)
+    run = SandboxRun(status=status, wall_ms=verification.seconds * 1000.0, cpu_ms=0.0, max_rss_kb=0,
+                     backend=verification.backend)  # fmt: skip
     return Verified(run, outcome, 1)
 
 
@@ -102,9 +104,13 @@ class ImageVerifier:
         error = ""
         for attempt in self.retry.numbers():
             try:
-                got = verified_run(verify(host.client, image, environment, verifier, workdir.data))
-            except ContainerInfraError as exc:
-                error = f"the docker daemon failed the verification: {exc}"
+                if host.overlays is not None:
+                    done = verify_on_overlay(host.overlays, image, environment, verifier, workdir.data)
+                else:
+                    done = verify(host.client, image, environment, verifier, workdir.data)
+                got = verified_run(done)
+            except (SandboxError, OSError) as exc:  # the daemon, a mount, bubblewrap: this host's
+                error = f"the host failed the verification: {exc}"
                 if self.retry.again(attempt):
                     self.sleep(self.retry.delay(attempt))
                 continue
