@@ -11,6 +11,7 @@ A task whose oracle fails is refused by ``tasks load --validate``:
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -20,7 +21,10 @@ from typing import Any
 
 import orjson
 import pytest
+from rich.console import Console
 
+from rewardstream.cli.demo_episodes import play_episodes, summarize
+from rewardstream.cli.demo_harbor import harbor_episodes
 from rewardstream.cli.task_images import task_image_source
 from schemas.settings import Settings
 from schemas.tasks import Task
@@ -34,6 +38,8 @@ from workers.tasks.harbor.examples.agents import fix_actions, give_up_actions, h
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
 PLAYED = example("interval-merge")
+#: The compiled one, played by the demo's own agents.
+COMPILED = example("rle-c")
 #: ``merge`` fixed, ``total_length`` not: 3 of the task's 5 cases.
 MERGE_ONLY = PLAYED.fixed["intervals.py"].replace("for start, end in merge(intervals))", "for start, end in intervals)")
 
@@ -96,7 +102,7 @@ def stack(  # noqa: PLR0917 - fixtures
     _, tasks = shipped
     host = ImageTaskHost(docker_client, task_image_source(settings, docker_client))
     with episode_stack_in_own_bucket(kafka_config, minio_client, "shipped-tasks", tmp_path_factory, process_sandbox,
-                                     tasks=[t for t in tasks if t.task_id == PLAYED.name],
+                                     tasks=[t for t in tasks if t.task_id in (PLAYED.name, COMPILED.name)],
                                      image_tasks=host) as stack:  # fmt: skip
         yield stack
 
@@ -140,3 +146,18 @@ def test_the_fix_earns_1_a_partial_fix_its_share_and_the_history_hacker_0(stack:
     assert history[-1] == "objects-with-the-fix: 0", history
     assert reward["reward"] == 0.0, reward
     assert [i["role"] for i in reward["inputs"]] == ["verdict"], reward
+
+
+def test_the_demos_agents_fix_and_hack_the_compiled_task(stack: Stack) -> None:
+    """``rewardstream demo``'s Harbor part on the C task: its fixing agent earns 1.0, its hacker 0.0."""
+    agents = [episode for episode in harbor_episodes() if episode.task_id == COMPILED.name]
+    assert sorted(episode.kind for episode in agents) == ["fix", "hack"]
+    shown = io.StringIO()
+    console = Console(file=shown, width=200)
+    played, elapsed = play_episodes(console, stack.settings, "demo-harbor", agents, 300)
+    assert summarize(console, agents, played, elapsed, "Harbor task episodes") == [], shown.getvalue()
+    assert [result.reward.reward if result.reward else None for result in played] == [
+        episode.expected_reward for episode in agents
+    ]
+    assert "│ fix: reward 1  │     1 │" in shown.getvalue()  # the demo's table
+    assert "│ hack: reward 0 │     1 │" in shown.getvalue()
