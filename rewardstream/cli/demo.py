@@ -4,7 +4,8 @@ It brings the platform and the pipeline up (services, topics, executor, verifier
 processor, episode worker), loads the HumanEval tasks (expected values computed in the sandbox) and the repo's
 SWE tasks, then plays a trainer: it publishes canonical, wrong and adversarial solutions through the SDK and
 waits for exactly one reward per generation, then scripted agents play the SWE tasks as episodes
-(``demo_episodes``), with progress bars. The summary says what a trainer and an SRE want to know; the exit code
+(``demo_episodes``) and the shipped Harbor tasks in their containers (``demo_harbor``), with progress bars.
+The summary says what a trainer and an SRE want to know; the exit code
 is non-zero if any generation or episode ended without a reward, or with a reward it did not deserve.
 """
 
@@ -55,6 +56,9 @@ def demo(
     concurrency: int | None = typer.Option(None, min=1, max=64, help="sandbox runs per worker"),
     timeout: float = typer.Option(900.0, min=1, help="seconds to wait for every reward"),
     episodes: bool = typer.Option(True, "--episodes/--no-episodes", help="agents play the SWE tasks too"),
+    harbor: bool = typer.Option(
+        True, "--harbor/--no-harbor", help="and the shipped Harbor tasks (their images built on the docker daemon)"
+    ),
 ) -> None:
     """Bring the pipeline up, publish HumanEval solutions and play SWE episodes as a trainer would; summarize."""
     from infra.local.platform import Platform
@@ -75,6 +79,8 @@ def demo(
         agents = demo_episodes()
         played, agents_s = play_episodes(console, settings, run_id, agents, timeout)
         missing += summarize(console, agents, played, agents_s)
+    if harbor:
+        missing += _play_harbor(console, settings, run_id, timeout)
     console.print(
         f"SRE view: every run's log lines are in OpenSearch ({settings.opensearch.url}, indices "
         f"{settings.opensearch.index_prefix}-*): `rewardstream logs search --run-id {run_id}`; "
@@ -83,6 +89,18 @@ def demo(
     )
     if missing:
         raise typer.Exit(1)
+
+
+def _play_harbor(console: Console, settings: Settings, run_id: str, timeout_s: float) -> list[str]:
+    """The shipped Harbor tasks loaded (images built), then fixed, given up on and hacked as episodes."""
+    from rewardstream.cli.demo_episodes import play_episodes, summarize
+    from rewardstream.cli.demo_harbor import harbor_episodes, load_harbor_tasks
+
+    with console.status("building the shipped Harbor tasks' images (first run: a few minutes of Debian packages)..."):
+        load_harbor_tasks(console, settings)
+    agents = harbor_episodes()
+    played, elapsed = play_episodes(console, settings, run_id, agents, timeout_s)
+    return summarize(console, agents, played, elapsed, "Harbor task episodes")
 
 
 def _load_tasks(settings: Settings, limit: int) -> list[DemoSolution]:

@@ -94,7 +94,9 @@ def play_episodes(
     return [r if r is not None else Played(None, 0, None, "not played") for r in results], time.monotonic() - started
 
 
-def summarize(console: Console, episodes: list[DemoEpisode], played: list[Played], elapsed: float) -> list[str]:
+def summarize(
+    console: Console, episodes: list[DemoEpisode], played: list[Played], elapsed: float, what: str = "agent episodes"
+) -> list[str]:
     """Print the table; return what went wrong (episodes without the reward they deserve)."""
     outcomes: Counter[str] = Counter()
     problems: list[str] = []
@@ -108,7 +110,7 @@ def summarize(console: Console, episodes: list[DemoEpisode], played: list[Played
             problems.append(f"episode {result.episode_id} ({demo.task_id}, {demo.kind}): reward "
                             f"{result.reward.reward:g}, expected {demo.expected_reward:g}")  # fmt: skip
     steps = sum(r.turns for r in played)
-    table = Table(title=f"{sum(r.reward is not None for r in played)} rewards for {len(episodes)} agent episodes "
+    table = Table(title=f"{sum(r.reward is not None for r in played)} rewards for {len(episodes)} {what} "
                         f"({steps} turns, {elapsed:.1f}s)")  # fmt: skip
     table.add_column("episodes")
     table.add_column("count", justify="right")

@@ -1,4 +1,4 @@
-"""``rewardstream tasks load | show | versions | list | humaneval``: the task registry.
+"""``rewardstream tasks load | validate | show | versions | list | humaneval | examples``: the task registry.
 
 A load of a changed task stores a new version (its content digest) and makes it the latest; the old one stays
 readable (``show --version``), so what was graded against it can still be explained and replayed.
@@ -264,3 +264,21 @@ def humaneval(
         f"{sum(r.hidden for r in calls)} hidden cases), {len(reports) - len(calls)} assert; "
         f"{dropped} cases dropped, {mismatches} test literals disagreed with the canonical solution"
     )
+
+
+_EXAMPLES_OUT = typer.Option(..., "--out", help="directory to write the task directories into (created)")
+
+
+@tasks_app.command("examples")
+def examples(out: Path = _EXAMPLES_OUT, as_json: bool = _JSON) -> None:
+    """Write the Harbor tasks the repo ships (small buggy Python and C projects, each a git repository whose fix
+    is on another branch, graded passed/total) as task directories under --out, for `tasks load OUT`.
+    Their repositories are made with this host's git."""
+    from workers.tasks.harbor.examples import write_tasks
+
+    written = write_tasks(out)
+    if as_json:
+        print_json({"out": str(out), "tasks": [path.name for path in written]})
+        return
+    typer.echo(f"wrote {len(written)} Harbor tasks to {out}: {', '.join(path.name for path in written)}")
+    typer.echo(f"load them: rewardstream tasks load {out} --validate")
