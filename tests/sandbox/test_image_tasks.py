@@ -221,3 +221,18 @@ def test_a_repository_in_an_image_without_git_is_refused(image_of: Any, tmp_path
     task = hello(tmp_path, {"environment/Dockerfile": dockerfile})
     with pytest.raises(TaskImageError, match="is a git repository and the image has no git"):
         image_of(task)
+
+
+def test_a_reward_directory_made_a_link_is_not_followed_out_of_the_sandbox(
+    verifying: Any, image_of: Any, tmp_path: Path
+) -> None:
+    """test.sh (root) replaces /logs/verifier by a link to a host directory holding a reward of 1: never read."""
+    host_dir = tmp_path / "host-rewards"
+    host_dir.mkdir()
+    (host_dir / "reward.txt").write_text("1\n")
+    task = hello(
+        tmp_path, {"tests/test.sh": f"#!/bin/bash\nrm -rf /logs/verifier && ln -s {host_dir} /logs/verifier\n"}
+    )
+    assert task.environment is not None
+    got = verifying(image_of(task), task.environment, verifier_of(task), None)
+    assert (got.reward.reward, got.reward.source) == (0.0, None), got

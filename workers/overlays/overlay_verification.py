@@ -44,9 +44,7 @@ def verify_on_overlay(
         ended = run.run(["bash", "-c", script], timeout_s=verifier.timeout_s, cwd=environment.workdir,
                         output_cap=0).ended  # fmt: skip
         run.unmount()
-        files = _read_files(
-            run.upper / LOGS_DIR.lstrip("/"), {OUTPUT_FILE: MAX_OUTPUT_BYTES}, MAX_REWARD_FILE_BYTES + 1
-        )
+        files = _read_files(run.upper, LOGS_DIR, {OUTPUT_FILE: MAX_OUTPUT_BYTES}, MAX_REWARD_FILE_BYTES + 1)
     reward = read_reward(files)
     written = None if reward.source is None or reward.source not in files else files[reward.source]
     if ended == "timeout":
@@ -89,17 +87,30 @@ def _chown_tree(top: Path, host_id: int) -> None:
             os.lchown(os.path.join(directory, name), host_id, host_id)
 
 
-def _read_files(directory: Path, caps: dict[str, int], default_cap: int) -> dict[str, bytes]:
-    """The regular files directly in ``directory`` (links and the rest skipped), each cut to its cap."""
+def _read_files(upper: Path, directory: str, caps: dict[str, int], default_cap: int) -> dict[str, bytes]:
+    """The regular files directly in ``directory`` of the upper directory, each cut to its cap; {} if it is not
+    a directory there. Nothing is followed: test.sh (root) may have made any name on the way a link."""
     out: dict[str, bytes] = {}
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)[:_MAX_READ_ENTRIES]
-    except FileNotFoundError:
+        fd = os.open(upper, flags)
+    except OSError:
         return out
-    for entry in entries:
-        if not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
-            continue
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as handle:
-            out[entry.name] = handle.read(caps.get(entry.name, default_cap))
+    try:
+        for name in directory.strip("/").split("/"):
+            inner = os.open(name, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with os.scandir(fd) as found:
+            entries = sorted(found, key=lambda e: e.name)[:_MAX_READ_ENTRIES]
+        for entry in entries:
+            if not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+                continue
+            opened = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+            with os.fdopen(opened, "rb") as handle:
+                out[entry.name] = handle.read(caps.get(entry.name, default_cap))
+    except OSError:  # a link or a file where a directory was: no reward file the tests could have meant
+        return out
+    finally:
+        os.close(fd)
     return out

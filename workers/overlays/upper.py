@@ -27,6 +27,8 @@ from workers.overlays import ids
 _OPAQUE = "trusted.overlay.opaque"
 _WHITEOUT_PREFIX = ".wh."
 _MAX_MTIME = (1 << 33) - 1
+#: Directories deeper than this are left out of a delta (each level holds two fds while it is walked).
+MAX_DEPTH = 128
 
 
 def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
@@ -81,79 +83,110 @@ def make_parents(upper: Path, lower: Path, path: str) -> None:
 
 
 class _UpperReader:
-    """What one walk of an upper directory finds: entries, deletions, what it leaves out."""
+    """What one walk of an upper directory finds: entries, deletions, what it leaves out. The walk goes by
+    directory fds (``openat``), never by host paths, so no depth the agent makes is too long a path for the host;
+    it has no recursion, and directories below ``MAX_DEPTH`` are left out (named)."""
 
-    def __init__(self, upper: Path, lower: Path, caps: DeltaCaps) -> None:
-        self.upper, self.lower, self.caps = upper, lower, caps
+    def __init__(self, caps: DeltaCaps) -> None:
+        self.caps = caps
         self.entries: list[Entry] = []
         self.deleted: list[str] = []
         self.dropped: list[str] = []
         self.size = 0
 
-    def walk(self, directory: str) -> None:
-        with os.scandir(self.upper / directory.lstrip("/")) as found:
-            children = sorted(found, key=lambda e: e.name)
-        for child in children:
-            path = posixpath.join(directory, os.fsdecode(child.name))
-            if not self._plain(child.name, path):
-                continue
-            st = child.stat(follow_symlinks=False)
-            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-                self.deleted.append(path)
-            elif stat.S_ISDIR(st.st_mode):
-                self._directory(path, st)
-            elif stat.S_ISREG(st.st_mode):
-                self._add(path, st, "file", data=self._data(Path(child.path), st.st_size))
-            elif stat.S_ISLNK(st.st_mode):
-                self._add(path, st, "symlink", target=os.readlink(child.path))
-            else:
-                self._drop(path)
+    def walk(self, upper: Path, lower: Path) -> None:
+        stack: list[_Dir] = [_Dir("/", _open_dir(str(upper)), _open_dir(str(lower)))]
+        try:
+            while stack:
+                here = stack[-1]
+                child = next(here.children, None)
+                if child is None:
+                    stack.pop().close()
+                    continue
+                inner = self._visit(here, child, len(stack))
+                if inner is not None:
+                    stack.append(inner)
+        finally:
+            for left in stack:
+                left.close()
 
-    def _directory(self, path: str, st: os.stat_result) -> None:
-        opaque = _xattr(self.upper / path.lstrip("/"), _OPAQUE) == b"y"
-        image = _lstat(self.lower / path.lstrip("/"))
+    def _visit(self, here: _Dir, child: os.DirEntry[str], depth: int) -> _Dir | None:
+        path = posixpath.join(here.path, child.name)
+        if not self._plain(child.name, path):
+            return None
+        st = child.stat(follow_symlinks=False)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+            self.deleted.append(path)
+        elif stat.S_ISDIR(st.st_mode):
+            if depth >= MAX_DEPTH:
+                self._drop(path)
+                return None
+            return self._directory(here, child.name, path, st)
+        elif stat.S_ISREG(st.st_mode):
+            self._add(path, st, "file", data=self._data(here.upper, child.name, st.st_size))
+        elif stat.S_ISLNK(st.st_mode):
+            self._add(path, st, "symlink", target=os.readlink(child.name, dir_fd=here.upper))
+        else:
+            self._drop(path)
+        return None
+
+    def _directory(self, here: _Dir, name: str, path: str, st: os.stat_result) -> _Dir:
+        mine = _open_dir(name, here.upper)
+        image = _lstat_at(name, here.lower)
+        theirs = _open_dir(name, here.lower) if image is not None and stat.S_ISDIR(image.st_mode) else None
+        opaque = _xattr(mine, _OPAQUE) == b"y"
         ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-        same = image is not None and stat.S_ISDIR(image.st_mode) and not opaque
+        same = theirs is not None and image is not None and not opaque
         same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
         if not same:
             self._add(path, st, "dir")
-        if opaque and image is not None and stat.S_ISDIR(image.st_mode):
-            self._hidden(path)
-        self.walk(path)
+        if opaque and theirs is not None:
+            self._hidden(path, mine, theirs)
+        return _Dir(path, mine, theirs)
 
-    def _hidden(self, path: str) -> None:
+    def _hidden(self, path: str, mine: int, theirs: int) -> None:
         """Deletions for what the image has in ``path`` and the agent's replacement of it has not: a directory
-        of both is hidden below, one level at a time."""
-        with os.scandir(self.lower / path.lstrip("/")) as found:
-            names = sorted(e.name for e in found)
-        for name in names:
-            inner = posixpath.join(path, os.fsdecode(name))
-            mine = _lstat(self.upper / inner.lstrip("/"))
-            theirs = _lstat(self.lower / inner.lstrip("/"))
-            if mine is None:
-                self.deleted.append(inner)
-            elif stat.S_ISDIR(mine.st_mode) and theirs is not None and stat.S_ISDIR(theirs.st_mode):
-                self._hidden(inner)
-
-    def _plain(self, name: str | bytes, path: str) -> bool:
+        of both is hidden below, one level at a time (the image's tree bounds the depth)."""
+        pending = [(path, os.dup(mine), os.dup(theirs))]
         try:
-            os.fsencode(path).decode("utf-8")
+            while pending:
+                where, ours_fd, image_fd = pending.pop()
+                try:
+                    for name in sorted(os.listdir(image_fd)):
+                        inner = posixpath.join(where, name)
+                        ours = _lstat_at(name, ours_fd)
+                        image = _lstat_at(name, image_fd)
+                        if ours is None:
+                            self.deleted.append(inner)
+                        elif stat.S_ISDIR(ours.st_mode) and image is not None and stat.S_ISDIR(image.st_mode):
+                            pending.append((inner, _open_dir(name, ours_fd), _open_dir(name, image_fd)))
+                finally:
+                    os.close(ours_fd)
+                    os.close(image_fd)
+        finally:
+            for _, ours_fd, image_fd in pending:
+                os.close(ours_fd)
+                os.close(image_fd)
+
+    def _plain(self, name: str, path: str) -> bool:
+        try:
+            name.encode("utf-8")
             checked_path(path)
-        except (UnicodeDecodeError, DeltaError):
+        except (UnicodeEncodeError, DeltaError):
             self._drop(path)
             return False
         if path in NOT_THE_AGENTS or any(path.startswith(p + "/") for p in NOT_THE_AGENTS):
             return False
-        if os.fsdecode(name).startswith(_WHITEOUT_PREFIX):
+        if name.startswith(_WHITEOUT_PREFIX):
             self._drop(path)
             return False
         return True
 
-    def _data(self, path: Path, size: int) -> bytes:
+    def _data(self, directory: int, name: str, size: int) -> bytes:
         self.size += size
         if self.size > self.caps.max_bytes:
             raise DeltaTooLargeError(f"over {self.caps.max_bytes} bytes of changed files")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
         with os.fdopen(fd, "rb") as handle:
             return handle.read(size + 1)[:size] if size else b""
 
@@ -169,24 +202,46 @@ class _UpperReader:
             self.dropped.append(path)
 
 
+class _Dir:
+    """A directory being walked: its path in the tree, its fd in the upper directory and in the image (None: the
+    image has no directory there), and its remaining children, in name order."""
+
+    def __init__(self, path: str, upper: int, lower: int | None) -> None:
+        self.path, self.upper, self.lower = path, upper, lower
+        with os.scandir(upper) as found:
+            entries = sorted(found, key=lambda e: e.name)
+        self.children = iter(entries)
+
+    def close(self) -> None:
+        os.close(self.upper)
+        if self.lower is not None:
+            os.close(self.lower)
+
+
 def read_upper(upper: Path, lower: Path, caps: DeltaCaps) -> Delta:
     """The delta ``upper`` holds over ``lower`` (DeltaTooLargeError: over ``caps``)."""
-    reader = _UpperReader(upper, lower, caps)
-    reader.walk("/")
+    reader = _UpperReader(caps)
+    reader.walk(upper, lower)
     if sum(len(p.encode("utf-8", "surrogateescape")) for p in reader.deleted) > MAX_DELETED_BYTES:
         raise DeltaTooLargeError(f"over {MAX_DELETED_BYTES} bytes of deleted paths")
     return replace(pack_delta(reader.entries, reader.deleted, caps), dropped=tuple(reader.dropped))
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def _open_dir(name: str, parent: int | None = None) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+
+
+def _lstat_at(name: str, parent: int | None) -> os.stat_result | None:
+    if parent is None:
+        return None
     try:
-        return os.lstat(path)
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return None
 
 
-def _xattr(path: Path, name: str) -> bytes | None:
+def _xattr(fd: int, name: str) -> bytes | None:
     try:
-        return os.getxattr(path, name, follow_symlinks=False)
+        return os.getxattr(fd, name)
     except OSError:
         return None

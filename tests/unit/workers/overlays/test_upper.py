@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from workers.containers.delta import DeltaCaps, DeltaError, DeltaTooLargeError, Entry, pack_delta
 from workers.overlays import ids
 from workers.overlays.rootfs import shift_owners
-from workers.overlays.upper import read_upper, restore_upper
+from workers.overlays.upper import MAX_DEPTH, read_upper, restore_upper
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts and owners need root")
 
@@ -81,3 +82,20 @@ def test_a_delta_with_a_file_inside_a_link_is_refused(tmp_path: Path, lower: Pat
     delta = pack_delta([Entry("/etc/x", "file", data=b"")], ["/app/out/motd"])
     with pytest.raises(DeltaError):
         restore_upper(delta, upper, lower)
+
+
+def test_a_tree_deeper_than_the_host_walks_is_cut_not_crashed_on(tmp_path: Path, lower: Path) -> None:
+    """Thousands of levels (a host path over PATH_MAX): the walk goes by fds, keeps MAX_DEPTH levels, names the cut."""
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    fd = os.open(upper, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(2100):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    got = read_upper(upper, lower, DeltaCaps())
+    assert len(got.entries) == MAX_DEPTH - 1
+    assert got.dropped == ("/d" * MAX_DEPTH,)
+    subprocess.run(["rm", "-rf", str(upper)], check=True)  # shutil.rmtree (and pytest's cleanup) recurse
