@@ -59,21 +59,30 @@ def _pulled(client: Any, name: str) -> str | None:
 
 
 def image_task_host(settings: Settings, role: str = "verifier") -> ImageTaskHost | NoImageTaskHost:
-    """How ``role`` runs image tasks on this host: on the docker daemon (whatever ``RS_SANDBOX_BACKEND`` says,
-    as ``tasks validate`` does), or, with none reachable, why not (said on stderr now; each image task's verdict
-    is then a sandbox_error naming it, withheld, never a 0; an episode of one is refused at its open)."""
+    """How ``role`` runs image tasks on this host: on the docker daemon, its steps and verification on overlays
+    when ``RS_SANDBOX_BACKEND=process`` (``overlay_host``), or, with no daemon reachable, why not (said on stderr
+    now; each image task's verdict is then a sandbox_error naming it, withheld, never a 0; an episode of one is
+    refused at its open)."""
     try:
         client = docker_client(settings)
     except SandboxError as exc:
         reason = f"{exc}: image tasks run on a docker daemon (RS_DOCKER_HOST); start one"
         print(f"{role}: warning: {reason}", file=sys.stderr, flush=True)
         return NoImageTaskHost(reason)
-    overlays = None
-    if role in ("episode", "verifier") and settings.sandbox.backend == "process":
-        try:
-            overlays = OverlayHost(settings, client)
-        except SandboxError as exc:
-            print(f"{role}: warning: image tasks run in containers: {exc}", file=sys.stderr, flush=True)
-        else:
-            atexit.register(overlays.close)
+    overlays = overlay_host(settings, client, role) if role in ("episode", "verifier") else None
+    if overlays is not None:
+        atexit.register(overlays.close)
     return ImageTaskHost(client, task_image_source(settings, client), overlays)
+
+
+def overlay_host(settings: Settings, client: Any, who: str) -> OverlayHost | None:
+    """The process backend's host for image tasks when ``RS_SANDBOX_BACKEND=process`` (the caller closes it);
+    None on docker, or when this host cannot make one (needs root, bwrap and nsenter: said on stderr as ``who``'s
+    warning), and image tasks then run in containers."""
+    if settings.sandbox.backend != "process":
+        return None
+    try:
+        return OverlayHost(settings, client)
+    except SandboxError as exc:
+        print(f"{who}: warning: image tasks run in containers: {exc}", file=sys.stderr, flush=True)
+        return None

@@ -131,7 +131,7 @@ def _prepare(build: bool, validate: bool) -> Callable[[list[Task]], None] | None
         images = _images(settings, client, tasks)
         if not validate:
             return
-        results = _validations(client, tasks, images)
+        results = _validations(settings, client, tasks, images)
         for result in results:
             for flag in result.flags:
                 print(f"{result.task_id}: {flag}", file=sys.stderr)
@@ -166,27 +166,38 @@ def _images(settings: Settings, client: Any, tasks: list[Task]) -> dict[str, str
     return {task.task_id: image_of(task) for task in tasks}
 
 
-def _validations(client: Any, tasks: list[Task], images: dict[str, str]) -> list[TaskValidation]:
+def _validations(settings: Settings, client: Any, tasks: list[Task], images: dict[str, str]) -> list[TaskValidation]:
+    """Each task validated on this host's backend (``RS_SANDBOX_BACKEND``), as its episodes will run: overlays
+    of the image's tree on the process backend (falling back to containers, as the workers do, when this host
+    cannot make them), containers on docker."""
+    from rewardstream.cli.task_images import overlay_host
     from workers.containers.validation import validate_task
 
-    return [validate_task(client, images[task.task_id], task) for task in tasks]
+    overlays = overlay_host(settings, client, "tasks validate")
+    try:
+        return [validate_task(client, images[task.task_id], task, overlays) for task in tasks]
+    finally:
+        if overlays is not None:
+            overlays.close()
 
 
 @tasks_app.command("validate")
 def validate_tasks(task_ids: list[str] = _TASK_IDS, directory: Path | None = _DIR, as_json: bool = _JSON_LINES) -> None:
-    """Run each task's oracle (solution/solve.sh in its container, then its verifier) and a no-op (the verifier
-    on the untouched workspace): valid iff the oracle earns 1.0 and the no-op 0.0. Exits 1 if any is invalid.
-    Runs on the docker backend (images need dockerd)."""
+    """Run each task's oracle (solution/solve.sh in a fresh sandbox of its image, then its verifier) and a no-op
+    (the verifier on the untouched workspace): valid iff the oracle earns 1.0 and the no-op 0.0. Exits 1 if any is
+    invalid. Runs on RS_SANDBOX_BACKEND (process: overlays of the image's tree; docker: containers); the images
+    are built by dockerd either way."""
     registry = _registry(directory)
     tasks = [registry.task(task_id) for task_id in task_ids]
     settings = load_settings()
     client = _docker(settings)
-    results = _validations(client, tasks, _images(settings, client, tasks))
+    results = _validations(settings, client, tasks, _images(settings, client, tasks))
     for result in results:
         if as_json:
             sys.stdout.write(orjson.dumps(result.as_json()).decode() + "\n")
         elif result.valid:
-            typer.echo(f"{result.task_id}: valid (oracle {result.oracle_reward}, no-op {result.noop_reward})")
+            typer.echo(f"{result.task_id}: valid (oracle {result.oracle_reward}, no-op {result.noop_reward}, "
+                       f"on {result.backend})")  # fmt: skip
         else:
             typer.echo(f"{result.task_id}: invalid: {'; '.join(result.problems)}")
         for flag in [] if as_json else result.flags:

@@ -17,6 +17,7 @@ import pytest
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 from schemas.tasks import Task
+from workers.containers.validation import TaskValidation
 from workers.containers.verification import Verification
 from workers.overlays.host import OverlayHost, image_rootfs_dir
 from workers.overlays.rootfs import RootfsCache
@@ -152,6 +153,21 @@ def verifying(request: pytest.FixtureRequest, docker_client: Any) -> Callable[..
     if request.param == "docker":
         return functools.partial(verify, docker_client)
     return functools.partial(verify_on_overlay, request.getfixturevalue("overlays"))
+
+
+@pytest.fixture(params=["docker", "process"])
+def validating(request: pytest.FixtureRequest, docker_client: Any) -> Callable[[str, Task], TaskValidation]:
+    """``validating(image, task)`` on one backend (containers, or overlays), each result checked to say so."""
+    from workers.containers.validation import validate_task
+
+    overlays = None if request.param == "docker" else request.getfixturevalue("overlays")
+
+    def validate(image: str, task: Task) -> TaskValidation:
+        result = validate_task(docker_client, image, task, overlays)
+        assert result.backend == request.param
+        return result
+
+    return validate
 
 
 @pytest.fixture

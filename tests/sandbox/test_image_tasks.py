@@ -16,36 +16,33 @@ import pytest
 from schemas.errors import SandboxError
 from tests.sandbox.image_task import CreatedContainers, hello, tar_of, verifier_of
 from tests.unit.workers.tasks.harbor.test_directory import TEST_SH, make_task
-from workers.containers.validation import validate_task
 from workers.images.task_images import TaskImageError
 from workers.tasks.harbor.directory import read_task_dir
 from workers.tasks.registry import TaskRegistry
 
 
-def test_a_task_with_a_working_oracle_is_valid(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+def test_a_task_with_a_working_oracle_is_valid(validating: Any, image_of: Any, tmp_path: Path) -> None:
     task = hello(tmp_path)
-    result = validate_task(docker_client, image_of(task), task)
+    result = validating(image_of(task), task)
     assert result.as_json() == {"task_id": task.task_id, "oracle_reward": 1.0, "noop_reward": 0.0, "valid": True,
-                                "reasons": []}  # fmt: skip
+                                "reasons": [], "backend": result.backend}  # fmt: skip
 
 
-def test_a_broken_oracle_and_a_free_reward_are_invalid(docker_client: Any, image_of: Any, tmp_path: Path) -> None:
+def test_a_broken_oracle_and_a_free_reward_are_invalid(validating: Any, image_of: Any, tmp_path: Path) -> None:
     broken = hello(tmp_path, {"solution/solve.sh": "#!/bin/bash\necho 'print(\"nope\")' > /app/hello.py\n"})
-    result = validate_task(docker_client, image_of(broken), broken)
+    result = validating(image_of(broken), broken)
     assert (result.valid, result.oracle_reward, result.noop_reward) == (False, 0.0, 0.0)
     assert "the oracle earns 0.0" in result.problems[0]
     free = hello(tmp_path, {"tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"})
-    result = validate_task(docker_client, image_of(free), free)
+    result = validating(image_of(free), free)
     assert (result.valid, result.noop_reward) == (False, 1.0)
     assert "no-op must earn 0.0" in result.problems[0]
 
 
-def test_a_task_whose_tests_run_agent_code_as_root_is_flagged(
-    docker_client: Any, image_of: Any, tmp_path: Path
-) -> None:
+def test_a_task_whose_tests_run_agent_code_as_root_is_flagged(validating: Any, image_of: Any, tmp_path: Path) -> None:
     as_root = TEST_SH.replace("rs-as-agent ", "")
     task = hello(tmp_path, {"tests/test.sh": as_root})
-    result = validate_task(docker_client, image_of(task), task)
+    result = validating(image_of(task), task)
     assert (result.valid, result.oracle_reward, result.noop_reward) == (True, 1.0, 0.0)
     assert len(result.flags) == 1
     assert "run the agent's code through rs-as-agent" in result.flags[0]
@@ -138,12 +135,19 @@ def test_a_missing_image_is_the_hosts_error_never_a_zero(verifying: Any, tmp_pat
         verifying("rs-task/absent:1", task.environment, verifier_of(task), None)
 
 
-def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path, image_of: Any) -> None:
+@pytest.mark.parametrize("backend", ["process", "docker"])
+def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(
+    backend: str, tmp_path: Path, image_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from rewardstream.cli.main import _register, app
 
     _register()
+    if backend == "process":
+        monkeypatch.delenv("RS_SANDBOX_BACKEND", raising=False)  # the default
+    else:
+        monkeypatch.setenv("RS_SANDBOX_BACKEND", backend)
     good = make_task(tmp_path / "tasks", "good")
     bad = make_task(tmp_path / "tasks", "bad")
     for task_dir in (good, bad):  # this process's image, removed after the module
@@ -166,8 +170,8 @@ def test_cli_load_validate_stores_nothing_when_a_task_is_invalid(tmp_path: Path,
     checked = runner.invoke(app, ["tasks", "validate", "good", "bad", "--dir", str(tmp_path / "reg"), "--json"])
     assert checked.exit_code == 0, checked.output
     assert [line for line in checked.output.splitlines() if line.startswith("{")] == [
-        '{"task_id":"good","oracle_reward":1.0,"noop_reward":0.0,"valid":true,"reasons":[]}',
-        '{"task_id":"bad","oracle_reward":1.0,"noop_reward":0.0,"valid":true,"reasons":[]}',
+        f'{{"task_id":"{name}","oracle_reward":1.0,"noop_reward":0.0,"valid":true,"reasons":[],"backend":"{backend}"}}'
+        for name in ("good", "bad")
     ]
 
 

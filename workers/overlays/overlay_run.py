@@ -7,10 +7,12 @@ ipc, uts and mount namespaces, its own cgroup (the task's CPUs, memory, pids), t
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import secrets
 import selectors
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from workers.overlays import ids
 from workers.overlays.host import OverlayHost
 from workers.overlays.in_root import TreeFiles
 from workers.overlays.rootfs import ImageRootfs
+from workers.overlays.upper import make_parents
 from workers.sandbox.fork_server import HOST_ENV
 from workers.sandbox.mounts import MS_NODEV, MS_NOSUID
 from workers.sandbox.run_spec import memfd
@@ -69,6 +72,19 @@ class OverlayRun:
         if self._mounted:
             self.host.mounter.umount(self.merged)
             self._mounted = False
+
+    def put_dir(self, path: str, tar: bytes, mode: int) -> Path:
+        """Make the directory ``path`` (mode ``mode``) in the upper directory, its parents as the image has them,
+        and extract ``tar`` into it, all owned by the image's root: the host stages what a command is handed
+        (``/tests``, ``/solution``) before anything runs, never through a link. Before ``mount`` only."""
+        make_parents(self.upper, self.rootfs.path, path)
+        directory = self.upper / path.lstrip("/")
+        directory.mkdir(exist_ok=True)
+        directory.chmod(mode)
+        with tarfile.open(fileobj=io.BytesIO(tar), mode="r:*") as archive:
+            archive.extractall(directory, filter="data")
+        chown_tree(directory, ids.BASE)
+        return directory
 
     def write_file(self, path: str, data: bytes) -> str | None:
         """Write one file of the merged tree (see ``TreeFiles.write_file``)."""
@@ -119,6 +135,14 @@ class OverlayRun:
             if seccomp >= 0:
                 os.close(seccomp)
             group.destroy(_KILL_S)
+
+
+def chown_tree(top: Path, host_id: int) -> None:
+    """Give ``top`` and everything below it (links themselves, not what they name) to ``host_id``."""
+    os.lchown(top, host_id, host_id)
+    for directory, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            os.lchown(os.path.join(directory, name), host_id, host_id)
 
 
 def _pump(proc: subprocess.Popen[bytes], captured: Captured, timeout_s: float) -> tuple[Ended, Captured]:

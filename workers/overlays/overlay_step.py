@@ -18,7 +18,7 @@ from workers.containers.step_action import act, kept, not_kept, oversized_write
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack
 from workers.episodes.step import Previous, StepAction, StepLimits, StepOutcome
 from workers.overlays.host import OverlayHost
-from workers.overlays.overlay_run import overlay_run
+from workers.overlays.overlay_run import OverlayRun, overlay_run
 from workers.overlays.upper import read_upper, restore_upper
 
 
@@ -59,13 +59,19 @@ def overlay_workdir(host: OverlayHost, image: str, environment: TaskEnvironment,
     with overlay_run(host, rootfs, environment) as run:
         restore_upper(delta, run.upper, rootfs.path)
         run.mount()
-        try:
-            walked = run.merged
-            for name in environment.workdir.strip("/").split("/"):
-                walked = walked / name
-                found = os.lstat(walked)
-                if not stat.S_ISDIR(found.st_mode):
-                    raise SnapshotError(f"{environment.workdir} is not a directory: the agent replaced it")
-        except FileNotFoundError:
-            raise SnapshotError(f"{environment.workdir} is gone: the agent deleted it") from None
-        return pack(walked, caps)
+        return merged_workdir(run, environment.workdir, caps)
+
+
+def merged_workdir(run: OverlayRun, workdir: str, caps: Caps) -> Packed:
+    """``workdir`` of ``run``'s mounted tree, packed canonically; only while nothing of the sandbox runs (each
+    command's processes die with it). SnapshotError: as ``overlay_workdir``."""
+    try:
+        walked = run.merged
+        for name in workdir.strip("/").split("/"):
+            walked = walked / name
+            found = os.lstat(walked)
+            if not stat.S_ISDIR(found.st_mode):
+                raise SnapshotError(f"{workdir} is not a directory: the agent replaced it")
+    except FileNotFoundError:
+        raise SnapshotError(f"{workdir} is gone: the agent deleted it") from None
+    return pack(walked, caps)

@@ -22,7 +22,7 @@ from workers.containers.verification import LOGS_DIR, OUTPUT_FILE, RUN_SCRIPT, T
 from workers.episodes.snapshot import Caps, unpack
 from workers.overlays import ids
 from workers.overlays.host import OverlayHost
-from workers.overlays.overlay_run import OverlayRun, overlay_run
+from workers.overlays.overlay_run import OverlayRun, chown_tree, overlay_run
 from workers.overlays.upper import make_parents
 
 _OPAQUE = "trusted.overlay.opaque"
@@ -59,7 +59,7 @@ def _stage(run: OverlayRun, workdir: str, verifier: VerifierSuite, workdir_tar: 
     """Fill the empty upper directory: the agent's WORKDIR, ``/tests``, ``/logs/verifier`` and ``rs-as-agent``,
     all made by the host, none through a link."""
     upper, lower = run.upper, run.rootfs.path
-    for directory in (workdir, TESTS_DIR, LOGS_DIR, as_agent.PATH):
+    for directory in (workdir, LOGS_DIR, as_agent.PATH):
         make_parents(upper, lower, directory)
     if workdir_tar is not None:
         mine = upper / workdir.lstrip("/")
@@ -67,24 +67,14 @@ def _stage(run: OverlayRun, workdir: str, verifier: VerifierSuite, workdir_tar: 
         os.setxattr(mine, _OPAQUE, b"y")
         caps = Caps(max_bytes=run.environment.storage_mb << 20, max_entries=_MAX_WORKDIR_ENTRIES)
         unpack(workdir_tar, mine, caps)
-    tests = upper / TESTS_DIR.lstrip("/")
-    tests.mkdir(mode=0o700, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(verifier.tests.tar()), mode="r:*") as tar:
-        tar.extractall(tests, filter="data")
+    run.put_dir(TESTS_DIR, verifier.tests.tar(), 0o700)
     logs = upper / LOGS_DIR.lstrip("/")
     logs.mkdir(mode=0o755, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(as_agent.install_tar())) as tar:
         tar.extractall(upper / os.path.dirname(as_agent.PATH).lstrip("/"), filter="data")
     made = [upper / workdir.lstrip("/")] if workdir_tar is not None else []
-    for path in (*made, tests, logs, upper / as_agent.PATH.lstrip("/")):
-        _chown_tree(path, ids.BASE)
-
-
-def _chown_tree(top: Path, host_id: int) -> None:
-    os.lchown(top, host_id, host_id)
-    for directory, dirs, files in os.walk(top):
-        for name in (*dirs, *files):
-            os.lchown(os.path.join(directory, name), host_id, host_id)
+    for path in (*made, logs, upper / as_agent.PATH.lstrip("/")):
+        chown_tree(path, ids.BASE)
 
 
 def _read_files(upper: Path, directory: str, caps: dict[str, int], default_cap: int) -> dict[str, bytes]:
