@@ -30,6 +30,7 @@ from schemas.settings import Settings
 from schemas.tasks import Task
 from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
 from workers.containers.task_host import ImageTaskHost
+from workers.overlays.host import OverlayHost
 from workers.sandbox.api import Sandbox
 from workers.tasks.harbor.directory import read_task_dir
 from workers.tasks.harbor.examples import EXAMPLES, example
@@ -54,14 +55,15 @@ def shipped(
     tmp_path_factory: pytest.TempPathFactory, settings: Settings, docker_client: Any
 ) -> Iterator[tuple[Path, list[Task]]]:
     """The shipped tasks written and loaded once (`tasks load DIR --validate`) into a registry of the module's;
-    their images are this process's own (a file naming it is in each context) and removed after the module."""
+    their images are this module's own (a file naming the process and the module's directory is in each
+    context, so each module builds them, history trimming included) and removed after the module."""
     root = tmp_path_factory.mktemp("shipped")
     tasks_dir, registry = root / "tasks", root / "registry"
     written = _cli("tasks", "examples", "--out", str(tasks_dir), "--json")
     assert written.returncode == 0, written.stderr
     assert orjson.loads(written.stdout)["tasks"] == [spec.name for spec in EXAMPLES]
     for task_dir in tasks_dir.iterdir():
-        (task_dir / "environment" / "owner").write_text(f"{os.getpid()}\n")
+        (task_dir / "environment" / "owner").write_text(f"{os.getpid()} {root.name}\n")  # a build of its own
     tasks = [read_task_dir(task_dir).task for task_dir in sorted(tasks_dir.iterdir())]
     try:
         loaded = _cli("tasks", "load", str(tasks_dir), "--dir", str(registry), "--validate", "--json")
@@ -99,13 +101,19 @@ def stack(  # noqa: PLR0917 - fixtures
     docker_client: Any,
     shipped: tuple[Path, list[Task]],
 ) -> Iterator[Stack]:
-    """One pipeline for the module, its episode worker and verifier on the shipped tasks' images."""
+    """One pipeline for the module, its episode worker and verifier on the shipped tasks' images, on the process
+    backend (the default: steps and verifications in overlays of the images' trees)."""
     _, tasks = shipped
-    host = ImageTaskHost(docker_client, task_image_source(settings, docker_client))
-    with episode_stack_in_own_bucket(kafka_config, minio_client, "shipped-tasks", tmp_path_factory, process_sandbox,
-                                     tasks=[t for t in tasks if t.task_id in (PLAYED.name, COMPILED.name)],
-                                     image_tasks=host) as stack:  # fmt: skip
-        yield stack
+    overlays = OverlayHost(settings, docker_client)
+    host = ImageTaskHost(docker_client, task_image_source(settings, docker_client), overlays)
+    try:
+        with episode_stack_in_own_bucket(kafka_config, minio_client, "shipped-tasks", tmp_path_factory,
+                                         process_sandbox,
+                                         tasks=[t for t in tasks if t.task_id in (PLAYED.name, COMPILED.name)],
+                                         image_tasks=host) as stack:  # fmt: skip
+            yield stack
+    finally:
+        overlays.close()
 
 
 def _play(stack: Stack, path: Path, actions: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
