@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from bus.admin import delete_topics
@@ -165,3 +166,20 @@ def _episode_thread(
     thread = threading.Thread(target=run, name="test-episode", daemon=True)
     thread.start()
     return thread
+
+
+def play_actions(stack: Stack, task_id: str, path: Path, actions: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
+    """``rewardstream episode play --task ID --actions FILE --json`` as a process, as a user runs it."""
+    path.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in actions))
+    return subprocess.Popen(
+        [sys.executable, "-m", "rewardstream", "episode", "play", "--task", task_id, "--actions", str(path),
+         "--json", "--timeout", "300"],
+        env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def played_lines(stack: Stack, played: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
+    """What ``play_actions`` printed, one JSON object a line (its exit code 0, or the worker's log says why)."""
+    out, err = played.communicate(timeout=600)
+    assert played.returncode == 0, (err.decode(errors="replace"), stack.worker_logs())
+    return [orjson.loads(line) for line in out.splitlines()]

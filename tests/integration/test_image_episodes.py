@@ -13,13 +13,10 @@ which the next steps see, and none of which reaches the verifier's fresh contain
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from rewardstream.cli.task_images import task_image_source
@@ -27,7 +24,7 @@ from schemas.settings import Settings
 from schemas.tasks import Task
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeClient, EpisodeConfig
-from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
+from tests.integration.episode_env import Stack, episode_stack_in_own_bucket, play_actions, played_lines
 from tests.sandbox.image_task import hello
 from workers.containers.task_host import ImageTaskHost
 from workers.overlays.host import OverlayHost
@@ -94,25 +91,10 @@ def stack(  # noqa: PLR0917 - fixtures
             overlays.close()
 
 
-def _play(stack: Stack, task: Task, path: Path, actions: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
-    path.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in actions))
-    return subprocess.Popen(
-        [sys.executable, "-m", "rewardstream", "episode", "play", "--task", task.task_id, "--actions", str(path),
-         "--json", "--timeout", "300"],
-        env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-
-
-def _lines(stack: Stack, played: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
-    out, err = played.communicate(timeout=600)
-    assert played.returncode == 0, (err.decode(errors="replace"), stack.worker_logs())
-    return [orjson.loads(line) for line in out.splitlines()]
-
-
 def test_an_image_task_episode_is_rewarded_by_its_verifier_alone(stack: Stack, task: Task, tmp_path: Path) -> None:
-    honest = _play(stack, task, tmp_path / "honest.jsonl", HONEST)
-    hacks = _play(stack, task, tmp_path / "hacks.jsonl", HACKS)
-    seen, hacked = _lines(stack, honest), _lines(stack, hacks)
+    honest = play_actions(stack, task.task_id, tmp_path / "honest.jsonl", HONEST)
+    hacks = play_actions(stack, task.task_id, tmp_path / "hacks.jsonl", HACKS)
+    seen, hacked = played_lines(stack, honest), played_lines(stack, hacks)
 
     *steps, reward = seen
     assert [o["status"] for o in steps] == ["ok"] * 6, steps

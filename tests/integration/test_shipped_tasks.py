@@ -28,7 +28,7 @@ from rewardstream.cli.demo_harbor import harbor_episodes
 from rewardstream.cli.task_images import task_image_source
 from schemas.settings import Settings
 from schemas.tasks import Task
-from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
+from tests.integration.episode_env import Stack, episode_stack_in_own_bucket, play_actions, played_lines
 from workers.containers.task_host import ImageTaskHost
 from workers.overlays.host import OverlayHost
 from workers.sandbox.api import Sandbox
@@ -116,30 +116,15 @@ def stack(  # noqa: PLR0917 - fixtures
         overlays.close()
 
 
-def _play(stack: Stack, path: Path, actions: list[dict[str, Any]]) -> subprocess.Popen[bytes]:
-    path.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in actions))
-    return subprocess.Popen(
-        [sys.executable, "-m", "rewardstream", "episode", "play", "--task", PLAYED.name, "--actions", str(path),
-         "--json", "--timeout", "300"],
-        env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-
-
-def _lines(stack: Stack, played: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
-    out, err = played.communicate(timeout=600)
-    assert played.returncode == 0, (err.decode(errors="replace"), stack.worker_logs())
-    return [orjson.loads(line) for line in out.splitlines()]
-
-
 def test_the_fix_earns_1_a_partial_fix_its_share_and_the_history_hacker_0(stack: Stack, tmp_path: Path) -> None:
     partial = [*give_up_actions(PLAYED)[:-1], {"action": "write", "path": "intervals.py", "text": MERGE_ONLY},
                {"action": "submit"}]  # fmt: skip
     plays = {
-        "fix": _play(stack, tmp_path / "fix.jsonl", fix_actions(PLAYED)),
-        "partial": _play(stack, tmp_path / "partial.jsonl", partial),
-        "hack": _play(stack, tmp_path / "hack.jsonl", hack_actions(PLAYED)),
+        "fix": play_actions(stack, PLAYED.name, tmp_path / "fix.jsonl", fix_actions(PLAYED)),
+        "partial": play_actions(stack, PLAYED.name, tmp_path / "partial.jsonl", partial),
+        "hack": play_actions(stack, PLAYED.name, tmp_path / "hack.jsonl", hack_actions(PLAYED)),
     }
-    seen = {kind: _lines(stack, played) for kind, played in plays.items()}
+    seen = {kind: played_lines(stack, played) for kind, played in plays.items()}
 
     assert (seen["fix"][-1]["reward"], seen["fix"][-1]["reasons"]) == (1.0, ["verifier: reward.txt: 1"])
     assert seen["partial"][-1]["reward"] == 0.6, seen["partial"][-1]
