@@ -11,10 +11,12 @@ A task whose oracle fails is refused by ``tasks load --validate``:
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,11 @@ from rewardstream.cli.demo_harbor import harbor_episodes
 from rewardstream.cli.task_images import task_image_source
 from schemas.settings import Settings
 from schemas.tasks import Task
+from streams.sdk import AsyncTrainerClient, TrainerClient, TrainerConfig
+from streams.sdk.episodes import EpisodeClient, EpisodeConfig
+from streams.sdk.episodes_aio import AsyncEpisodeClient
+from streams.sdk.gym_env import EpisodeEnv
+from streams.sdk.verl_tool import VerlEpisodeTool
 from tests.integration.episode_env import Stack, episode_stack_in_own_bucket, play_actions, played_lines
 from workers.containers.task_host import ImageTaskHost
 from workers.overlays.host import OverlayHost
@@ -91,8 +98,9 @@ def test_every_shipped_task_is_valid(shipped: tuple[Path, list[Task]]) -> None:
     ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["process", "docker"])
 def stack(  # noqa: PLR0917 - fixtures
+    request: pytest.FixtureRequest,
     kafka_config: dict[str, str],
     minio_client: Any,
     tmp_path_factory: pytest.TempPathFactory,
@@ -101,19 +109,21 @@ def stack(  # noqa: PLR0917 - fixtures
     docker_client: Any,
     shipped: tuple[Path, list[Task]],
 ) -> Iterator[Stack]:
-    """One pipeline for the module, its episode worker and verifier on the shipped tasks' images, on the process
-    backend (the default: steps and verifications in overlays of the images' trees)."""
+    """One pipeline for the module, its episode worker and verifier on the shipped tasks' images, on one backend
+    (process: steps and verifications in overlays of the images' trees; docker: in containers)."""
     _, tasks = shipped
-    overlays = OverlayHost(settings, docker_client)
+    overlays = OverlayHost(settings, docker_client) if request.param == "process" else None
     host = ImageTaskHost(docker_client, task_image_source(settings, docker_client), overlays)
     try:
         with episode_stack_in_own_bucket(kafka_config, minio_client, "shipped-tasks", tmp_path_factory,
                                          process_sandbox,
                                          tasks=[t for t in tasks if t.task_id in (PLAYED.name, COMPILED.name)],
-                                         image_tasks=host) as stack:  # fmt: skip
+                                         image_tasks=host, worker_env={"RS_SANDBOX_BACKEND": request.param},
+                                         ) as stack:  # fmt: skip
             yield stack
     finally:
-        overlays.close()
+        if overlays is not None:
+            overlays.close()
 
 
 def test_the_fix_earns_1_a_partial_fix_its_share_and_the_history_hacker_0(stack: Stack, tmp_path: Path) -> None:
@@ -155,3 +165,34 @@ def test_the_demos_agents_fix_and_hack_the_compiled_task(stack: Stack) -> None:
     ]
     assert "│ fix: reward 1  │     1 │" in shown.getvalue()  # the demo's table
     assert "│ hack: reward 0 │     1 │" in shown.getvalue()
+
+
+def test_the_gym_env_and_the_verl_tool_play_a_shipped_task(stack: Stack) -> None:
+    """The SDK's adapters on a Harbor task, as on workspace tasks: the gym env's fix earns 1.0, the verl tool's
+    give-up 0.0."""
+    run = f"adapters-{uuid.uuid4().hex[:6]}"
+    trainer_config = TrainerConfig.from_settings(stack.settings, run, trainer_id=f"{run}.t")
+    config = EpisodeConfig.from_settings(stack.settings, run, answer_timeout_s=300)
+    with TrainerClient(trainer_config) as trainer, EpisodeClient(config, trainer) as client:
+        env = EpisodeEnv(client, PLAYED.name, prompt=PLAYED.instruction, reward_timeout_s=400)
+        env.reset()
+        reward, done = 0.0, False
+        for action in fix_actions(PLAYED):
+            _obs, reward, done, _info = env.step(orjson.dumps(action).decode())
+        env.close()
+        assert (reward, done) == (1.0, True), stack.worker_logs()
+
+    async def verl() -> float:
+        aio_trainer = await AsyncTrainerClient.connect(
+            TrainerConfig.from_settings(stack.settings, run, trainer_id="v.t")
+        )
+        async with aio_trainer, await AsyncEpisodeClient.connect(config, aio_trainer) as aio:
+            tool = VerlEpisodeTool({"run_id": run, "reward_timeout_s": 400}, client=aio)
+            instance_id, _opened = await tool.create("traj-0", create_kwargs={"task_id": PLAYED.name})
+            for arguments in give_up_actions(PLAYED):
+                await tool.execute(instance_id, arguments)
+            final = await tool.calc_reward(instance_id)
+            await tool.release(instance_id)
+            return final
+
+    assert asyncio.run(verl()) == 0.0
