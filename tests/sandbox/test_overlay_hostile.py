@@ -1,0 +1,114 @@
+"""Hostile agents on the process backend's image tasks (overlays under bubblewrap), family by family: the host
+(root) led out of the tree, a worker crashed or left holding mounts, cgroups, processes or fds, an episode's
+changes reaching its verification, the host's memory flooded, a delta the host cannot restore. Every hostile
+command runs as a step or a verification inside the overlay sandbox under test; after each test nothing of it
+may remain on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.status import REJECTED, SandboxStatus
+from schemas.tasks import Task
+from tests.sandbox.image_task import hello
+from tests.sandbox.test_image_steps import LIMITS, Episode
+from workers.containers.delta import Delta, DeltaCaps, Entry
+from workers.containers.task_host import ImageTaskHost
+from workers.episodes.snapshot import Caps, SnapshotError
+from workers.episodes.step import StepAction
+from workers.overlays import ids
+from workers.overlays.host import OverlayHost
+from workers.overlays.overlay_step import overlay_workdir, run_overlay_step
+
+_GONE_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Task:
+    return hello(tmp_path_factory.mktemp("task"))
+
+
+@pytest.fixture
+def audited(overlays: OverlayHost) -> Iterator[OverlayHost]:
+    """The overlay host, checked after the test: no mount under its directory but its user namespace, no run
+    directory, no step cgroup, no process of the agents' ids, no fd of this process but those it had (sockets aside)."""
+    fds = _fds()
+    yield overlays
+    deadline = time.monotonic() + _GONE_S
+    while (left := _leftovers(overlays, fds)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, left
+
+
+def _leftovers(overlays: OverlayHost, fds: set[str]) -> list[str]:
+    left: list[str] = []
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    left += [m for m in mounts if m.startswith(f"{overlays.directory}/") and m != str(overlays.userns)]
+    left += [str(p) for p in overlays.directory.iterdir() if p.name.startswith("run-")]
+    left += [str(g) for parent in overlays.cgroups.parents() for g in parent.glob(f"{os.getpid()}-image-*")]
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if uid >= ids.BASE:
+            left.append(f"process {status.parent.name} of uid {uid}")
+    left += [f"fd to {target}" for target in _fds() - fds]
+    return left
+
+
+def _fds() -> set[str]:
+    """What this process's fds lead to, but sockets (the docker client's pooled connections)."""
+    out: set[str] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if not target.startswith("socket:"):
+            out.add(f"{fd}:{target}")
+    return out
+
+
+def _episode(audited: OverlayHost, image_of: Any, task: Task, caps: DeltaCaps | None = None) -> Episode:
+    return Episode(ImageTaskHost(None, image_of, audited), image_of(task), task, caps)
+
+
+# (2): what the agent does is its outcome, never the host failing nor an exception out of the worker's call
+
+
+def test_a_write_past_the_storage_is_refused_not_the_hosts_failure(
+    audited: OverlayHost, image_of: Any, task: Task
+) -> None:
+    """A write action bigger than the task's storage_mb (its tmpfs) but under the delta's caps: ENOSPC is the
+    agent's, a rejected write, not a sandbox_error the worker would retry."""
+    episode = _episode(audited, image_of, task)
+    assert task.environment is not None
+    episode.environment = task.environment.model_copy(update={"storage_mb": 16})
+    episode.sh("echo before > kept")
+    outcome = episode.step(StepAction.write("big", b"x" * (20 << 20)))
+    assert outcome.status == REJECTED, outcome.reason
+    assert "storage_mb" in (outcome.reason or "")
+    assert episode.sh("cat kept") == "before\n"
+
+
+def test_a_state_the_host_cannot_restore_is_an_outcome_not_a_crash(
+    audited: OverlayHost, image_of: Any, task: Task
+) -> None:
+    """A delta whose restore fails (a file inside a file, which only a corrupt or forged delta holds) ends as the
+    step's sandbox_error, and its WORKDIR as unusable: never an exception out of the worker's call."""
+    assert task.environment is not None
+    forged = Delta(b"", "0" * 64, (Entry("/app", "file"), Entry("/app/x", "file")), ())
+    outcome = run_overlay_step(audited, image_of(task), task.environment, forged, StepAction.exec("true"),
+                               DeltaCaps(), LIMITS)  # fmt: skip
+    assert outcome.status == SandboxStatus.SANDBOX_ERROR
+    assert "/app/x" in (outcome.reason or "")
+    with pytest.raises(SnapshotError, match="cannot be restored"):
+        overlay_workdir(audited, image_of(task), task.environment, forged, Caps())
