@@ -19,7 +19,7 @@ from schemas.status import REJECTED, SandboxStatus
 from schemas.tasks import Task
 from tests.sandbox.image_task import hello
 from tests.sandbox.test_image_steps import LIMITS, Episode
-from workers.containers.delta import Delta, DeltaCaps, Entry
+from workers.containers.delta import EMPTY, Delta, DeltaCaps, Entry
 from workers.containers.task_host import ImageTaskHost
 from workers.episodes.snapshot import Caps, SnapshotError
 from workers.episodes.step import StepAction
@@ -112,3 +112,26 @@ def test_a_state_the_host_cannot_restore_is_an_outcome_not_a_crash(
     assert "/app/x" in (outcome.reason or "")
     with pytest.raises(SnapshotError, match="cannot be restored"):
         overlay_workdir(audited, image_of(task), task.environment, forged, Caps())
+
+
+# (4): what costs the agent no storage costs the host no memory
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [
+        "mkdir /tmp/f && cd /tmp/f && seq -f '.wh.%g' 1 3000 | xargs touch",  # whiteout-like names: dropped
+        "mkdir /tmp/f && python3 -c \"[open(b'/tmp/f/\\xff%d' % i, 'w').close() for i in range(3000)]\"",  # not UTF-8
+    ],
+)
+def test_a_flood_of_names_is_not_listed_into_the_hosts_memory(
+    audited: OverlayHost, image_of: Any, task: Task, flood: str
+) -> None:
+    """Names cost the agent inodes only: the host stops reading at what a delta may hold (+ what it names as
+    dropped) instead of listing millions of them, and the step's filesystem is not kept."""
+    few = _episode(audited, image_of, task, DeltaCaps(max_entries=100))
+    outcome = few.step(StepAction.exec(flood, timeout_s=120))
+    assert outcome.status == SandboxStatus.OK, (outcome.stderr, outcome.reason)
+    assert not outcome.workspace_kept
+    assert "over 100 changed" in (outcome.reason or "")
+    assert few.delta.sha256 == EMPTY.sha256

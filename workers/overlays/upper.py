@@ -5,6 +5,7 @@ reads an upper directory, and only while no overlay is mounted on it; nothing in
 
 from __future__ import annotations
 
+import itertools
 import os
 import posixpath
 import stat
@@ -85,7 +86,9 @@ def make_parents(upper: Path, lower: Path, path: str) -> None:
 class _UpperReader:
     """What one walk of an upper directory finds: entries, deletions, what it leaves out. The walk goes by
     directory fds (``openat``), never by host paths, so no depth the agent makes is too long a path for the host;
-    it has no recursion, and directories below ``MAX_DEPTH`` are left out (named)."""
+    it has no recursion, and directories below ``MAX_DEPTH`` are left out (named). It looks at no more names
+    than a delta may hold plus those it may name as dropped: sockets, ``.wh.`` or non-UTF-8 names cost the agent
+    no storage, only inodes, so millions of them would otherwise be listed into the host's memory."""
 
     def __init__(self, caps: DeltaCaps) -> None:
         self.caps = caps
@@ -93,9 +96,10 @@ class _UpperReader:
         self.deleted: list[str] = []
         self.dropped: list[str] = []
         self.size = 0
+        self.names_left = caps.max_entries + MAX_DROPPED
 
     def walk(self, upper: Path, lower: Path) -> None:
-        stack: list[_Dir] = [_Dir("/", _open_dir(str(upper)), _open_dir(str(lower)))]
+        stack: list[_Dir] = [self._dir("/", _open_dir(str(upper)), _open_dir(str(lower)))]
         try:
             while stack:
                 here = stack[-1]
@@ -109,6 +113,16 @@ class _UpperReader:
         finally:
             for left in stack:
                 left.close()
+
+    def _dir(self, path: str, upper: int, lower: int | None) -> _Dir:
+        """``_Dir`` of what the budget of names allows (DeltaTooLargeError: more are there)."""
+        found = _Dir(path, upper, lower, self.names_left)
+        if found.count > self.names_left:
+            found.close()
+            raise DeltaTooLargeError(f"over {self.caps.max_entries} changed and deleted paths (and {MAX_DROPPED} "
+                                     "left out): the upper directory has more names than that")  # fmt: skip
+        self.names_left -= found.count
+        return found
 
     def _visit(self, here: _Dir, child: os.DirEntry[str], depth: int) -> _Dir | None:
         path = posixpath.join(here.path, child.name)
@@ -142,7 +156,7 @@ class _UpperReader:
             self._add(path, st, "dir")
         if opaque and theirs is not None:
             self._hidden(path, mine, theirs)
-        return _Dir(path, mine, theirs)
+        return self._dir(path, mine, theirs)
 
     def _hidden(self, path: str, mine: int, theirs: int) -> None:
         """Deletions for what the image has in ``path`` and the agent's replacement of it has not: a directory
@@ -204,13 +218,14 @@ class _UpperReader:
 
 class _Dir:
     """A directory being walked: its path in the tree, its fd in the upper directory and in the image (None: the
-    image has no directory there), and its remaining children, in name order."""
+    image has no directory there), and its remaining children, in name order (at most ``most`` + 1 listed)."""
 
-    def __init__(self, path: str, upper: int, lower: int | None) -> None:
+    def __init__(self, path: str, upper: int, lower: int | None, most: int) -> None:
         self.path, self.upper, self.lower = path, upper, lower
         with os.scandir(upper) as found:
-            entries = sorted(found, key=lambda e: e.name)
-        self.children = iter(entries)
+            listed = list(itertools.islice(found, most + 1))  # one over tells
+        self.count = len(listed)
+        self.children = iter(sorted(listed, key=lambda e: e.name))
 
     def close(self) -> None:
         os.close(self.upper)

@@ -99,3 +99,16 @@ def test_a_tree_deeper_than_the_host_walks_is_cut_not_crashed_on(tmp_path: Path,
     assert len(got.entries) == MAX_DEPTH - 1
     assert got.dropped == ("/d" * MAX_DEPTH,)
     subprocess.run(["rm", "-rf", str(upper)], check=True)  # shutil.rmtree (and pytest's cleanup) recurse
+
+
+def test_names_past_what_a_delta_may_hold_are_not_listed(tmp_path: Path, lower: Path) -> None:
+    """Dropped names (``.wh.*``, not UTF-8) count too: the walk stops at the caps (+ MAX_DROPPED), fds closed."""
+    upper = tmp_path / "upper"
+    (upper / "tmp/deep").mkdir(parents=True)
+    for i in range(120):
+        (upper / f"tmp/deep/.wh.{i}").write_text("")
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(DeltaTooLargeError, match="over 10 changed"):
+        read_upper(upper, lower, DeltaCaps(max_entries=10))
+    assert len(os.listdir("/proc/self/fd")) == fds
+    assert len(read_upper(upper, lower, DeltaCaps(max_entries=30)).dropped) == 100
