@@ -19,7 +19,7 @@ from schemas.status import REJECTED, SandboxStatus
 from schemas.tasks import Task
 from tests.sandbox.image_task import hello
 from tests.sandbox.test_image_steps import LIMITS, Episode
-from workers.containers.delta import EMPTY, Delta, DeltaCaps, Entry
+from workers.containers.delta import EMPTY, Delta, DeltaCaps, Entry, pack_delta
 from workers.containers.task_host import ImageTaskHost
 from workers.episodes.snapshot import Caps, SnapshotError
 from workers.episodes.step import StepAction
@@ -135,3 +135,24 @@ def test_a_flood_of_names_is_not_listed_into_the_hosts_memory(
     assert not outcome.workspace_kept
     assert "over 100 changed" in (outcome.reason or "")
     assert few.delta.sha256 == EMPTY.sha256
+
+
+# (5): the delta round trip: a valid delta of the other backend restores here as there
+
+
+@pytest.mark.parametrize("backend", ["docker", "process"])
+def test_a_deleted_directory_with_new_paths_inside_restores_on_both_backends(
+    backend: str, audited: OverlayHost, docker_client: Any, image_of: Any, task: Task
+) -> None:
+    """``rm -rf /etc/apt; mkdir /etc/apt; ...`` as a delta may spell it (the directory deleted, paths added in it),
+    and a link replacing a directory whose contents the delta also deletes: restored, not a crash."""
+    host = ImageTaskHost(docker_client, image_of, None if backend == "docker" else audited)
+    episode = Episode(host, image_of(task), task)
+    episode.delta = pack_delta(
+        [
+            Entry("/etc/apt/only", "file", 0o644, data=b"x\n"),
+            Entry("/usr/share/doc", "symlink", 0o777, target="/tmp"),
+        ],
+        ["/etc/apt", "/usr/share/doc/bash", "/usr/share/doc/tar"],
+    )
+    assert episode.sh("ls -A /etc/apt; readlink /usr/share/doc") == "only\n/tmp\n"

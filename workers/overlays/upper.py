@@ -34,7 +34,10 @@ MAX_DEPTH = 128
 
 def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
     """Make the empty ``upper`` hold ``delta`` over ``lower`` (DeltaError: a delta no overlay can hold)."""
+    replaced = [e.path for e in delta.entries if e.kind != "dir"]
     for path in delta.deleted:
+        if any(path.startswith(f"{above}/") for above in replaced):
+            continue  # a file or link of the delta replaces all of it (as ``rm -rf`` then the entry would)
         make_parents(upper, lower, path)
         os.mknod(upper / path.lstrip("/"), stat.S_IFCHR | 0o000, os.makedev(0, 0))
     for entry in sorted(delta.entries, key=lambda e: path_key(e.path)):
@@ -58,7 +61,9 @@ def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
 
 
 def make_parents(upper: Path, lower: Path, path: str) -> None:
-    """The directories above ``path`` in ``upper``, made as the image has them (or root's 0755)."""
+    """The directories above ``path`` in ``upper``, made as the image has them (or root's 0755). One the delta
+    deleted (a whiteout) becomes a new opaque directory: a delta that deletes a directory and adds paths inside
+    it (valid, and what ``rm -rf`` then the entries makes on the docker backend) holds only those there."""
     walked = ""
     for name in path.strip("/").split("/")[:-1]:
         walked = f"{walked}/{name}"
@@ -66,11 +71,13 @@ def make_parents(upper: Path, lower: Path, path: str) -> None:
         try:
             st = os.lstat(here)
         except FileNotFoundError:
-            pass
-        else:
+            st = None
+        if st is not None and not _whiteout(st):
             if not stat.S_ISDIR(st.st_mode):
                 raise DeltaError(f"{path} is inside {walked}, which the delta does not make a directory")
             continue
+        if st is not None:
+            os.unlink(here)
         here.mkdir()
         try:
             image = os.lstat(lower / walked.lstrip("/"))
@@ -79,8 +86,15 @@ def make_parents(upper: Path, lower: Path, path: str) -> None:
                 mode, uid, gid = 0o755, ids.BASE, ids.BASE
         except FileNotFoundError:
             mode, uid, gid = 0o755, ids.BASE, ids.BASE
+        if st is not None:
+            os.setxattr(here, _OPAQUE, b"y")
+            mode, uid, gid = 0o755, ids.BASE, ids.BASE
         os.chmod(here, mode)
         os.lchown(here, uid, gid)
+
+
+def _whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
 class _UpperReader:
@@ -129,7 +143,7 @@ class _UpperReader:
         if not self._plain(child.name, path):
             return None
         st = child.stat(follow_symlinks=False)
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+        if _whiteout(st):
             self.deleted.append(path)
         elif stat.S_ISDIR(st.st_mode):
             if depth >= MAX_DEPTH:

@@ -101,6 +101,28 @@ def test_a_tree_deeper_than_the_host_walks_is_cut_not_crashed_on(tmp_path: Path,
     subprocess.run(["rm", "-rf", str(upper)], check=True)  # shutil.rmtree (and pytest's cleanup) recurse
 
 
+def test_a_deleted_directory_given_new_paths_is_restored_as_a_replaced_one(tmp_path: Path, lower: Path) -> None:
+    """``rm -rf DIR`` then paths inside it, as a valid delta (the docker backend's restore) may spell it: the
+    whiteout becomes an opaque directory, which reads back as the same state."""
+    delta = pack_delta([Entry("/usr/share/doc/new", "file", 0o644, data=b"n\n")], ["/usr/share/doc"])
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    restore_upper(delta, upper, lower)
+    assert os.getxattr(upper / "usr/share/doc", "trusted.overlay.opaque") == b"y"
+    got = read_upper(upper, lower, DeltaCaps())
+    assert got.deleted == ("/usr/share/doc/a", "/usr/share/doc/b")
+    assert [e.path for e in got.entries] == ["/usr/share/doc", "/usr/share/doc/new"]
+
+
+def test_deletions_under_a_file_or_link_of_the_delta_are_moot(tmp_path: Path, lower: Path) -> None:
+    delta = pack_delta([Entry("/usr/share/doc", "symlink", 0o777, target="/tmp")], ["/usr/share/doc/a/README"])
+    upper = tmp_path / "upper"
+    upper.mkdir()
+    restore_upper(delta, upper, lower)
+    assert os.readlink(upper / "usr/share/doc") == "/tmp"
+    assert read_upper(upper, lower, DeltaCaps()).entries == delta.entries
+
+
 def test_names_past_what_a_delta_may_hold_are_not_listed(tmp_path: Path, lower: Path) -> None:
     """Dropped names (``.wh.*``, not UTF-8) count too: the walk stops at the caps (+ MAX_DROPPED), fds closed."""
     upper = tmp_path / "upper"
