@@ -17,7 +17,7 @@ import pytest
 
 from schemas.status import REJECTED, SandboxStatus
 from schemas.tasks import Task
-from tests.sandbox.image_task import hello
+from tests.sandbox.image_task import hello, verifier_of
 from tests.sandbox.test_image_steps import LIMITS, Episode
 from workers.containers.delta import EMPTY, Delta, DeltaCaps, Entry, pack_delta
 from workers.containers.task_host import ImageTaskHost
@@ -26,6 +26,7 @@ from workers.episodes.step import StepAction
 from workers.overlays import ids
 from workers.overlays.host import OverlayHost
 from workers.overlays.overlay_step import overlay_workdir, run_overlay_step
+from workers.overlays.overlay_verification import verify_on_overlay
 
 _GONE_S = 10.0
 
@@ -156,3 +157,40 @@ def test_a_deleted_directory_with_new_paths_inside_restores_on_both_backends(
         ["/etc/apt", "/usr/share/doc/bash", "/usr/share/doc/tar"],
     )
     assert episode.sh("ls -A /etc/apt; readlink /usr/share/doc") == "only\n/tmp\n"
+
+
+# (3): nothing of an episode but its WORKDIR reaches its verification
+
+
+def test_only_the_workdir_of_a_hostile_episode_reaches_its_verifier(
+    audited: OverlayHost, image_of: Any, tmp_path: Path
+) -> None:
+    """An episode plants a reward, tests, a tampered rs-as-agent, a python hook, a process and links; the
+    verification's fresh overlay sees its WORKDIR only (the links there resolve in the verifier's own tree)."""
+    test_sh = (
+        '#!/bin/bash\nfail() { echo "$1"; echo 0 > /logs/verifier/reward.txt; exit 0; }\n'
+        "[ -e /logs/verifier/reward.json ] && fail 'a planted reward.json survived'\n"
+        "grep -q 'AGENT''MARK' /tests/test.sh /usr/local/bin/rs-as-agent && fail 'a planted script is there'\n"
+        "python3 -c 'import agenthook' 2>/dev/null && fail 'a planted module is importable'\n"
+        "grep -q tuned /etc/motd && fail 'a change outside WORKDIR survived'\n"
+        "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -q 'sleep [6]00' && fail 'a process of the episode lives'\n"
+        "[ \"$(cat /app/answer)\" = 42 ] || fail 'the WORKDIR is missing'\n"
+        "[ \"$(readlink /app/tests-link)\" = /tests/test.sh ] || fail 'a link is not kept as a link'\n"
+        "rs-as-agent cat /app/tests-link > /dev/null 2>&1 && fail 'agent code read the tests through a link'\n"
+        "rs-as-agent sh -c 'echo 1 > /app/logs-link/reward.txt' 2>/dev/null && fail 'agent code wrote the reward'\n"
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = hello(tmp_path, {"tests/test.sh": test_sh})
+    assert task.environment is not None
+    episode = _episode(audited, image_of, task)
+    purelib = "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+    episode.sh(
+        "set -e; mkdir -p /logs/verifier /tests; echo '{\"reward\": 1}' > /logs/verifier/reward.json;"
+        " echo 'echo AGENTMARK; echo 1 > /logs/verifier/reward.txt' > /tests/test.sh;"
+        " echo '#!/bin/sh\n# AGENTMARK\nexec \"$@\"' > /usr/local/bin/rs-as-agent;"
+        f" echo 'import os' > {purelib}/agenthook.py; echo tuned >> /etc/motd; (setsid sleep 600 &);"
+        " echo 42 > answer; ln -s /tests/test.sh tests-link; ln -s /logs/verifier logs-link"
+    )
+    workdir = overlay_workdir(audited, image_of(task), task.environment, episode.delta, Caps())
+    got = verify_on_overlay(audited, image_of(task), task.environment, verifier_of(task), workdir.data)
+    assert (got.reward.reward, got.reward.source, got.timed_out) == (1.0, "reward.txt", False), got.output
