@@ -115,6 +115,16 @@ def test_a_state_the_host_cannot_restore_is_an_outcome_not_a_crash(
         overlay_workdir(audited, image_of(task), task.environment, forged, Caps())
 
 
+def test_a_step_over_the_caps_leaves_the_worker_no_fd(audited: OverlayHost, image_of: Any, task: Task) -> None:
+    """Directories past the delta's caps: the read stops with the directory it was at open (the audit counts
+    this process's fds), every step of an episode that does so would leak one more."""
+    few = _episode(audited, image_of, task, DeltaCaps(max_entries=100))
+    outcome = few.step(StepAction.exec("mkdir /tmp/d && cd /tmp/d && seq 1 150 | xargs mkdir"))
+    assert outcome.status == SandboxStatus.OK, outcome.stderr
+    assert not outcome.workspace_kept
+    assert "over 100 changed" in (outcome.reason or "")
+
+
 # (4): what costs the agent no storage costs the host no memory
 
 

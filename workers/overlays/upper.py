@@ -113,7 +113,13 @@ class _UpperReader:
         self.names_left = caps.max_entries + MAX_DROPPED
 
     def walk(self, upper: Path, lower: Path) -> None:
-        stack: list[_Dir] = [self._dir("/", _open_dir(str(upper)), _open_dir(str(lower)))]
+        top = _open_dir(str(upper))
+        try:
+            image = _open_dir(str(lower))
+        except BaseException:
+            os.close(top)
+            raise
+        stack: list[_Dir] = [self._dir("/", top, image)]
         try:
             while stack:
                 here = stack[-1]
@@ -129,8 +135,13 @@ class _UpperReader:
                 left.close()
 
     def _dir(self, path: str, upper: int, lower: int | None) -> _Dir:
-        """``_Dir`` of what the budget of names allows (DeltaTooLargeError: more are there)."""
-        found = _Dir(path, upper, lower, self.names_left)
+        """``_Dir`` of what the budget of names allows (DeltaTooLargeError: more are there); it owns ``upper`` and
+        ``lower`` from now on, and closes them if it fails."""
+        try:
+            found = _Dir(path, upper, lower, self.names_left)
+        except BaseException:
+            _close(upper, lower)
+            raise
         if found.count > self.names_left:
             found.close()
             raise DeltaTooLargeError(f"over {self.caps.max_entries} changed and deleted paths (and {MAX_DROPPED} "
@@ -160,16 +171,21 @@ class _UpperReader:
 
     def _directory(self, here: _Dir, name: str, path: str, st: os.stat_result) -> _Dir:
         mine = _open_dir(name, here.upper)
-        image = _lstat_at(name, here.lower)
-        theirs = _open_dir(name, here.lower) if image is not None and stat.S_ISDIR(image.st_mode) else None
-        opaque = _xattr(mine, _OPAQUE) == b"y"
-        ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-        same = theirs is not None and image is not None and not opaque
-        same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
-        if not same:
-            self._add(path, st, "dir")
-        if opaque and theirs is not None:
-            self._hidden(path, mine, theirs)
+        theirs: int | None = None
+        try:  # the caps may refuse this directory once its fds are open: a worker must not keep them
+            image = _lstat_at(name, here.lower)
+            theirs = _open_dir(name, here.lower) if image is not None and stat.S_ISDIR(image.st_mode) else None
+            opaque = _xattr(mine, _OPAQUE) == b"y"
+            ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+            same = theirs is not None and image is not None and not opaque
+            same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
+            if not same:
+                self._add(path, st, "dir")
+            if opaque and theirs is not None:
+                self._hidden(path, mine, theirs)
+        except BaseException:
+            _close(mine, theirs)
+            raise
         return self._dir(path, mine, theirs)
 
     def _hidden(self, path: str, mine: int, theirs: int) -> None:
@@ -242,9 +258,7 @@ class _Dir:
         self.children = iter(sorted(listed, key=lambda e: e.name))
 
     def close(self) -> None:
-        os.close(self.upper)
-        if self.lower is not None:
-            os.close(self.lower)
+        _close(self.upper, self.lower)
 
 
 def read_upper(upper: Path, lower: Path, caps: DeltaCaps) -> Delta:
@@ -254,6 +268,12 @@ def read_upper(upper: Path, lower: Path, caps: DeltaCaps) -> Delta:
     if sum(len(p.encode("utf-8", "surrogateescape")) for p in reader.deleted) > MAX_DELETED_BYTES:
         raise DeltaTooLargeError(f"over {MAX_DELETED_BYTES} bytes of deleted paths")
     return replace(pack_delta(reader.entries, reader.deleted, caps), dropped=tuple(reader.dropped))
+
+
+def _close(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
 
 
 def _open_dir(name: str, parent: int | None = None) -> int:

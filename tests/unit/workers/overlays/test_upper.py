@@ -134,3 +134,13 @@ def test_names_past_what_a_delta_may_hold_are_not_listed(tmp_path: Path, lower: 
         read_upper(upper, lower, DeltaCaps(max_entries=10))
     assert len(os.listdir("/proc/self/fd")) == fds
     assert len(read_upper(upper, lower, DeltaCaps(max_entries=30)).dropped) == 100
+
+
+def test_a_read_refused_past_the_caps_keeps_no_fd(tmp_path: Path, lower: Path) -> None:
+    upper = tmp_path / "upper"
+    for i in range(50):
+        (upper / f"tmp/d/{i}").mkdir(parents=True)
+    fds = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(DeltaTooLargeError):
+        read_upper(upper, lower, DeltaCaps(max_entries=10))
+    assert len(os.listdir("/proc/self/fd")) == fds
