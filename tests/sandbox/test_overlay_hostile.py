@@ -125,6 +125,21 @@ def test_a_step_over_the_caps_leaves_the_worker_no_fd(audited: OverlayHost, imag
     assert "over 100 changed" in (outcome.reason or "")
 
 
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "trap '' TERM HUP; f() { f | f & }; f; sleep 60",  # a fork bomb deaf to SIGTERM, past its timeout
+        "exec >&- 2>&-; (trap '' TERM; setsid sleep 60 &); sleep 60",  # no output left to close, a daemon
+    ],
+)
+def test_a_step_past_its_timeout_leaves_no_process_cgroup_or_mount(
+    audited: OverlayHost, image_of: Any, task: Task, hostile: str
+) -> None:
+    """The audit after the test is the check: the step's pid namespace, cgroup and overlay are all gone."""
+    outcome = _episode(audited, image_of, task).step(StepAction.exec(hostile, timeout_s=2))
+    assert outcome.status == SandboxStatus.TIMEOUT, (outcome.status, outcome.stderr[-200:])
+
+
 # (4): what costs the agent no storage costs the host no memory
 
 
