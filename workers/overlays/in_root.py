@@ -89,6 +89,8 @@ class TreeFiles:
             os.fchown(fd, *self.owner)
             os.fchmod(fd, 0o644)
             return None
+        except OSError as exc:  # ENOSPC: the agent's write over its storage_mb is its own, not the host failing
+            return _why(exc, path)
         finally:
             os.close(fd)
 
@@ -125,4 +127,6 @@ def _why(exc: OSError, path: str) -> str:
         return f"too many symlinks from {path}"
     if exc.errno == errno.ENOTDIR:
         return f"not a directory on the way to {path}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left for {path}: the task's storage_mb is full"
     return f"{path}: {exc.strerror}"

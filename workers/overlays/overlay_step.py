@@ -47,7 +47,7 @@ def run_overlay_step(  # noqa: PLR0917 - the step's whole context
                 after = read_upper(run.upper, rootfs.path, caps)
             except DeltaError as exc:
                 return not_kept(before, action, fields, exc, started)
-    except (SandboxError, OSError) as exc:
+    except (SandboxError, OSError, DeltaError) as exc:  # DeltaError: ``restore_upper`` refused the state given
         return before.outcome(SandboxStatus.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
     return kept(after, fields, started)
 
@@ -57,7 +57,10 @@ def overlay_workdir(host: OverlayHost, image: str, environment: TaskEnvironment,
     WORKDIR that is a link or gone included; SandboxError/OSError: the host's)."""
     rootfs = host.rootfs(image)
     with overlay_run(host, rootfs, environment) as run:
-        restore_upper(delta, run.upper, rootfs.path)
+        try:
+            restore_upper(delta, run.upper, rootfs.path)
+        except DeltaError as exc:  # a state no overlay holds: no WORKDIR to grade (never a worker's crash)
+            raise SnapshotError(f"the episode's state cannot be restored: {exc}") from exc
         run.mount()
         return merged_workdir(run, environment.workdir, caps)
 

@@ -5,6 +5,7 @@ reads an upper directory, and only while no overlay is mounted on it; nothing in
 
 from __future__ import annotations
 
+import itertools
 import os
 import posixpath
 import stat
@@ -33,11 +34,15 @@ MAX_DEPTH = 128
 
 def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
     """Make the empty ``upper`` hold ``delta`` over ``lower`` (DeltaError: a delta no overlay can hold)."""
+    replaced = {e.path for e in delta.entries if e.kind != "dir"}  # a set: 20,000 of each must not cost n*m
+    made: set[str] = set()
     for path in delta.deleted:
-        make_parents(upper, lower, path)
+        if any(above in replaced for above in _ancestors(path)):
+            continue  # a file or link of the delta replaces all of it (as ``rm -rf`` then the entry would)
+        make_parents(upper, lower, path, made)
         os.mknod(upper / path.lstrip("/"), stat.S_IFCHR | 0o000, os.makedev(0, 0))
     for entry in sorted(delta.entries, key=lambda e: path_key(e.path)):
-        make_parents(upper, lower, entry.path)
+        make_parents(upper, lower, entry.path, made)
         target = upper / entry.path.lstrip("/")
         if entry.kind == "dir":
             if not target.is_dir() or target.is_symlink():
@@ -56,20 +61,30 @@ def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
         os.utime(upper / entry.path.lstrip("/"), (entry.mtime, entry.mtime))  # after what was made inside it
 
 
-def make_parents(upper: Path, lower: Path, path: str) -> None:
-    """The directories above ``path`` in ``upper``, made as the image has them (or root's 0755)."""
+def make_parents(upper: Path, lower: Path, path: str, made: set[str] | None = None) -> None:
+    """The directories above ``path`` in ``upper``, made as the image has them (or root's 0755). One the delta
+    deleted (a whiteout) becomes a new opaque directory: a delta that deletes a directory and adds paths inside
+    it (valid, and what ``rm -rf`` then the entries makes on the docker backend) holds only those there.
+    ``made``: the directories already seen to be there (and added to), so that thousands of entries 128 levels
+    down cost one walk of their parents, not one each (seconds of the host's CPU on every step)."""
     walked = ""
     for name in path.strip("/").split("/")[:-1]:
         walked = f"{walked}/{name}"
+        if made is not None and walked in made:
+            continue
+        if made is not None:
+            made.add(walked)  # a directory once this turn ends (or DeltaError ends the restore)
         here = upper / walked.lstrip("/")
         try:
             st = os.lstat(here)
         except FileNotFoundError:
-            pass
-        else:
+            st = None
+        if st is not None and not _whiteout(st):
             if not stat.S_ISDIR(st.st_mode):
                 raise DeltaError(f"{path} is inside {walked}, which the delta does not make a directory")
             continue
+        if st is not None:
+            os.unlink(here)
         here.mkdir()
         try:
             image = os.lstat(lower / walked.lstrip("/"))
@@ -78,14 +93,28 @@ def make_parents(upper: Path, lower: Path, path: str) -> None:
                 mode, uid, gid = 0o755, ids.BASE, ids.BASE
         except FileNotFoundError:
             mode, uid, gid = 0o755, ids.BASE, ids.BASE
+        if st is not None:
+            os.setxattr(here, _OPAQUE, b"y")
+            mode, uid, gid = 0o755, ids.BASE, ids.BASE
         os.chmod(here, mode)
         os.lchown(here, uid, gid)
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def _whiteout(st: os.stat_result) -> bool:
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
 class _UpperReader:
     """What one walk of an upper directory finds: entries, deletions, what it leaves out. The walk goes by
     directory fds (``openat``), never by host paths, so no depth the agent makes is too long a path for the host;
-    it has no recursion, and directories below ``MAX_DEPTH`` are left out (named)."""
+    it has no recursion, and directories below ``MAX_DEPTH`` are left out (named). It looks at no more names
+    than a delta may hold plus those it may name as dropped: sockets, ``.wh.`` or non-UTF-8 names cost the agent
+    no storage, only inodes, so millions of them would otherwise be listed into the host's memory."""
 
     def __init__(self, caps: DeltaCaps) -> None:
         self.caps = caps
@@ -93,9 +122,16 @@ class _UpperReader:
         self.deleted: list[str] = []
         self.dropped: list[str] = []
         self.size = 0
+        self.names_left = caps.max_entries + MAX_DROPPED
 
     def walk(self, upper: Path, lower: Path) -> None:
-        stack: list[_Dir] = [_Dir("/", _open_dir(str(upper)), _open_dir(str(lower)))]
+        top = _open_dir(str(upper))
+        try:
+            image = _open_dir(str(lower))
+        except BaseException:
+            os.close(top)
+            raise
+        stack: list[_Dir] = [self._dir("/", top, image)]
         try:
             while stack:
                 here = stack[-1]
@@ -110,12 +146,27 @@ class _UpperReader:
             for left in stack:
                 left.close()
 
+    def _dir(self, path: str, upper: int, lower: int | None) -> _Dir:
+        """``_Dir`` of what the budget of names allows (DeltaTooLargeError: more are there); it owns ``upper`` and
+        ``lower`` from now on, and closes them if it fails."""
+        try:
+            found = _Dir(path, upper, lower, self.names_left)
+        except BaseException:
+            _close(upper, lower)
+            raise
+        if found.count > self.names_left:
+            found.close()
+            raise DeltaTooLargeError(f"over {self.caps.max_entries} changed and deleted paths (and {MAX_DROPPED} "
+                                     "left out): the upper directory has more names than that")  # fmt: skip
+        self.names_left -= found.count
+        return found
+
     def _visit(self, here: _Dir, child: os.DirEntry[str], depth: int) -> _Dir | None:
         path = posixpath.join(here.path, child.name)
         if not self._plain(child.name, path):
             return None
         st = child.stat(follow_symlinks=False)
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+        if _whiteout(st):
             self.deleted.append(path)
         elif stat.S_ISDIR(st.st_mode):
             if depth >= MAX_DEPTH:
@@ -132,17 +183,22 @@ class _UpperReader:
 
     def _directory(self, here: _Dir, name: str, path: str, st: os.stat_result) -> _Dir:
         mine = _open_dir(name, here.upper)
-        image = _lstat_at(name, here.lower)
-        theirs = _open_dir(name, here.lower) if image is not None and stat.S_ISDIR(image.st_mode) else None
-        opaque = _xattr(mine, _OPAQUE) == b"y"
-        ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-        same = theirs is not None and image is not None and not opaque
-        same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
-        if not same:
-            self._add(path, st, "dir")
-        if opaque and theirs is not None:
-            self._hidden(path, mine, theirs)
-        return _Dir(path, mine, theirs)
+        theirs: int | None = None
+        try:  # the caps may refuse this directory once its fds are open: a worker must not keep them
+            image = _lstat_at(name, here.lower)
+            theirs = _open_dir(name, here.lower) if image is not None and stat.S_ISDIR(image.st_mode) else None
+            opaque = _xattr(mine, _OPAQUE) == b"y"
+            ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+            same = theirs is not None and image is not None and not opaque
+            same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
+            if not same:
+                self._add(path, st, "dir")
+            if opaque and theirs is not None:
+                self._hidden(path, mine, theirs)
+        except BaseException:
+            _close(mine, theirs)
+            raise
+        return self._dir(path, mine, theirs)
 
     def _hidden(self, path: str, mine: int, theirs: int) -> None:
         """Deletions for what the image has in ``path`` and the agent's replacement of it has not: a directory
@@ -204,18 +260,17 @@ class _UpperReader:
 
 class _Dir:
     """A directory being walked: its path in the tree, its fd in the upper directory and in the image (None: the
-    image has no directory there), and its remaining children, in name order."""
+    image has no directory there), and its remaining children, in name order (at most ``most`` + 1 listed)."""
 
-    def __init__(self, path: str, upper: int, lower: int | None) -> None:
+    def __init__(self, path: str, upper: int, lower: int | None, most: int) -> None:
         self.path, self.upper, self.lower = path, upper, lower
         with os.scandir(upper) as found:
-            entries = sorted(found, key=lambda e: e.name)
-        self.children = iter(entries)
+            listed = list(itertools.islice(found, most + 1))  # one over tells
+        self.count = len(listed)
+        self.children = iter(sorted(listed, key=lambda e: e.name))
 
     def close(self) -> None:
-        os.close(self.upper)
-        if self.lower is not None:
-            os.close(self.lower)
+        _close(self.upper, self.lower)
 
 
 def read_upper(upper: Path, lower: Path, caps: DeltaCaps) -> Delta:
@@ -225,6 +280,12 @@ def read_upper(upper: Path, lower: Path, caps: DeltaCaps) -> Delta:
     if sum(len(p.encode("utf-8", "surrogateescape")) for p in reader.deleted) > MAX_DELETED_BYTES:
         raise DeltaTooLargeError(f"over {MAX_DELETED_BYTES} bytes of deleted paths")
     return replace(pack_delta(reader.entries, reader.deleted, caps), dropped=tuple(reader.dropped))
+
+
+def _close(*fds: int | None) -> None:
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
 
 
 def _open_dir(name: str, parent: int | None = None) -> int:
