@@ -63,7 +63,10 @@ class OverlayRun:
 
     def mount(self) -> None:
         """Mount the overlay (lower: the image; upper: whatever ``upper`` holds now)."""
-        options = f"lowerdir={self.rootfs.path},upperdir={self.upper},workdir={self.work}"
+        # metacopy and redirect_dir off whatever the kernel's defaults: with them, an upper directory may hold a
+        # file's metadata without its data, or a moved directory as a pointer into the image, which a delta
+        # read from it would silently lose.
+        options = f"lowerdir={self.rootfs.path},upperdir={self.upper},workdir={self.work},metacopy=off,redirect_dir=off"
         self.host.mounter.mount("overlay", self.merged, "overlay", MS_NOSUID | MS_NODEV, options)
         self._mounted = True
 

@@ -30,6 +30,9 @@ _WHITEOUT_PREFIX = ".wh."
 _MAX_MTIME = (1 << 33) - 1
 #: Directories deeper than this are left out of a delta (each level holds two fds while it is walked).
 MAX_DEPTH = 128
+#: The longest path a delta keeps on this backend: the next step restores it by host paths under the run's
+#: directory, which must stay within the host's PATH_MAX (4096) however long the agent's paths are.
+MAX_PATH_BYTES = 3584
 
 
 def restore_upper(delta: Delta, upper: Path, lower: Path) -> None:
@@ -226,8 +229,9 @@ class _UpperReader:
 
     def _plain(self, name: str, path: str) -> bool:
         try:
-            name.encode("utf-8")
             checked_path(path)
+            if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+                raise DeltaError(f"over {MAX_PATH_BYTES} bytes")
         except (UnicodeEncodeError, DeltaError):
             self._drop(path)
             return False
