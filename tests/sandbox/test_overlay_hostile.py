@@ -97,7 +97,7 @@ def test_a_write_past_the_storage_is_refused_not_the_hosts_failure(
     outcome = episode.step(StepAction.write("big", b"x" * (20 << 20)))
     assert outcome.status == REJECTED, outcome.reason
     assert "storage_mb" in (outcome.reason or "")
-    assert episode.sh("cat kept") == "before\n"
+    assert episode.sh("cat kept; test -e big || echo no-half-written-file") == "before\nno-half-written-file\n"
 
 
 def test_a_state_the_host_cannot_restore_is_an_outcome_not_a_crash(

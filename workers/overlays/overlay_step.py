@@ -12,7 +12,7 @@ import time
 
 from schemas.environments import TaskEnvironment
 from schemas.errors import SandboxError
-from schemas.status import SandboxStatus
+from schemas.status import REJECTED, SandboxStatus
 from workers.containers.delta import Delta, DeltaCaps, DeltaError
 from workers.containers.step_action import act, kept, not_kept, oversized_write
 from workers.episodes.snapshot import Caps, Packed, SnapshotError, pack
@@ -42,6 +42,8 @@ def run_overlay_step(  # noqa: PLR0917 - the step's whole context
             restore_upper(delta, run.upper, rootfs.path)
             run.mount()
             fields = {**act(run, environment.workdir, action, limits), "image_id": rootfs.image_id}
+            if action.kind == "write" and fields["status"] == REJECTED:  # e.g. storage full: no half-written file
+                return before.outcome(REJECTED, fields.get("reason"), kept=True)
             run.unmount()  # its processes are gone: each command's die with it
             try:
                 after = read_upper(run.upper, rootfs.path, caps)
