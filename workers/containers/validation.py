@@ -49,9 +49,10 @@ class TaskValidation:
         return self.oracle_reward == 1.0 and self.noop_reward == 0.0 and not self.problems
 
     def as_json(self) -> dict[str, Any]:
-        """``{"task_id", "oracle_reward", "noop_reward", "valid", "reasons", "backend"}``."""
+        """``{"task_id", "oracle_reward", "noop_reward", "valid", "reasons"}``: the issue's contract, exactly (the
+        backend is said in the text form)."""
         return {"task_id": self.task_id, "oracle_reward": self.oracle_reward, "noop_reward": self.noop_reward,
-                "valid": self.valid, "reasons": [*self.problems, *self.flags], "backend": self.backend}  # fmt: skip
+                "valid": self.valid, "reasons": [*self.problems, *self.flags]}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
