@@ -45,9 +45,7 @@ class OverlayHost:
         self.directory = base / f"{os.getpid()}-images-{secrets.token_hex(4)}"
         self.directory.mkdir(mode=0o711)
         self.directory.chmod(0o711)
-        self._cache = RootfsCache(
-            (settings.sandbox.toolchains_dir or settings.local.cache_dir / "sandbox") / "image-rootfs"
-        )
+        self._cache = RootfsCache(image_rootfs_dir(settings))
         self._lock = threading.Lock()
         self._closed = False
         self.prune()  # trees of images removed since the last worker

@@ -51,10 +51,10 @@ class TreeFiles:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return f"not a regular file: {path}"
-            chunks: list[bytes] = []
-            while (got := sum(map(len, chunks))) < cap and (chunk := os.read(fd, min(cap - got, 1 << 20))):
-                chunks.append(chunk)
-            return b"".join(chunks), st.st_size
+            data = bytearray()
+            while len(data) < cap and (chunk := os.read(fd, min(cap - len(data), 1 << 20))):
+                data += chunk
+            return bytes(data), st.st_size
         finally:
             os.close(fd)
 

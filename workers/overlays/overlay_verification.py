@@ -23,9 +23,8 @@ from workers.episodes.snapshot import Caps, unpack
 from workers.overlays import ids
 from workers.overlays.host import OverlayHost
 from workers.overlays.overlay_run import OverlayRun, chown_tree, overlay_run
-from workers.overlays.upper import make_parents
+from workers.overlays.upper import OPAQUE, make_parents
 
-_OPAQUE = "trusted.overlay.opaque"
 _MAX_READ_ENTRIES = 64
 _MAX_WORKDIR_ENTRIES = 1 << 20
 
@@ -64,7 +63,7 @@ def _stage(run: OverlayRun, workdir: str, verifier: VerifierSuite, workdir_tar: 
     if workdir_tar is not None:
         mine = upper / workdir.lstrip("/")
         mine.mkdir()
-        os.setxattr(mine, _OPAQUE, b"y")
+        os.setxattr(mine, OPAQUE, b"y")
         caps = Caps(max_bytes=run.environment.storage_mb << 20, max_entries=_MAX_WORKDIR_ENTRIES)
         unpack(workdir_tar, mine, caps)
     run.put_dir(TESTS_DIR, verifier.tests.tar(), 0o700)

@@ -51,8 +51,8 @@ class RootfsCache:
             raise SandboxError(f"the image {image} is not on this host: {exc}") from exc
         image_id = str(found.id)
         target = self.directory / image_id.removeprefix("sha256:")
-        with self._lock:
-            if not (target / _READY).exists():
+        if not (target / _READY).exists():  # checked first: steps of unpacked images never wait for an unpack
+            with self._lock:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self.directory.chmod(0o700)
                 with _file_lock(self.directory / f".{target.name}.lock"):

@@ -25,7 +25,8 @@ from workers.containers.delta import (
 )
 from workers.overlays import ids
 
-_OPAQUE = "trusted.overlay.opaque"
+#: The xattr overlayfs marks a directory with when nothing of the image's shows through it.
+OPAQUE = "trusted.overlay.opaque"
 _WHITEOUT_PREFIX = ".wh."
 _MAX_MTIME = (1 << 33) - 1
 #: Directories deeper than this are left out of a delta (each level holds two fds while it is walked).
@@ -97,7 +98,7 @@ def make_parents(upper: Path, lower: Path, path: str, made: set[str] | None = No
         except FileNotFoundError:
             mode, uid, gid = 0o755, ids.BASE, ids.BASE
         if st is not None:
-            os.setxattr(here, _OPAQUE, b"y")
+            os.setxattr(here, OPAQUE, b"y")
             mode, uid, gid = 0o755, ids.BASE, ids.BASE
         os.chmod(here, mode)
         os.lchown(here, uid, gid)
@@ -190,10 +191,10 @@ class _UpperReader:
         try:  # the caps may refuse this directory once its fds are open: a worker must not keep them
             image = _lstat_at(name, here.lower)
             theirs = _open_dir(name, here.lower) if image is not None and stat.S_ISDIR(image.st_mode) else None
-            opaque = _xattr(mine, _OPAQUE) == b"y"
+            opaque = _xattr(mine, OPAQUE) == b"y"
             ours = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
-            same = theirs is not None and image is not None and not opaque
-            same = same and image is not None and (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid) == ours
+            theirs_meta = None if image is None else (stat.S_IMODE(image.st_mode), image.st_uid, image.st_gid)
+            same = theirs is not None and not opaque and theirs_meta == ours
             if not same:
                 self._add(path, st, "dir")
             if opaque and theirs is not None:
