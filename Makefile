@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint up down status clean-venv deploy-check
+.PHONY: demo test lint up down status clean-venv image deploy-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m infra.lint.slice_caps
+
+## image: the rewardstream container image (Debian packages + the wheel + the sandbox trees; nothing pulled).
+# IMAGE_FAMILIES: all (default) or python,native,...; IMAGE_TAR=path also writes a tarball for `ctr images import`.
+IMAGE_FAMILIES ?= all
+IMAGE_TAR ?=
+image: $(STAMP)
+	$(BIN)/python -m infra.image --families $(IMAGE_FAMILIES) $(if $(IMAGE_TAR),--save $(IMAGE_TAR))
 
 ## deploy-check: render the Helm chart (each ci/ value set) and validate every manifest offline against the
 # Kubernetes and KEDA schemas; exit 0 iff all pass. helm and the schemas come through the Go module proxy once,
