@@ -13,6 +13,7 @@ import pytest
 from infra.helm import check
 from infra.helm.sources import ensure_helm, ensure_schemas
 from infra.helm.validate import Validator, load_manifests
+from schemas.settings import unknown_variables
 
 pytestmark = pytest.mark.timeout(1800)  # a cold machine builds helm first
 #: A non-loopback gateway needs a token to render at all.
@@ -107,3 +108,18 @@ def test_unknown_kind_is_an_error(validator: Validator) -> None:
     errors = list(validator.errors({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}))
     assert len(errors) == 1, errors
     assert "no schema" in errors[0]
+
+
+@pytest.mark.parametrize("values", ["full-values.yaml", "local-e2e-values.yaml"])
+def test_every_rs_variable_the_chart_sets_is_a_setting(values: str) -> None:
+    """A misspelt RS_* name would be ignored by the processes (their default used): none in any render."""
+    manifests = load_manifests(check.render(ensure_helm(), check.CHART, ["--values", str(check.CHART / "ci" / values)]))
+    names: set[str] = set()
+    for manifest in manifests:
+        if manifest["kind"] == "ConfigMap":
+            names |= set(manifest["data"])
+        if manifest["kind"] == "Deployment":
+            names |= {e["name"] for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]}
+    rs_names = {name for name in names if name.startswith("RS_")}
+    assert len(rs_names) > 20
+    assert unknown_variables(dict.fromkeys(rs_names, "x")) == []
