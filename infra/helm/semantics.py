@@ -49,6 +49,16 @@ def _deployment_errors(manifest: Manifest) -> Iterator[str]:
                 yield f"container {container.get('name')}: port name {port['name']!r} is over 15 characters"
 
 
+def _network_policy_errors(manifest: Manifest) -> Iterator[str]:
+    """An empty peer (``{}``) is refused by the apiserver ("must specify a peer"); no peers means any."""
+    spec = manifest.get("spec") or {}
+    for direction, side in (("ingress", "from"), ("egress", "to")):
+        for n, rule in enumerate(spec.get(direction) or []):
+            for peer in rule.get(side) or []:
+                if not any(key in peer for key in ("podSelector", "namespaceSelector", "ipBlock")):
+                    yield f"spec.{direction}[{n}].{side}: an empty peer (list none to mean any)"
+
+
 def check_all(manifests: list[Manifest]) -> Iterator[str]:
     """``Kind/name: problem`` for each cross-object or syntax rule broken."""
     deployments = {(m.get("metadata") or {}).get("name"): m for m in manifests if m.get("kind") == "Deployment"}
@@ -66,6 +76,8 @@ def check_all(manifests: list[Manifest]) -> Iterator[str]:
             low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
             if isinstance(low, int) and isinstance(high, int) and low > high:
                 yield f"{where}: minReplicaCount {low} > maxReplicaCount {high}"
+        elif kind == "NetworkPolicy":
+            yield from (f"{where}: {e}" for e in _network_policy_errors(manifest))
         elif kind == "PodDisruptionBudget":
             selector = (spec.get("selector") or {}).get("matchLabels") or {}
             pods = [((d.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels", {})

@@ -56,3 +56,12 @@ def test_bad_names_and_labels() -> None:
 def test_pdb_matching_nothing() -> None:
     pdb = {"kind": "PodDisruptionBudget", "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"a": "b"}}}}
     assert any("matches no Deployment" in e for e in check_all([_deployment(), pdb]))
+
+
+def test_empty_network_policy_peer() -> None:
+    def policy(peer: dict[str, Any]) -> dict[str, Any]:
+        spec = {"ingress": [{"from": [peer], "ports": [{"port": 80}]}]}
+        return {"kind": "NetworkPolicy", "metadata": {"name": "np"}, "spec": spec}
+
+    assert any("an empty peer" in e for e in check_all([policy({})]))
+    assert list(check_all([policy({"podSelector": {}})])) == []
