@@ -16,6 +16,27 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _SUBDOMAIN_MAX = 253
 _LABEL_MAX = 63
 _PORT_NAME_MAX = 15
+_QUANTITY = re.compile(r"^([0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SUFFIX = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}  # fmt: skip
+
+
+def quantity(value: object) -> float | None:
+    """A Kubernetes quantity (``250m``, ``2Gi``, ``2``) as a number; None when it is not one."""
+    match = _QUANTITY.match(str(value))
+    if match is None:
+        return None
+    return float(match.group(1)) * _SUFFIX.get(match.group(2) or "", 1.0)
+
+
+def _resource_errors(container: dict[str, Any]) -> Iterator[str]:
+    """The apiserver refuses a request above its limit."""
+    resources = container.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    for name in set(requests) & set(limits):
+        low, high = quantity(requests[name]), quantity(limits[name])
+        if low is not None and high is not None and low > high:
+            yield f"container {container.get('name')}: {name} request {requests[name]} exceeds its limit {limits[name]}"
 
 
 def _name_errors(manifest: Manifest) -> Iterator[str]:
@@ -44,6 +65,7 @@ def _deployment_errors(manifest: Manifest) -> Iterator[str]:
     if any(labels.get(key) != value for key, value in selector.items()):
         yield "spec.selector.matchLabels does not match spec.template.metadata.labels"
     for container in (spec.get("template") or {}).get("spec", {}).get("containers", []):
+        yield from _resource_errors(container)
         for port in container.get("ports") or []:
             if len(str(port.get("name", ""))) > _PORT_NAME_MAX:
                 yield f"container {container.get('name')}: port name {port['name']!r} is over 15 characters"

@@ -65,3 +65,14 @@ def test_empty_network_policy_peer() -> None:
 
     assert any("an empty peer" in e for e in check_all([policy({})]))
     assert list(check_all([policy({"podSelector": {}})])) == []
+
+
+def test_request_above_limit() -> None:
+    deployment = _deployment()
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "1500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1024Mi"}}
+    errors = list(check_all([deployment]))
+    assert len(errors) == 1, errors
+    assert "cpu request 1500m exceeds its limit 1" in errors[0]
+    container["resources"]["limits"]["cpu"] = 2
+    assert list(check_all([deployment])) == []
