@@ -17,6 +17,7 @@ is the steadier one.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -56,6 +57,24 @@ def sleeping_programs(uid: int) -> int:
     return count
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) the live child processes of this one have used so far."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def cgroup_bytes(parents: list[Path]) -> int:
     """What the run cgroups under ``parents`` are charged now (v1 ``memory.usage_in_bytes``, v2 ``memory.current``)."""
     total = 0
@@ -83,6 +102,8 @@ class Peak:
         self.available = 0
         self.cgroups = 0
         self.first_full_s: float | None = None
+        #: (when, programs running, the worker processes' CPU seconds so far), every sample
+        self.samples: list[tuple[float, int, float]] = []
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -91,6 +112,7 @@ class Peak:
     def _watch(self) -> None:
         while not self._stop.wait(self.every_s):
             running = sleeping_programs(self.uid)
+            self.samples.append((time.monotonic(), running, children_cpu_s()))
             if running >= self.running:
                 self.running = running
                 self.available = meminfo("MemAvailable")
@@ -101,6 +123,16 @@ class Peak:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def cpu_ms_per_s(self) -> float | None:
+        """The worker processes' CPU per running sandbox (ms per second) while the most ran (95 % of the peak or
+        more, over at least 3 s): what an idle sandbox costs its worker."""
+        top = [s for s in self.samples if s[1] >= 0.95 * self.running]
+        if len(top) < 2 or top[-1][0] - top[0][0] < 3.0:
+            return None
+        span = top[-1][0] - top[0][0]
+        mean_running = sum(s[1] for s in top) / len(top)
+        return round((top[-1][2] - top[0][2]) / span / mean_running * 1e3, 2)
 
 
 def sleepers(n: int, until_epoch: int, slots: int, rate: float) -> list[str]:
@@ -149,5 +181,6 @@ def concurrent_sandboxes(n: int, *, processes: int = 4, start_rate: float = 0.0,
         "hold_s": hold,
         "elapsed_s": round(elapsed, 1),
         "cgroup_mb_per_sandbox": round(peak.cgroups / running / MIB, 3),
+        "worker_cpu_ms_per_s_per_sandbox": peak.cpu_ms_per_s(),
         "first_errors": sorted(set(failed))[:5],
     }
