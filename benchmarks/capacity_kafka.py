@@ -125,6 +125,8 @@ class Timed:
     count: int
     first_s: float
     last_s: float
+    #: the messages' values, when asked for
+    values: list[bytes] = field(default_factory=list)
 
     def rate(self) -> float:
         """Messages per second between the first and the last (the steady state: start-up left out)."""
@@ -140,12 +142,16 @@ class Reader:
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(run.partitions)])
         self.topic = topic
 
-    def wait(self, n: int, timeout_s: float, alive: object = None) -> Timed:
-        """Until ``n`` messages were read (RuntimeError after ``timeout_s``, or once ``alive()`` says False)."""
+    def wait(self, n: int, timeout_s: float, alive: object = None, *, keep: bool = False) -> Timed:
+        """Until ``n`` messages were read (RuntimeError after ``timeout_s``, or once ``alive()`` says False);
+        ``keep``: with their values."""
         deadline = time.monotonic() + timeout_s
         seen, first, last = 0, 0.0, 0.0
+        values: list[bytes] = []
         while seen < n:
-            if time.monotonic() > deadline or (callable(alive) and not alive()):
+            if callable(alive) and not alive():
+                raise RuntimeError(f"{seen} of {n} messages on {self.topic}: the process making them stopped")
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"{seen} of {n} messages on {self.topic} in {timeout_s:g} s")
             got = [m for m in self._consumer.consume(1000, timeout=0.05) if m.error() is None]
             if got:
@@ -153,7 +159,9 @@ class Reader:
                 first = first or now
                 last = now
                 seen += len(got)
-        return Timed(seen, first, last)
+                if keep:
+                    values += [m.value() or b"" for m in got]
+        return Timed(seen, first, last, values)
 
     def close(self) -> None:
         self._consumer.close()

@@ -14,6 +14,7 @@ two runs per core, which is right for CPU-bound grading and would cap I/O-bound 
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +25,8 @@ from confluent_kafka import ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.capacity_kafka import TASK_ID, BenchRun, Reader, bench_run, call_task, generations, sleeping_code
+from schemas.codec import decode
+from schemas.events import ExecutionResult
 from schemas.topics import group_for
 from workers.tasks.registry import TaskRegistry
 
@@ -89,20 +92,31 @@ def one_count(count: int, concurrency: int, rounds: int, sleep_s: float, slots: 
             try:
                 started = time.perf_counter()
                 run.publish(run.topic("generations"), events)
-                timed = reader.wait(n, 60 + 20 * rounds * sleep_s, alive=lambda: all(p.poll() is None for p in procs))
+                timed = reader.wait(n, 60 + 20 * rounds * sleep_s, alive=lambda: all(p.poll() is None for p in procs),
+                                    keep=True)  # fmt: skip
             finally:
                 reader.close()
         finally:
             stop_workers(procs)
-    return {"processes": count, "generations": n, "rps": round(n / (timed.last_s - started), 2)}
+    runs = [decode(v, ExecutionResult).run for v in timed.values]
+    statuses = sorted({r.status for r in runs})
+    return {"processes": count, "generations": n, "rps": round(n / (timed.last_s - started), 2),
+            "run_wall_ms_p50": round(statistics.median(r.wall_ms for r in runs)),
+            "run_wait_ms_p50": round(statistics.median(r.wait_ms for r in runs)), "statuses": statuses}  # fmt: skip
+
+
+def efficiencies(rows: list[dict[str, Any]], concurrency: int, sleep_s: float) -> list[dict[str, Any]]:
+    """Each row's efficiency (its rps over ``processes`` times one process's; None without a 1-process row) and
+    the rps its runs' sleep alone allows."""
+    base = next((r["rps"] for r in rows if r["processes"] == 1), None)
+    for row in rows:
+        row["efficiency"] = round(row["rps"] / (row["processes"] * base), 3) if base else None
+        row["ideal_rps"] = round(row["processes"] * concurrency / sleep_s, 2)
+    return rows
 
 
 def scaling(counts: list[int], concurrency: int, rounds: int, sleep_s: float) -> dict[str, Any]:
     """Throughput per process count, and each count's efficiency against one process."""
     slots = max(counts) * concurrency
-    rows = [one_count(c, concurrency, rounds, sleep_s, slots) for c in counts]
-    base = next((r["rps"] for r in rows if r["processes"] == 1), None)
-    for row in rows:
-        row["efficiency"] = round(row["rps"] / (row["processes"] * base), 3) if base else None
-        row["ideal_rps"] = round(row["processes"] * concurrency / sleep_s, 2)
+    rows = efficiencies([one_count(c, concurrency, rounds, sleep_s, slots) for c in counts], concurrency, sleep_s)
     return {"concurrency": concurrency, "rounds": rounds, "sleep_s": sleep_s, "slots": slots, "counts": rows}
