@@ -125,8 +125,9 @@ class Timed:
     count: int
     first_s: float
     last_s: float
-    #: the messages' values, when asked for
+    #: the messages' values and when each was read, when asked for
     values: list[bytes] = field(default_factory=list)
+    read_at: list[float] = field(default_factory=list)
 
     def rate(self) -> float:
         """Messages per second between the first and the last (the steady state: start-up left out)."""
@@ -148,6 +149,7 @@ class Reader:
         deadline = time.monotonic() + timeout_s
         seen, first, last = 0, 0.0, 0.0
         values: list[bytes] = []
+        read_at: list[float] = []
         while seen < n:
             if callable(alive) and not alive():
                 raise RuntimeError(f"{seen} of {n} messages on {self.topic}: the process making them stopped")
@@ -161,7 +163,8 @@ class Reader:
                 seen += len(got)
                 if keep:
                     values += [m.value() or b"" for m in got]
-        return Timed(seen, first, last, values)
+                    read_at += [now] * len(got)
+        return Timed(seen, first, last, values, read_at)
 
     def close(self) -> None:
         self._consumer.close()

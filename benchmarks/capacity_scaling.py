@@ -98,11 +98,16 @@ def one_count(count: int, concurrency: int, rounds: int, sleep_s: float, slots: 
                 reader.close()
         finally:
             stop_workers(procs)
-    runs = [decode(v, ExecutionResult).run for v in timed.values]
+    results = [decode(v, ExecutionResult) for v in timed.values]
+    runs = [r.run for r in results]
     statuses = sorted({r.status for r in runs})
+    done_at: dict[str, float] = {}  # each member's last result, seconds after the publish
+    for result, at in zip(results, timed.read_at, strict=True):
+        done_at[result.worker or "?"] = max(done_at.get(result.worker or "?", 0.0), at - started)
     return {"processes": count, "generations": n, "rps": round(n / (timed.last_s - started), 2),
             "run_wall_ms_p50": round(statistics.median(r.wall_ms for r in runs)),
-            "run_wait_ms_p50": round(statistics.median(r.wait_ms for r in runs)), "statuses": statuses}  # fmt: skip
+            "run_wait_ms_p50": round(statistics.median(r.wait_ms for r in runs)), "statuses": statuses,
+            "members_done_s": sorted(round(t, 1) for t in done_at.values())}  # fmt: skip
 
 
 def efficiencies(rows: list[dict[str, Any]], concurrency: int, sleep_s: float) -> list[dict[str, Any]]:
