@@ -18,12 +18,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 
+from guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from schemas.tasks import Limits
 from workers.grading import Grader
 from workers.grading.grader import CandidateOutput, RunInfo, SuitesRun
 from workers.grading.suites import AnySuite, CaseOutcome, SuiteOutcome, WorkspaceJob, graded_ids
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 
 #: The backend name the no-op runners report: a result made by them says so wherever it is read.
 NOOP_BACKEND = "noop-benchmark-only"

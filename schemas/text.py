@@ -10,20 +10,14 @@ from __future__ import annotations
 
 import re
 
+# The one check, shared with the sandbox: what leaves it is checked by the same code.
+from guest.typed_values import is_clean_text
+
+__all__ = ["REPLACEMENT", "is_clean_text", "sanitize_json", "sanitize_text"]
+
 #: What a lone surrogate becomes (the Unicode replacement character, as ``bytes.decode(errors="replace")``).
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def is_clean_text(text: str) -> bool:
-    """True when ``text`` encodes as UTF-8 (it holds no lone surrogate)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def sanitize_text(text: str) -> str:

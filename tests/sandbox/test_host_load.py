@@ -7,7 +7,7 @@ with two busy loops per core beside it and more sandboxes at once than there are
 takes several times longer in wall time; the verdicts must not change: every right solution 1.0, every wrong
 one 0.0, the same status for every case as idle, no ``sandbox_error``, and the sleeper still times out.
 
-Before limits counted CPU time and own time (``workers/sandbox/guest/clock.py``), six of twelve right
+Before limits counted CPU time and own time (``guest/clock.py``), six of twelve right
 JavaScript solutions scored 0 in exactly this setting: their suite's wall clock ran out while they waited for
 a CPU.
 """

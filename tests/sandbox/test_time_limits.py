@@ -1,4 +1,4 @@
-"""The per-case time limits (``workers/sandbox/guest/clock.py``, the harness), on every backend.
+"""The per-case time limits (``guest/clock.py``, the harness), on every backend.
 
 A case's limit is the CPU time and own time of every process of the run while the case runs, and what a case
 leaves running is killed before the next one starts. So work cannot be moved where no limit counts it (into

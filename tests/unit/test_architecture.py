@@ -56,7 +56,7 @@ e = text[2:-2], text[:8], text[:CAP], text[: len(text) - 20], fit(Model, "field"
 
 
 def test_the_check_reads_every_first_party_package_but_the_guest(tmp_path: Path) -> None:
-    for name in ("workers/roles/new.py", "workers/sandbox/guest/new.py", "tests/unit/test_new.py"):
+    for name in ("workers/roles/new.py", "guest/new.py", "tests/unit/test_new.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("cut = text[:300]\n", encoding="utf-8")
     assert findings(tmp_path) == ["workers/roles/new.py:1: text[:300]"]

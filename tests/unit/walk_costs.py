@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from guest import workspace_snapshot
 from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import Caps, pack, unpack
-from workers.sandbox.guest import workspace_snapshot
 
 #: Audited calls that take a path (the path is their first argument; ``os.symlink``'s link is its second).
 AUDITED = frozenset({"open", "os.mkdir", "os.rmdir", "os.remove", "os.symlink", "os.chmod", "os.listdir", "os.scandir"})

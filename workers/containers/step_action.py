@@ -7,14 +7,14 @@ import posixpath
 import time
 from typing import Any, Protocol
 
+from guest import workspace_paths
+from guest.step_errors import StepError
 from schemas.caps import QUOTE_CHARS
 from schemas.status import REJECTED, SandboxStatus
 from workers.containers.delta import Delta, DeltaCaps, DeltaError
 from workers.containers.executed import OUTPUT_LIMIT_BYTES, Executed
 from workers.episodes.step import Previous, StepAction, StepLimits, StepOutcome
 from workers.sandbox.common import classify, exit_of
-from workers.sandbox.guest import workspace_paths
-from workers.sandbox.guest.step_errors import StepError
 
 
 class StepSandbox(Protocol):

@@ -31,10 +31,10 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guest import workspace_paths
+from guest.workspace_tar import tar_end, tar_entry
 from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
-from workers.sandbox.guest import workspace_paths
-from workers.sandbox.guest.workspace_tar import tar_end, tar_entry
 
 #: Characters of a bad entry name an error quotes (it may be all slashes or control characters).
 _NAME_SHOWN_CHARS = 80

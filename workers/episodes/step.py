@@ -42,6 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from guest import workspace_snapshot, workspace_tar
+from guest.clock import CONTENTION
+from guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from schemas.caps import QUOTE_CHARS, STDERR_TAIL_BYTES
 from schemas.status import REJECTED, ObservationStatus
 from workers.episodes.snapshot import (
@@ -55,9 +58,6 @@ from workers.episodes.snapshot import (
 )
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import classify
-from workers.sandbox.guest import workspace_snapshot, workspace_tar
-from workers.sandbox.guest.clock import CONTENTION
-from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
 from workers.sandbox.guest_program import DEFAULT_PYTHON, GuestProgram, guest_program
 
 #: Characters the host keeps of a text the step runner reports (an error, a name), and shows of a name.
@@ -177,7 +177,7 @@ def output_limit(caps: Caps, limits: StepLimits) -> int:
 
 
 def step_runner() -> GuestProgram:
-    """The step runner as shipped (``guest_program``: spliced and compiled once)."""
+    """The step runner as shipped (``workers.sandbox.guest_program``: spliced and compiled once)."""
     return guest_program(RUNNER_FILE)
 
 

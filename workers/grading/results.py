@@ -13,13 +13,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from guest.framing import frame_prefix
 from schemas.status import CompileStatus, RunStatus
 from schemas.text import sanitize_text
 from workers.grading.static_analysis import Flag
 from workers.grading.suites import SuiteOutcome
 from workers.languages.source import Build
 from workers.sandbox.api import SandboxResult, SandboxStatus
-from workers.sandbox.guest.framing import frame_prefix
 
 #: How an ``output`` record starts after its frame (the harness writes it with this key first).
 OUTPUT_RECORD = b'{"output":'

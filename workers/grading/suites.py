@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
+from guest.clock import CONTENTION
+from guest.framing import NONCE_LEN, frame_prefix
 from schemas.caps import STDERR_TAIL_BYTES, fit
 from schemas.events import CaseResult, CaseStatus, SandboxRun, SuiteKind
 from schemas.tasks import AssertSuite, CallSuite, Command, CommandSuite, IoSuite
 from schemas.text import sanitize_json
 from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
-from workers.sandbox.guest.clock import CONTENTION
-from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 from workers.sandbox.guest_program import DEFAULT_PYTHON, GuestProgram, guest_program
 
 HARNESS_FILE = "harness.py"
@@ -185,7 +185,7 @@ class Records:
 
 
 def harness_program() -> GuestProgram:
-    """The grading harness as shipped (``guest_program``: spliced and compiled once)."""
+    """The grading harness as shipped (``workers.sandbox.guest_program``: spliced and compiled once)."""
     return guest_program(HARNESS_FILE)
 
 
@@ -245,7 +245,7 @@ def build_spec(
     program: ProgramJob | None = None,
 ) -> SandboxSpec:
     """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of the harness's
-    input (its stdin after the program: ``guest_program``).
+    input (its stdin after the program: ``workers.sandbox.guest_program``).
 
     With ``workspace`` the candidate is that workspace (``code`` is empty): its tar and restorer go into the
     work dir as files and the header tells the harness where (``WORKSPACE_FILES``), with the environment of

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from guest.clock import CONTENTION
+from guest.framing import NONCE_LEN, frame_prefix
 from schemas.caps import STDERR_TAIL_BYTES
 from schemas.errors import SandboxError
 from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.common import CRASH_SIGNALS, error_result
-from workers.sandbox.guest.clock import CONTENTION
-from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
 from workers.sandbox.guest_program import DEFAULT_PYTHON, GuestProgram, guest_program
 
 #: Characters of a sandbox failure's text a step keeps as its error.
@@ -43,7 +43,7 @@ GRACE_S = 5.0
 
 
 def driver_program() -> GuestProgram:
-    """The step driver as shipped (``guest_program``: spliced and compiled once)."""
+    """The step driver as shipped (``workers.sandbox.guest_program``: spliced and compiled once)."""
     return guest_program(DRIVER_FILE)
 
 

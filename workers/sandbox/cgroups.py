@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from guest.clock import WaitGain
 from schemas.errors import SandboxError
 from workers.sandbox.audit import pid_alive
-from workers.sandbox.guest.clock import WaitGain
 
 #: A run's usage so far: (its CPU seconds, the largest run delay one of its threads gained since the last call).
 Usage = Callable[[], tuple[float, float]]

@@ -2,7 +2,7 @@
 
 Why: the programs that run inside the sandbox (the grading harness, the language driver, the episode step
 runner) start as one source text on the sandbox image's interpreter, with no path to import our packages
-from. What they share (``workers.sandbox.guest.clock``, the time limit) is written once in the guest package,
+from. What they share (``guest.clock``, the time limit) is written once in the guest package,
 imported normally on the host, and spliced in place of its import line when the program is shipped. A spliced
 module's own guest imports are spliced the same way, each module once (at its first import line): the program
 runs in one globals dict, so a module's state (a registry, a bound function) stays one object, as on the host.
@@ -15,7 +15,7 @@ from importlib import resources
 
 #: The package of the guest modules: a shipped program's top-level ``from <GUEST>.<module> import ...`` line
 #: is replaced by that module's source.
-GUEST = "workers.sandbox.guest"
+GUEST = "guest"
 #: The one ``__future__`` import a spliced module may hold: every program holds it too, first (a test checks),
 #: so the line is dropped where the module lands (it is legal only at the top of a program).
 FUTURE = b"from __future__ import annotations\n"
@@ -27,7 +27,7 @@ def _module_source(name: str) -> bytes:
 
 
 def guest_module(name: str) -> str | None:
-    """The guest module (``clock``) a top-level import line's module name (``workers.sandbox.guest.clock``)
+    """The guest module (``clock``) a top-level import line's module name (``guest.clock``)
     names, or None for any other module."""
     package, _, module = name.rpartition(".")
     return module if package == GUEST and module.isidentifier() else None

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from guest.clock import HOST, Limit
 from workers.sandbox.api import SandboxStatus
 from workers.sandbox.capture import Capture
 from workers.sandbox.cgroups import Usage
-from workers.sandbox.guest.clock import HOST, Limit
 
 #: How often the host reads a run for its limit. Coarser than inside the sandbox (where the per-case limits are
 #: enforced): one worker reads every run of its slots, and a tenth of a second past a limit is no verdict's.

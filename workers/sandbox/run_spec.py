@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 
+from guest.plumbing import write_all
 from workers.sandbox.api import SandboxSpec
 from workers.sandbox.common import base_env, check_relpath
-from workers.sandbox.guest.plumbing import write_all
 
 
 def encode_spec(spec: SandboxSpec, marker: bytes) -> bytes:

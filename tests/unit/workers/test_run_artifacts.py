@@ -18,6 +18,8 @@ import orjson
 import pytest
 from minio.error import S3Error
 
+from guest import harness
+from guest.framing import MAGIC
 from schemas.codec import decode
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, ExecutionResult, GenerationEvent, HiddenVerdict
 from schemas.tasks import Task
@@ -29,8 +31,6 @@ from workers.handler import Done, Source
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.executor import ExecutorHandler, output_tail
 from workers.roles.verifier import VerifierHandler
-from workers.sandbox.guest import harness
-from workers.sandbox.guest.framing import MAGIC
 from workers.tasks.registry import TaskRegistry
 
 SOURCE = Source("rs.generations", 0, 7)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from guest import harness_workspace, typed_values
 from schemas.events import GenerationEvent
 from schemas.tasks import Archive, CommandSuite, IoSuite, Limits, Task, Workspace, task_version
 from tests.unit.workers.grading.test_workspace_task_refusals import NoSandbox
@@ -27,7 +28,6 @@ from workers.grading.suites import WORKSPACE_FILES, WorkspaceJob, build_spec, ha
 from workers.handler import InvalidEventError
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.workspace import EpisodeWorkspaces, WorkspaceEventError
-from workers.sandbox.guest import harness_workspace, typed_values
 from workers.tasks.registry import TaskRegistry
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)

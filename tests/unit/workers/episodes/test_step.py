@@ -24,6 +24,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from guest import step_errors, step_files, workspace_paths, workspace_snapshot, workspace_tar
+from guest import step_runner as runner
+from guest.framing import NONCE_LEN, STEP_MAGIC
 from schemas.status import REJECTED, ObservationStatus
 from workers.episodes.snapshot import Caps, SnapshotTooLargeError, pack, unpack
 from workers.episodes.step import (
@@ -38,9 +41,6 @@ from workers.episodes.step import (
     workdir_limits,
 )
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
-from workers.sandbox.guest import step_errors, step_files, workspace_paths, workspace_snapshot, workspace_tar
-from workers.sandbox.guest import step_runner as runner
-from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC
 from workers.sandbox.guest_program import LOADER
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)

@@ -15,13 +15,13 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guest import call_suites, child_pipes, harness_records, typed_values
+from guest.framing import MAGIC
 from schemas.tasks import AssertSuite, CallSuite, IoSuite
 from schemas.text import is_clean_text, sanitize_text
 from workers.grading.compare import compare_values, to_typed
 from workers.grading.grader import split_output
 from workers.grading.suites import parse_records, score_suite
-from workers.sandbox.guest import call_suites, child_pipes, harness_records, typed_values
-from workers.sandbox.guest.framing import MAGIC
 
 NONCE = b"0123456789abcdef0123456789abcdef"
 CALL = CallSuite.model_validate({"kind": "call", "cases": [{"id": "c", "args": [1], "expected": {"$t": [1, 2.5]}}]})

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from guest.framing import MAGIC
 from infra.local.sandbox_image import PACKAGES, TOOLCHAINS
 from schemas.errors import SandboxError, ValidationError
 from schemas.runs import COMPILE_FLOOR_MAX_S
@@ -21,7 +22,6 @@ from workers.languages.registry import REGISTRY, resolve, toolchains
 from workers.languages.source import CompileLimits, _build, placed
 from workers.languages.steps import Step, StepLimits, StepRun, read_step, relative_path, run_path, staged_path
 from workers.sandbox.api import SandboxResult, SandboxStatus
-from workers.sandbox.guest.framing import MAGIC
 
 NONCE = b"n" * 32
 STEP = Step(toolchain="native", argv=("cc",), files={}, collect=("main", "build"))

@@ -1,4 +1,4 @@
-"""The trust boundary as a folder (issue 25): what runs inside a sandbox is ``workers/sandbox/guest/``, standard
+"""The trust boundary as a folder (issue 25): what runs inside a sandbox is ``guest/``, standard
 library only, importing none of our code but the guest package's own modules, shipped with those spliced in.
 
 The import-linter contracts in ``pyproject.toml`` check the same boundary on the import graph; this reads the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sandbox.guest import framing
+from guest import framing
 from workers.sandbox.guest_program import LOADER, guest_program
 from workers.sandbox.guest_source import GUEST
 

@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 
-from workers.sandbox.guest.plumbing import PR_SET_DUMPABLE, prctl_ok
+from guest.plumbing import PR_SET_DUMPABLE, prctl_ok
 
 #: The exit status of an init that could not make itself non-dumpable.
 NOT_HARDENED = 70

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.guest.step_errors import StepError
+from guest.step_errors import StepError
 
 #: Longest name kept in a snapshot (POSIX PATH_MAX is 4096; names in a workspace are far shorter): longer ones
 #: are dropped, and say so. The host's ``snapshot`` checks names with this and ``plain_name`` too.

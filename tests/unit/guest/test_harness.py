@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from guest import typed_values
 from schemas.tasks import AssertSuite, CallSuite, IoSuite
 from workers.grading.suites import (
     build_spec,
@@ -20,7 +21,6 @@ from workers.grading.suites import (
     parse_records,
     score_suite,
 )
-from workers.sandbox.guest import typed_values
 
 
 class MyInt(int):

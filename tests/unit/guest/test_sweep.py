@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from guest.clock import ProcUsage, run_tree
 from workers.grading.suites import harness_program
-from workers.sandbox.guest.clock import ProcUsage, run_tree
 
 #: Loads the shipped harness source from stdin, becomes a subreaper, leaves a daemon (double fork, own
 #: session: reparented to the harness) and a child in its own group, then sweeps.

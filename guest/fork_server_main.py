@@ -33,7 +33,7 @@ import resource
 import signal
 import sys
 
-from workers.sandbox.guest.boot_common import (
+from guest.boot_common import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     MS_NODEV,
@@ -62,7 +62,7 @@ from workers.sandbox.guest.boot_common import (
     stdin_from_devnull,
     with_private_proc,
 )
-from workers.sandbox.guest.plumbing import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, read_all, write_all
+from guest.plumbing import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, read_all, write_all
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.guest.candidate_server import sweep_strays
-from workers.sandbox.guest.child_pipes import bound_dumps, bound_write_all
-from workers.sandbox.guest.clock import HOST, ProcLimit
-from workers.sandbox.guest.framing import MAGIC
+from guest.candidate_server import sweep_strays
+from guest.child_pipes import bound_dumps, bound_write_all
+from guest.clock import HOST, ProcLimit
+from guest.framing import MAGIC
 
 
 def stopped_record(cid: str, reason: str, limit: ProcLimit) -> dict[str, object]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import stat
 
-from workers.sandbox.guest.plumbing import b64, write_all
-from workers.sandbox.guest.step_errors import StepError
-from workers.sandbox.guest.workspace_paths import DIR_FLAGS, Cursor, check_path
+from guest.plumbing import b64, write_all
+from guest.step_errors import StepError
+from guest.workspace_paths import DIR_FLAGS, Cursor, check_path
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

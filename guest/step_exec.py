@@ -16,9 +16,9 @@ import select
 import signal
 import time
 
-from workers.sandbox.guest.clock import HOST, ProcLimit
-from workers.sandbox.guest.plumbing import b64
-from workers.sandbox.guest.step_errors import JobError
+from guest.clock import HOST, ProcLimit
+from guest.plumbing import b64
+from guest.step_errors import JobError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

@@ -15,19 +15,19 @@ import signal
 import sys
 import time
 
-from workers.sandbox.guest.as_main import main_status
-from workers.sandbox.guest.call_suites import Job
-from workers.sandbox.guest.candidate_server import child_common, kill_group, load_module
-from workers.sandbox.guest.child_pipes import MAX_ERROR_CHARS, bound_read, bound_write_all, quietly
-from workers.sandbox.guest.clock import ProcLimit
-from workers.sandbox.guest.harness_records import SuiteRecords, stopped_record
+from guest.as_main import main_status
+from guest.call_suites import Job
+from guest.candidate_server import child_common, kill_group, load_module
+from guest.child_pipes import MAX_ERROR_CHARS, bound_read, bound_write_all, quietly
+from guest.clock import ProcLimit
+from guest.harness_records import SuiteRecords, stopped_record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any, TypeAlias
 
-    from workers.sandbox.guest.child_pipes import Capture
-    from workers.sandbox.guest.harness_workspace import Workspace
+    from guest.child_pipes import Capture
+    from guest.harness_workspace import Workspace
 
     #: What an io case runs: a program's text, or a workspace task's command (argv) in its workspace.
     Program: TypeAlias = "str | tuple[list[str], Workspace]"

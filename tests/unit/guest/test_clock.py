@@ -1,4 +1,4 @@
-"""The time limit that measures the program, not the host (``workers/sandbox/guest/clock.py``).
+"""The time limit that measures the program, not the host (``guest/clock.py``).
 
 The decisions are pure arithmetic over readings, tested with made-up readings; the readings themselves come
 from ``/proc``, tested on real processes of our own (a busy loop, a sleeper: never candidate code).
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.sandbox.guest.clock import (
+from guest.clock import (
     CEILING_FACTOR,
     CEILING_SLACK_S,
     CPU,

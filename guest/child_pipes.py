@@ -17,16 +17,16 @@ import os
 import select
 import time
 
-from workers.sandbox.guest.clock import ProcLimit
-from workers.sandbox.guest.plumbing import b64
-from workers.sandbox.guest.typed_values import HarnessError, NonPlainError, strict_loads, type_name
+from guest.clock import ProcLimit
+from guest.plumbing import b64
+from guest.typed_values import HarnessError, NonPlainError, strict_loads, type_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from workers.sandbox.guest.harness_records import Emitter
+    from guest.harness_records import Emitter
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_ERROR_CHARS = 2000

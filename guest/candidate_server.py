@@ -17,7 +17,7 @@ import signal
 import sys
 import types
 
-from workers.sandbox.guest.child_pipes import (
+from guest.child_pipes import (
     OutputPipes,
     check_reply,
     describe_exc,
@@ -25,15 +25,15 @@ from workers.sandbox.guest.child_pipes import (
     recv_msg,
     send_msg,
 )
-from workers.sandbox.guest.clock import ProcLimit, run_tree
-from workers.sandbox.guest.plumbing import PR_SET_PDEATHSIG, prctl_ok
-from workers.sandbox.guest.typed_values import HarnessError, NonPlainError, decode_value, encode_value
+from guest.clock import ProcLimit, run_tree
+from guest.plumbing import PR_SET_PDEATHSIG, prctl_ok
+from guest.typed_values import HarnessError, NonPlainError, decode_value, encode_value
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any
 
-    from workers.sandbox.guest.child_pipes import Capture
+    from guest.child_pipes import Capture
 
 
 def _wipe(*bufs: bytearray) -> None:

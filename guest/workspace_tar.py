@@ -12,7 +12,7 @@ Guest code (standard library only), spliced into the episode step runner (``step
 
 from __future__ import annotations
 
-from workers.sandbox.guest.step_errors import JobError
+from guest.step_errors import JobError
 
 BLOCK = 512
 

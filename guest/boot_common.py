@@ -29,7 +29,7 @@ import time
 import traceback
 import types
 
-from workers.sandbox.guest.as_main import main_status
+from guest.as_main import main_status
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ import signal
 import sys
 import time
 
-from workers.sandbox.guest.boot_common import (
+from guest.boot_common import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     MS_NODEV,
@@ -79,7 +79,7 @@ from workers.sandbox.guest.boot_common import (
     stdin_from_devnull,
     with_private_proc,
 )
-from workers.sandbox.guest.plumbing import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, read_all, write_all
+from guest.plumbing import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, read_all, write_all
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The program that runs INSIDE the sandbox for one agent step: a workspace in, one action, a workspace out.
 
-Why it is shaped like this (the same trust argument as ``workers/sandbox/guest/harness.py``):
+Why it is shaped like this (the same trust argument as ``guest/harness.py``):
 
 * The runner ("parent") never runs the agent's code. ``exec`` spawns the command with its stdin on
   /dev/null and its stdout/stderr on pipes the parent reads with caps; no other fd of the parent crosses
@@ -53,8 +53,8 @@ import os
 import signal
 import time
 
-from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
-from workers.sandbox.guest.plumbing import (
+from guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
+from guest.plumbing import (
     PR_SET_DUMPABLE,
     become_subreaper,
     prctl_ok,
@@ -62,10 +62,10 @@ from workers.sandbox.guest.plumbing import (
     run_and_exit,
     write_all,
 )
-from workers.sandbox.guest.step_errors import JobError, StepError
-from workers.sandbox.guest.step_exec import IGNORED_SIGNALS, SWEEP_S, command_argv, run_command, sweep
-from workers.sandbox.guest.step_files import do_read, do_write
-from workers.sandbox.guest.workspace_snapshot import pack_workspace, restore, same_bytes
+from guest.step_errors import JobError, StepError
+from guest.step_exec import IGNORED_SIGNALS, SWEEP_S, command_argv, run_command, sweep
+from guest.step_files import do_read, do_write
+from guest.workspace_snapshot import pack_workspace, restore, same_bytes
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

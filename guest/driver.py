@@ -39,9 +39,9 @@ import stat
 import sys
 import time
 
-from workers.sandbox.guest.clock import HOST, ProcLimit
-from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
-from workers.sandbox.guest.plumbing import (
+from guest.clock import HOST, ProcLimit
+from guest.framing import NONCE_LEN, frame_prefix
+from guest.plumbing import (
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
     b64,

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import stat
 
-from workers.sandbox.guest.plumbing import write_all
-from workers.sandbox.guest.step_errors import JobError, WorkspaceError
-from workers.sandbox.guest.workspace_paths import Cursor, plain_name
-from workers.sandbox.guest.workspace_tar import tar_end, tar_entry, tar_members
+from guest.plumbing import write_all
+from guest.step_errors import JobError, WorkspaceError
+from guest.workspace_paths import Cursor, plain_name
+from guest.workspace_tar import tar_end, tar_entry, tar_members
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

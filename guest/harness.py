@@ -54,15 +54,15 @@ from __future__ import annotations
 import os
 import sys
 
-from workers.sandbox.guest.call_suites import CallServer, Job, run_assert_suite, run_call_suite
-from workers.sandbox.guest.candidate_server import Server
-from workers.sandbox.guest.child_pipes import MAX_MESSAGE_BYTES, Capture
-from workers.sandbox.guest.framing import NONCE_LEN
-from workers.sandbox.guest.harness_records import Emitter, SuiteRecords
-from workers.sandbox.guest.harness_workspace import Workspace
-from workers.sandbox.guest.io_suite import run_io_suite
-from workers.sandbox.guest.plumbing import PR_SET_DUMPABLE, become_subreaper, prctl_ok, read_exact_into, run_and_exit
-from workers.sandbox.guest.typed_values import HarnessError, strict_loads, type_name
+from guest.call_suites import CallServer, Job, run_assert_suite, run_call_suite
+from guest.candidate_server import Server
+from guest.child_pipes import MAX_MESSAGE_BYTES, Capture
+from guest.framing import NONCE_LEN
+from guest.harness_records import Emitter, SuiteRecords
+from guest.harness_workspace import Workspace
+from guest.io_suite import run_io_suite
+from guest.plumbing import PR_SET_DUMPABLE, become_subreaper, prctl_ok, read_exact_into, run_and_exit
+from guest.typed_values import HarnessError, strict_loads, type_name
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:  # the harness imports nothing it does not need at run time (start-up cost)

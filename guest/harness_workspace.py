@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.guest.plumbing import make_executable
-from workers.sandbox.guest.typed_values import HarnessError, type_name
-from workers.sandbox.guest.workspace_snapshot import restore
+from guest.plumbing import make_executable
+from guest.typed_values import HarnessError, type_name
+from guest.workspace_snapshot import restore
 
 #: What a workspace's ``sitecustomize`` (in a site dir outside it, first on ``PYTHONPATH``) does for commands
 #: run under ``PYTHONSAFEPATH``: the workspace goes on ``sys.path`` after the stdlib and site-packages.

@@ -6,7 +6,7 @@ What is here runs on the sandbox image's own python3, with no path to import our
   step), ``fork_server_main`` and ``docker_entry_main`` (the in-sandbox servers), ``container_init`` (pid 1 of
   a container). Each is shipped the same way (``workers.sandbox.guest_program``): one source text in which
   ``workers.sandbox.guest_source`` splices, in place of each top-level
-  ``from workers.sandbox.guest.<module> import ...`` line, the source of that module (and, the same way, of
+  ``from guest.<module> import ...`` line, the source of that module (and, the same way, of
   each one it imports, every module once), compiled by the host; the program's bytecode and source go on the
   run's stdin, and ``loader`` (the ``-c`` source of every launch) runs it;
 * the modules they are made of: ``clock`` (the time limit), ``framing`` (the nonce-framed record protocol's

@@ -176,7 +176,7 @@ def _reply(v: object, depth: int, budget: list[int], rich: bool) -> object:  # n
         text: str = v  # type: ignore[assignment]
         if len(text) > MAX_VALUE_BYTES:
             raise NonPlainError("string too large")
-        if not valid_text(text):
+        if not is_clean_text(text):
             raise NonPlainError("string is not valid Unicode (it holds a lone surrogate)")
         budget[0] -= len(text) // 16
         return text
@@ -240,7 +240,7 @@ def _reply_dict(body: list[Any], depth: int, budget: list[int], rich: bool) -> o
     return {"$d": [[k, item] for k, item in pairs]}
 
 
-def valid_text(text: str) -> bool:
+def is_clean_text(text: str) -> bool:
     """True when ``text`` encodes as UTF-8 (no lone surrogate): only such text can leave the sandbox."""
     if text.isascii():
         return True

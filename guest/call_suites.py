@@ -13,25 +13,25 @@ from __future__ import annotations
 import builtins
 import time
 
-from workers.sandbox.guest.candidate_server import Server
-from workers.sandbox.guest.child_pipes import describe_exc, short_text
-from workers.sandbox.guest.clock import ProcLimit
-from workers.sandbox.guest.harness_records import SuiteRecords, stopped_record
-from workers.sandbox.guest.typed_values import (
+from guest.candidate_server import Server
+from guest.child_pipes import describe_exc, short_text
+from guest.clock import ProcLimit
+from guest.harness_records import SuiteRecords, stopped_record
+from guest.typed_values import (
     HarnessError,
     NonPlainError,
     encode_value,
+    is_clean_text,
     reply_value,
     tag_plain,
-    valid_text,
 )
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:
     from typing import Any
 
-    from workers.sandbox.guest.child_pipes import Capture
-    from workers.sandbox.guest.harness_workspace import Workspace
+    from guest.child_pipes import Capture
+    from guest.harness_workspace import Workspace
 
 
 class CallServer:
@@ -151,7 +151,7 @@ def _error_text(reply: dict[str, Any]) -> str:
     error = reply.get("error")
     if type(error) is not str:
         return "candidate process sent a malformed error"
-    return short_text(error) if valid_text(error) else short_text(error.encode("utf-8", "replace").decode("utf-8"))
+    return short_text(error) if is_clean_text(error) else short_text(error.encode("utf-8", "replace").decode("utf-8"))
 
 
 class CandidateCallError(AssertionError):
