@@ -8,7 +8,7 @@ listing of the pointers), in an order that rotates from round to round. Every lo
 added (first) or unchanged (again), or the benchmark stops: a fast wrong answer is no figure. The report is
 each command's median wall time. The bucket it creates is removed at the end.
 
-Usage: ``python -m benchmarks.bench_task_registry [--tasks 100000] [--rounds 3] [--json]``
+Usage: ``python -m benchmarks.bench_task_registry [--tasks 100000] [--rounds 3] [--registries dir,s3] [--json]``
 (``--tasks 1000 --rounds 1`` for a quick check).
 """
 
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bucket = f"bench-tasks-{uuid.uuid4().hex[:10]}"
     client.make_bucket(bucket)
     exe = str(BIN / "rewardstream")
-    times: dict[str, list[float]] = {"dir_first": [], "dir_again": [], "s3_first": [], "s3_again": []}
+    kinds = args.registries
+    times: dict[str, list[float]] = {f"{kind}_{load}": [] for kind in kinds for load in ("first", "again")}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-task-registry-") as tmp:
             work = Path(tmp)
@@ -79,8 +80,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "dir": ["--dir", str(work / f"dir-{round_no}")],
                     "s3": ["--registry", f"s3://{bucket}/round-{round_no}"],
                 }
-                kinds = ["dir", "s3"] if round_no % 2 == 0 else ["s3", "dir"]
-                for kind in kinds:
+                for kind in kinds if round_no % 2 == 0 else kinds[::-1]:
                     argv = [exe, "tasks", "load", str(tasks), "--json", *registries[kind]]
                     times[f"{kind}_first"].append(load(argv, "added", args.tasks))
                     times[f"{kind}_again"].append(load(argv, "unchanged", args.tasks))
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "cores": os.cpu_count(),
         "median_s": medians,
-        "s3_tasks_per_s": round(args.tasks / medians["s3_first"]),
+        "tasks_per_s": {kind: round(args.tasks / medians[f"{kind}_first"]) for kind in kinds},
         "seconds": times,
     }
 
@@ -105,10 +105,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tasks", type=int, default=100_000, help="small tasks in the file (default 100,000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the report is the median (default 3)")
+    parser.add_argument(
+        "--registries", default="dir,s3", help="which to run, comma-separated: dir (the baseline), s3 (default both)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args()
     if args.tasks < 1 or args.rounds < 1:
         parser.error("--tasks and --rounds must be at least 1")
+    args.registries = [kind for kind in args.registries.split(",") if kind]
+    if not args.registries or not set(args.registries) <= {"dir", "s3"}:
+        parser.error("--registries takes dir, s3 or dir,s3")
     result = run(args)
     if args.json:
         print(json.dumps(result))
@@ -116,6 +122,8 @@ def main() -> None:
     medians = result["median_s"]
     print(f"{args.tasks} tasks, median of {args.rounds} round(s), whole `rewardstream tasks load` processes:")
     for kind, label in (("dir", "directory (--dir)"), ("s3", "S3 (--registry s3://)")):
+        if kind not in args.registries:
+            continue
         first, again = medians[f"{kind}_first"], medians[f"{kind}_again"]
         print(f"  {label:<22} first load {first:.2f} s, again (unchanged) {again:.2f} s")
 
