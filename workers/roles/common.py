@@ -29,9 +29,10 @@ from schemas.events import LOG_FIELD_CHARS, ArtifactName, GenerationEvent, LogLe
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
-from workers.handler import Done, InvalidEventError, Source
+from workers.handler import Done, InfrastructureError, InvalidEventError, Source
 from workers.tasks.reader import TaskReader
 from workers.tasks.registry import TaskNotFoundError
+from workers.tasks.s3_access import RegistryAccessError
 
 #: A run's figures and the trainer's tags (for search) a run's log line carries: with the ids, within
 #: ``LogRecord.fields``' cap.
@@ -46,6 +47,11 @@ JSON = "application/json"
 
 class UnknownTaskError(InvalidEventError):
     """The generation names a task the registry does not have."""
+
+
+class TaskRegistryUnavailableError(InfrastructureError):
+    """The S3 registry did not answer, or refused these credentials: the worker's fault, never the event's, so
+    the loop retries it for as long as the worker runs (never dead-lettered)."""
 
 
 class CodeUnavailableError(InvalidEventError):
@@ -111,6 +117,8 @@ def _unknown_task() -> Iterator[None]:
         yield
     except TaskNotFoundError as exc:
         raise UnknownTaskError(str(exc)) from exc
+    except RegistryAccessError as exc:
+        raise TaskRegistryUnavailableError(str(exc)) from exc
 
 
 class TaskSource:
