@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from schemas.settings import Settings
-from workers.artifacts import minio_client, remove_bucket
+from schemas.tasks import task_version
+from workers.artifacts import minio_client
 
 BIN = Path(sys.executable).parent
 TIMEOUT_S = 3_600.0
@@ -49,6 +50,29 @@ def write_tasks(path: Path, count: int) -> None:
             out.write(orjson.dumps(task) + b"\n")
 
 
+def remove_loaded(client: Any, bucket: str, registries: list[str], tasks: Path) -> None:
+    """Delete what the loads wrote, by key, then the bucket. Why not ``remove_bucket``: listing a whole bucket of
+    300,000 nested keys runs the local S3 (s3proxy, a 256 MB heap) out of memory."""
+    from minio.deleteobjects import DeleteObject
+
+    from workers.tasks.files import load_jsonl
+    from workers.tasks.s3_layout import RegistryLocation
+
+    keys: list[str] = []
+    for url in registries:
+        location = RegistryLocation.parse(url)
+        for task in load_jsonl(tasks):
+            version = task_version(task)
+            keys += [location.latest_key(task.task_id), location.history_key(task.task_id)]
+            keys += [location.version_key(task.task_id, version, hidden=hidden) for hidden in (True, False)]
+    for start in range(0, len(keys), 1_000):
+        batch = (DeleteObject(key) for key in keys[start : start + 1_000])
+        failed = list(client.remove_objects(bucket, batch))
+        if failed:
+            raise SystemExit(f"emptying bucket {bucket} failed for {len(failed)} objects: {failed[0]}")
+    client.remove_bucket(bucket)
+
+
 def load(argv: list[str], expect: str, count: int) -> float:
     """Seconds of one ``tasks load --json`` process; it must report all ``count`` tasks as ``expect``."""
     started = time.perf_counter()
@@ -63,18 +87,17 @@ def load(argv: list[str], expect: str, count: int) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = Settings()
-    client = minio_client(settings, timeout_s=120.0)  # emptying a bucket of 300,000 objects takes a while
+    client = minio_client(Settings(), timeout_s=120.0)  # deleting thousands of objects at once takes a while
     bucket = f"bench-tasks-{uuid.uuid4().hex[:10]}"
-    client.make_bucket(bucket)
     exe = str(BIN / "rewardstream")
     kinds = args.registries
     times: dict[str, list[float]] = {f"{kind}_{load}": [] for kind in kinds for load in ("first", "again")}
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-task-registry-") as tmp:
-            work = Path(tmp)
-            tasks = work / "tasks.jsonl"
-            write_tasks(tasks, args.tasks)
+    with tempfile.TemporaryDirectory(prefix="bench-task-registry-") as tmp:
+        work = Path(tmp)
+        tasks = work / "tasks.jsonl"
+        write_tasks(tasks, args.tasks)
+        client.make_bucket(bucket)
+        try:
             for round_no in range(args.rounds):
                 registries = {
                     "dir": ["--dir", str(work / f"dir-{round_no}")],
@@ -84,12 +107,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     argv = [exe, "tasks", "load", str(tasks), "--json", *registries[kind]]
                     times[f"{kind}_first"].append(load(argv, "added", args.tasks))
                     times[f"{kind}_again"].append(load(argv, "unchanged", args.tasks))
-                print(
-                    f"round {round_no + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()),
-                    file=sys.stderr,
-                )
-    finally:
-        remove_bucket(client, bucket)
+                done = ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
+                print(f"round {round_no + 1}: {done}", file=sys.stderr)
+        finally:
+            remove_loaded(client, bucket, [f"s3://{bucket}/round-{n}" for n in range(args.rounds)], tasks)
     medians = {name: round(statistics.median(values), 3) for name, values in times.items()}
     return {
         "tasks": args.tasks,
