@@ -297,6 +297,14 @@ class Settings(BaseSettings):
         default_factory=lambda data: Path(data["local"].cache_dir) / "tasks",
         description="task registry: public/ readable by trainers, hidden/ by verifiers only",
     )
+    tasks_registry: str | None = Field(
+        None,
+        description="the task registry in S3, s3://bucket/prefix (public/ for every worker, hidden/ for verifiers "
+        "only, through the s3 endpoint and credentials); unset: the directory tasks_dir",
+    )
+    tasks_cache_mb: int = Field(
+        256, ge=1, le=1_048_576, description="local disk a worker keeps task versions fetched from S3 in"
+    )
 
     if not TYPE_CHECKING:  # typed code reads the group (settings.kafka.bootstrap); the flat name is for the rest
 

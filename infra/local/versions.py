@@ -14,3 +14,6 @@ KAFKA_PORT_CONTROLLER_OFFSET = 1
 """The KRaft controller listens on the broker port + this offset."""
 OPENSEARCH_TRANSPORT_PORT_OFFSET = 100
 """OpenSearch's transport port is the HTTP port + this offset (9200 -> 9300)."""
+#: MinIO server, built from the Go module proxy (``go install``) for the tests of S3 bucket policies: the local
+#: S3 (s3proxy) has one identity and no policies.
+MINIO_MODULE_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"

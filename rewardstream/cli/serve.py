@@ -17,9 +17,9 @@ from schemas.settings import GatewaySettings, Settings, defaults, env_name
 
 def task_checker(settings: Settings) -> Callable[[str], bool]:
     """Whether a task id is in the registry (its public part, what trainers may know of)."""
-    from workers.tasks.registry import TaskRegistry
+    from workers.tasks.reader import registry_from_settings
 
-    registry = TaskRegistry.from_settings(settings)
+    registry = registry_from_settings(settings)
 
     def exists(task_id: str) -> bool:
         try:
@@ -34,9 +34,9 @@ def task_checker(settings: Settings) -> Callable[[str], bool]:
 def task_versions(settings: Settings) -> Callable[[str], str | None]:
     """A task's latest version in the registry, read at each call (None when it cannot be told): what the
     gateway pins each generation to, so every role grades it against that one version."""
-    from workers.tasks.registry import TaskRegistry
+    from workers.tasks.reader import registry_from_settings
 
-    registry = TaskRegistry.from_settings(settings)
+    registry = registry_from_settings(settings)
 
     def latest(task_id: str) -> str | None:
         try:

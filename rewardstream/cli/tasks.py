@@ -1,4 +1,4 @@
-"""``rewardstream tasks load | validate | show | versions | list | humaneval | examples``: the task registry.
+"""``rewardstream tasks load | validate | show | versions | list | policy | humaneval | examples``: the task registry.
 
 A load of a changed task stores a new version (its content digest) and makes it the latest; the old one stays
 readable (``show --version``), so what was graded against it can still be explained and replayed.
@@ -21,6 +21,7 @@ from schemas.settings import Settings
 from schemas.tasks import Task
 from workers.tasks.harbor.directory import TaskDirError
 from workers.tasks.registry import StoreReport, TaskFileError, TaskRegistry, WeakTasksError, write_jsonl
+from workers.tasks.s3_registry import S3TaskRegistry
 
 if TYPE_CHECKING:
     from workers.containers.validation import TaskValidation
@@ -30,7 +31,12 @@ tasks_app = typer.Typer(
 )
 app.add_typer(tasks_app, name="tasks")
 
-_DIR = typer.Option(None, "--dir", help="registry directory (default: RS_TASKS_DIR)")
+_DIR = typer.Option(None, "--dir", help="registry directory (default: RS_TASKS_REGISTRY if set, else RS_TASKS_DIR)")
+_REGISTRY = typer.Option(
+    None,
+    "--registry",
+    help="registry in S3, s3://bucket/prefix, through RS_S3_ENDPOINT and its credentials (default: RS_TASKS_REGISTRY)",
+)
 _JSON = typer.Option(False, "--json", help="print JSON")
 _FILE = typer.Argument(
     ...,
@@ -55,14 +61,24 @@ _TASK_ID = typer.Argument(..., help="task id, e.g. HumanEval/0")
 _VERSION = typer.Option(None, "--version", help="a version of the task (default: its latest)")
 
 
-def _registry(directory: Path | None) -> TaskRegistry:
-    return TaskRegistry(directory) if directory is not None else TaskRegistry.from_settings(load_settings())
+def _registry(directory: Path | None, registry: str | None = None) -> TaskRegistry | S3TaskRegistry:
+    """The registry --dir or --registry names, else the one the settings name (RS_TASKS_REGISTRY, RS_TASKS_DIR)."""
+    from workers.tasks.reader import registry_from_settings
+
+    if directory is not None and registry is not None:
+        raise ValidationError("--dir and --registry name two registries: give one")
+    if directory is not None:
+        return TaskRegistry(directory)
+    if registry is not None:
+        return S3TaskRegistry.open(registry, load_settings())
+    return registry_from_settings(load_settings())
 
 
 @tasks_app.command("load")
 def load(  # noqa: PLR0917 - a typer command: its options are its parameters
     file: Path = _FILE,
     directory: Path | None = _DIR,
+    url: str | None = _REGISTRY,
     as_json: bool = _JSON,
     strict: bool = _STRICT,
     build: bool = _BUILD,
@@ -74,14 +90,15 @@ def load(  # noqa: PLR0917 - a typer command: its options are its parameters
     A directory loads the Harbor tasks in it (every problem of every task named; nothing stored if any), and
     builds their images on this host first (a failed build stores nothing).
     """
-    registry = _registry(directory)
+    registry = _registry(directory, url)
     if validate and not file.is_dir():
         raise ValidationError("--validate is for a directory of Harbor tasks (a JSONL file has no oracle)")
     report = _stored(registry, file, strict, _prepare(build, validate) if file.is_dir() else None)
     for warning in report.warnings:
         print(f"{file}: warning: {warning}", file=sys.stderr)
     if as_json:
-        print_json({**report.as_json(), "dir": str(registry.root)})
+        where = {"registry": registry.root} if isinstance(registry, S3TaskRegistry) else {"dir": str(registry.root)}
+        print_json({**report.as_json(), **where})
         return
     typer.echo(
         f"stored {len(report.added) + len(report.updated) + len(report.unchanged)} tasks in {registry.root} "
@@ -95,7 +112,7 @@ def load(  # noqa: PLR0917 - a typer command: its options are its parameters
 
 
 def _stored(
-    registry: TaskRegistry, file: Path, strict: bool, prepare: Callable[[list[Task]], None] | None
+    registry: TaskRegistry | S3TaskRegistry, file: Path, strict: bool, prepare: Callable[[list[Task]], None] | None
 ) -> StoreReport:
     """Load ``file`` (a JSONL file, or a directory of Harbor tasks) into ``registry``; every problem is printed
     to stderr before the error that says nothing was stored."""
@@ -182,12 +199,17 @@ def _validations(settings: Settings, client: Any, tasks: list[Task], images: dic
 
 
 @tasks_app.command("validate")
-def validate_tasks(task_ids: list[str] = _TASK_IDS, directory: Path | None = _DIR, as_json: bool = _JSON_LINES) -> None:
+def validate_tasks(
+    task_ids: list[str] = _TASK_IDS,
+    directory: Path | None = _DIR,
+    url: str | None = _REGISTRY,
+    as_json: bool = _JSON_LINES,
+) -> None:
     """Run each task's oracle (solution/solve.sh in a fresh sandbox of its image, then its verifier) and a no-op
     (the verifier on the untouched workspace): valid iff the oracle earns 1.0 and the no-op 0.0. Exits 1 if any is
     invalid. Runs on RS_SANDBOX_BACKEND (process: overlays of the image's tree; docker: containers); the images
     are built by dockerd either way."""
-    registry = _registry(directory)
+    registry = _registry(directory, url)
     tasks = [registry.task(task_id) for task_id in task_ids]
     settings = load_settings()
     client = _docker(settings)
@@ -208,17 +230,21 @@ def validate_tasks(task_ids: list[str] = _TASK_IDS, directory: Path | None = _DI
 
 
 @tasks_app.command("show")
-def show(task_id: str = _TASK_ID, directory: Path | None = _DIR, version: str | None = _VERSION) -> None:
+def show(
+    task_id: str = _TASK_ID, directory: Path | None = _DIR, url: str | None = _REGISTRY, version: str | None = _VERSION
+) -> None:
     """Print the public part of a task (never its hidden tests) as JSON: of its latest version, or of --version.
     ``task_version`` names the version shown."""
-    public = _registry(directory).public(task_id, version)
+    public = _registry(directory, url).public(task_id, version)
     print_json(public.model_dump(mode="json", by_alias=True))
 
 
 @tasks_app.command("versions")
-def versions(task_id: str = _TASK_ID, directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+def versions(
+    task_id: str = _TASK_ID, directory: Path | None = _DIR, url: str | None = _REGISTRY, as_json: bool = _JSON
+) -> None:
     """Print every stored version of a task, oldest first, and which is the latest."""
-    registry = _registry(directory)
+    registry = _registry(directory, url)
     latest = registry.latest_version(task_id)
     stored = registry.versions(task_id)
     if as_json:
@@ -229,9 +255,9 @@ def versions(task_id: str = _TASK_ID, directory: Path | None = _DIR, as_json: bo
 
 
 @tasks_app.command("list")
-def list_(directory: Path | None = _DIR, as_json: bool = _JSON) -> None:
+def list_(directory: Path | None = _DIR, url: str | None = _REGISTRY, as_json: bool = _JSON) -> None:
     """Print the ids of every stored task."""
-    ids = _registry(directory).ids()
+    ids = _registry(directory, url).ids()
     if as_json:
         print_json({"tasks": ids})
     else:
@@ -293,3 +319,19 @@ def examples(out: Path = _EXAMPLES_OUT, as_json: bool = _JSON) -> None:
         return
     typer.echo(f"wrote {len(written)} Harbor tasks to {out}: {', '.join(path.name for path in written)}")
     typer.echo(f"load them: rewardstream tasks load {out} --validate")
+
+
+_POLICY_REGISTRY = typer.Option(None, "--registry", help="s3://bucket/prefix (default: RS_TASKS_REGISTRY)")
+
+
+@tasks_app.command("policy")
+def policy(url: str | None = _POLICY_REGISTRY) -> None:
+    """Print the IAM-style policy documents of an S3 registry, one per principal: loader (writes), worker (reads
+    public/ only, hidden/ denied), verifier (reads public/ and hidden/). Attach each to its principal's user."""
+    from workers.tasks.s3_layout import RegistryLocation
+    from workers.tasks.s3_policy import registry_policies
+
+    chosen = url or load_settings().tasks_registry
+    if not chosen:
+        raise ValidationError("no S3 registry: give --registry s3://bucket/prefix or set RS_TASKS_REGISTRY")
+    print_json(registry_policies(RegistryLocation.parse(chosen)))

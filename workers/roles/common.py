@@ -1,11 +1,11 @@
 """What every role needs besides its own work: tasks, the code of a generation, artifacts, log records.
 
-Why a task cache keyed by version: the registry is a directory of small files and the same task is graded
-thousands of times; a version never changes once stored (its id is its content digest), so a cached version
-can never be outdated. A generation pinned to a version (``task_version``) is graded against exactly that one
-(one the registry does not have is an invalid event); an unpinned one against the latest version when the role
-reads it, the registry's ``latest`` pointer being read each time (never cached). Every result names the
-version it was graded against.
+Why a task cache keyed by version: the registry is a directory of small files (or an S3 bucket) and the same
+task is graded thousands of times; a version never changes once stored (its id is its content digest), so a
+cached version can never be outdated. A generation pinned to a version (``task_version``) is graded against
+exactly that one (one the registry does not have is an invalid event); an unpinned one against the latest
+version when the role reads it, the registry's ``latest`` pointer being read each time (never cached). Every
+result names the version it was graded against.
 
 Why artifacts are uploaded in a pool and their URLs known up front: a URL is the content's digest, so the
 result event can name it before the upload finished; the runtime commits the result only once every upload
@@ -29,8 +29,10 @@ from schemas.events import LOG_FIELD_CHARS, ArtifactName, GenerationEvent, LogLe
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace
-from workers.handler import Done, InvalidEventError, Source
-from workers.tasks.registry import TaskNotFoundError, TaskRegistry
+from workers.handler import Done, InfrastructureError, InvalidEventError, Source
+from workers.tasks.reader import TaskReader
+from workers.tasks.registry import TaskNotFoundError
+from workers.tasks.s3_access import RegistryAccessError
 
 #: A run's figures and the trainer's tags (for search) a run's log line carries: with the ids, within
 #: ``LogRecord.fields``' cap.
@@ -45,6 +47,11 @@ JSON = "application/json"
 
 class UnknownTaskError(InvalidEventError):
     """The generation names a task the registry does not have."""
+
+
+class TaskRegistryUnavailableError(InfrastructureError):
+    """The S3 registry did not answer, or refused these credentials: the worker's fault, never the event's, so
+    the loop retries it for as long as the worker runs (never dead-lettered)."""
 
 
 class CodeUnavailableError(InvalidEventError):
@@ -110,13 +117,15 @@ def _unknown_task() -> Iterator[None]:
         yield
     except TaskNotFoundError as exc:
         raise UnknownTaskError(str(exc)) from exc
+    except RegistryAccessError as exc:
+        raise TaskRegistryUnavailableError(str(exc)) from exc
 
 
 class TaskSource:
     """Reads of the registry, cached by (task id, version); an unknown task or version is an invalid event
     (DLQ, with why), not a crash."""
 
-    def __init__(self, registry: TaskRegistry) -> None:
+    def __init__(self, registry: TaskReader) -> None:
         self.registry = registry
         self._public: Lru[tuple[str, str], PublicTask] = Lru()
         self._full: Lru[tuple[str, str], Task] = Lru()

@@ -29,7 +29,7 @@ from workers.roles.common import TaskSource
 from workers.roles.episodes import EpisodeHandler, EpisodeTopics
 from workers.roles.image_episodes import ImageEpisodes
 from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config
-from workers.tasks.registry import TaskRegistry
+from workers.tasks.reader import registry_from_settings
 from workers.transactional_loop import TransactionalWorker
 
 ROLE = "episode"
@@ -81,7 +81,7 @@ def build_episode_worker(
             generations=topic_for("generations", specs).name,
             changelog=changelog.name,
         )
-        tasks = TaskSource(deps.registry or TaskRegistry.from_settings(settings))
+        tasks = TaskSource(deps.registry or registry_from_settings(settings))
         broker = BrokerClock(kafka, clock.name)
         stack.callback(broker.close)
         producer, consumer, shipper = loop_clients(settings, config, worker_name())

@@ -34,7 +34,7 @@ from workers.loop_config import WorkerConfig, WorkerStats
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.run_code import ExecutorRouter, RunHandler
 from workers.sandbox.api import Sandbox
-from workers.tasks.registry import TaskRegistry
+from workers.tasks.reader import TaskReader, registry_from_settings
 from workers.transactional_loop import TransactionalWorker
 
 RoleName = WriterRole
@@ -47,7 +47,7 @@ class Dependencies:
 
     sandbox: Sandbox | None = None
     judge: CachedJudge | None = None
-    registry: TaskRegistry | None = None
+    registry: TaskReader | None = None
     artifacts: ArtifactStore | None = None
     #: How the verifier runs image tasks here (their images and a docker daemon, wired by the CLI), or why it
     #: cannot (their verdicts are then sandbox_error: withheld, never a 0).
@@ -110,7 +110,7 @@ def build_worker(
         context = RoleContext(
             role=role,
             worker=worker_name(),
-            tasks=TaskSource(deps.registry or TaskRegistry.from_settings(settings)),
+            tasks=TaskSource(deps.registry or registry_from_settings(settings)),
             artifacts=artifacts,
             output_topic=topic_for(OUTPUT_ROLE[role], specs).name,
             uploads=uploads,

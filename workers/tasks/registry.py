@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -63,7 +62,7 @@ from workers.tasks.files import (
     write_atomic,
     write_jsonl,
 )
-from workers.tasks.harbor.directory import read_task_tree
+from workers.tasks.loading import StoreReport, TaskLoading
 
 __all__ = [
     "HIDDEN_DIR",
@@ -94,35 +93,7 @@ class TaskVersionNotFoundError(TaskNotFoundError):
     """The registry has the task, but not in the version asked for."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoreReport:
-    """What ``TaskRegistry.store`` did, and the warnings about what it stored. ``versions``: each stored
-    task's version, now its latest; ``replaced``: the version an updated task had before (still readable);
-    ``migrated``: tasks stored before versions that got their version files."""
-
-    added: tuple[str, ...]
-    updated: tuple[str, ...]
-    unchanged: tuple[str, ...]
-    warnings: tuple[TaskWarning, ...] = ()
-    versions: Mapping[str, str] = field(default_factory=dict)
-    replaced: Mapping[str, str] = field(default_factory=dict)
-    migrated: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, object]:
-        """JSON form for ``rewardstream tasks load --json``."""
-        return {
-            "added": list(self.added),
-            "updated": list(self.updated),
-            "unchanged": list(self.unchanged),
-            "total": len(self.added) + len(self.updated) + len(self.unchanged),
-            "warnings": [{"task_id": w.task_id, "problem": w.problem} for w in self.warnings],
-            "versions": dict(self.versions),
-            "replaced": dict(self.replaced),
-            "migrated": list(self.migrated),
-        }
-
-
-class TaskRegistry:
+class TaskRegistry(TaskLoading):
     """Read and write tasks under one directory. Cheap to create; holds no open resources (only a memo of the
     digests of tasks stored before versions, keyed by their files' identity)."""
 
@@ -233,40 +204,6 @@ class TaskRegistry:
             write_atomic(latest_pointer(self.root, task_id), version.encode() + b"\n", 0o644)
             done.append(task_id)
         return tuple(done)
-
-    def load_file(self, path: Path, *, strict: bool = False) -> StoreReport:
-        """Validate a whole JSONL file, then store it; nothing is stored if any line is invalid, nor, when
-        ``strict``, if any task has a warning (``WeakTasksError``)."""
-        return self.load_tasks(load_jsonl(path), str(path), strict=strict)
-
-    def load_dir(
-        self, path: Path, *, strict: bool = False, prepare: Callable[[list[Task]], None] | None = None
-    ) -> StoreReport:
-        """Validate every Harbor task under ``path`` (each subdirectory holding a ``task.toml``), then store
-        them; nothing is stored if any is invalid (``TaskDirError``), nor, when ``strict``, if any task has a
-        warning, nor if ``prepare(tasks)`` (e.g. building their images) raises."""
-        read = read_task_tree(path)
-        told = [TaskWarning(item.task.task_id, warning) for item in read for warning in item.warnings]
-        return self.load_tasks([item.task for item in read], str(path), strict=strict, warnings=told, prepare=prepare)
-
-    def load_tasks(
-        self,
-        tasks: list[Task],
-        source: str,
-        *,
-        strict: bool = False,
-        warnings: Iterable[TaskWarning] = (),
-        prepare: Callable[[list[Task]], None] | None = None,
-    ) -> StoreReport:
-        """Store validated ``tasks`` with their warnings (and those ``task_warnings`` finds); when ``strict``,
-        nothing if there is any (``WeakTasksError``), and nothing if ``prepare(tasks)``, run before storing,
-        raises."""
-        told = [*warnings, *task_warnings(tasks)]
-        if strict and told:
-            raise WeakTasksError(source, told)
-        if prepare is not None:
-            prepare(tasks)
-        return replace(self.store(tasks), warnings=tuple(told))
 
     # ---- reading ----------------------------------------------------------------------------------------
     def ids(self) -> list[str]:

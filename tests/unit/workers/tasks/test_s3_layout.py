@@ -1,0 +1,139 @@
+"""The S3 registry's keys, and the checks on every object read back from a bucket (fuzzed: an object can be
+anything)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.codec import encode
+from schemas.errors import ConfigError
+from schemas.tasks import Task
+from tests.unit.workers.tasks.test_registry import task
+from workers.tasks.s3_layout import (
+    CorruptObjectError,
+    RegistryLocation,
+    decode_full,
+    decode_history,
+    decode_pointer,
+    decode_public,
+    encode_history,
+)
+
+V1 = "a" * 64
+V2 = "b" * 64
+
+
+def full(task_id: str = "demo/1") -> Task:
+    return Task.model_validate(task(task_id))
+
+
+@pytest.mark.parametrize(
+    ("url", "bucket", "prefix"),
+    [("s3://tasks", "tasks", ""), ("s3://tasks/", "tasks", ""), ("s3://tasks/a/b/", "tasks", "a/b")],
+)
+def test_urls_name_a_bucket_and_a_prefix(url: str, bucket: str, prefix: str) -> None:
+    location = RegistryLocation.parse(url)
+    assert (location.bucket, location.prefix) == (bucket, prefix)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("/srv/tasks", "is not an s3://bucket/prefix URL"),
+        ("s3://", "is not an S3 bucket name"),
+        ("s3://Tasks/x", "is not an S3 bucket name"),
+        ("s3://ab/x", "is not an S3 bucket name"),
+        ("s3://tasks/a//b", "empty, '.' or '..' part"),
+        ("s3://tasks/a/../b", "empty, '.' or '..' part"),
+    ],
+)
+def test_a_bad_url_is_one_line_naming_the_problem(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem) as caught:
+        RegistryLocation.parse(url)
+    assert "\n" not in str(caught.value)
+
+
+def test_public_and_hidden_parts_are_separate_prefixes() -> None:
+    location = RegistryLocation.parse("s3://tasks/reg")
+    assert location.version_key("HumanEval/0", V1, hidden=False) == f"reg/public/versions/HumanEval%2F0/{V1}.json"
+    assert location.version_key("HumanEval/0", V1, hidden=True) == f"reg/hidden/versions/HumanEval%2F0/{V1}.json"
+    assert location.latest_key("HumanEval/0").startswith(location.part_prefix(hidden=False))
+    assert location.history_key("HumanEval/0").startswith(location.part_prefix(hidden=False))
+    assert location.part_prefix(hidden=True) == "reg/hidden/"
+    assert RegistryLocation.parse("s3://tasks").latest_key("a") == "public/latest/a"
+
+
+def test_listed_pointer_keys_name_their_task() -> None:
+    location = RegistryLocation.parse("s3://tasks/reg")
+    assert location.task_id_of(location.latest_key("HumanEval/0")) == "HumanEval/0"
+    assert location.task_id_of("reg/public/latest/") is None
+    assert location.task_id_of("elsewhere/x") is None
+    assert location.task_id_of("reg/public/latest/a/b") is None
+
+
+def test_pointer_and_history_round_trip() -> None:
+    assert decode_pointer(V1.encode() + b"\n", "k") == V1
+    assert decode_history(encode_history([V1, V2]), "k") == [V1, V2]
+    for bad in (b"", b"zz", (V1 + "\n").encode() * 3):
+        with pytest.raises(CorruptObjectError, match="is not a task version pointer"):
+            decode_pointer(bad, "reg/public/latest/a")
+    for bad in (b"", encode_history([V1, V1]), b"not hex\n"):
+        with pytest.raises(CorruptObjectError, match="is not a task's version history"):
+            decode_history(bad, "k")
+
+
+def test_a_version_must_hold_its_own_bytes() -> None:
+    one = full()
+    data = encode(one)
+    version = hashlib.sha256(data).hexdigest()
+    assert decode_full(data, "k", version) == one
+    assert decode_public(encode(one.public()), "k", version).task_version == version
+    with pytest.raises(CorruptObjectError, match="does not hold version"):
+        decode_full(data + b" ", "k", version)
+    with pytest.raises(CorruptObjectError, match="is not the public view of version"):
+        decode_public(encode(one.public()), "k", V1)
+    not_a_task = b'{"task_id": 3}'
+    with pytest.raises(CorruptObjectError, match="is not a task: ") as caught:
+        decode_full(not_a_task, "reg/hidden/versions/a/x.json", hashlib.sha256(not_a_task).hexdigest())
+    assert "\n" not in str(caught.value)
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _bytes_or_json() -> st.SearchStrategy[bytes]:
+    import json
+
+    as_json = JSONISH.map(lambda value: json.dumps(value).encode())
+    near_task = st.builds(
+        lambda changes: json.dumps({**task("demo/1"), **changes}).encode(),
+        st.dictionaries(st.sampled_from(sorted(task("x"))), JSONISH, max_size=3),
+    )
+    return st.binary(max_size=300) | as_json | near_task
+
+
+@given(_bytes_or_json())
+def test_corrupt_objects_raise_only_corrupt_object_error(data: bytes) -> None:
+    """Whatever a bucket holds, a reader gets a value or CorruptObjectError, one line naming the key."""
+    for decoder in (
+        lambda: decode_pointer(data, "k"),
+        lambda: decode_history(data, "k"),
+        lambda: decode_public(data, "k", V1),
+        lambda: decode_full(data, "k", hashlib.sha256(data).hexdigest()),  # past the digest: the decoder itself
+    ):
+        try:
+            decoder()
+        except CorruptObjectError as exc:
+            message = str(exc)
+        else:
+            continue
+        assert message.startswith("k ")
+        assert "\n" not in message
