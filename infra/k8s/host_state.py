@@ -56,6 +56,9 @@ class HostState:
     cgroups: list[str] = field(default_factory=list)
     """Top-level cgroup dirs, ``hierarchy/name``."""
     links: list[str] = field(default_factory=list)
+    nft_tables: list[str] = field(default_factory=list)
+    """``family name`` of each nftables table (iptables-nft keeps its tables there: a table it created stays,
+    empty, after its chains are deleted)."""
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,6 +133,13 @@ def read_cgroups() -> list[str]:
     return sorted(found)
 
 
+def read_nft_tables() -> list[str]:
+    if shutil.which("nft") is None:
+        return []
+    result = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False)
+    return sorted(line.removeprefix("table ").strip() for line in result.stdout.splitlines() if line.strip())
+
+
 def capture() -> HostState:
     """The host as it is now, in every respect the cluster may change."""
     return HostState(
@@ -139,6 +149,7 @@ def capture() -> HostState:
         dirs={d: os.path.lexists(d) for d in (*OWNED_DIRS, *SHARED_DIRS)},
         cgroups=read_cgroups(),
         links=sorted(os.listdir("/sys/class/net")),
+        nft_tables=read_nft_tables(),
     )
 
 
@@ -176,6 +187,22 @@ def restore_iptables(before: HostState) -> list[str]:
             for chain in new_chains:
                 _iptables(command, table, ["-X", chain])
                 done.append(f"{command} -t {table} -X {chain}")
+    return done + _drop_emptied_tables(before)
+
+
+def _drop_emptied_tables(before: HostState) -> list[str]:
+    """Delete the nftables tables iptables-nft created for the kubelet, once nothing but policies is left."""
+    done = []
+    families = {"iptables": "ip", "ip6tables": "ip6"}
+    for command, tables in read_iptables().items():
+        for table, rules in tables.items():
+            entry = f"{families[command]} {table}"
+            if entry in before.nft_tables or entry not in read_nft_tables():
+                continue
+            if all(rule.startswith("-P ") and rule.endswith(" ACCEPT") for rule in rules):
+                result = subprocess.run(["nft", "delete", "table", *entry.split()], capture_output=True, check=False)
+                if result.returncode == 0:
+                    done.append(f"nft delete table {entry}")
     return done
 
 
@@ -262,4 +289,5 @@ def differences(before: HostState, after: HostState, mount_prefixes: tuple[str, 
     diffs += [f"dir {d}: existed {e} -> {after.dirs.get(d)}" for d, e in before.dirs.items() if after.dirs.get(d) != e]
     diffs += [f"cgroup added: {c}" for c in sorted(set(after.cgroups) - set(before.cgroups))]
     diffs += [f"link added: {n}" for n in sorted(set(after.links) - set(before.links))]
+    diffs += [f"nft table added: {t}" for t in sorted(set(after.nft_tables) - set(before.nft_tables))]
     return diffs

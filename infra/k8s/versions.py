@@ -38,6 +38,7 @@ NODE_PACKAGES = {
     "ctr": "containerd",
     "busybox": "busybox-static",
     "iptables": "iptables",
+    "nft": "nftables",
     "openssl": "openssl",
     "kubectl": "kubectl",
 }
