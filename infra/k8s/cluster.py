@@ -164,6 +164,9 @@ class LocalCluster:
         self._start("kubelet", node.kubelet_argv(self.paths, bins["kubelet"], self.ports))
         self._wait("the node to be Ready", ("kubelet", "containerd"), lambda: self.node_ready(name))
         mark("node_ready")
+        # Pods are refused until the controller-manager made the namespace's service account.
+        self._wait("the default service account", ("kube-controller-manager",),
+                   lambda: kubectl.get("serviceaccount", "default", "--namespace=default") is not None)  # fmt: skip
         before = host_state.HostState.load(self.paths.host_snapshot)
         result.restored += host_state.restore_sysctls(before)  # the kubelet set them at start and does not again
         for done in result.restored:
