@@ -115,12 +115,11 @@ class LocalCluster:
             raise PlatformError(f"{name} exited; the end of {self.processes[name].logfile}:\n{why}")
 
     def _wait(self, what: str, names: tuple[str, ...], check: Callable[[], bool]) -> None:
-        def alive_and(check: Callable[[], bool] = check) -> bool:
+        def alive() -> None:
             for name in names:
                 self._alive(name)
-            return check()
 
-        wait_for(what, alive_and, READY_TIMEOUT_S)
+        wait_for(what, check, READY_TIMEOUT_S, alive=alive)
 
     def up(self, *, keda: bool = True, report: Report = print) -> UpReport:
         """Start everything and wait until it is ready; on any failure, stop what started and undo the host."""

@@ -51,12 +51,22 @@ class Kubectl:
         self.run("apply", "--server-side", "--force-conflicts", "-f", str(directory))
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> float:
-    """Poll ``check`` until it is true; return the seconds it took, or fail naming ``what`` after ``timeout_s``."""
+def wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout_s: float,
+    interval_s: float = 0.5,
+    *,
+    alive: Callable[[], None] | None = None,
+) -> float:
+    """Poll ``check`` until it is true; return the seconds it took, or fail naming ``what`` after ``timeout_s``.
+    ``alive`` raises when waiting is pointless (a process died): its error is not retried."""
     start = time.monotonic()
     deadline = start + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:
+        if alive is not None:
+            alive()
         try:
             if check():
                 return time.monotonic() - start
