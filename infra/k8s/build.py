@@ -108,7 +108,6 @@ class GoBuilder:
             "GOMAXPROCS": str(max(jobs, 1)),
             "GOFLAGS": "-buildvcs=false",
             "GOTOOLCHAIN": "local",
-            "CGO_ENABLED": "0",
         }
 
     def _run(self, argv: list[str], module_dir: Path, log_name: str) -> float:
