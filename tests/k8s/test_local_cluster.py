@@ -128,7 +128,8 @@ def _lag_topic(settings: Settings, topic: str, group: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     config = settings.kafka_client_config()
-    AdminClient({**config}).create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+    admin = AdminClient({**config})  # held until the result is in: a collected client cancels it
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
     producer = Producer(config)
     for partition in range(PARTITIONS):
         for i in range(PER_PARTITION):
@@ -230,8 +231,12 @@ def test_keda_scales_on_a_consumer_groups_lag_and_back(running: Running) -> None
         start = time.monotonic()
         wait_for(f"{PARTITIONS} ready workers under lag", lambda: _ready_pods(kubectl) == PARTITIONS, SCALE_DEADLINE_S)
         up_s = time.monotonic() - start
-        hpa = kubectl.get("hpa", "keda-hpa-lag-worker")
+        hpa = kubectl.get("hpa", "keda-hpa-lag-worker")  # KEDA's HPA did it, on the lag KEDA read from Kafka
         assert hpa["spec"]["maxReplicas"] == PARTITIONS
+        (metric,) = hpa["spec"]["metrics"]
+        assert metric["type"] == "External"
+        assert "kafka" in metric["external"]["metric"]["name"]
+        assert hpa["status"]["desiredReplicas"] == PARTITIONS
         _commit(settings, topic, group, {p: PER_PARTITION for p in range(PARTITIONS)})
         start = time.monotonic()
         wait_for("one worker once drained", lambda: _replicas(kubectl) == 1 == _ready_pods(kubectl), SCALE_DEADLINE_S)
