@@ -97,9 +97,8 @@ class LocalCluster:
             )
         if missing := missing_binaries(self.paths, keda=keda):
             raise PlatformError(f"cluster binaries not built: {', '.join(missing)}; build them with `make k8s-build`")
-        ensure_commands(NODE_PACKAGES)
-        if not Path(CNI_PLUGIN_DIR, "bridge").exists():
-            ensure_commands({"__cni_bridge__": CNI_PACKAGE})
+        # An absolute path is a command too: the CNI plugins are not on PATH.
+        ensure_commands({**NODE_PACKAGES, str(Path(CNI_PLUGIN_DIR, "bridge")): CNI_PACKAGE})
         name = node_name()
         for label, port in self.ports.claims().items():
             require_port_free(label, "127.0.0.1", port, "infra.k8s.versions.ClusterPorts")
