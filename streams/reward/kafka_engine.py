@@ -297,21 +297,7 @@ class RewardEngine:
         offsets: dict[tuple[str, int], int] = {}
         try:
             self.txn.begin()
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == LibKafkaError._PARTITION_EOF:
-                        continue
-                    raise from_message("consume", msg)
-                topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-                if give_up is not None:
-                    self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
-                                                         error=give_up.error, crash=give_up.error))  # fmt: skip
-                else:
-                    self._handle(msg, topic, partition, offset)
-                offsets[(topic, partition)] = offset + 1
-            if tick:
-                self._run(self.processor.tick(set(self.owned)))
+            self._run(self._process(messages, tick, give_up, offsets))
             self.stage.release()
             self.outputs.kill_if_due(self.producer)
             for (topic, partition), offset in offsets.items():
@@ -324,27 +310,47 @@ class RewardEngine:
             log.exception("processing a batch failed")
             _restart("processing a batch failed")
 
-    def _handle(self, msg: Message, topic: str, partition: int, offset: int) -> None:
+    async def _process(
+        self, messages: list[Message], tick: bool, give_up: GiveUp | None, offsets: dict[tuple[str, int], int]
+    ) -> None:
+        """A batch's messages, then the tick, in one run of the event loop (one run per message, each polling
+        the loop's selector, cost a sixth of the processor's CPU); ``offsets``: the next offset of each input."""
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == LibKafkaError._PARTITION_EOF:
+                    continue
+                raise from_message("consume", msg)
+            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            if give_up is not None:
+                await self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
+                                                 error=give_up.error, crash=give_up.error)  # fmt: skip
+            else:
+                await self._handle(msg, topic, partition, offset)
+            offsets[(topic, partition)] = offset + 1
+        if tick:
+            await self.processor.tick(set(self.owned))
+
+    async def _handle(self, msg: Message, topic: str, partition: int, offset: int) -> None:
         """One input message behind a savepoint: on success its records go into the transaction; if handling
         it raises, its table writes are undone and it is dead-lettered (a bug must not stop the processor)."""
         _kind, stamp = msg.timestamp()
-        work = self.processor.handle(
-            topic,
-            partition,
-            offset,
-            timestamp=stamp / 1000.0 if stamp > 0 else time.time(),
-            key=msg.key(),
-            value=msg.value(),
-        )
         try:
-            self._run(work)
+            await self.processor.handle(
+                topic,
+                partition,
+                offset,
+                timestamp=stamp / 1000.0 if stamp > 0 else time.time(),
+                key=msg.key(),
+                value=msg.value(),
+            )
         except Exception as exc:
             self.table.rollback()
             error = HandlerCrashError(
                 f"handler crashed: {type(exc).__name__}: {exc}", topic=topic, partition=partition, offset=offset
             )
-            self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
-                                                 error=error, crash=exc))  # fmt: skip
+            await self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
+                                             error=error, crash=exc)  # fmt: skip
         self.stage.release()
 
     def _run(self, work: Any) -> None:
