@@ -98,13 +98,21 @@ class _Savepoint:
 
 
 class _Table:
-    """The processor's StateStore: a dict per owned partition; every write also goes to the changelog."""
+    """The processor's StateStore: a dict per owned partition; every write also goes to the changelog.
 
-    def __init__(self, stage: _Savepoint, topic: str) -> None:
+    A key's changelog record is produced once per transaction, its last value, when the transaction's work is
+    done (``flush``): the transaction commits all of it or none, so no reader (a restore is read_committed)
+    could see the values in between, and a generation whose parts meet in one batch costs one record, not
+    three (most of them whole states with their parts in them)."""
+
+    def __init__(self, stage: _Savepoint, txn: Transaction, topic: str) -> None:
         self._stage = stage
+        self._txn = txn
         self._topic = topic
         self._partition_of: dict[str, int] = {}
         self._data: dict[str, bytes] = {}
+        #: Keys written in the open transaction -> their changelog partition.
+        self._dirty: dict[str, int] = {}
 
     def load(self, partition: int, rows: Mapping[str, bytes]) -> None:
         """Restored rows, join states only. The Faust engine's watermarks ('#' keys: written by it, and by this
@@ -122,6 +130,7 @@ class _Table:
             self._partition_of[key] = partition
 
     def drop(self, partitions: set[int]) -> None:
+        """Forget revoked partitions (between transactions: the consumer revokes inside ``consume``)."""
         gone = [k for k, p in self._partition_of.items() if p in partitions]
         for key in gone:
             del self._partition_of[key]
@@ -134,17 +143,24 @@ class _Table:
         self._remember(key)
         self._data[key] = value
         self._partition_of[key] = partition
-        self._stage.produce(self._topic, key.encode(), value, partition)
+        self._dirty[key] = partition
 
     async def delete(self, partition: int, key: str) -> None:
         self._remember(key)
         self._data.pop(key, None)
         self._partition_of.pop(key, None)
-        self._stage.produce(self._topic, key.encode(), None, partition)
+        self._dirty[key] = partition
 
     def _remember(self, key: str) -> None:
         if key not in self._stage.prior:
             self._stage.prior[key] = (self._data.get(key), self._partition_of.get(key))
+
+    def flush(self) -> None:
+        """Produce the changelog record of each key written in this transaction: its value now (a tombstone
+        if deleted; after a rollback, the value restored, which the changelog has or is about to have)."""
+        for key, partition in self._dirty.items():
+            self._txn.produce(self._topic, key.encode(), self._data.get(key), partition=partition)
+        self._dirty.clear()
 
     def rollback(self) -> None:
         """Undo the writes of the savepoint (and drop its records): as if the message was never handled."""
@@ -231,7 +247,7 @@ class RewardEngine:
         )  # fmt: skip
         self.txn = Transaction(self.producer, self.consumer, 30)
         self.stage = _Savepoint(self.txn)
-        self.table = _Table(self.stage, self.changelog)
+        self.table = _Table(self.stage, self.txn, self.changelog)
         liveness = WriterLiveness.for_settings(settings, policy.join.deadline_s)
         self.outputs = _Outputs(settings, options, self.stage, self.table, self.names, liveness=liveness)
         self.processor = RewardProcessor(
@@ -297,22 +313,9 @@ class RewardEngine:
         offsets: dict[tuple[str, int], int] = {}
         try:
             self.txn.begin()
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == LibKafkaError._PARTITION_EOF:
-                        continue
-                    raise from_message("consume", msg)
-                topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-                if give_up is not None:
-                    self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
-                                                         error=give_up.error, crash=give_up.error))  # fmt: skip
-                else:
-                    self._handle(msg, topic, partition, offset)
-                offsets[(topic, partition)] = offset + 1
-            if tick:
-                self._run(self.processor.tick(set(self.owned)))
+            self._run(self._process(messages, tick, give_up, offsets))
             self.stage.release()
+            self.table.flush()
             self.outputs.kill_if_due(self.producer)
             for (topic, partition), offset in offsets.items():
                 self.txn.offset(topic, partition, offset, self.guard.progress(topic, partition, offset))
@@ -324,27 +327,47 @@ class RewardEngine:
             log.exception("processing a batch failed")
             _restart("processing a batch failed")
 
-    def _handle(self, msg: Message, topic: str, partition: int, offset: int) -> None:
+    async def _process(
+        self, messages: list[Message], tick: bool, give_up: GiveUp | None, offsets: dict[tuple[str, int], int]
+    ) -> None:
+        """A batch's messages, then the tick, in one run of the event loop (one run per message, each polling
+        the loop's selector, cost a sixth of the processor's CPU); ``offsets``: the next offset of each input."""
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == LibKafkaError._PARTITION_EOF:
+                    continue
+                raise from_message("consume", msg)
+            topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+            if give_up is not None:
+                await self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
+                                                 error=give_up.error, crash=give_up.error)  # fmt: skip
+            else:
+                await self._handle(msg, topic, partition, offset)
+            offsets[(topic, partition)] = offset + 1
+        if tick:
+            await self.processor.tick(set(self.owned))
+
+    async def _handle(self, msg: Message, topic: str, partition: int, offset: int) -> None:
         """One input message behind a savepoint: on success its records go into the transaction; if handling
         it raises, its table writes are undone and it is dead-lettered (a bug must not stop the processor)."""
         _kind, stamp = msg.timestamp()
-        work = self.processor.handle(
-            topic,
-            partition,
-            offset,
-            timestamp=stamp / 1000.0 if stamp > 0 else time.time(),
-            key=msg.key(),
-            value=msg.value(),
-        )
         try:
-            self._run(work)
+            await self.processor.handle(
+                topic,
+                partition,
+                offset,
+                timestamp=stamp / 1000.0 if stamp > 0 else time.time(),
+                key=msg.key(),
+                value=msg.value(),
+            )
         except Exception as exc:
             self.table.rollback()
             error = HandlerCrashError(
                 f"handler crashed: {type(exc).__name__}: {exc}", topic=topic, partition=partition, offset=offset
             )
-            self._run(self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
-                                                 error=error, crash=exc))  # fmt: skip
+            await self.processor.dead_letter(topic, partition, offset, key=msg.key(), value=msg.value(),
+                                             error=error, crash=exc)  # fmt: skip
         self.stage.release()
 
     def _run(self, work: Any) -> None:

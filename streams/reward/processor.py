@@ -45,6 +45,7 @@ from streams.reward.join import (
     absorb,
     decide,
 )
+from streams.reward.pending import PendingIndex, load_state
 from streams.reward.policy import Policy
 
 COMPONENT = "rewards"
@@ -64,7 +65,8 @@ class StateStore(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
     async def put(self, partition: int, key: str, value: bytes) -> None:
-        """Store and hand the changelog record to the producer before returning."""
+        """Store and hand the changelog record to the producer before returning (or, in a transaction, before
+        it commits: its last value per key is all a read_committed restore could see)."""
         ...
 
     async def delete(self, partition: int, key: str) -> None: ...
@@ -156,11 +158,15 @@ class RewardProcessor:
         }
         #: Called with the reason (error class) of every dead letter: the engine's metrics.
         self.on_dead_letter: Callable[[str], None] = lambda _reason: None
+        #: The table's pending states, parsed, by due time: what a tick and a message read instead of the bytes.
+        self.pending = PendingIndex(store, self._due_at)
 
     def restart_progress_clock(self) -> None:
-        """Start the no-progress clock of every input afresh (after assignment or recovery)."""
+        """Start the no-progress clock of every input afresh (after assignment or recovery); the table may have
+        been restored or dropped too, so the pending index is rebuilt from it."""
         self._progress_since = self.clock()
         self._progress.clear()
+        self.pending.invalidate()
 
     def last_progress(self, topic: str, partition: int) -> float:
         """When ``topic[partition]`` last brought a message (or when the progress clock last restarted)."""
@@ -184,8 +190,7 @@ class RewardProcessor:
         event = await self._decode(topic, partition, offset, key, value)
         if event is None:
             return
-        raw = self.store.get(event.generation_id)
-        state = JoinState.loads(raw) if raw is not None else None
+        state = self.pending.state(event.generation_id)
         if state is not None and state.partition != partition:
             log.warning(
                 "generation %s seen on partitions %d and %d: keys disagree",
@@ -200,9 +205,9 @@ class RewardProcessor:
                 # A re-read part after a crash: its state may be complete while the reward never went out
                 # (killed between the table write and the send). Decide again instead of leaving it to the
                 # deadline.
-                await self._act(result.state, self._partition_time(partition, 0.0, set()))
+                await self._act(result.state, self._event_time(partition))
             return
-        await self._act(result.state, self._partition_time(partition, 0.0, set()), changed=True)
+        await self._act(result.state, self._event_time(partition), changed=True)
 
     async def tick(self, partitions: set[int]) -> None:
         """Apply deadlines to pending generations of the partitions this worker owns."""
@@ -214,11 +219,8 @@ class RewardProcessor:
         expire = wall >= self._next_expiry
         if expire:
             self._next_expiry = wall + 60.0
-        candidates = [
-            state
-            for state in self._pending(partitions)
-            if max(wall, self._partition_time(state.partition, 0.0, set())) >= self._due_at(state)
-        ]
+            self.pending.invalidate()  # a safety net: whatever changed the table unseen, it counts within 60 s
+        candidates = self.pending.due({p: max(wall, self._event_time(p)) for p in partitions})
         due: list[JoinState] = []
         now: dict[int, float] = {}
         late = {s.generation_id for s in candidates}
@@ -244,9 +246,9 @@ class RewardProcessor:
         if plan.expire:
             await self._expire(set(plan.partitions), plan.wall)
         for generation_id, now in plan.due:
-            raw = self.store.get(generation_id)  # re-read: a message may have decided it meanwhile
-            if raw is not None:
-                await self._act_or_give_up(JoinState.loads(raw), now)
+            state = self.pending.state(generation_id)  # re-read: a message may have decided it meanwhile
+            if state is not None:
+                await self._act_or_give_up(state, now)
 
     async def _act_or_give_up(self, state: JoinState, now: float) -> None:
         """A deadline decision; if deciding crashes (a bug), that generation ends without a reward, loudly,
@@ -256,9 +258,7 @@ class RewardProcessor:
         except Exception as exc:
             log.exception("deciding the reward of %s failed", state.generation_id)
             self.counts["gave_up"] += 1
-            await self.store.put(
-                state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
-            )
+            await self._store(state.model_copy(update={"status": "gave_up"}))
             await self._log(state, "error", f"no reward: deciding it crashed ({type(exc).__name__}: {exc})")
 
     def note_waiting(self, why: str) -> None:
@@ -298,21 +298,17 @@ class RewardProcessor:
         for key, raw in list(self.store.items()):
             if raw.startswith(PENDING_PREFIX):
                 continue
-            state = _load(key, raw)
+            state = load_state(key, raw)
             if state is None:
                 continue
             if state.partition in partitions and state.first_seen < cutoff:
                 await self.store.delete(state.partition, key)
                 self.counts["expired"] += 1
 
-    def _pending(self, partitions: set[int]) -> list[JoinState]:
-        out: list[JoinState] = []
-        for key, raw in list(self.store.items()):
-            if raw.startswith(PENDING_PREFIX):
-                state = _load(key, raw)
-                if state is not None and state.partition in partitions:
-                    out.append(state)
-        return out
+    def _event_time(self, partition: int) -> float:
+        """``_partition_time`` with no input idle: the slowest input's newest timestamp (per message: kept lean)."""
+        times = self._topic_time
+        return min([times.get((topic, partition), 0.0) for topic in self.topics.roles], default=0.0)
 
     def _partition_time(self, partition: int, wall: float, idle: set[tuple[str, int]]) -> float:
         """Event time of a partition: the slowest input's newest timestamp (results carry their generation's
@@ -399,22 +395,25 @@ class RewardProcessor:
         decision = decide(state, now, self.policy)
         if isinstance(decision, Emit):
             await self.outputs.send_reward(state, decision.reward)
+            self.pending.forget(state.generation_id)
             self.counts["rewards"] += 1
         elif isinstance(decision, Wait):
             if changed:
-                await self.store.put(state.partition, state.generation_id, state.dumps())
+                await self._store(state)
         elif isinstance(decision, Withhold):
             self.counts["withheld"] += 1
-            await self.store.put(
-                state.partition, state.generation_id, state.model_copy(update={"withheld_reported": True}).dumps()
-            )
+            await self._store(state.model_copy(update={"withheld_reported": True}))
             await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1
-            await self.store.put(
-                state.partition, state.generation_id, state.model_copy(update={"status": "gave_up"}).dumps()
-            )
+            await self._store(state.model_copy(update={"status": "gave_up"}))
             await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
+
+    async def _store(self, state: JoinState) -> None:
+        """Write ``state`` to the table, and to the pending index beside its bytes."""
+        raw = state.dumps()
+        await self.store.put(state.partition, state.generation_id, raw)
+        self.pending.stored(state, raw)
 
     async def _log(self, state: JoinState, level: str, message: str) -> None:
         record = LogRecord(
@@ -427,12 +426,3 @@ class RewardProcessor:
         )
         log.log(logging.ERROR if level == "error" else logging.WARNING, "%s: %s", state.generation_id, message)
         await self.outputs.send_log(record.key(), encode(record))
-
-
-def _load(key: str, raw: bytes) -> JoinState | None:
-    """A table row as a join state; a row that is none (written by something else) is skipped, not fatal."""
-    try:
-        return JoinState.loads(raw)
-    except ValueError as exc:
-        log.debug("table row %r is no join state: %s", key, exc)
-        return None

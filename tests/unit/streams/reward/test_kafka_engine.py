@@ -1,0 +1,55 @@
+"""The Kafka engine's table: one changelog record per key and transaction, the value it ends with."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from bus.transaction import Transaction
+from streams.reward.kafka_engine import _Savepoint, _Table
+
+
+class Txn:
+    """Records what the table produces into the transaction."""
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[str, bytes | None, bytes | None, int]] = []
+
+    def produce(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int = -1) -> None:
+        self.produced.append((topic, key, value, partition))
+
+
+def table() -> tuple[_Table, Txn]:
+    txn = Txn()
+    stage = _Savepoint(cast(Transaction, txn))
+    return _Table(stage, cast(Transaction, txn), "log"), txn
+
+
+def run(work: Any) -> None:
+    asyncio.run(work)
+
+
+def test_a_transaction_writes_each_key_once_with_its_last_value() -> None:
+    t, txn = table()
+    run(t.put(1, "a", b"1"))
+    run(t.put(1, "a", b"2"))
+    run(t.put(2, "b", b"x"))
+    run(t.delete(2, "b"))
+    assert txn.produced == []  # nothing before the transaction's work is done
+    t.flush()
+    assert sorted(txn.produced, key=repr) == [("log", b"a", b"2", 1), ("log", b"b", None, 2)]
+    t.flush()
+    assert len(txn.produced) == 2  # the next transaction starts clean
+
+
+def test_a_rolled_back_message_leaves_the_value_before_it() -> None:
+    t, txn = table()
+    run(t.put(0, "a", b"1"))
+    t._stage.release()  # the first message succeeded
+    run(t.put(0, "a", b"2"))
+    run(t.put(0, "new", b"n"))
+    t.rollback()  # the second crashed
+    assert t.get("a") == b"1"
+    assert t.get("new") is None
+    t.flush()
+    assert sorted(txn.produced, key=repr) == [("log", b"a", b"1", 0), ("log", b"new", None, 0)]
