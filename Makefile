@@ -32,7 +32,8 @@ demo: $(STAMP)
 # Each part leaves a junit report in var/test-reports; the slowest files of the run are printed at the end
 # (pytest prints the slowest tests of each part), so every CI log records where the suite's time goes.
 # Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
-# few minutes of Debian downloads, later runs: a check), next to the lint and `deploy-check` (the chart rendered
+# few minutes of Debian downloads, later runs: a check) and the MinIO server of the bucket-policy test (`go
+# install`, cached), next to the lint and `deploy-check` (the chart rendered
 # and validated offline), which need no service.
 REPORTS := var/test-reports
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
@@ -41,7 +42,8 @@ MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py te
 	test_image_task_hostile.py test_overlay_hostile.py)
 test: $(STAMP)
 	$(BIN)/rewardstream up
-	{ $(BIN)/rewardstream sandbox toolchains --build all --docker && $(BIN)/rewardstream sandbox bases --build; } \
+	{ $(BIN)/rewardstream sandbox toolchains --build all --docker && $(BIN)/rewardstream sandbox bases --build \
+		&& nice $(BIN)/python -m infra.local.minio_server; } \
 		> .toolchains.log 2>&1 & build=$$!; \
 	lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
 	deploy=0; $(MAKE) --no-print-directory deploy-check || deploy=$$?; \

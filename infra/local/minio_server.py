@@ -105,3 +105,15 @@ class MinioServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=20)
+
+
+def main() -> None:
+    """``python -m infra.local.minio_server``: build the binary if missing (``make test`` does it beside the other
+    builds, so the policy test does not spend its time limit compiling) and print its path."""
+    from schemas.settings import Settings
+
+    print(minio_binary(PlatformPaths(Settings().local.cache_dir)))
+
+
+if __name__ == "__main__":
+    main()

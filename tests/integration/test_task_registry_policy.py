@@ -22,7 +22,9 @@ from schemas.settings import Settings
 from tests.integration.relay import free_port_below_ephemeral
 from tests.unit.workers.tasks.test_registry import task
 
-pytestmark = pytest.mark.integration
+#: The MinIO binary is built before the tests by ``make test``; run alone on a cold machine, the fixture builds
+#: it first (minutes of ``go install``), within this module's own time limit.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(3_600)]
 
 CLI = str(Path(sys.executable).with_name("rewardstream"))
 
