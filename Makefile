@@ -37,7 +37,8 @@ demo: $(STAMP)
 # and validated offline), which need no service.
 REPORTS := var/test-reports
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
-MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
+MEASURING := $(addprefix tests/sandbox/,test_containment_basics.py test_containment_limits.py \
+	test_containment_runs.py test_containment_escape.py test_run_state.py test_lifecycle.py \
 	test_cgroup_version.py test_docker_pool.py test_entry_supervisor.py test_host_load.py \
 	test_image_task_hostile.py test_overlay_hostile.py)
 test: $(STAMP)

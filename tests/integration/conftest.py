@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -10,7 +13,10 @@ import pytest
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
+    from tests.integration.episode_worker_env import EpisodeEnv
+    from tests.integration.gateway_env import Stack
     from tests.integration.relay import Relay
+    from tests.integration.workers_pipeline_env import HumanEval
     from workers.sandbox.api import Sandbox
 
 # Imports of the code under test are inside the fixtures: collecting a module that needs none of them
@@ -95,3 +101,85 @@ def logs_index_prefix(opensearch_client: Any, unique_name: str) -> Iterator[str]
         for name in opensearch_client.indices.get(index=f"{index_prefix}-*", ignore_unavailable=True):
             opensearch_client.indices.delete(index=name, ignore_unavailable=True)
         opensearch_client.indices.delete_index_template(name=f"{index_prefix}-template", ignore=[404])
+
+
+@pytest.fixture(scope="module")
+def runs(kafka_config: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One executor and one gateway per ``/run_code`` test module (the expensive part), shared by its tests."""
+    from tests.integration.gateway_env import stack
+
+    tmp = tmp_path_factory.mktemp("gateway-runs")
+    with stack(kafka_config, f"gwrun-{uuid.uuid4().hex[:8]}", tmp) as made:
+        made.spawn("executor", ["worker", "executor", "--concurrency", "2"])
+        made.gateway()
+        yield made
+
+
+@pytest.fixture(scope="module")
+def url(runs: Stack) -> str:
+    """The ``/run_code`` gateway of ``runs``."""
+    return runs.gateways[0].url
+
+
+@pytest.fixture(scope="module")
+def humaneval(process_sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> HumanEval:
+    """All 164 HumanEval problems converted by the converter and loaded into a temporary registry."""
+    from tests.integration.workers_pipeline_env import HumanEval
+    from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
+    from workers.tasks.registry import TaskRegistry
+
+    problems = load_problems()
+    tasks, _ = convert_all(problems, SandboxReference(process_sandbox), workers=2)
+    registry_dir = tmp_path_factory.mktemp("registry")
+    TaskRegistry(registry_dir).store(tasks)
+    return HumanEval(problems, {t.task_id: t for t in tasks}, registry_dir)
+
+
+@pytest.fixture(scope="module")
+def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The episode-worker tests' registry of workspace tasks, one per module."""
+    from tests.integration.episode_worker_env import IDLE_TASK_ID, LATE_TASK_ID, SHORT_TASK_ID, TASK_ID, workspace_task
+    from workers.tasks.registry import TaskRegistry
+
+    root = tmp_path_factory.mktemp("episode-registry")
+    TaskRegistry(root).store([
+        workspace_task(TASK_ID, 30), workspace_task(SHORT_TASK_ID, 3),
+        workspace_task(IDLE_TASK_ID, 30, idle_timeout_s=3), workspace_task(LATE_TASK_ID, 30, episode_timeout_s=6),
+    ])  # fmt: skip
+    return root
+
+
+@pytest.fixture
+def episodes(
+    prefix: str, kafka_config: dict[str, str], s3_bucket: str, registry_dir: Path, tmp_path: Path
+) -> Iterator[EpisodeEnv]:
+    """One episode worker's environment: its topics, a reader of what it committed; its processes killed after."""
+    from bus.admin import delete_topics
+    from schemas.topics import catalog, topic_for
+    from tests.integration.episode_worker_env import EpisodeEnv
+    from tests.integration.helpers import PARTITIONS
+    from tests.integration.workers_pipeline_env import Reader
+    from workers.roles.episode_worker import clock_topic, state_changelog
+
+    specs = catalog(prefix, PARTITIONS, 1)
+    topics = {r: topic_for(r, specs).name for r in ("actions", "observations", "generations", "dlq", "logs")}
+    env = {
+        **os.environ, "RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+        "RS_TASKS_DIR": str(registry_dir), "RS_S3_BUCKET": s3_bucket, "RS_METRICS_PORT": "0",
+        "RS_WORKER_TRANSACTION_TIMEOUT_MS": "10000", "RS_WORKER_DRAIN_TIMEOUT_S": "20",
+        "RS_WORKER_COMMIT_INTERVAL_S": "0.1", "RS_WORKER_INSTANCE_ID": f"episode-{prefix}",
+    }  # fmt: skip
+    reader = Reader(kafka_config, [topics["observations"], topics["generations"], topics["dlq"], topics["logs"]])
+    logs_dir = tmp_path / "logs"
+    logs_dir.mkdir()
+    box = EpisodeEnv(prefix, kafka_config, env, logs_dir, topics, reader)
+    try:
+        yield box
+    finally:
+        for proc in box.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        reader.close()
+        settings = Settings(topic_prefix=prefix, topic_partitions=PARTITIONS)
+        delete_topics([state_changelog(settings).name, clock_topic(settings).name], kafka_config)

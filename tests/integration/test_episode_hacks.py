@@ -28,8 +28,8 @@ from streams.sdk import AsyncTrainerClient, TrainerConfig
 from streams.sdk.episodes import EpisodeConfig
 from streams.sdk.episodes_aio import AsyncEpisodeClient
 from tests.integration.episode_env import Stack, episode_stack_in_own_bucket
+from tests.sandbox.episode_grading_env import PATCH_ADD, PTH_ADD, USER_SITE
 from tests.sandbox.swe_task import HIDDEN_IDS, HIDDEN_VALUES, OPS_FIXED, task
-from tests.sandbox.test_episode_grading import PATCH_ADD, PTH_ADD, USER_SITE
 from workers.sandbox.api import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]

@@ -15,7 +15,7 @@ from schemas.settings import Settings
 from schemas.tasks import Task
 from schemas.topics import catalog, topic_for
 from tests.integration.helpers import PARTITIONS, start_workers, stop_workers
-from tests.integration.test_workers_pipeline import Reader, publish
+from tests.integration.workers_pipeline_env import Reader, publish
 from tests.sandbox.language_programs import SOLUTIONS, SUM_TASK
 from workers.roles.service import Dependencies
 from workers.sandbox.api import Sandbox

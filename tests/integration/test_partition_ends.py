@@ -16,7 +16,7 @@ from bus.clients import consume_available, make_consumer
 from bus.ends import EndOffsets
 from bus.metrics import WorkerMetrics
 from schemas.topics import catalog, topic_for
-from tests.integration.test_workers_pipeline import publish
+from tests.integration.workers_pipeline_env import publish
 
 pytestmark = pytest.mark.integration
 

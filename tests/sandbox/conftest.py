@@ -10,7 +10,8 @@ import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,6 +24,9 @@ from workers.overlays.host import OverlayHost, image_rootfs_dir
 from workers.overlays.rootfs import RootfsCache
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec
 from workers.sandbox.factory import make_sandbox
+
+if TYPE_CHECKING:
+    from tests.sandbox.episode_grading_env import Roles
 
 #: ``process`` forks runs from the pre-started sandbox interpreter; ``process_inline`` is the same, with
 #: ``python3 main.py`` programs run the way the grader's harness runs (``python3 -I -S -B -c``: in-process in
@@ -182,3 +186,39 @@ def image_of(settings: Settings, docker_client: Any, task_images: dict[str, str]
         return task_images[task.task_id]
 
     return build
+
+
+@pytest.fixture
+def roles(
+    request: pytest.FixtureRequest, process_sandbox: Sandbox, minio_client: Any, s3_bucket: str, tmp_path: Path
+) -> Roles:
+    """The roles over the task, its cases limited to the test's ``roles`` parameter if it gives one."""
+    from tests.sandbox.episode_grading_env import Roles
+    from tests.sandbox.swe_task import task
+    from workers.artifacts import ArtifactStore
+    from workers.grading import Grader
+    from workers.judge.cache import CachedJudge
+    from workers.judge.rubric import RubricJudge
+    from workers.roles.common import RoleContext, TaskSource
+    from workers.roles.executor import ExecutorHandler
+    from workers.roles.judging import JudgeHandler
+    from workers.roles.verifier import VerifierHandler
+    from workers.tasks.registry import TaskRegistry
+
+    store = ArtifactStore(minio_client, s3_bucket)
+    limit = {"timeout_s": request.param} if getattr(request, "param", None) else {}
+    tasks = {t.task_id: t for t in (task("call", **limit), task("io", **limit))}
+    registry = TaskRegistry(tmp_path / "tasks")
+    registry.store(tasks.values())
+
+    def context(role: str) -> RoleContext:
+        return RoleContext(role=role, worker="test:1", tasks=TaskSource(registry), artifacts=store, output_topic="o")
+
+    grader = Grader(process_sandbox)
+    return Roles(
+        store,
+        VerifierHandler(context("verifier"), grader),
+        ExecutorHandler(context("executor"), grader),
+        JudgeHandler(context("judge"), CachedJudge(RubricJudge())),
+        tasks,
+    )

@@ -25,7 +25,7 @@ from rewardstream.cli.graded import PolicyGrader
 from rewardstream.cli.main import _register, app
 from schemas.tasks import Task
 from streams.reward.policy import load_policy
-from tests.sandbox.test_reward_hacks import HONEST, IO_SHIM, TASKS, secret
+from tests.sandbox.reward_hacks import HONEST, IO_SHIM, TASKS, secret
 from workers.grading import Grader, GraderConfig
 from workers.sandbox.api import Sandbox
 

@@ -14,7 +14,7 @@ from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, Judg
 from schemas.status import SandboxStatus
 from schemas.tasks import Task, Workspace
 from streams.reward.policy import Scored, Signals, evaluate, load_policy
-from tests.sandbox.test_episode_grading import SOURCE, _done
+from tests.sandbox.episode_grading_env import SOURCE, _done
 from workers.artifacts import ArtifactStore, remove_bucket
 from workers.episodes.originals import caps_of, original_snapshot
 from workers.episodes.step import StepAction, StepLimits, run_step

@@ -1,5 +1,5 @@
-"""The package-scale rules of issue 13 hold in the tree: modules of one job (at most ~500 lines) that import
-no other module's private names."""
+"""The package-scale rules of issue 13 hold in the tree: modules of one job (at most ~500 lines, tests and
+benchmarks too since issue 25) that import no other module's private names."""
 
 from __future__ import annotations
 
@@ -13,17 +13,26 @@ PACKAGES = ("schemas", "bus", "workers", "streams", "infra", "rewardstream")
 MAX_LINES = 500
 
 
+#: Held to the size rule like the packages, but free to import private names (a test reaches into its module).
+SIZED_ONLY = ("tests", "benchmarks")
+#: Test files still over MAX_LINES, each waiting for its owner to split it: empty this as they are, never add to
+#: it (issue 25; a file that is no longer over must leave the list).
+OVER_UNTIL_SPLIT = {"tests/unit/workers/test_transactional_loop.py"}
+
+
 def modules() -> list[Path]:
     return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
 
 
+def lines_of(paths: list[Path]) -> dict[str, int]:
+    return {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in paths}
+
+
 def test_no_module_is_over_the_size_of_one_job() -> None:
-    over = {
-        str(p.relative_to(ROOT)): n
-        for p in modules()
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    assert not over, over
+    sized = lines_of(modules() + sorted(p for top in SIZED_ONLY for p in (ROOT / top).rglob("*.py")))
+    over = {path: n for path, n in sized.items() if n > MAX_LINES}
+    assert {path: n for path, n in over.items() if path not in OVER_UNTIL_SPLIT} == {}
+    assert over.keys() >= OVER_UNTIL_SPLIT, f"split, so off the list: {sorted(OVER_UNTIL_SPLIT - over.keys())}"
 
 
 def test_no_module_imports_another_modules_private_names() -> None:

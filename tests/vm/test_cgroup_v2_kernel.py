@@ -30,7 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: guest: its cgroups are dockerd's, not ours.
 SUITES = (
     "tests/sandbox/test_cgroup_version.py",
-    "tests/sandbox/test_containment.py",
+    "tests/sandbox/test_containment_basics.py",
+    "tests/sandbox/test_containment_escape.py",
+    "tests/sandbox/test_containment_limits.py",
+    "tests/sandbox/test_containment_runs.py",
     "tests/sandbox/test_lifecycle.py",
     "tests/sandbox/test_run_state.py",
 )

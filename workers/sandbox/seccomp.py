@@ -9,7 +9,8 @@ Architectures: x86_64 and aarch64. The policy is written once, by syscall name (
 argument-filtered clone/clone3/socket/setsockopt/ioctl); each architecture only maps names to its own numbers
 (x86_64: ``asm/unistd_64.h``; aarch64: the asm-generic table, ``asm-generic/unistd.h``). A denied name that
 does not exist on an architecture (``mknod``, ``iopl``... on aarch64) is simply absent from its map.
-``tests/unit/workers/sandbox/test_seccomp.py`` checks every number against the kernel headers when they are installed.
+``tests/unit/workers/sandbox/test_seccomp_headers.py`` checks every number against the kernel headers when they
+are installed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The episode worker's handler on its own: actions in, outputs and table rows out, with a dict for S3, a task
 registry in a temporary directory, and each step's sandbox run replaced by a scripted outcome (the real runs
-are tests/sandbox/test_episode_step.py's and the integration tests')."""
+are tests/sandbox/test_episode_step_*.py's and the integration tests')."""
 
 from __future__ import annotations
 
