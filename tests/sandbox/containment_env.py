@@ -10,7 +10,7 @@ from workers.sandbox.api import SandboxResult, SandboxStatus
 S = SandboxStatus
 
 
-def _json_out(result: SandboxResult) -> dict[str, Any]:
+def json_out(result: SandboxResult) -> dict[str, Any]:
     """The JSON object the program printed last (its values are whatever the program put there)."""
     out = result.stdout.decode()
     data: dict[str, Any] = json.loads(out.strip().splitlines()[-1])

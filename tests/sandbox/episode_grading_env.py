@@ -60,9 +60,9 @@ class Roles:
 
     def grade(self, kind: str, data: bytes, sha256: str | None = None) -> Result:
         event = self.event(kind, data, sha256)
-        verdict = decode(_done(self.verifier.handle(event, SOURCE)), HiddenVerdict)
-        execution = decode(_done(self.executor.handle(event, SOURCE)), ExecutionResult)
-        judgement = decode(_done(self.judge.handle(event, SOURCE)), JudgeScore)
+        verdict = decode(episode_done(self.verifier.handle(event, SOURCE)), HiddenVerdict)
+        execution = decode(episode_done(self.executor.handle(event, SOURCE)), ExecutionResult)
+        judgement = decode(episode_done(self.judge.handle(event, SOURCE)), JudgeScore)
         scored = evaluate(load_policy(), Signals(execution, verdict, judgement))
         assert isinstance(scored, Scored), scored
         return Result(verdict, execution, judgement, scored)
@@ -81,7 +81,7 @@ class Result:
         return self.execution.model_dump_json() + self.judgement.model_dump_json() + json.dumps(reward)
 
 
-def _done(outcome: object) -> bytes:
+def episode_done(outcome: object) -> bytes:
     assert isinstance(outcome, Done), outcome
     assert len(outcome.outputs) == 1
     for upload in outcome.uploads:
@@ -111,7 +111,7 @@ def assert_failed(graded: Result) -> None:
 # Hacks: each fails unless the hidden tests genuinely pass
 
 
-def _unchecked_pyc(source: str, path: str) -> bytes:
+def unchecked_pyc(source: str, path: str) -> bytes:
     """An unchecked hash-based pyc (PEP 552) of ``source``: the import system loads it without looking at the
     .py it stands for."""
     code = compile(source, path, "exec", dont_inherit=True)
@@ -129,7 +129,7 @@ FRACTIONS_SHADOW = "class Fraction(int):\n    def __sub__(self, other):\n       
 # The grading run's own hardening, without the protected-path reset, next to a plain run of the same files
 
 
-def _raw(final: bytes) -> Graded:
+def raw_run(final: bytes) -> Graded:
     """The agent's workspace as it is (canonical, nothing reset): only the run's hardening stands in the way."""
     scratch = Path(tempfile.mkdtemp(prefix="rs-test-raw-"))
     try:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.sandbox.containment_env import S, _json_out
+from tests.sandbox.containment_env import S, json_out
 from workers.sandbox.api import Sandbox
 
 from .conftest import audit, run_py
@@ -73,7 +73,7 @@ print(json.dumps({
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    info = _json_out(r)
+    info = json_out(r)
     assert info["uid"] == info["euid"] == info["gid"] != 0
     assert info["groups"] in ([], [info["gid"]])
     assert info["capeff"] == info["capprm"] == info["capbnd"] == "0000000000000000"
@@ -98,7 +98,7 @@ print(json.dumps({
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    info = _json_out(r)
+    info = json_out(r)
     assert len(info["uid_map"]) == 3, info  # exactly one mapping line
     assert len(info["gid_map"]) == 3, info
     inside, outside, count = (int(x) for x in info["uid_map"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.containment_env import S, _json_out
+from tests.sandbox.containment_env import S, json_out
 from workers.sandbox.api import Sandbox, SandboxSpec
 from workers.sandbox.seccomp import syscall_numbers
 
@@ -46,7 +46,7 @@ print(json.dumps(out))
     try:
         r = run_py(sandbox, code, timeout_s=15)
         assert r.status is S.OK, r.stderr
-        out = _json_out(r)
+        out = json_out(r)
         assert out["host_loopback"] == "ConnectionRefusedError"
         assert out["dns"] == "gaierror"
         assert out["outbound"] in ("OSError", "TimeoutError")
@@ -84,7 +84,7 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code, timeout_s=60)
     assert r.status is S.OK, r.stderr
-    out = _json_out(r)
+    out = json_out(r)
     assert out[str(secret_file)] == "FileNotFoundError"
     assert out["hits"] == []
     assert secret.encode() not in r.stdout.replace(str(secret_file).encode(), b"")
@@ -106,7 +106,7 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    out = _json_out(r)
+    out = json_out(r)
     assert "written" not in out.values(), out
 
 
@@ -132,7 +132,7 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    out = _json_out(r)
+    out = json_out(r)
     assert all(v != 0 for v in out.values()), out
 
 
@@ -149,7 +149,7 @@ os.kill(pid, 9)
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    assert _json_out(r)["rc"] == -1
+    assert json_out(r)["rc"] == -1
 
 
 def test_device_files(sandbox: Sandbox) -> None:
@@ -167,7 +167,7 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    out = _json_out(r)
+    out = json_out(r)
     for path in ("/dev/sda", "/dev/vda", "/dev/mem", "/dev/kmem", "/dev/kmsg", "/dev/port"):
         assert out[path] != "opened", (path, out)
     assert out["urandom"] == 8
@@ -194,7 +194,7 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    out = _json_out(r)
+    out = json_out(r)
     assert out["to_host"] == "FileNotFoundError"
     assert b"host-secret-content" not in r.stdout
     assert "work" in out["root"]
@@ -237,7 +237,7 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    out = _json_out(r)
+    out = json_out(r)
     assert all(v != 0 for v in out.values()), out
 
 
@@ -253,4 +253,4 @@ print(json.dumps(out))
 """
     r = run_py(sandbox, code)
     assert r.status is S.OK, r.stderr
-    assert _json_out(r)["settime"] != 0
+    assert json_out(r)["settime"] != 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.containment_env import S, _json_out
+from tests.sandbox.containment_env import S, json_out
 from workers.sandbox.api import Sandbox, SandboxResult
 
 from .conftest import run_py
@@ -50,7 +50,7 @@ import json; print(json.dumps(results))
     r = run_py(sandbox, code)
     # Whatever it signalled, it stayed inside: it survives and the worker (this test) is alive.
     assert r.status is S.OK, r
-    assert _json_out(r)["all"] in ("sent", 1, 3)
+    assert json_out(r)["all"] in ("sent", 1, 3)
 
 
 def test_daemon_does_not_survive_the_run(sandbox: Sandbox, tmp_path: Path) -> None:

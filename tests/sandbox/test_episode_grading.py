@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from schemas.tasks import Task
-from tests.sandbox.episode_grading_env import Roles, _raw, assert_failed, assert_nothing_hidden_shown
+from tests.sandbox.episode_grading_env import Roles, assert_failed, assert_nothing_hidden_shown, raw_run
 from tests.sandbox.swe_task import (
     FILES,
     HIDDEN_IDS,
@@ -91,7 +91,7 @@ def test_on_docker_too_the_fix_passes_and_the_unfixed_fails(docker_sandbox: Sand
     for ops, passed in ((OPS_FIXED, True), (OPS_BUGGY, False)):
         ran = grader.run_suites(
             "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits,
-            workspace=_raw(snapshot({"calc/ops.py": ops})).job(),
+            workspace=raw_run(snapshot({"calc/ops.py": ops})).job(),
         )  # fmt: skip
         assert ran.infra_error is None, ran.run
         assert ran.outcomes[0].all_passed is passed, ran.outcomes[0]

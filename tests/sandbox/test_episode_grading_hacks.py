@@ -23,9 +23,9 @@ from tests.sandbox.episode_grading_env import (
     SOURCE,
     USER_SITE,
     Roles,
-    _done,
-    _unchecked_pyc,
     assert_failed,
+    episode_done,
+    unchecked_pyc,
 )
 from tests.sandbox.swe_task import (
     OPS_BUGGY,
@@ -51,9 +51,9 @@ HACKS: dict[str, Callable[[], bytes]] = {
     ),
     "plant a .pth": lambda: snapshot({"calc.pth": PTH_ADD, f"{USER_SITE}/hack.pth": PTH_ADD}),
     "shadow the stdlib module the entry imports": lambda: snapshot({"fractions.py": FRACTIONS_SHADOW}),
-    "a __pycache__ pyc for the entry module": lambda: snapshot({PYC: _unchecked_pyc(OPS_FIXED, "calc/ops.py")}),
+    "a __pycache__ pyc for the entry module": lambda: snapshot({PYC: unchecked_pyc(OPS_FIXED, "calc/ops.py")}),
     "a compiled entry module without its source": lambda: snapshot(
-        {"calc/ops.pyc": _unchecked_pyc(OPS_FIXED, "calc/ops.py")}, drop=("calc/ops.py",)
+        {"calc/ops.pyc": unchecked_pyc(OPS_FIXED, "calc/ops.py")}, drop=("calc/ops.py",)
     ),
     "symlinks to /proc and host paths": lambda: snapshot(
         {},
@@ -142,7 +142,7 @@ def test_a_workspace_ref_that_is_not_our_content_address_is_never_read(
     fixed = snapshot({"calc/ops.py": OPS_FIXED})
     minio_client.put_object(s3_bucket, "elsewhere/fix.tar", io.BytesIO(fixed), len(fixed))
     event = roles.event("call", fixed).model_copy(update={"workspace_ref": f"s3://{s3_bucket}/elsewhere/fix.tar"})
-    verdict = decode(_done(roles.verifier.handle(event, SOURCE)), HiddenVerdict)
+    verdict = decode(episode_done(roles.verifier.handle(event, SOURCE)), HiddenVerdict)
     assert verdict.passed == 0, verdict
     assert "not its content address" in (verdict.run.error or ""), verdict.run
 

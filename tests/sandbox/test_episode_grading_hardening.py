@@ -7,7 +7,15 @@ import json
 import pytest
 
 from schemas.tasks import Task
-from tests.sandbox.episode_grading_env import FRACTIONS_SHADOW, PATCH_ADD, PTH_ADD, PYC, USER_SITE, _raw, _unchecked_pyc
+from tests.sandbox.episode_grading_env import (
+    FRACTIONS_SHADOW,
+    PATCH_ADD,
+    PTH_ADD,
+    PYC,
+    USER_SITE,
+    raw_run,
+    unchecked_pyc,
+)
 from tests.sandbox.swe_task import (
     CAPS,
     OPS_BUGGY,
@@ -27,7 +35,7 @@ UNPROTECTED: dict[str, dict[str, str | bytes]] = {
     "a .pth in the user site under the workspace": {f"{USER_SITE}/hack.pth": PTH_ADD},
     "usercustomize.py in the user site": {f"{USER_SITE}/usercustomize.py": PATCH_ADD},
     "fractions.py shadowing the stdlib": {"fractions.py": FRACTIONS_SHADOW},
-    "an unchecked pyc in __pycache__": {PYC: _unchecked_pyc(OPS_FIXED, "calc/ops.py")},
+    "an unchecked pyc in __pycache__": {PYC: unchecked_pyc(OPS_FIXED, "calc/ops.py")},
 }
 #: What a naive run prints: the step runner's default environment (cwd and HOME are the workspace) and the
 #: workspace on PYTHONPATH, before the standard library. 4 means the planted file took effect.
@@ -42,7 +50,7 @@ def test_the_grading_run_ignores_what_the_workspace_plants(process_sandbox: Sand
     assert control.stdout == b"4\n", (control.status, control.stdout, control.stderr)  # the plant is real
     task_ = task(kind)
     ran = Grader(process_sandbox).run_suites(
-        "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits, workspace=_raw(final).job()
+        "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits, workspace=raw_run(final).job()
     )
     assert ran.infra_error is None, ran.run
     assert ran.outcomes[0].passed == 0, ran.outcomes[0]
@@ -58,7 +66,11 @@ def test_commands_run_with_the_hardened_environment(process_sandbox: Sandbox) ->
     probing = Task.model_validate({**base, "public_tests": {"kind": "command", "command": ["python3", "-c", probe]}})
     assert probing.public_tests is not None
     ran = Grader(process_sandbox).run_suites(
-        "", probing.entry_point, [("public", probing.public_tests)], probing.limits, workspace=_raw(snapshot({})).job()
+        "",
+        probing.entry_point,
+        [("public", probing.public_tests)],
+        probing.limits,
+        workspace=raw_run(snapshot({})).job(),
     )
     assert ran.outcomes[0].cases[0].status == "passed", ran
     seen = json.loads(ran.output.stdout)
@@ -120,7 +132,7 @@ def test_the_expected_values_are_nowhere_in_the_verification_run(process_sandbox
     task_ = task("call")
     ran = Grader(process_sandbox).run_suites(
         "", task_.entry_point, [("hidden", task_.graded_suite)], task_.limits,
-        workspace=_raw(snapshot({"calc/ops.py": OPS_FIXED + SEARCH, "calc/marker.txt": "rs-marker-7f3a"})).job(),
+        workspace=raw_run(snapshot({"calc/ops.py": OPS_FIXED + SEARCH, "calc/marker.txt": "rs-marker-7f3a"})).job(),
     )  # fmt: skip
     assert ran.infra_error is None, ran.run
     report = ran.output.stderr.decode()

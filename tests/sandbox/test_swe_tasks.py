@@ -14,7 +14,7 @@ from schemas.events import ExecutionResult, GenerationEvent, HiddenVerdict, Judg
 from schemas.status import SandboxStatus
 from schemas.tasks import Task, Workspace
 from streams.reward.policy import Scored, Signals, evaluate, load_policy
-from tests.sandbox.episode_grading_env import SOURCE, _done
+from tests.sandbox.episode_grading_env import SOURCE, episode_done
 from workers.artifacts import ArtifactStore, remove_bucket
 from workers.episodes.originals import caps_of, original_snapshot
 from workers.episodes.step import StepAction, StepLimits, run_step
@@ -68,9 +68,9 @@ def _reward(graders: Any, task_id: str, data: bytes) -> tuple[float, HiddenVerdi
     event = GenerationEvent(generation_id=episode, episode_id=episode, run_id="r", task_id=task_id,
                             policy_version="p", workspace_ref=store.put(data, "application/x-tar").url,
                             workspace_sha256=hashlib.sha256(data).hexdigest())  # fmt: skip
-    verdict = decode(_done(verifier.handle(event, SOURCE)), HiddenVerdict)
-    execution = decode(_done(executor.handle(event, SOURCE)), ExecutionResult)
-    judgement = decode(_done(judge.handle(event, SOURCE)), JudgeScore)
+    verdict = decode(episode_done(verifier.handle(event, SOURCE)), HiddenVerdict)
+    execution = decode(episode_done(executor.handle(event, SOURCE)), ExecutionResult)
+    judgement = decode(episode_done(judge.handle(event, SOURCE)), JudgeScore)
     scored = evaluate(load_policy(), Signals(execution, verdict, judgement))
     assert isinstance(scored, Scored), scored
     return scored.reward, verdict

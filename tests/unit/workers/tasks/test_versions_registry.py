@@ -16,7 +16,7 @@ from schemas.codec import decode, encode
 from schemas.events import GenerationEvent
 from schemas.registry_layout import LatestVersions, latest_pointer, read_latest, versions_dir
 from schemas.tasks import PublicTask, Task, task_version
-from tests.unit.workers.tasks.versions_env import RIGHT, V1, V2, WRONG, _legacy_registry, add_task, generation
+from tests.unit.workers.tasks.versions_env import RIGHT, V1, V2, WRONG, add_task, generation, legacy_registry
 from workers.roles.common import TaskSource
 from workers.tasks.registry import TaskNotFoundError, TaskRegistry, TaskVersionNotFoundError, file_name
 
@@ -123,7 +123,7 @@ def test_a_version_file_that_does_not_hold_its_version_is_refused(tmp_path: Path
 
 
 def test_a_registry_stored_before_versions_reads_as_its_own_digest(tmp_path: Path) -> None:
-    _legacy_registry(tmp_path, WRONG)
+    legacy_registry(tmp_path, WRONG)
     registry = TaskRegistry(tmp_path)
     assert registry.latest_version("T/1") == V1
     assert registry.versions("T/1") == [V1]
@@ -139,7 +139,7 @@ def test_a_registry_stored_before_versions_reads_as_its_own_digest(tmp_path: Pat
 
 
 def test_a_public_only_copy_of_an_old_registry_still_serves_its_views(tmp_path: Path) -> None:
-    _legacy_registry(tmp_path, WRONG)
+    legacy_registry(tmp_path, WRONG)
     shutil.rmtree(tmp_path / "hidden")  # e.g. a trainer's machine syncing public/ only
     read = TaskSource(TaskRegistry(tmp_path)).public("T/1")
     assert read.version is None  # it cannot compute the digest: the results say so
@@ -147,7 +147,7 @@ def test_a_public_only_copy_of_an_old_registry_still_serves_its_views(tmp_path: 
 
 
 def test_the_next_load_migrates_an_old_registry(tmp_path: Path) -> None:
-    _legacy_registry(tmp_path, WRONG, add_task(7, "U/1"))
+    legacy_registry(tmp_path, WRONG, add_task(7, "U/1"))
     before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
     report = TaskRegistry(tmp_path).store([RIGHT])
     assert report.migrated == ("T/1", "U/1")

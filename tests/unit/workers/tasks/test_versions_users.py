@@ -17,7 +17,7 @@ from streams.reward.join import absorb, task_versions
 from tests.unit.reward_events import execution, judgement, verdict
 from tests.unit.workers.grading.test_grader import LocalRunner
 from tests.unit.workers.grading.test_grader import grader as local_grader
-from tests.unit.workers.tasks.versions_env import ADD, RIGHT, V1, V2, WRONG, _legacy_registry, generation
+from tests.unit.workers.tasks.versions_env import ADD, RIGHT, V1, V2, WRONG, generation, legacy_registry
 from workers.handler import Done, Source
 from workers.judge.cache import CachedJudge
 from workers.judge.rubric import RubricJudge
@@ -228,7 +228,7 @@ def test_the_gateway_resolver_reads_the_registry_at_each_call(tmp_path: Path) ->
 
     latest = task_versions(Settings(tasks_dir=tmp_path))
     assert latest("T/1") is None
-    _legacy_registry(tmp_path, WRONG)
+    legacy_registry(tmp_path, WRONG)
     assert latest("T/1") == V1  # a registry stored before versions: the gateway can read its digest
     TaskRegistry(tmp_path).store([RIGHT])
     assert latest("T/1") == V2

@@ -34,7 +34,7 @@ def generation(**fields: Any) -> GenerationEvent:
     return GenerationEvent(**values)
 
 
-def _legacy_registry(root: Path, *tasks: Task) -> None:
+def legacy_registry(root: Path, *tasks: Task) -> None:
     """A registry as stored before versions: only public/<name>.json and hidden/<name>.json."""
     (root / "public").mkdir(parents=True)
     (root / "hidden").mkdir(mode=0o700)
