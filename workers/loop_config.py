@@ -27,6 +27,8 @@ class WorkerConfig:
     commit_batch: int = 500
     poll_timeout_s: float = 0.02
     drain_timeout_s: float = _DEFAULTS.drain_timeout_s
+    #: A revoked partition's started runs get this long to finish and commit (``workers.rebalancing``).
+    rebalance_drain_s: float = _DEFAULTS.rebalance_drain_s
     kafka_timeout_s: float = 30.0
     handler_attempts: int = 5
     handler_backoff_s: float = 0.5

@@ -81,6 +81,7 @@ def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency
         max_in_flight=settings.worker.max_in_flight,
         commit_interval_s=settings.worker.commit_interval_s,
         drain_timeout_s=settings.worker.drain_timeout_s,
+        rebalance_drain_s=settings.worker.rebalance_drain_s,
     )
 
 
