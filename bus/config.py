@@ -16,6 +16,9 @@ ClientConfig = dict[str, str | int | bool]
 
 #: The group members' assignment strategy (librdkafka's incremental, KIP-429 protocol).
 COOPERATIVE = "cooperative-sticky"
+#: The eager per-topic strategy, for a member reading several topics: sticky balances partition counts, not
+#: topics (one member of two could own every partition of one topic), and for the reward processor's joins.
+RANGE = "range"
 
 
 def consumer_config(client_config: Mapping[str, str], group_id: str, **overrides: str | int | bool) -> ClientConfig:
@@ -32,7 +35,7 @@ def consumer_config(client_config: Mapping[str, str], group_id: str, **overrides
         "session.timeout.ms": 10_000,
         # Incremental rebalancing: a member joining or leaving moves only the partitions that change owner, so
         # every other member's in-flight runs go on (``workers.rebalancing``). A rebalance callback that assigns
-        # must use incremental_assign; the reward processor overrides this with "range" (co-partitioned joins).
+        # must use incremental_assign. Members reading several topics use RANGE instead (see RANGE).
         "partition.assignment.strategy": COOPERATIVE,
         "log_level": 3,
         **overrides,

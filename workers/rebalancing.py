@@ -3,7 +3,10 @@
 Why: the workers' groups use ``cooperative-sticky`` (``bus.config.consumer_config``), so when a pod joins or
 leaves only the partitions that move are revoked and assigned; every other member keeps its partitions and its
 runs going. ``on_assign`` and ``on_revoke`` therefore get only the delta: assigning is ``incremental_assign``,
-and nothing of a partition not named in a revoke is ever dropped.
+and nothing of a partition not named in a revoke is ever dropped. The executor reads two topics and stays on
+eager ``range`` (``WorkerConfig.assignment``): sticky balances partition counts, not topics, and gave one of two
+members every generation partition and the other every run request. Its revokes name every partition, and
+the drain below still saves their started runs.
 
 On revoke, the runs of the revoked partitions already started get ``rebalance_drain_s`` to finish (nothing new
 of them starts; items handed to the runners but not started are left), and what finished is committed while
@@ -75,7 +78,10 @@ class PartitionOwnership:
             self._parts[(tp.topic, tp.partition)] = PartitionState(tp.topic, tp.partition)
         # librdkafka keeps a partition's pause flag across rebalances: a partition paused (backpressure) when
         # it was revoked would come back paused and never be fetched. Assign first, then set the flag we want.
-        consumer.incremental_assign(partitions)
+        if self.config.incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         if partitions:
             if self._flow.paused or self._draining:
                 consumer.pause(partitions)

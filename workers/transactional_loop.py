@@ -111,6 +111,8 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         ends: Ends | None = None,
         models: Mapping[str, type[Contract]] | None = None,
     ) -> None:
+        if models and config.incremental:
+            raise ValueError("a worker reading several topics needs a per-topic assignor (WorkerConfig.assignment)")
         if timers is not None and ends is None:
             raise ValueError("a worker with timers needs ends (bus.ends.EndOffsets): where each partition ends")
         self.config = config

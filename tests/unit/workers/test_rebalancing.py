@@ -10,8 +10,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pytest
 from confluent_kafka import TopicPartition
 
+from bus.config import RANGE
 from schemas.codec import encode
 from schemas.events import GenerationEvent
 from tests.unit.workers.test_transactional_loop import (
@@ -25,6 +27,8 @@ from tests.unit.workers.test_transactional_loop import (
     run_until,
 )
 from workers.handler import Done, Outcome, Output, Source
+from workers.loop_config import WorkerConfig
+from workers.transactional_loop import TransactionalWorker
 
 
 @dataclass
@@ -125,3 +129,31 @@ def test_items_handed_to_the_runners_but_not_started_are_left_for_the_next_owner
     assert [v for _, _, v in producer.results()] == [b"a"]
     assert revoker.took_s is not None
     assert revoker.took_s < 2.0, "waited for a only, not for b, c, d"
+
+
+def test_an_eager_worker_assigns_the_whole_assignment_and_still_drains_its_revoked_runs() -> None:
+    assigned: list[str] = []
+
+    class EagerConsumer(FakeConsumer):
+        def assign(self, _partitions: list[TopicPartition]) -> None:
+            assigned.append("assign")
+
+        def incremental_assign(self, _partitions: list[TopicPartition]) -> None:
+            raise AssertionError("an eager group must not assign incrementally")
+
+    handler = Recorder({"a": 0.2})
+    worker, consumer, producer, stop = make_worker({0: log_of(0, ["a"])}, handler, rebalance_drain_s=5.0,
+                                                   assignment=RANGE)  # fmt: skip
+    worker.consumer = EagerConsumer(consumer.log)  # type: ignore[assignment]
+    producer.consumer = worker.consumer  # type: ignore[assignment]
+    revoker = Revoker(worker.consumer, [0], lambda: started(handler, "a"))  # type: ignore[arg-type]
+    run_until(worker, stop, lambda: revoker.took_s is not None)
+    assert assigned == ["assign"]
+    assert [v for _, _, v in producer.results()] == [b"a"], "the started run was drained and committed"
+
+
+def test_a_worker_reading_several_topics_must_not_be_cooperative() -> None:
+    with pytest.raises(ValueError, match="per-topic assignor"):
+        TransactionalWorker(WorkerConfig(role="executor", source_topic=TOPIC, dlq_topic="d", group_id="g",
+                                         transactional_id="t"), Recorder(), consumer=None, producer=None,  # type: ignore[arg-type]
+                            metrics=None, stop=threading.Event(), shipper=None, models={"runs": GenerationEvent})  # type: ignore[arg-type]  # fmt: skip
