@@ -165,6 +165,7 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
                 self._step(accept=True)
             self._drain()
         finally:
+            self._draining = self._runners.draining = True  # close() revokes: no second wait (rebalancing)
             self._runners.stop()
             try:
                 self.consumer.close()
