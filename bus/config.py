@@ -14,6 +14,12 @@ from bus.keys import PARTITIONER
 #: A librdkafka configuration (values are str, int or bool).
 ClientConfig = dict[str, str | int | bool]
 
+#: The group members' assignment strategy (librdkafka's incremental, KIP-429 protocol).
+COOPERATIVE = "cooperative-sticky"
+#: The eager per-topic strategy, for a member reading several topics: sticky balances partition counts, not
+#: topics (one member of two could own every partition of one topic), and for the reward processor's joins.
+RANGE = "range"
+
 
 def consumer_config(client_config: Mapping[str, str], group_id: str, **overrides: str | int | bool) -> ClientConfig:
     """A consumer-group member that commits only what the caller says is done, never sees aborted transactions."""
@@ -27,6 +33,10 @@ def consumer_config(client_config: Mapping[str, str], group_id: str, **overrides
         # Heartbeats run on librdkafka's own thread, so a short session timeout is safe and lets a crashed
         # worker's partitions move to a live one in ~10 s instead of the default 45 s.
         "session.timeout.ms": 10_000,
+        # Incremental rebalancing: a member joining or leaving moves only the partitions that change owner, so
+        # every other member's in-flight runs go on (``workers.rebalancing``). A rebalance callback that assigns
+        # must use incremental_assign. Members reading several topics use RANGE instead (see RANGE).
+        "partition.assignment.strategy": COOPERATIVE,
         "log_level": 3,
         **overrides,
     }

@@ -188,6 +188,11 @@ class WorkerSettings(_Group):
     concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
     max_in_flight: int = Field(0, ge=0, le=100_000, description="buffered events before pausing (0: 16x, >= 64)")
     drain_timeout_s: float = Field(30.0, ge=0, description="SIGTERM: finish in-flight runs within this")
+    rebalance_drain_s: float = Field(
+        5.0, ge=0, le=60,
+        description="a pod joined or left: the started runs of partitions moving away get this long to finish "
+        "and commit, the rest is re-run by the new owner (well below max.poll.interval.ms, 300 s)",
+    )  # fmt: skip
     commit_interval_s: float = Field(0.5, gt=0, le=60, description="max delay before results are committed")
     transaction_timeout_ms: int = Field(15_000, ge=1000, description="a dead worker's open transaction aborts")
     instance_id: str | None = Field(None, description="transactional.id suffix; default host-pid-random")

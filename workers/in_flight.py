@@ -70,6 +70,10 @@ class PartitionState:
     episodes: dict[bytes | None, deque[Item]] = field(default_factory=dict)
     next_offset: int | None = None
     live: bool = True
+    #: Being revoked: runs already started may finish (``workers.rebalancing``); nothing of it starts anew.
+    closing: bool = False
+    #: Its items handed to the runners and not back yet.
+    running: int = 0
     #: Unique per assignment (``PartitionListener``): runs of an earlier one carry an older epoch.
     epoch: int = field(default_factory=lambda: next(_EPOCHS))
     #: Event time this partition is read up to (``Timers``), ms.

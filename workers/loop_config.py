@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bus.config import COOPERATIVE
 from bus.crash_guard import DEFAULT_ATTEMPTS
 from schemas.settings import WorkerSettings, defaults
 from workers.retry import RetryPolicy
@@ -27,6 +28,11 @@ class WorkerConfig:
     commit_batch: int = 500
     poll_timeout_s: float = 0.02
     drain_timeout_s: float = _DEFAULTS.drain_timeout_s
+    #: A revoked partition's started runs get this long to finish and commit (``workers.rebalancing``).
+    rebalance_drain_s: float = _DEFAULTS.rebalance_drain_s
+    #: The group's ``partition.assignment.strategy`` (``bus.config``): incremental, or ``range`` for a worker
+    #: reading more than one topic (the executor), whose members must each own a share of every topic.
+    assignment: str = COOPERATIVE
     kafka_timeout_s: float = 30.0
     handler_attempts: int = 5
     handler_backoff_s: float = 0.5
@@ -40,6 +46,11 @@ class WorkerConfig:
     def handler_retry(self) -> RetryPolicy:
         """The retry policy of a failed handler run (no jitter: the loop's own timers spread the retries)."""
         return RetryPolicy(self.handler_attempts, self.handler_backoff_s, self.handler_backoff_max_s, jitter=0.0)
+
+    @property
+    def incremental(self) -> bool:
+        """Rebalances move only the partitions that change owner (``on_assign`` gets the delta)."""
+        return self.assignment == COOPERATIVE
 
     @property
     def buffer_limit(self) -> int:

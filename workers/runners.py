@@ -1,7 +1,9 @@
 """The runner threads of a transactional worker loop: each runs the role's handler on one item at a time.
 
 Why apart from the loop: only the loop thread touches partition state and Kafka; a runner only turns an item
-into an outcome (or the exception it raised) and hands it back, so nothing here needs a lock.
+into an outcome (or the exception it raised) and hands it back, so nothing here needs a lock (a runner only
+reads an item's partition flags, ``live`` and ``closing``; one read just before the loop sets them runs an
+item the loop then discards or waits for, as if it had started a moment earlier).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from schemas.codec import Contract
 from workers.handler import Done, Handler, InvalidEventError, Outcome, Reject, Source
 from workers.in_flight import Item, timestamp_ms
 
-#: What a runner reports for an item it was handed but did not start because the worker is draining.
+#: What a runner reports for an item it was handed but did not start: the worker is draining, or the item's
+#: partition is being (or was) revoked.
 NOT_STARTED = Done(())
 
 E = TypeVar("E", bound=Contract)
@@ -51,10 +54,10 @@ class Runners(Generic[E]):
         """Give ``item`` to the next free runner."""
         self._work.put(item)
 
-    def finished(self) -> tuple[Item, Outcome | BaseException] | None:
-        """A finished run, if there is one (never waits)."""
+    def finished(self, wait_s: float = 0.0) -> tuple[Item, Outcome | BaseException] | None:
+        """A finished run, if there is one within ``wait_s`` (0: never waits)."""
         try:
-            return self._done.get_nowait()
+            return self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
         except Empty:
             return None
 
@@ -65,7 +68,10 @@ class Runners(Generic[E]):
             if item is None:
                 return
             event = item.event
-            if self.draining:  # handed over but not started: leave it uncommitted (re-delivered later)
+            part = item.part
+            # Handed over but not started, and the worker stops or the partition is (being) given up: leave it
+            # uncommitted (re-delivered to whoever owns the partition next).
+            if self.draining or part.closing or not part.live:
                 self._done.put((item, NOT_STARTED))
                 continue
             try:

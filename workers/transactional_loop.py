@@ -16,6 +16,8 @@ Why it is shaped like this:
   that (each resume is a seek and a fresh fetch, so the hysteresis is wide).
 * SIGTERM (``stop``): no new run starts; running ones get ``drain_timeout_s`` to finish; what finished is
   committed, the rest is re-delivered to the next owner.
+* Pods added or removed: rebalancing is incremental (``workers.rebalancing``): only partitions that move are
+  revoked; their started runs get ``rebalance_drain_s`` to finish and commit, and no other run is touched.
 * The input model is the role's (``GenerationEvent``, or ``ActionEvent`` for the episode worker); a role that
   serves more than one topic (the executor: generations and the gateway's run requests) names the model of each
   extra topic in ``models``, and its runs share the same slots, buffer and transactions. A handler
@@ -31,7 +33,7 @@ Why it is shaped like this:
 
 This module is the loop itself; each of its parts has a module of its own: ``runners`` (the threads that
 run the handler), ``committer`` (what one transaction holds), ``backpressure``, ``in_flight`` (what is held
-until committed) and ``loop_config``.
+until committed), ``rebalancing`` (the partitions coming and going) and ``loop_config``.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from confluent_kafka import (
 from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.clients import consume_available
-from bus.crash_guard import CrashGuard, GiveUp, release_marks, start_marks
+from bus.crash_guard import CrashGuard, GiveUp
 from bus.errors import from_exception, from_message
 from bus.metrics import WorkerMetrics
 from bus.transaction import commit_offsets
@@ -69,6 +71,7 @@ from workers.handler import (
     Ends,
     Handler,
     InfrastructureError,
+    Outcome,
     Output,
     PartitionListener,
     Reject,
@@ -77,6 +80,7 @@ from workers.handler import (
 from workers.in_flight import Item, PartitionState, timestamp_ms
 from workers.logs.shipper import LogShipper
 from workers.loop_config import WorkerConfig, WorkerStats
+from workers.rebalancing import PartitionOwnership
 from workers.runners import NOT_STARTED, Runners
 
 log = logging.getLogger(__name__)
@@ -86,7 +90,7 @@ _IDS = ("generation_id", "episode_id", "run_id", "task_id")
 E = TypeVar("E", bound=Contract)
 
 
-class TransactionalWorker(Generic[E]):
+class TransactionalWorker(PartitionOwnership, Generic[E]):
     """One consumer + one transactional producer + a pool of ``concurrency`` runner threads; ``model`` is the
     input's type (``GenerationEvent`` unless given), ``listener`` the handler's per-partition state if any."""
 
@@ -107,6 +111,8 @@ class TransactionalWorker(Generic[E]):
         ends: Ends | None = None,
         models: Mapping[str, type[Contract]] | None = None,
     ) -> None:
+        if models and config.incremental:
+            raise ValueError("a worker reading several topics needs a per-topic assignor (WorkerConfig.assignment)")
         if timers is not None and ends is None:
             raise ValueError("a worker with timers needs ends (bus.ends.EndOffsets): where each partition ends")
         self.config = config
@@ -159,6 +165,7 @@ class TransactionalWorker(Generic[E]):
                 self._step(accept=True)
             self._drain()
         finally:
+            self._draining = self._runners.draining = True  # close() revokes: no second wait (rebalancing)
             self._runners.stop()
             try:
                 self.consumer.close()
@@ -273,9 +280,10 @@ class TransactionalWorker(Generic[E]):
         # next item ready the moment it finishes one, even while this loop is busy committing a transaction.
         while not self._draining and self._runnable:
             item = self._runnable.popleft()
-            if not item.part.live:
+            if not item.part.live or item.part.closing:
                 continue
             self._running += 1
+            item.part.running += 1
             self._runners.hand(item)
 
     def _start_alone(self) -> bool:
@@ -305,6 +313,7 @@ class TransactionalWorker(Generic[E]):
             item.marked = True
         log.info("%s: running %s[%d]@%d alone (crash guard)", self.config.role, topic, partition, item.offset)
         self._running += 1
+        item.part.running += 1
         self._running_alone = item
         self._runners.hand(item)
         return True
@@ -328,21 +337,26 @@ class TransactionalWorker(Generic[E]):
     def _collect(self) -> None:
         """Take finished runs from the runner threads; start the next turn of their episodes."""
         while (finished := self._runners.finished()) is not None:
-            item, outcome = finished
-            self._running -= 1
-            if item is self._running_alone:
-                self._running_alone = None
-                if item.part.live and not isinstance(outcome, BaseException):
-                    item.outcome = outcome
-                    self._commit()  # its result is committed before anything else starts
-                    continue
-            if not item.part.live or outcome is NOT_STARTED:
-                continue
-            if isinstance(outcome, BaseException):
+            self._finish(*finished)
+
+    def _finish(self, item: Item, outcome: Outcome | BaseException) -> None:
+        """One run came back: keep its outcome (or retry it) unless its partition is gone or being revoked."""
+        self._running -= 1
+        item.part.running -= 1
+        if item is self._running_alone:
+            self._running_alone = None
+            if item.part.live and not isinstance(outcome, BaseException):
+                item.outcome = outcome
+                self._commit()  # its result is committed before anything else starts
+                return
+        if not item.part.live or outcome is NOT_STARTED:
+            return
+        if isinstance(outcome, BaseException):
+            if not item.part.closing:  # a revoked partition's failed run is retried by its next owner
                 self._failed_run(item, outcome)
-                continue
-            item.outcome = outcome
-            self._next_turn(item)
+            return
+        item.outcome = outcome
+        self._next_turn(item)
 
     def _next_turn(self, item: Item) -> None:
         """``item`` is done: the next event of its episode (same partition, same key) may start."""
@@ -443,55 +457,3 @@ class TransactionalWorker(Generic[E]):
     def _backpressure(self) -> None:
         if not self._draining:
             self._flow.update(self._parts.values())
-
-    # ---- rebalancing ---------------------------------------------------------------------------------
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("%s: assigned %s", self.config.role, sorted(tp.partition for tp in partitions))
-        for tp in partitions:
-            self._parts[(tp.topic, tp.partition)] = PartitionState(tp.topic, tp.partition)
-        # librdkafka keeps a partition's pause flag across rebalances: a partition paused (backpressure) when
-        # it was revoked would come back paused and never be fetched. Assign first, then set the flag we want.
-        consumer.assign(partitions)
-        if self._flow.paused or self._draining:
-            consumer.pause(partitions)
-        else:
-            consumer.resume(partitions)
-        marks = start_marks(consumer, self.guard, partitions, self.config.kafka_timeout_s)
-        for mark in marks:  # where each partition starts: its committed offset (or log start), read once
-            self._parts[(mark.topic, mark.partition)].start_offset = mark.offset
-        commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
-        self._tell_assigned(partitions)
-
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Commit what is ready while we still own the partitions; drop the rest (the next owner re-runs it)."""
-        log.info("%s: revoked %s", self.config.role, sorted(tp.partition for tp in partitions))
-        self._collect()
-        try:
-            if self._ready_count():
-                self._commit()
-            commit_offsets(self.producer, self.consumer, release_marks(self.guard, partitions),
-                           self.config.kafka_timeout_s)  # fmt: skip
-        except RewardstreamError as exc:
-            log.warning("%s: commit on revoke failed; the new owner re-runs: %s", self.config.role, exc)
-        self._drop(partitions)
-
-    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("%s: lost %s", self.config.role, sorted(tp.partition for tp in partitions))
-        for tp in partitions:
-            self.guard.lost(tp.topic, tp.partition)
-        self._drop(partitions)
-
-    def _drop(self, partitions: list[TopicPartition]) -> None:
-        try:
-            self.consumer.resume(partitions)  # clear our pause flag; see _on_assign
-        except KafkaException as exc:
-            log.debug("resume of revoked partitions failed: %s", exc)
-        for tp in partitions:
-            part = self._parts.pop((tp.topic, tp.partition), None)
-            if part is not None:
-                part.live = False
-                if self.listener is not None:
-                    self.listener.revoked(part.topic, part.partition)
-        self._runnable = deque(item for item in self._runnable if item.part.live)
-        self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
-        self._alone = deque(item for item in self._alone if item.part.live)

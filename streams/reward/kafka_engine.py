@@ -40,6 +40,7 @@ from confluent_kafka import KafkaError as LibKafkaError
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec, restore_partition
 from bus.clients import make_consumer, make_transactional_producer
+from bus.config import RANGE
 from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
 from bus.errors import KafkaClientError, from_message
 from bus.metrics import WorkerMetrics
@@ -240,7 +241,7 @@ class RewardEngine:
         self.changelog = changelog_name(options.app_id)
         self._changelog_spec = changelog_spec(options.app_id, topic_for("executions", specs))
         client = settings.kafka_client_config()
-        self.consumer = make_consumer(client, options.app_id, **{"partition.assignment.strategy": "range"})
+        self.consumer = make_consumer(client, options.app_id, **{"partition.assignment.strategy": RANGE})
         self.producer = make_transactional_producer(
             client, f"{options.app_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", options.transaction_timeout_ms,
             **{"linger.ms": 2},

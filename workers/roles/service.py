@@ -10,12 +10,13 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
 from bus.clients import make_consumer, make_producer
+from bus.config import RANGE
 from bus.instance import new_instance_id
 from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
@@ -65,7 +66,10 @@ def worker_config(settings: Settings, role: RoleName, *, concurrency: int | None
     """Topics, group and transactional id of ``role`` from Settings."""
     if role not in OUTPUT_ROLE:
         raise ConfigError(f"unknown worker role {role!r}; expected executor, verifier or judge")
-    return loop_config(settings, role, "generations", concurrency=concurrency)
+    config = loop_config(settings, role, "generations", concurrency=concurrency)
+    if role == "executor":  # it reads the gateway's run requests too: each member needs a share of both topics
+        return replace(config, assignment=RANGE)
+    return config
 
 
 def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency: int | None = None) -> WorkerConfig:
@@ -81,6 +85,7 @@ def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency
         max_in_flight=settings.worker.max_in_flight,
         commit_interval_s=settings.worker.commit_interval_s,
         drain_timeout_s=settings.worker.drain_timeout_s,
+        rebalance_drain_s=settings.worker.rebalance_drain_s,
     )
 
 
@@ -156,7 +161,9 @@ def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple
         "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
     }
     producer = make_producer(kafka, **overrides)
-    consumer = make_consumer(kafka, config.group_id, **{"max.poll.interval.ms": 300_000})
+    group: dict[str, str | int | bool] = {"max.poll.interval.ms": 300_000,
+                                          "partition.assignment.strategy": config.assignment}  # fmt: skip
+    consumer = make_consumer(kafka, config.group_id, **group)
     shipper = LogShipper(producer, topic_for("logs", catalog_for(settings)).name, config.role, worker=worker)
     return producer, consumer, shipper
 

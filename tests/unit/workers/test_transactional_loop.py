@@ -98,7 +98,7 @@ class FakeConsumer:
         got = self.consume(1, timeout)
         return got[0] if got else None
 
-    def assign(self, _partitions: list[TopicPartition]) -> None:
+    def incremental_assign(self, _partitions: list[TopicPartition]) -> None:
         pass
 
     def pause(self, partitions: list[TopicPartition]) -> None:
