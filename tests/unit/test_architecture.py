@@ -15,9 +15,6 @@ MAX_LINES = 500
 
 #: Held to the size rule like the packages, but free to import private names (a test reaches into its module).
 SIZED_ONLY = ("tests", "benchmarks")
-#: Test files still over MAX_LINES, each waiting for its owner to split it: empty this as they are, never add to
-#: it (issue 25; a file that is no longer over must leave the list).
-OVER_UNTIL_SPLIT = {"tests/unit/workers/test_transactional_loop.py"}
 
 
 def modules() -> list[Path]:
@@ -31,8 +28,7 @@ def lines_of(paths: list[Path]) -> dict[str, int]:
 def test_no_module_is_over_the_size_of_one_job() -> None:
     sized = lines_of(modules() + sorted(p for top in SIZED_ONLY for p in (ROOT / top).rglob("*.py")))
     over = {path: n for path, n in sized.items() if n > MAX_LINES}
-    assert {path: n for path, n in over.items() if path not in OVER_UNTIL_SPLIT} == {}
-    assert over.keys() >= OVER_UNTIL_SPLIT, f"split, so off the list: {sorted(OVER_UNTIL_SPLIT - over.keys())}"
+    assert over == {}
 
 
 def test_no_module_imports_another_modules_private_names() -> None:

@@ -16,7 +16,7 @@ from confluent_kafka import TopicPartition
 from bus.config import RANGE
 from schemas.codec import encode
 from schemas.events import GenerationEvent
-from tests.unit.workers.test_transactional_loop import (
+from tests.unit.workers.loop_fakes import (
     TOPIC,
     FakeConsumer,
     FakeMessage,
