@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint up down status clean-venv k8s-build k8s-up k8s-down k8s-status k8s-test
+.PHONY: demo test lint up down status clean-venv image deploy-check k8s-build k8s-up k8s-down k8s-status k8s-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,8 @@ demo: $(STAMP)
 # Each part leaves a junit report in var/test-reports; the slowest files of the run are printed at the end
 # (pytest prints the slowest tests of each part), so every CI log records where the suite's time goes.
 # Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
-# few minutes of Debian downloads, later runs: a check), next to the lint, which needs no service.
+# few minutes of Debian downloads, later runs: a check), next to the lint and `deploy-check` (the chart rendered
+# and validated offline), which need no service.
 REPORTS := var/test-reports
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 MEASURING := $(addprefix tests/sandbox/,test_containment.py test_run_state.py test_lifecycle.py \
@@ -43,8 +44,9 @@ test: $(STAMP)
 	{ $(BIN)/rewardstream sandbox toolchains --build all --docker && $(BIN)/rewardstream sandbox bases --build; } \
 		> .toolchains.log 2>&1 & build=$$!; \
 	lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	deploy=0; $(MAKE) --no-print-directory deploy-check || deploy=$$?; \
 	built=0; wait $$build || built=$$?; cat .toolchains.log; rm -f .toolchains.log; \
-	test $$lint -eq 0 && test $$built -eq 0
+	test $$lint -eq 0 && test $$deploy -eq 0 && test $$built -eq 0
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS); status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/1-integration.xml tests/integration \
 		$(ALONE:%=--ignore=%) || status=$$?; \
@@ -63,6 +65,19 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m infra.lint.slice_caps
+
+## image: the rewardstream container image (Debian packages + the wheel + the sandbox trees; nothing pulled).
+# IMAGE_FAMILIES: all (default) or python,native,...; IMAGE_TAR=path also writes a tarball for `ctr images import`.
+IMAGE_FAMILIES ?= all
+IMAGE_TAR ?=
+image: $(STAMP)
+	$(BIN)/python -m infra.image --families $(IMAGE_FAMILIES) $(if $(IMAGE_TAR),--save $(IMAGE_TAR))
+
+## deploy-check: render the Helm chart (each ci/ value set) and validate every manifest offline against the
+# Kubernetes and KEDA schemas; exit 0 iff all pass. helm and the schemas come through the Go module proxy once,
+# then from ~/.cache/rewardstream and the Go module cache.
+deploy-check: $(STAMP)
+	$(BIN)/python -m infra.helm.check
 
 up: $(STAMP)
 	$(BIN)/rewardstream up

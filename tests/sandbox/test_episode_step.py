@@ -25,6 +25,7 @@ from workers.episodes import step as step_module
 from workers.episodes.snapshot import Caps, pack
 from workers.episodes.step import StepAction, StepLimits, StepOutcome, run_step
 from workers.sandbox.api import Sandbox
+from workers.sandbox.guest_program import GuestProgram
 
 pytestmark = pytest.mark.sandbox
 
@@ -645,7 +646,8 @@ def test_a_forged_tar_is_the_agents_problem(sandbox: Sandbox, monkeypatch: pytes
     snap0 = snapshot({"keep": b"k"})
     for name, tar in hostile_tars(escape).items():
         source = (HOSTILE_RUNNER % tar.hex()).encode()
-        monkeypatch.setattr(step_module, "runner_code", lambda source=source: (bytes(16), source))
+        hostile = GuestProgram("step_runner.py", source, bytes(16))  # no bytecode: the source runs
+        monkeypatch.setattr(step_module, "step_runner", lambda hostile=hostile: hostile)
         out = sh(sandbox, snap0, "true")
         assert out.status == SandboxStatus.OK, (name, out.reason)
         assert not out.workspace_kept, name

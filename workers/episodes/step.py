@@ -32,16 +32,13 @@ from __future__ import annotations
 import binascii
 import errno
 import hashlib
-import importlib.util
 import json
-import marshal
 import math
 import os
 import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -61,16 +58,12 @@ from workers.sandbox.common import classify
 from workers.sandbox.guest import workspace_snapshot, workspace_tar
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC, frame_prefix
-from workers.sandbox.guest_source import program_source
+from workers.sandbox.guest_program import DEFAULT_PYTHON, GuestProgram, guest_program
 
 #: Characters the host keeps of a text the step runner reports (an error, a name), and shows of a name.
 _GUEST_TEXT_CHARS = 2000
 _NAME_SHOWN_CHARS = 80
 RUNNER_FILE = "step_runner.py"
-#: Reads the runner (its bytecode when the sandbox's interpreter has our bytecode magic, else its source)
-#: from the start of stdin, then runs it; the work dir holds nothing but the workspace (``guest.step_boot``).
-BOOT = program_source("step_boot.py").decode("utf-8")
-DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
 #: Worst case of one tar member beyond its data: a ustar header, a pax header with a 1 KiB name and a 4 KiB
 #: link target (6 blocks with its own header), and the data's padding: under 8 KiB.
 ENTRY_OVERHEAD = 8 << 10
@@ -129,7 +122,7 @@ class StepLimits:
     output_cap_bytes: int = 1 << 20
     read_cap_bytes: int = 1 << 20
     grace_s: float = 10.0
-    python_argv: tuple[str, ...] = DEFAULT_PYTHON_ARGV
+    python_argv: tuple[str, ...] = DEFAULT_PYTHON
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,12 +176,9 @@ def output_limit(caps: Caps, limits: StepLimits) -> int:
     return tar_budget(caps) + payloads + FRAME_SLACK
 
 
-@cache
-def runner_code() -> tuple[bytes, bytes]:
-    """(this interpreter's bytecode magic, 16 bytes zero-padded, + the marshalled runner; its source)."""
-    source = program_source(RUNNER_FILE)
-    code = compile(source, RUNNER_FILE, "exec", dont_inherit=True)
-    return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code), source
+def step_runner() -> GuestProgram:
+    """The step runner as shipped (``guest_program``: spliced and compiled once)."""
+    return guest_program(RUNNER_FILE)
 
 
 def build_spec(snapshot: bytes, action: StepAction, caps: Caps, limits: StepLimits, nonce: bytes) -> SandboxSpec:
@@ -207,11 +197,11 @@ def build_spec(snapshot: bytes, action: StepAction, caps: Caps, limits: StepLimi
         "tar_bytes": len(snapshot),
     }
     job = b"".join((nonce, json.dumps(header, allow_nan=False).encode(), b"\n", action.data, snapshot))
-    pyc, source = runner_code()
+    runner = step_runner()
     size_mb, inodes = workdir_limits(caps)
     return SandboxSpec(
-        argv=(*limits.python_argv, "-c", BOOT, str(len(pyc)), str(len(source)), str(len(job))),
-        stdin=pyc + source + job,
+        argv=runner.argv(limits.python_argv, str(len(job))),
+        stdin=runner.stdin(job),
         timeout_s=(action.timeout_s if action.kind == "exec" else 0.0) + limits.grace_s,
         memory_mb=limits.memory_mb,
         pids_limit=limits.pids_limit,

@@ -48,7 +48,6 @@ from workers.grading.results import (
 )
 from workers.grading.static_analysis import analyze
 from workers.grading.suites import (
-    DEFAULT_PYTHON_ARGV,
     AnySuite,
     CallInput,
     CaseValue,
@@ -60,8 +59,7 @@ from workers.grading.suites import (
     build_spec,
     call_job_suite,
     failed_suite,
-    harness_bytecode,
-    harness_source,
+    harness_program,
     infra_problem,
     is_contention,
     job_suite,
@@ -75,6 +73,7 @@ from workers.languages.source import Build, CompileLimits, compile_program
 from workers.retry import SANDBOX_RETRY, RetryPolicy
 from workers.sandbox.api import Sandbox, SandboxResult, SandboxStatus
 from workers.sandbox.common import error_result
+from workers.sandbox.guest_program import DEFAULT_PYTHON
 
 #: What a grading run reports is defined in ``workers.grading.results``; importers take it from here too.
 __all__ = [
@@ -137,7 +136,7 @@ def public_suite(task: PublicTask | Task) -> AnySuite | None:
 class GraderConfig:
     """How the grader drives the sandbox. ``python_argv`` is the interpreter inside the sandbox image."""
 
-    python_argv: tuple[str, ...] = DEFAULT_PYTHON_ARGV
+    python_argv: tuple[str, ...] = DEFAULT_PYTHON
     attempts: int = SANDBOX_RETRY.attempts
     backoff_s: float = SANDBOX_RETRY.backoff_s
     backoff_max_s: float = SANDBOX_RETRY.backoff_max_s
@@ -187,8 +186,7 @@ class Grader:
         self.sandbox = sandbox
         self.config = config or GraderConfig()
         self._sleep = sleep
-        self._harness = harness_source()
-        self._harness_pyc = harness_bytecode(self._harness)
+        self._harness = harness_program()
 
     # ---- running ---------------------------------------------------------------------------------------
     def _execute(
@@ -219,7 +217,6 @@ class Grader:
                 memory_mb=limits.memory_mb,
                 startup_grace_s=cfg.startup_grace_s,
                 harness=self._harness,
-                harness_pyc=self._harness_pyc,
                 nonce=nonce,
                 python_argv=cfg.python_argv,
                 pids_limit=cfg.pids_limit,

@@ -11,9 +11,7 @@ or unparsable record is a failure. Records are only accepted on lines framed wit
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import marshal
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,23 +25,15 @@ from workers.grading.compare import compare_stdout, compare_values
 from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
-from workers.sandbox.guest_source import program_source
+from workers.sandbox.guest_program import DEFAULT_PYTHON, GuestProgram, guest_program
 
-#: ``python3 -I`` ignores PYTHON* variables, the user site and the work dir on sys.path (no sitecustomize
-#: planted there is imported); ``-S`` skips site-packages .pth processing; ``-B`` writes no bytecode.
-DEFAULT_PYTHON_ARGV: tuple[str, ...] = ("python3", "-I", "-S", "-B")
 HARNESS_FILE = "harness.py"
-HARNESS_PYC = "harness.rspyc"
-#: Runs the grader-compiled harness bytecode when the sandbox interpreter has the same bytecode magic,
-#: else compiles the source (``guest.harness_boot``).
-BOOT = program_source("harness_boot.py").decode("utf-8")
 HARNESS_OUTPUT_BYTES = 8 * 1024 * 1024
 AnySuite = CallSuite | IoSuite | AssertSuite | CommandSuite
 #: The one case a command suite (a workspace task's public command) reports: the command's run.
 COMMAND_CASE_ID = "command"
 #: Names in the work dir of a workspace job (the workspace itself is restored under ``ws/``).
-WORKSPACE_FILES = {"tar": "ws.tar", "restore": "ws_restore.py", "dir": "ws", "pycache": ".rs-pycache",
-                   "site": ".rs-site"}  # fmt: skip
+WORKSPACE_FILES = {"tar": "ws.tar", "dir": "ws", "pycache": ".rs-pycache", "site": ".rs-site"}
 #: The environment of a workspace task's commands (besides PYTHONPATH and PYTHONPYCACHEPREFIX, which the
 #: harness points at its own dirs outside the workspace): ``-P`` for every python, no user site, no home in
 #: the workspace, no bytecode written, no pytest plugin the workspace could register, no pytest cache.
@@ -128,11 +118,10 @@ class SuiteOutcome:
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceJob:
-    """A graded workspace as a grading run takes it: the canonical tar, the program that restores it inside
-    the sandbox (the step runner's source: one restore for steps and grading), and what it holds."""
+    """A graded workspace as a grading run takes it: the canonical tar (restored inside the sandbox by the
+    step runner's ``restore``, spliced into the harness: one restore for steps and grading), and what it holds."""
 
     tar: bytes
-    restorer: bytes
     bytes: int
     entries: int
 
@@ -195,19 +184,9 @@ class Records:
         return None
 
 
-def harness_source() -> bytes:
-    """The harness program's bytes as shipped, the guest modules it imports spliced in (read on demand; callers
-    keep it)."""
-    return program_source(HARNESS_FILE)
-
-
-def harness_bytecode(source: bytes) -> bytes:
-    """This interpreter's bytecode magic (16 bytes, zero-padded) + the marshalled harness code object.
-
-    The sandbox only uses it when its own interpreter has the same magic; otherwise it compiles ``source``.
-    """
-    code = compile(source, HARNESS_FILE, "exec", dont_inherit=True)
-    return importlib.util.MAGIC_NUMBER.ljust(16, b"\0") + marshal.dumps(code)
+def harness_program() -> GuestProgram:
+    """The grading harness as shipped (``guest_program``: spliced and compiled once)."""
+    return guest_program(HARNESS_FILE)
 
 
 def job_suite(suite: AnySuite, timeout_s: float, *, max_stdout_bytes: int = 1 << 20, helpers: str = "") -> JobSuite:
@@ -258,15 +237,15 @@ def build_spec(
     suites: Sequence[JobSuite],
     memory_mb: int,
     startup_grace_s: float,
-    harness: bytes,
+    harness: GuestProgram,
     nonce: bytes,
-    harness_pyc: bytes = b"",
-    python_argv: Sequence[str] = DEFAULT_PYTHON_ARGV,
+    python_argv: Sequence[str] = DEFAULT_PYTHON,
     pids_limit: int = 64,
     workspace: WorkspaceJob | None = None,
     program: ProgramJob | None = None,
 ) -> SandboxSpec:
-    """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of stdin.
+    """One sandbox run for all ``suites`` (in the given order). The nonce is the first 32 bytes of the harness's
+    input (its stdin after the program: ``guest_program``).
 
     With ``workspace`` the candidate is that workspace (``code`` is empty): its tar and restorer go into the
     work dir as files and the header tells the harness where (``WORKSPACE_FILES``), with the environment of
@@ -278,22 +257,22 @@ def build_spec(
     toolchain family and environment (the io suites carry its argv as their ``command``).
     """
     header: dict[str, object] = {"code": code, "entry_point": entry_point or ""}
-    files = {HARNESS_FILE: harness, HARNESS_PYC: harness_pyc}
+    files: dict[str, bytes] = {}
     if program is not None:
         header["program"] = {"executables": list(program.executables)}
-        files = {**program.files, **files}
+        files = dict(program.files)
     timeout = sum(suite_budget_s(s) for s in suites) + startup_grace_s
     if workspace is not None:
         header["workspace"] = {**WORKSPACE_FILES, "env": WORKSPACE_ENV}
-        files |= {WORKSPACE_FILES["tar"]: workspace.tar, WORKSPACE_FILES["restore"]: workspace.restorer}
+        files[WORKSPACE_FILES["tar"]] = workspace.tar
         timeout += startup_grace_s
     segments = [json.dumps(header, allow_nan=False)] + [json.dumps(s.payload, allow_nan=False) for s in suites]
     stdin = nonce + b"\n" + "\n".join(segments).encode()
     n_assert = sum(1 for s in suites if s.kind == "assert")
     spec = SandboxSpec(
-        argv=(*python_argv, "-c", BOOT, str(len(stdin)), str(n_assert)),
+        argv=harness.argv(python_argv, str(len(stdin)), str(n_assert)),
         files=files,
-        stdin=stdin,
+        stdin=harness.stdin(stdin),
         timeout_s=timeout,
         memory_mb=memory_mb,
         pids_limit=pids_limit,

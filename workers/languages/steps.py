@@ -29,7 +29,7 @@ from workers.sandbox.api import Sandbox, SandboxResult, SandboxSpec, SandboxStat
 from workers.sandbox.common import CRASH_SIGNALS, error_result
 from workers.sandbox.guest.clock import CONTENTION
 from workers.sandbox.guest.framing import NONCE_LEN, frame_prefix
-from workers.sandbox.guest_source import program_source
+from workers.sandbox.guest_program import DEFAULT_PYTHON, GuestProgram, guest_program
 
 #: Characters of a sandbox failure's text a step keeps as its error.
 _ERROR_CHARS = 4096
@@ -38,15 +38,13 @@ _MISSING_PATH_CHARS = 1024
 _MISSING_WHY_CHARS = 256
 
 DRIVER_FILE = "driver.py"
-#: ``python3 -I -S -B -c``: the fork server's in-process fast path (no exec before the driver runs).
-DRIVER_ARGV = ("python3", "-I", "-S", "-B", "-c")
 #: Setup and collection time a run gets beyond the step's own deadline (the driver's start, the files back).
 GRACE_S = 5.0
 
 
-def driver_source() -> str:
-    """The step driver's source (read on demand; callers keep it)."""
-    return program_source(DRIVER_FILE).decode("utf-8")
+def driver_program() -> GuestProgram:
+    """The step driver as shipped (``guest_program``: spliced and compiled once)."""
+    return guest_program(DRIVER_FILE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +142,12 @@ def run_step(
     step: Step,
     limits: StepLimits,
     *,
-    source: str | None = None,
     retry: RetryPolicy = SANDBOX_RETRY,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StepRun:
-    """Run ``step`` in a fresh sandbox run of the driver (``source``, default the packaged one), retrying
-    infrastructure failures as ``retry`` says; never raises for what the program does."""
-    program = source or driver_source()
+    """Run ``step`` in a fresh sandbox run of the driver, retrying infrastructure failures as ``retry`` says;
+    never raises for what the program does."""
+    program = driver_program()
     outcome = StepRun(None, error="no attempt was made")
     for attempt in retry.numbers():
         nonce = secrets.token_hex(NONCE_LEN // 2).encode()
@@ -166,7 +163,7 @@ def run_step(
     return outcome
 
 
-def _spec(step: Step, limits: StepLimits, program: str, nonce: bytes) -> SandboxSpec:
+def _spec(step: Step, limits: StepLimits, program: GuestProgram, nonce: bytes) -> SandboxSpec:
     header = {
         "argv": list(step.argv),
         "timeout_s": limits.timeout_s,
@@ -182,9 +179,9 @@ def _spec(step: Step, limits: StepLimits, program: str, nonce: bytes) -> Sandbox
     # What the driver may print: both streams base64 at their caps, the files base64 at theirs, framing.
     room = (2 * limits.max_output_bytes + limits.max_collect_bytes) * 4 // 3 + 256 * limits.max_collect_files
     return SandboxSpec(
-        argv=(*DRIVER_ARGV, program),
+        argv=program.argv(DEFAULT_PYTHON),
         files=dict(step.files),
-        stdin=stdin,
+        stdin=program.stdin(stdin),
         timeout_s=limits.timeout_s + GRACE_S,
         memory_mb=limits.memory_mb,
         pids_limit=limits.pids_limit,

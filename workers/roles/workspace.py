@@ -29,7 +29,7 @@ from workers.containers.workdir import unusable_reason
 from workers.episodes.originals import BrokenOriginalError, caps_of, task_original
 from workers.episodes.protect import graded_workspace
 from workers.episodes.snapshot import Packed, SnapshotError
-from workers.episodes.step import canonical, host_failure, runner_code
+from workers.episodes.step import canonical, host_failure
 from workers.grading.suites import WorkspaceJob
 from workers.handler import InvalidEventError
 from workers.roles.common import CodeUnavailableError, Lru, RoleContext
@@ -54,8 +54,8 @@ class Graded:
     original: bytes
 
     def job(self) -> WorkspaceJob:
-        """The grading run's form of it: the tar and the step runner's restore, which unpacks it in the sandbox."""
-        return WorkspaceJob(self.workspace.data, runner_code()[1], self.workspace.bytes, self.workspace.files)
+        """The grading run's form of it: the tar, which the harness unpacks in the sandbox."""
+        return WorkspaceJob(self.workspace.data, self.workspace.bytes, self.workspace.files)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ idle init, the same for every container of a backend (pooled or one-shot)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,15 +15,16 @@ from typing import Any
 from schemas.errors import SandboxError
 from workers.sandbox.api import SandboxSpec
 from workers.sandbox.cgroups import split_for_sockets
-from workers.sandbox.guest_source import program_source
+from workers.sandbox.guest_program import PYTHON_FLAGS, guest_program
 
 LABEL = "rewardstream.sandbox"
 OWNER_LABEL = "rewardstream.sandbox.owner"
 _MAX_LIFETIME_S = 3600
-#: pid 1 of every container (the image's own python3, ``-I -S -B -c INIT <seconds>``): it makes itself
-#: non-dumpable, then sleeps, so nothing a run does to it can reach the next run (``guest.container_init``).
-INIT = program_source("container_init.py").decode("utf-8")
-INIT_ARGV = ["/usr/bin/python3", "-I", "-S", "-B", "-c", INIT, str(_MAX_LIFETIME_S)]
+#: pid 1 of every container (the image's own python3, the one loader; the program on its stdin: ``start_init``):
+#: it makes itself non-dumpable, then sleeps, so nothing a run does to it can reach the next run
+#: (``guest.container_init``).
+INIT = guest_program("container_init.py")
+INIT_ARGV = list(INIT.argv(("/usr/bin/python3", *PYTHON_FLAGS), str(_MAX_LIFETIME_S)))
 _INIT_READY_S = 10.0
 #: The container's writable mounts (wiped after every run); /mnt for files at absolute paths (SandboxFusion's).
 WRITABLE = ("/work", "/tmp", "/dev/shm", "/dev/mqueue", "/mnt")  # noqa: S108
@@ -57,7 +60,8 @@ class ContainerConfig:
     def create(
         self, api: Any, limits: Limits, command: list[str], env: dict[str, str], *, oneshot: bool = False
     ) -> str:
-        """Create (not start) a locked-down container; ``oneshot``: its command is the run (stdin attached)."""
+        """Create (not start) a locked-down container with its stdin open (``start_init`` or a one-shot run
+        writes it); ``oneshot``: its command is the run."""
         uid = self.uid
         memory = limits.memory_mb << 20
         if self.v1_memory:  # the rest of the limit goes to socket buffers (see ``cgroups.split_for_sockets``)
@@ -96,9 +100,25 @@ class ContainerConfig:
             labels={LABEL: "1", OWNER_LABEL: self.owner},
             environment=env,
             host_config=host_config,
-            stdin_open=oneshot,
+            stdin_open=True,
         )
         return str(created["Id"])
+
+
+def start_init(api: Any, cid: str) -> None:
+    """Start a container whose command is ``INIT_ARGV`` and hand its init the program on stdin (the loader
+    reads exactly that; the init holds its stdin open and never reads it again)."""
+    sock = api.attach_socket(cid, params={"stdin": 1, "stream": 1})
+    raw: socket.socket = sock._sock if hasattr(sock, "_sock") else sock
+    try:
+        api.start(cid)
+        raw.sendall(INIT.stdin())
+        raw.shutdown(socket.SHUT_WR)
+    finally:
+        with contextlib.suppress(OSError):
+            raw.close()
+        with contextlib.suppress(Exception):
+            sock.close()
 
 
 def await_non_dumpable(pid: int) -> None:

@@ -22,14 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schemas.errors import SandboxError
-from workers.sandbox.boot import BOOT_COMMON, boot_source
 from workers.sandbox.cgroups import cgroup_mountinfo
-from workers.sandbox.guest_source import program_source
+from workers.sandbox.guest_program import PYTHON_FLAGS, guest_program
 from workers.sandbox.output_pump import Deadlines
 
-#: Reads the server's code (``boot_common``, then ``docker_entry_main``) and its input from stdin, never from the
-#: command line, which the container can read (``guest.entry_boot``).
-_BOOT = program_source("entry_boot.py").decode("utf-8")
 _START_S = 15.0
 _HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 TAG_PREFIX = "rs-docker-entry-of-"
@@ -119,13 +115,14 @@ class EntryServer:
         payload = b""
         try:
             procs = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in procs_files]
-            common, source = (boot_source(name).encode() for name in (BOOT_COMMON, "docker_entry_main.py"))
-            payload = common + source + _init_config(init_pid, len(seccomp)) + b"\n" + seccomp
+            program = guest_program("docker_entry_main.py")
+            payload = program.stdin(_init_config(init_pid, len(seccomp)) + b"\n" + seccomp)
             argv = [
                 nsenter, f"--target={init_pid}",
                 "--mount", "--uts", "--ipc", "--net", "--cgroup", "--pid", "--no-fork", "--root", "--wd",
-                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", _BOOT, f"{len(common)},{len(source)}",
-                str(theirs.fileno()), self.tag, *(str(fd) for fd in procs),
+                "--", *program.argv(
+                    ("/usr/bin/python3", *PYTHON_FLAGS), str(theirs.fileno()), self.tag, *(str(fd) for fd in procs)
+                ),
             ]  # fmt: skip
             self._proc = subprocess.Popen(
                 argv,

@@ -23,6 +23,7 @@ from workers.sandbox.docker_config import (
     ContainerConfig,
     Limits,
     await_non_dumpable,
+    start_init,
 )
 from workers.sandbox.docker_entry import EntryServer, cgroup_procs_files, same_user_namespace
 from workers.sandbox.docker_reset import mount_roots, reset_and_verify
@@ -83,7 +84,7 @@ class WarmPool:
         """A new started container for ``limits``, its init settled and its entry server (if any) ready."""
         cid = self._config.create(self._api, limits, INIT_ARGV, {})
         try:
-            self._api.start(cid)
+            start_init(self._api, cid)
             info = self._api.inspect_container(cid)
             pid = int(info["State"]["Pid"])
             await_non_dumpable(pid)

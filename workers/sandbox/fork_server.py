@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schemas.errors import SandboxError
-from workers.sandbox.boot import boot_program
 from workers.sandbox.common import SANDBOX_PATH
+from workers.sandbox.guest_program import PYTHON_FLAGS, guest_program
 
 _FORK_SERVER_START_S = 15.0
 HOST_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -35,7 +35,7 @@ class ForkServer:
         self._rootfs = rootfs
         self._uid = uid
         self._seccomp = seccomp
-        self._program = boot_program("fork_server_main.py")
+        self._program = guest_program("fork_server_main.py")
         self.tag = f"rs-forkserver-of-{os.getpid()}-{secrets.token_hex(3)}"
         self._lock = threading.Lock()
         self._closed = False
@@ -67,9 +67,11 @@ class ForkServer:
                 "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "LANG", "C.UTF-8",
                 "--chdir", "/",
                 "--cap-add", "ALL",
-                "--", "/usr/bin/python3", "-I", "-S", "-B", "-c", self._program,
-                str(theirs.fileno()), str(self._uid), str(len(self._seccomp)),
-                self.tag,  # lets tests and SREs find a worker's fork server
+                "--", *self._program.argv(
+                    ("/usr/bin/python3", *PYTHON_FLAGS),
+                    str(theirs.fileno()), str(self._uid), str(len(self._seccomp)),
+                    self.tag,  # lets tests and SREs find a worker's fork server
+                ),
             ]  # fmt: skip
             proc = subprocess.Popen(
                 argv,
@@ -86,7 +88,7 @@ class ForkServer:
         try:
             if proc.stdin is None:
                 raise SandboxError("fork server stdin missing")
-            proc.stdin.write(self._seccomp)
+            proc.stdin.write(self._program.stdin(self._seccomp))
             proc.stdin.close()
             ours.settimeout(_FORK_SERVER_START_S)
             if ours.recv(16) != b"ready":

@@ -1,13 +1,9 @@
 """What the two in-sandbox servers share: the fork server (``fork_server_main``) and the docker entry server
 (``docker_entry_main``). Standard library only, like them: it runs on the sandbox's own python3.
 
-Shipped, never imported at run time: each launcher hands this source over together with its main script
-and runs both in ONE globals dict, this one first (``boot.boot_program`` puts both on the fork server's
-``-c`` command line; ``docker_entry`` sends both on the entry server's stdin and its BOOT execs them). The
-main scripts import all of it (``*``) only under ``TYPE_CHECKING`` (``False`` at run time), for mypy; at run
-time the names are already in their globals. So this module must not import ``workers`` or anything outside
-the standard library (but a guest module, spliced in by ``workers.sandbox.guest_source`` as the launchers read
-this source: ``plumbing``), and must not define a name a main script defines too.
+Spliced into each server's program where the server imports from it (``workers.sandbox.guest_source``), so the
+server and this code run in ONE globals dict: this module must not define a name a server defines too (unless
+it is the same constant: a test checks).
 """
 
 from __future__ import annotations
@@ -33,15 +29,7 @@ import time
 import traceback
 import types
 
-# For the servers' mains, which run in these globals (spliced in: see the docstring).
 from workers.sandbox.guest.as_main import main_status
-from workers.sandbox.guest.plumbing import (  # noqa: F401
-    PR_SET_CHILD_SUBREAPER,
-    PR_SET_DUMPABLE,
-    PR_SET_PDEATHSIG,
-    read_all,
-    write_all,
-)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
 if TYPE_CHECKING:

@@ -35,10 +35,9 @@ forks per run (~1 ms). Every run still gets exactly what a ``docker exec`` gets,
 The worker resets the container from the host afterwards (kill, wipe the writable mounts, check IPC) as
 after a ``docker exec``.
 
-Standard library only; started as ``python3 -I -S -B -c BOOT LENS CTL_FD TAG PROCS_FD...`` with the source of
-``boot_common`` and this source (their lengths: LENS), a JSON config line and the seccomp filter on stdin (the
-source is not in the command line that every process of the container can read). BOOT runs ``boot_common``
-and then this source in one globals dict: what both servers share comes from there (see ``boot_common``).
+Standard library only, with ``boot_common`` (what both servers share) spliced in; started by the one loader
+(``workers.sandbox.guest_program``) with ``CTL_FD TAG PROCS_FD...``, its input on stdin after the program: a
+JSON config line and the seccomp filter.
 """
 
 from __future__ import annotations
@@ -51,12 +50,40 @@ import signal
 import sys
 import time
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is here: the launcher runs it first
-    from typing import Any
+from workers.sandbox.guest.boot_common import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    PR_SET_NO_NEW_PRIVS,
+    SETUP_FAILED,
+    child_netns_own_tcp_hash,
+    drop_caps_and_ids,
+    exit_with,
+    libc,
+    limit_run_netns,
+    load_seccomp,
+    loopback_up,
+    ok,
+    open_in_private_proc,
+    open_private_proc_sys,
+    parse_spec,
+    prctl,
+    program_fds,
+    read_text,
+    run_program,
+    serve_requests,
+    set_oom_score_adj,
+    status_code,
+    stdin_from_devnull,
+    with_private_proc,
+)
+from workers.sandbox.guest.plumbing import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, read_all, write_all
 
-    from workers.sandbox.guest.boot_common import *
-    from workers.sandbox.guest.plumbing import *
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Any
 
 MS_RDONLY = 0x1
 N_FDS = 5  # spec, stdin, stdout, stderr, status
@@ -331,9 +358,9 @@ def serve(ctl_fd: int, procs: list[int], config: dict[str, Any], seccomp_filter:
 
 
 def _main() -> int:
-    ctl_fd = int(sys.argv[2])
-    procs = [int(x) for x in sys.argv[4:]]
-    data: bytes = globals().get("INPUT", b"")
+    ctl_fd = int(sys.argv[1])
+    procs = [int(x) for x in sys.argv[3:]]
+    data = read_all(0)
     nl = data.find(b"\n")
     if nl < 0:
         return SETUP_FAILED

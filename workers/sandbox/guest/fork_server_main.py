@@ -15,13 +15,13 @@ this already-started interpreter costs ~1 ms. Every run still gets a pristine sa
   uid and gid (host root is unmapped inside; the new namespace's capabilities are emptied at once), loads the
   same seccomp filter as bwrap (which denies creating further namespaces), gets a clean
   environment and only fds 0-2, prints the start marker and then runs the program. The grader's harness
-  (``python3 -I -S -B -c BOOT``, the server's own flags) runs in-process; anything else is exec'd.
+  (the one loader, ``python3 -I -S -B -c LOADER``, the server's own flags) runs in-process; anything else is exec'd.
 * G exits when H does (pid 1 gone: the kernel kills the rest of the namespace); C reports H's status like
   bwrap (128 + signal) on the status pipe. The worker kills the cgroup at the end however the run ended.
 
-Standard library only; started as ``python3 -I -S -B -c PROGRAM CTL_FD UID FILTER_LEN TAG`` with the seccomp
-filter on stdin. PROGRAM (``boot.boot_program``) runs the source of ``boot_common`` and then this source in
-one globals dict: what both in-sandbox servers share comes from there (see ``boot_common``).
+Standard library only, with ``boot_common`` (what both in-sandbox servers share) spliced in; started by the one
+loader (``workers.sandbox.guest_program``) with ``CTL_FD UID FILTER_LEN TAG``, the seccomp filter on stdin after
+the program.
 """
 
 from __future__ import annotations
@@ -33,12 +33,40 @@ import resource
 import signal
 import sys
 
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:  # at run time all of boot_common (plumbing spliced in) is here: the launcher runs it first
-    from typing import Any
+from workers.sandbox.guest.boot_common import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    PR_SET_NO_NEW_PRIVS,
+    SETUP_FAILED,
+    child_netns_own_tcp_hash,
+    clear_capability_sets,
+    drop_bounding_and_ambient,
+    drop_caps_and_ids,
+    exit_with,
+    libc,
+    limit_run_netns,
+    load_seccomp,
+    loopback_up,
+    ok,
+    open_private_proc_sys,
+    parse_spec,
+    prctl,
+    program_fds,
+    run_program,
+    serve_requests,
+    set_oom_score_adj,
+    status_code,
+    stdin_from_devnull,
+    with_private_proc,
+)
+from workers.sandbox.guest.plumbing import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, read_all, write_all
 
-    from workers.sandbox.guest.boot_common import *
-    from workers.sandbox.guest.plumbing import *
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000

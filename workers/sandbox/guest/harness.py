@@ -41,7 +41,8 @@ Why it is shaped like this (the grader's trust argument):
   this run): its files are the work dir; io suites only, each case execs the suite's ``command`` (the
   language's run argv) there, exactly as a workspace command runs (``Workspace.program``).
 
-Usage: ``python3 -I harness.py NBYTES N_ASSERT`` with NBYTES of stdin: a 32-byte nonce, then newline-separated
+Usage: run by the one loader (``workers.sandbox.guest_program``) with ``NBYTES N_ASSERT``, and NBYTES of stdin
+after the program: a 32-byte nonce, then newline-separated
 JSON segments (a header ``{"code", "entry_point"}``, then one per suite); N_ASSERT = number of assert suites.
 A ``harness_error`` record (infrastructure: the job was malformed) is only ever written for the job's own
 shape, checked before the suite it concerns runs.

@@ -1,21 +1,17 @@
 """Where a grading job's commands run when the candidate is a directory, not a program text: an agent
-episode's final workspace (restored by the step runner's own ``restore``), or a program built in another
-language (its files are the work dir).
+episode's final workspace (restored by the step runner's own ``restore``, spliced in here too), or a program
+built in another language (its files are the work dir).
 
 Guest code (standard library only), spliced into the grading harness (``harness``).
 """
 
 from __future__ import annotations
 
-import builtins
 import os
 
 from workers.sandbox.guest.plumbing import make_executable
 from workers.sandbox.guest.typed_values import HarnessError, type_name
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
-if TYPE_CHECKING:
-    from typing import Any
+from workers.sandbox.guest.workspace_snapshot import restore
 
 #: What a workspace's ``sitecustomize`` (in a site dir outside it, first on ``PYTHONPATH``) does for commands
 #: run under ``PYTHONSAFEPATH``: the workspace goes on ``sys.path`` after the stdlib and site-packages.
@@ -37,9 +33,9 @@ class Workspace:
     @classmethod
     def prepare(cls, spec: object) -> Workspace:
         """Restore the workspace tar the host sent (``spec["tar"]``, a canonical snapshot) into
-        ``spec["dir"]`` with the step runner's own ``restore`` (its source is ``spec["restore"]``), and lay
-        out the bytecode and site dirs. HarnessError (the job's fault: infrastructure) when anything fails."""
-        names = ("tar", "restore", "dir", "pycache", "site")
+        ``spec["dir"]`` with the step runner's own ``restore``, and lay out the bytecode and site dirs.
+        HarnessError (the job's fault: infrastructure) when anything fails."""
+        names = ("tar", "dir", "pycache", "site")
         if type(spec) is not dict or any(
             type(spec.get(k)) is not str or "/" in spec[k] or spec[k] in ("", ".", "..") for k in names
         ):
@@ -50,19 +46,14 @@ class Workspace:
         root = os.getcwd()
         ws, pycache, site = (os.path.join(root, spec[k]) for k in ("dir", "pycache", "site"))
         try:
-            with open(spec["restore"], "rb") as f:
-                source = f.read()
             with open(spec["tar"], "rb") as f:
                 data = f.read()
             os.unlink(spec["tar"])
-            os.unlink(spec["restore"])
-            namespace: dict[str, Any] = {"__name__": "rs_restore", "__builtins__": builtins}
-            exec(compile(source, spec["restore"], "exec", dont_inherit=True), namespace)  # noqa: S102 - ours
             for path in (ws, pycache, site):
                 os.mkdir(path, 0o755)
             os.chdir(ws)
             try:
-                namespace["restore"](data)
+                restore(data)
             finally:
                 os.chdir(root)
             with open(os.path.join(site, "sitecustomize.py"), "w") as f:

@@ -30,7 +30,7 @@ Why it is shaped like this (the same trust argument as ``workers/sandbox/guest/h
   the ceiling is reported ``"contention": true`` (the host repeats the step: never the agent's failure). The
   outer sandbox enforces the whole run.
 
-Wire format. stdin (``python3 -I -S -B -c BOOT PYC SRC JOB``, BOOT in ``step``, reads the program first):
+Wire format. stdin, after the program (the one loader, ``guest_program``, with argument ``JOB``, its size):
 ``NONCE`` (32 bytes) ``HEADER`` (one JSON object) ``\\n`` ``DATA`` (``data_bytes``) ``TAR`` (``tar_bytes``).
 stdout, only ever these frames, in this order (``F`` is ``@@RSTEP1 <nonce> ``)::
 

@@ -23,7 +23,7 @@ from workers.episodes.originals import BrokenOriginalError, caps_of, original_sn
 from workers.episodes.snapshot import Caps, SnapshotError, pack
 from workers.grading import Grader
 from workers.grading.grader import WorkspaceTaskError
-from workers.grading.suites import WORKSPACE_FILES, WorkspaceJob, build_spec, job_suite, new_nonce
+from workers.grading.suites import WORKSPACE_FILES, WorkspaceJob, build_spec, harness_program, job_suite, new_nonce
 from workers.handler import InvalidEventError
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.workspace import EpisodeWorkspaces, WorkspaceEventError
@@ -130,13 +130,14 @@ def test_a_command_suite_is_one_io_case_and_an_io_command_travels_as_argv() -> N
     assert "expected_stdout" not in json.dumps(payload)
 
 
-def test_a_workspace_job_ships_the_tar_and_its_restore_and_room_for_both() -> None:
+def test_a_workspace_job_ships_the_tar_and_room_for_it_restored() -> None:
     tar = b"t" * (40 << 20)
-    ws = WorkspaceJob(tar, b"def restore(data): pass\n", bytes=40 << 20, entries=3000)
+    ws = WorkspaceJob(tar, bytes=40 << 20, entries=3000)
+    harness = harness_program()
     spec = build_spec(code="", entry_point="calc.ops:add", suites=[], memory_mb=512, startup_grace_s=5.0,
-                      harness=b"", nonce=new_nonce(), workspace=ws)  # fmt: skip
+                      harness=harness, nonce=new_nonce(), workspace=ws)  # fmt: skip
     assert spec.files[WORKSPACE_FILES["tar"]] is tar
-    header = json.loads(spec.stdin.split(b"\n")[1])
+    header = json.loads(spec.stdin.removeprefix(harness.stdin()).split(b"\n")[1])
     assert header["workspace"]["dir"] == "ws"
     assert header["workspace"]["env"]["PYTHONSAFEPATH"] == "1"
     assert spec.workdir_size_mb * (1 << 20) >= 2 * len(tar)
@@ -150,16 +151,13 @@ def test_the_one_shot_grader_never_runs_a_command() -> None:
 
 
 def test_the_harness_restores_a_workspace_in_its_own_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.episodes.step import runner_code
-
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
     (work / "ws.tar").write_bytes(snap(tmp_path, dict(FILES), links={"pkg/up": "/etc"}))
-    (work / "ws_restore.py").write_bytes(runner_code()[1])
     ws = harness_workspace.Workspace.prepare({**WORKSPACE_FILES, "env": {"HOME": "/tmp"}})
     assert os.getcwd() == str(work)
-    assert sorted(os.listdir(work)) == [".rs-pycache", ".rs-site", "ws"]  # the tar and the restore are gone
+    assert sorted(os.listdir(work)) == [".rs-pycache", ".rs-site", "ws"]  # the tar is gone
     assert (work / "ws/pkg/mod.py").read_text() == FILES["pkg/mod.py"]
     assert os.readlink(work / "ws/pkg/up") == "/etc"
     assert ws.env["PYTHONPATH"] == str(work / ".rs-site")

@@ -27,13 +27,13 @@ from hypothesis import strategies as st
 from schemas.status import REJECTED, ObservationStatus
 from workers.episodes.snapshot import Caps, SnapshotTooLargeError, pack, unpack
 from workers.episodes.step import (
-    BOOT,
     ENTRY_OVERHEAD,
     StepAction,
     StepLimits,
     build_spec,
     output_limit,
     run_step,
+    step_runner,
     tar_budget,
     workdir_limits,
 )
@@ -41,6 +41,7 @@ from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
 from workers.sandbox.guest import step_errors, step_files, workspace_paths, workspace_snapshot, workspace_tar
 from workers.sandbox.guest import step_runner as runner
 from workers.sandbox.guest.framing import NONCE_LEN, STEP_MAGIC
+from workers.sandbox.guest_program import LOADER
 
 CAPS = Caps(max_bytes=1 << 20, max_entries=100)
 
@@ -448,7 +449,8 @@ def test_a_complete_report_gives_the_canonical_workspace(workspaces: tuple[bytes
     assert (out.status, out.stdout, out.stdout_truncated) == (SandboxStatus.OK, b"hello\n", False)
     assert (out.snapshot, out.sha256, out.workspace_kept) == (expected.data, expected.sha256, True)
     spec = backend.specs[0]
-    assert spec.argv[-5:-3] == ("-c", BOOT)
+    assert spec.argv[-6:-4] == ("-c", LOADER)
+    assert spec.stdin.startswith(step_runner().stdin())
     assert spec.workdir_size_mb == 2
     assert spec.output_limit_bytes == output_limit(CAPS, StepLimits())
     assert spec.timeout_s == 10.0 + StepLimits().grace_s

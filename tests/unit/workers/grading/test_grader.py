@@ -22,8 +22,9 @@ from streams.reward.policy import load_policy
 from workers.grading import CallArgs, Flag, Grader, GraderConfig, GradeResult, run_call_cases
 from workers.grading.grader import RunInfo
 from workers.grading.static_analysis import analyze
-from workers.grading.suites import CaseOutcome, SuiteOutcome
+from workers.grading.suites import CaseOutcome, SuiteOutcome, harness_program
 from workers.sandbox.api import SandboxResult, SandboxSpec, SandboxStatus
+from workers.sandbox.guest_program import GuestProgram
 
 PY = ("/usr/bin/python3", "-I", "-S", "-B")
 
@@ -267,7 +268,8 @@ def test_sandbox_errors_are_retried_with_backoff_then_reported() -> None:
     assert len(sleeps) == 2
     assert sleeps[1] > sleeps[0]
     assert any("sandbox_error" in r for r in res["reasons"])
-    assert len({s.stdin[:32] for s in box.specs}) == 3  # a fresh nonce per attempt
+    inputs = [s.stdin.removeprefix(harness_program().stdin()) for s in box.specs]
+    assert len({i[:32] for i in inputs}) == 3  # a fresh nonce per attempt
 
 
 def test_transient_failures_then_success() -> None:
@@ -344,7 +346,8 @@ def test_hack_flag_gates_a_passing_run() -> None:
 
 def test_harness_falls_back_to_source_when_bytecode_does_not_match() -> None:
     g = rewarding(LocalRunner())
-    g.grader._harness_pyc = b"\0" * 16 + b"not bytecode"  # as if the sandbox ran another Python version
+    shipped = g.grader._harness  # as if the sandbox ran another Python version: the magic does not match
+    g.grader._harness = GuestProgram(shipped.name, shipped.source, b"\0" * 16 + b"not bytecode")
     assert g.grade(task(), GOOD).status == "pass"
 
 

@@ -72,15 +72,32 @@ def test_free_slots_are_taken_at_once(tmp_path: Path) -> None:
             proc.join(10)
 
 
-def test_starts_are_paced_across_the_host(tmp_path: Path) -> None:
+class FakeClock:
+    """The host's monotonic clock, advanced only by sleeping: what the pacing decides, without the scheduler's
+    overshoot (a late wake-up on a busy machine moves one start, not the schedule)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+def test_starts_are_paced_across_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(time, "monotonic", clock.monotonic)  # the module's clock, for this test only
+    monkeypatch.setattr(time, "sleep", clock.sleep)
     admission = Admission(tmp_path, 8, 20.0)  # 50 ms apart on average, jittered 25-75 ms
     started = []
     for _ in range(6):
         with admission.admit():
-            started.append(time.monotonic())
+            started.append(clock.monotonic())
     gaps = [b - a for a, b in itertools.pairwise(started)]
-    assert sum(gaps) >= 5 * 0.025, gaps
-    assert min(gaps) >= 0.02, gaps
+    assert min(gaps) >= 0.025, gaps
+    assert max(gaps) <= 0.075, gaps
 
 
 def test_defaults_follow_the_host() -> None:

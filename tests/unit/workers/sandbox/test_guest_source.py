@@ -11,28 +11,19 @@ import builtins
 import dis
 import sys
 import types
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from workers.episodes.step import BOOT as STEP_BOOT
-from workers.episodes.step import runner_code
-from workers.grading.suites import BOOT as HARNESS_BOOT
-from workers.grading.suites import harness_source
-from workers.languages.steps import driver_source
-from workers.sandbox.boot import BOOT_COMMON, boot_source
-from workers.sandbox.docker_config import INIT
 from workers.sandbox.guest import framing
-from workers.sandbox.guest_source import GUEST, program_source
+from workers.sandbox.guest_program import LOADER, guest_program
+from workers.sandbox.guest_source import GUEST
 
 ROOT = Path(__file__).resolve().parents[4]
 GUEST_DIR = ROOT / GUEST.replace(".", "/")
 MODULES = sorted(p.stem for p in GUEST_DIR.glob("*.py") if p.stem != "__init__")
-#: The in-sandbox servers' sources, shipped by ``workers.sandbox.boot`` (the rest by ``guest_source``).
-BOOTED = ("boot_common", "fork_server_main", "docker_entry_main")
-#: The ``-c`` programs: the container's init, and the loaders of the harness, the step runner and the entry server.
-LOADERS = ("container_init", "harness_boot", "step_boot", "entry_boot")
+#: The programs that run inside a sandbox, each shipped by ``guest_program`` and run by the one ``loader``.
+PROGRAMS = ("harness", "step_runner", "driver", "fork_server_main", "docker_entry_main", "container_init")
 
 
 def tree(module: str) -> ast.Module:
@@ -85,7 +76,7 @@ def literal(node: ast.stmt) -> object:
 
 
 def test_the_guest_package_holds_every_in_sandbox_program() -> None:
-    assert {"harness", "step_runner", "driver", "clock", "framing", *LOADERS, *BOOTED} <= set(MODULES)
+    assert {*PROGRAMS, "loader", "boot_common", "clock", "framing"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -149,20 +140,21 @@ def test_a_spliced_import_line_can_be_replaced_by_the_module_it_names(module: st
 def test_a_module_is_spliced_once_however_often_it_is_imported() -> None:
     """A module's state (``candidate_server``'s live servers) is one object in the shipped program, as on the
     host: a module two spliced modules import lands once, before the first."""
-    source = harness_source().decode()
+    source = guest_program("harness.py").source.decode()
     assert source.count("_LIVE_SERVERS: set[int] = set()") == 1
     assert source.count("from __future__ import") == 1
     assert source.index("def encode_value(") < source.index("class Server:") < source.index("def main(")
 
 
-@pytest.mark.parametrize(
-    "source",
-    [harness_source, driver_source, lambda: runner_code()[1], lambda: INIT, lambda: HARNESS_BOOT, lambda: STEP_BOOT],
-    ids=["harness", "driver", "step_runner", "container_init", "harness_boot", "step_boot"],
-)
-def test_a_shipped_program_imports_only_the_standard_library(source: Callable[[], bytes | str]) -> None:
+def shipped_source(program: str) -> str:
+    """The text ``program`` runs as inside a sandbox: the loader's ``-c`` source, or a program's spliced source."""
+    return LOADER if program == "loader" else guest_program(f"{program}.py").source.decode()
+
+
+@pytest.mark.parametrize("program", [*PROGRAMS, "loader"])
+def test_a_shipped_program_imports_only_the_standard_library(program: str) -> None:
     """Its spliced modules may import each other for the type checker only (``TYPE_CHECKING`` is ``False``)."""
-    shipped = [node for node in ast.parse(source()).body if not is_type_checking(node)]
+    shipped = [node for node in ast.parse(shipped_source(program)).body if not is_type_checking(node)]
     names = [
         name
         for node in shipped
@@ -172,29 +164,6 @@ def test_a_shipped_program_imports_only_the_standard_library(source: Callable[[]
     ]
     assert names, "the program imports something"
     assert all(is_stdlib(name) for name in names), [n for n in names if not is_stdlib(n)]
-
-
-@pytest.mark.parametrize("module", BOOTED)
-def test_a_booted_server_imports_our_code_only_for_the_type_checker(module: str) -> None:
-    """The servers run after ``boot_common`` in one globals dict; they import it (``*``) only for mypy."""
-    shipped = ast.parse(boot_source(f"{module}.py"))
-    for node in shipped.body:
-        if is_type_checking(node):
-            continue
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Import | ast.ImportFrom):
-                assert all(is_stdlib(name) for name in imported(sub)), (module, sub.lineno)
-    assert BOOT_COMMON == "boot_common.py"
-
-
-@pytest.mark.parametrize("module", [m for m in BOOTED if m != "boot_common"])
-def test_a_booted_server_defines_no_name_of_boot_common(module: str) -> None:
-    """The server's main runs after ``boot_common`` (with what it splices) in the same globals: a name both
-    define would be replaced without a word, unless it is the same constant."""
-    shared = bound(ast.parse(boot_source(BOOT_COMMON)).body)
-    main = bound(tree(module).body)
-    clashes = [n for n in set(main) & set(shared) if literal(main[n]) != literal(shared[n])]
-    assert not clashes, f"{module}.py redefines boot_common's {sorted(clashes)}"
 
 
 def global_names(code: types.CodeType) -> set[str]:
@@ -207,34 +176,15 @@ def global_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def shipped(program: str) -> list[tuple[str, str | bytes]]:
-    """The files of ``program`` as it is shipped, in the order they run in one globals dict."""
-    if program in BOOTED:
-        return [(name, boot_source(name)) for name in (BOOT_COMMON, f"{program}.py")]
-    loaders: dict[str, Callable[[], str | bytes]] = {
-        "harness": harness_source,
-        "driver": driver_source,
-        "step_runner": lambda: runner_code()[1],
-        "container_init": lambda: INIT,
-        "harness_boot": lambda: HARNESS_BOOT,
-        "step_boot": lambda: STEP_BOOT,
-        "entry_boot": lambda: program_source("entry_boot.py"),
-    }
-    return [(f"{program}.py", loaders[program]())]
-
-
-@pytest.mark.parametrize("program", ["harness", "driver", "step_runner", *LOADERS, *BOOTED[1:]])
+@pytest.mark.parametrize("program", [*PROGRAMS, "loader"])
 def test_every_global_a_shipped_program_reads_is_defined(program: str) -> None:
-    """Run as it is shipped (not as ``__main__``, so only its definitions run), in one globals dict: every
-    global its functions read is defined there or a builtin. What the splice, or ``boot_common``, stopped
-    defining would otherwise first show inside a sandbox, as a NameError."""
-    scope: dict[str, object] = {"__name__": "shipped", "INPUT": b""}
-    read: set[str] = set()
-    for name, source in shipped(program):
-        code = compile(source, name, "exec", dont_inherit=True)
-        exec(code, scope)  # noqa: S102 - our own guest program, only its definitions
-        read |= global_names(code)
-    missing = sorted(read - set(scope) - set(dir(builtins)))
+    """Run as it is shipped (not as ``__main__``, so only its definitions run): every global its functions
+    read is defined there or a builtin. What the splice stopped defining would otherwise first show inside a
+    sandbox, as a NameError."""
+    scope: dict[str, object] = {"__name__": "shipped"}
+    code = compile(shipped_source(program), f"{program}.py", "exec", dont_inherit=True)
+    exec(code, scope)  # noqa: S102 - our own guest program, only its definitions
+    missing = sorted(global_names(code) - set(scope) - set(dir(builtins)))
     assert not missing, f"{program}: read but defined nowhere: {missing}"
 
 

@@ -13,6 +13,7 @@ import pytest
 from schemas.tasks import AssertSuite, CallSuite, IoSuite
 from workers.grading.suites import (
     build_spec,
+    harness_program,
     job_suite,
     new_nonce,
     order_for_harness,
@@ -311,7 +312,7 @@ def test_expected_values_never_enter_the_sandbox() -> None:
         suites=jobs,
         memory_mb=256,
         startup_grace_s=1.0,
-        harness=b"# harness",
+        harness=harness_program(),
         nonce=new_nonce(),
     )
     blob = spec.stdin + b"".join(spec.files.values()) + " ".join(spec.argv).encode() + repr(spec.env).encode()
@@ -329,11 +330,11 @@ def test_assert_suites_run_last_and_are_counted_in_argv() -> None:
         suites=[jobs[1], jobs[0]],
         memory_mb=256,
         startup_grace_s=1.0,
-        harness=b"",
+        harness=harness_program(),
         nonce=new_nonce(),
     )
     assert spec.argv[-1] == "1"
-    assert int(spec.argv[-2]) == len(spec.stdin)
+    assert int(spec.argv[-2]) == len(spec.stdin) - len(harness_program().stdin())
     # Limits are per case: the assert suite may take its load and its check (2 x 1 s), the call suite a load
     # and a call per case (2 x 2 cases x 1 s), plus the start-up grace.
     assert len(CALL.cases) == 2

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from workers.grading.suites import harness_source
+from workers.grading.suites import harness_program
 from workers.sandbox.guest.clock import ProcUsage, run_tree
 
 #: Loads the shipped harness source from stdin, becomes a subreaper, leaves a daemon (double fork, own
@@ -93,7 +93,7 @@ def neighbour() -> Iterator[subprocess.Popen[bytes]]:
 def test_the_sweep_kills_the_harness_tree_and_spares_a_neighbour(neighbour: subprocess.Popen[bytes]) -> None:
     done = subprocess.run(
         [_interpreter(), "-I", "-S", "-c", SWEEPER],
-        input=harness_source(),
+        input=harness_program().source,
         capture_output=True,
         timeout=60,
         check=False,

@@ -1,0 +1,1 @@
+"""The Helm chart's tooling: the KafkaTopic template generated from the topic catalog, and ``deploy-check``."""

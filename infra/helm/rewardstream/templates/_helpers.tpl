@@ -1,0 +1,64 @@
+{{/* Names and labels. */}}
+{{- define "rs.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 40 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "rs.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The role's resource name: <fullname>-<role in kebab case>. Context: dict root role */}}
+{{- define "rs.roleName" -}}
+{{ include "rs.fullname" .root }}-{{ .role | kebabcase }}
+{{- end -}}
+
+{{- define "rs.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .role | kebabcase }}
+{{- end -}}
+
+{{- define "rs.secretName" -}}
+{{ .Values.credentials.existingSecret | default (printf "%s-credentials" (include "rs.fullname" .)) }}
+{{- end -}}
+
+{{/*
+What each role runs and reads: its command, its consumer group and the catalog roles of the topics it consumes
+(what KEDA reads the lag of), and whether it runs sandboxes. The source of these facts is the code:
+rewardstream/cli/worker.py and reward.py (commands), schemas.topics.group_for and workers/roles (groups, topics).
+*/}}
+{{- define "rs.roleFacts" -}}
+executor: {args: [worker, executor], group: executor, topics: [generations, run_requests], sandbox: true, consumer: true}
+verifier: {args: [worker, verifier], group: verifier, topics: [generations], sandbox: true, consumer: true}
+judge: {args: [worker, judge], group: judge, topics: [generations], sandbox: false, consumer: true}
+episode: {args: [worker, episode], group: episode, topics: [actions], sandbox: true, consumer: true}
+indexer: {args: [worker, indexer], group: indexer, topics: [logs], sandbox: false, consumer: true}
+rewardProcessor: {args: [reward, run, --app-id, rewardstream-rewards], group: "", app: rewardstream-rewards, topics: [executions, verdicts, judgements], sandbox: false, consumer: true}
+gateway: {args: [serve], group: "", topics: [], sandbox: false, consumer: false}
+{{- end -}}
+
+{{/* The consumer group of a role: <topicPrefix><role>, or the reward processor's app id. Context: dict root role */}}
+{{- define "rs.group" -}}
+{{- $facts := index (include "rs.roleFacts" .root | fromYaml) .role -}}
+{{- if $facts.app -}}{{ $facts.app }}{{- else -}}{{ .root.Values.kafka.topicPrefix }}{{ $facts.group }}{{- end -}}
+{{- end -}}
+
+{{/* A credential from the Secret, set only when the Secret has it. Context: list name key root */}}
+{{- define "rs.secretEnv" -}}
+- name: {{ index . 0 }}
+  valueFrom:
+    secretKeyRef: {name: {{ include "rs.secretName" (index . 2) }}, key: {{ index . 1 }}, optional: true}
+{{- end -}}
+
+{{/* An egress rule to one peer set. Context: {peers, ports} */}}
+{{- define "rs.egressRule" -}}
+- to: {{- toYaml .peers | nindent 4 }}
+  ports:
+    {{- range .ports }}
+    - {protocol: TCP, port: {{ . }}}
+    {{- end }}
+{{- end }}

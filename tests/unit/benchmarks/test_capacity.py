@@ -1,0 +1,29 @@
+"""The capacity benchmark's arithmetic: keys spread evenly over the partitions (else the scaling figures measure
+the keys' luck), rates from the first output to the last, efficiency against one process."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from benchmarks.capacity_kafka import Timed, balanced_keys
+from benchmarks.capacity_scaling import efficiencies
+from bus.keys import partition_for
+
+
+def test_keys_are_distinct_and_spread_evenly_over_the_partitions() -> None:
+    keys = balanced_keys(100, 8, "t")
+    assert len(set(keys)) == 100
+    per_partition = Counter(partition_for(k.encode(), 8) for k in keys)
+    assert set(per_partition) == set(range(8))
+    assert max(per_partition.values()) - min(per_partition.values()) <= 1
+
+
+def test_the_rate_counts_the_intervals_between_the_first_and_the_last_output() -> None:
+    assert Timed(11, 5.0, 7.0).rate() == 5.0
+    assert Timed(1, 5.0, 5.0).rate() == 0.0
+
+
+def test_efficiency_is_against_one_process_times_the_count() -> None:
+    rows = efficiencies([{"processes": 1, "rps": 1.0}, {"processes": 8, "rps": 6.0}], concurrency=2, sleep_s=2.0)
+    assert [(r["efficiency"], r["ideal_rps"]) for r in rows] == [(1.0, 1.0), (0.75, 8.0)]
+    assert efficiencies([{"processes": 2, "rps": 1.0}], 2, 2.0)[0]["efficiency"] is None

@@ -1,0 +1,125 @@
+"""``make deploy-check`` end to end: the chart as shipped passes; a bad value, or a manifest the Kubernetes or
+KEDA schema refuses, fails it. Uses the real helm and schemas (built and fetched once through the Go module
+proxy by ``make deploy-check``, which ``make test`` runs first; from the caches afterwards)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from infra.helm import check
+from infra.helm.sources import ensure_helm, ensure_schemas
+from infra.helm.validate import Validator, load_manifests
+from schemas.settings import unknown_variables
+
+pytestmark = pytest.mark.timeout(1800)  # a cold machine builds helm first
+#: A non-loopback gateway needs a token to render at all.
+TOKEN = ["--set", "credentials.gatewayTokens=t"]
+
+
+@pytest.fixture(scope="module")
+def validator() -> Validator:
+    return Validator(ensure_schemas(check.HERE / "crds"))
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    return load_manifests(
+        check.render(ensure_helm(), check.CHART, ["--values", str(check.CHART / "ci/full-values.yaml")])
+    )
+
+
+def test_shipped_chart_passes() -> None:
+    assert check.check(check.CHART, []) == []
+
+
+def test_every_role_has_a_deployment_and_each_consumer_a_scaled_object(rendered: list[dict[str, Any]]) -> None:
+    kinds = {(m["kind"], m["metadata"]["name"]) for m in rendered}
+    roles = ("executor", "verifier", "judge", "episode", "indexer", "reward-processor", "gateway")
+    assert {("Deployment", f"rs-rewardstream-{r}") for r in roles} <= kinds
+    assert {("ScaledObject", f"rs-rewardstream-{r}") for r in roles if r != "gateway"} <= kinds
+    assert {("PodDisruptionBudget", f"rs-rewardstream-{r}") for r in roles} <= kinds
+    assert sum(kind == "KafkaTopic" for kind, _ in kinds) == 11
+
+
+def test_executor_scales_on_both_its_topics_within_the_partitions(rendered: list[dict[str, Any]]) -> None:
+    scaled = next(m for m in rendered if m["kind"] == "ScaledObject" and m["metadata"]["name"].endswith("executor"))
+    topics = sorted(t["metadata"]["topic"] for t in scaled["spec"]["triggers"])
+    assert topics == ["rs.generations", "rs.run_requests"]
+    assert {t["metadata"]["consumerGroup"] for t in scaled["spec"]["triggers"]} == {"rs.executor"}
+    assert scaled["spec"]["maxReplicaCount"] <= 24
+
+
+def test_grace_period_covers_the_drain(rendered: list[dict[str, Any]]) -> None:
+    for deployment in (m for m in rendered if m["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert pod["terminationGracePeriodSeconds"] > float(env["RS_WORKER_DRAIN_TIMEOUT_S"])
+
+
+def test_the_same_values_pass_without_the_fault() -> None:
+    """The faults below are what fails them: these values alone pass."""
+    assert check.check(check.CHART, TOKEN) == []
+
+
+def test_a_non_loopback_gateway_without_a_token_fails() -> None:
+    problems = check.check(check.CHART, ["--set", "roles.judge.replicas=1"])
+    assert any("gatewayTokens" in p for p in problems), problems
+
+
+def test_a_bad_value_fails_deploy_check() -> None:
+    problems = check.check(check.CHART, [*TOKEN, "--set", "roles.executor.replicas=three"])
+    assert any("helm template failed" in p and "replicas" in p for p in problems), problems
+
+
+def test_more_replicas_than_partitions_fails() -> None:
+    problems = check.check(check.CHART, [*TOKEN, "--set", "roles.judge.autoscaling.maxReplicas=13"])
+    assert any("exceeds kafka.partitions" in p for p in problems), problems
+
+
+def test_a_manifest_the_kubernetes_schema_refuses_fails() -> None:
+    """A value the chart's schema lets through (a NetworkPolicy peer is free-form) but Kubernetes refuses."""
+    peers = json.dumps([{"podSelectr": {"matchLabels": {"app": "kafka"}}}])
+    problems = check.check(check.CHART, [*TOKEN, "--set-json", f"networkPolicy.kafka.peers={peers}"])
+    assert any("NetworkPolicy" in p and "podSelectr" in p for p in problems), problems
+
+
+def test_validator_refuses_bad_core_and_keda_fields(validator: Validator, rendered: list[dict[str, Any]]) -> None:
+    deployment = copy.deepcopy(next(m for m in rendered if m["kind"] == "Deployment"))
+    assert list(validator.errors(deployment)) == []
+    deployment["spec"]["replicas"] = "three"
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Never"
+    errors = list(validator.errors(deployment))
+    assert any("spec.replicas" in e for e in errors), errors
+    assert any("imagePullPolcy" in e for e in errors), errors
+    scaled = copy.deepcopy(next(m for m in rendered if m["kind"] == "ScaledObject"))
+    assert list(validator.errors(scaled)) == []
+    scaled["spec"]["minReplicaCount"] = "one"
+    del scaled["spec"]["triggers"][0]["type"]
+    errors = list(validator.errors(scaled))
+    assert any("minReplicaCount" in e for e in errors), errors
+    assert any("'type' is a required" in e for e in errors), errors
+
+
+def test_unknown_kind_is_an_error(validator: Validator) -> None:
+    errors = list(validator.errors({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}))
+    assert len(errors) == 1, errors
+    assert "no schema" in errors[0]
+
+
+@pytest.mark.parametrize("values", ["full-values.yaml", "local-e2e-values.yaml"])
+def test_every_rs_variable_the_chart_sets_is_a_setting(values: str) -> None:
+    """A misspelt RS_* name would be ignored by the processes (their default used): none in any render."""
+    manifests = load_manifests(check.render(ensure_helm(), check.CHART, ["--values", str(check.CHART / "ci" / values)]))
+    names: set[str] = set()
+    for manifest in manifests:
+        if manifest["kind"] == "ConfigMap":
+            names |= set(manifest["data"])
+        if manifest["kind"] == "Deployment":
+            names |= {e["name"] for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]}
+    rs_names = {name for name in names if name.startswith("RS_")}
+    assert len(rs_names) > 20
+    assert unknown_variables(dict.fromkeys(rs_names, "x")) == []

@@ -1,0 +1,78 @@
+"""The cross-object rules deploy-check adds to the schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.helm.semantics import check_all
+
+
+def _deployment(name: str = "rs-executor", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    pods = labels if labels is not None else {"app": "x"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": pods}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
+
+
+def _scaled(target: str, low: int = 1, high: int = 4) -> dict[str, Any]:
+    spec = {"scaleTargetRef": {"name": target}, "minReplicaCount": low, "maxReplicaCount": high}
+    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "so"}, "spec": spec}
+
+
+def test_consistent_objects_pass() -> None:
+    pdb = {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "p"},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}},
+    }
+    assert list(check_all([_deployment(), _scaled("rs-executor"), pdb])) == []
+
+
+def test_selector_not_matching_pods() -> None:
+    assert any("does not match" in e for e in check_all([_deployment(labels={"app": "y"})]))
+
+
+def test_scaled_object_without_its_deployment_and_bounds_reversed() -> None:
+    errors = list(check_all([_deployment(), _scaled("rs-other", low=5, high=2)]))
+    assert any("no Deployment of this render" in e for e in errors)
+    assert any("minReplicaCount 5 > maxReplicaCount 2" in e for e in errors)
+
+
+def test_bad_names_and_labels() -> None:
+    service = {"kind": "Service", "metadata": {"name": "rs.gateway"}}
+    errors = list(check_all([_deployment(name="RS_Executor"), service]))
+    assert any("not a DNS-1123 subdomain" in e for e in errors)
+    assert any("not a DNS-1035 label" in e for e in errors)
+    bad_label = _deployment(labels={"app": "x", "tier": "-bad-"})
+    assert any("not a valid label value" in e for e in check_all([bad_label]))
+
+
+def test_pdb_matching_nothing() -> None:
+    pdb = {"kind": "PodDisruptionBudget", "metadata": {"name": "p"}, "spec": {"selector": {"matchLabels": {"a": "b"}}}}
+    assert any("matches no Deployment" in e for e in check_all([_deployment(), pdb]))
+
+
+def test_empty_network_policy_peer() -> None:
+    def policy(peer: dict[str, Any]) -> dict[str, Any]:
+        spec = {"ingress": [{"from": [peer], "ports": [{"port": 80}]}]}
+        return {"kind": "NetworkPolicy", "metadata": {"name": "np"}, "spec": spec}
+
+    assert any("an empty peer" in e for e in check_all([policy({})]))
+    assert list(check_all([policy({"podSelector": {}})])) == []
+
+
+def test_request_above_limit() -> None:
+    deployment = _deployment()
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "1500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1024Mi"}}
+    errors = list(check_all([deployment]))
+    assert len(errors) == 1, errors
+    assert "cpu request 1500m exceeds its limit 1" in errors[0]
+    container["resources"]["limits"]["cpu"] = 2
+    assert list(check_all([deployment])) == []
