@@ -153,7 +153,11 @@ def _burst(run: _Run, ns: Namespace) -> None:
         players = [start_episode(trainer, e, args.timeout) for e in episodes]
         _log(f"e2e: publishing {len(solutions)} generations and {len(episodes)} episodes")
         lag = steps.wait_kill_moment(
-            watch, lambda: group_lag(ns, "executor", "generations"), lambda: submit.poll() is None, args.timeout
+            watch,
+            lambda: group_lag(ns, "executor", "generations"),
+            lambda: submit.poll() is None,
+            PARTITIONS,
+            args.timeout,
         )
         victim = pod_to_kill(watch.pods())
         if victim is not None:

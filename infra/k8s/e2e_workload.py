@@ -89,7 +89,7 @@ def solutions(tag: str, tasks_count: int, per_task: int, slow_s: float) -> list[
         for i in range(tasks_count):
             task_id, base = f"e2e/add-{i}", f"{tag}-r{round_}-t{i}"
             out.append(Solution(f"{base}-right", task_id, f"def f(x):\n    return x + {i}\n", 1.0))
-            out.append(Solution(f"{base}-wrong", task_id, "def f(x):\n    return x\n", 0.0))
+            out.append(Solution(f"{base}-wrong", task_id, "def f(x):\n    return x - 1\n", 0.0))
             slow = f"def f(x):\n    import time\n    time.sleep({slow_s})\n    return x + {i}\n"
             out.append(Solution(f"{base}-slow", task_id, slow, 1.0))
             if i % 4 == 0:
