@@ -30,7 +30,15 @@ from infra.k8s.build import ensure_binaries
 from infra.k8s.cluster import LocalCluster
 from infra.k8s.e2e_chart import NAMESPACE, Install, install_chart, uninstall_chart
 from infra.k8s.e2e_kafka import Namespace, close_namespace, group_lag, open_namespace, read_rewards
-from infra.k8s.e2e_trainer import TrainerEnv, episode_id, load_tasks, start_episode, start_submit, tail
+from infra.k8s.e2e_trainer import (
+    TrainerEnv,
+    episode_id,
+    load_tasks,
+    start_episode,
+    start_submit,
+    stopped_at_exit,
+    tail,
+)
 from infra.k8s.e2e_verdict import Outcome, tally
 from infra.k8s.e2e_watch import ReplicaWatch, kill_pod, pod_to_kill
 from infra.k8s.images import import_docker_image
@@ -147,10 +155,12 @@ def _burst(run: _Run, ns: Namespace) -> None:
     _log(f"e2e: chart installed; every role available in {steps.wait_installed(kubectl, NAMESPACE, 600):.1f}s")
     solutions = workload.solutions(ns.run_id, args.tasks, args.rounds, args.slow_s)
     episodes = workload.episodes(args.episodes)
-    with ReplicaWatch(kubectl, NAMESPACE) as watch:
+    with ReplicaWatch(kubectl, NAMESPACE) as watch, stopped_at_exit([]) as procs:
         burst_start = time.monotonic()
         submit = start_submit(trainer, solutions, args.timeout)
+        procs.append(submit)
         players = [start_episode(trainer, e, args.timeout) for e in episodes]
+        procs.extend(players)
         _log(f"e2e: publishing {len(solutions)} generations and {len(episodes)} episodes")
         lag = steps.wait_kill_moment(
             watch,
@@ -170,6 +180,7 @@ def _burst(run: _Run, ns: Namespace) -> None:
              f"after {time.monotonic() - burst_start:.1f}s")  # fmt: skip
         if submit.returncode != 0:
             outcome.errors.append(f"rewardstream submit exited {submit.returncode}: {tail(scratch / 'submit.log')}")
+        outcome.max_replicas = watch.most
         down_s = steps.wait_scaled_down(kubectl, watch, NAMESPACE, EXECUTOR_MIN, 300)
         outcome.scaled_down = True
         outcome.max_replicas = watch.most

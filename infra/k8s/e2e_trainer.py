@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +88,24 @@ def episode_id(trainer: TrainerEnv, episode: Episode) -> str | None:
         if found:
             return str(found)
     return None
+
+
+@contextmanager
+def stopped_at_exit(procs: list[subprocess.Popen[bytes]]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Whatever of ``procs`` still runs on the way out (a failed wait, an interrupt) is stopped by its pid:
+    SIGTERM, then SIGKILL after 30 s."""
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
 
 
 def tail(path: Path, lines: int = 5) -> str:
