@@ -8,6 +8,7 @@ topic prefix): they are deleted afterwards only when they did not exist before t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,9 +19,12 @@ from bus.admin import delete_groups_with_prefix, delete_topics, ensure_topics
 from bus.changelog import changelog_name
 from bus.scan import read_ranges, watermarks
 from schemas.codec import decode
+from schemas.errors import KafkaError
 from schemas.events import RewardEvent
 from schemas.topics import catalog
 
+GROUP_EXPIRY_S = 90.0
+"""Longer than a consumer's session timeout (45 s): a killed member is gone from its group by then."""
 REWARD_APP = "rewardstream-rewards"
 """The app id the chart gives the reward processor (``_helpers.tpl``)."""
 
@@ -50,8 +54,8 @@ def close_namespace(ns: Namespace) -> list[str]:
     """Delete the run's topics and consumer groups (and the reward app's if the run made them); what was."""
     admin = AdminClient(dict(ns.config))
     topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(ns.prefix)]
-    groups = delete_groups_with_prefix(ns.prefix, ns.config)
-    groups += delete_groups_with_prefix(f"rewardstream-trainer.{ns.run_id}", ns.config)
+    groups = _delete_groups(ns.prefix, ns.config)
+    groups += _delete_groups(f"rewardstream-trainer.{ns.run_id}", ns.config)
     if not ns.app_existed:
         topics.append(changelog_name(REWARD_APP))
         if REWARD_APP in {g.group_id for g in admin.list_consumer_groups().result(timeout=30).valid}:
@@ -59,6 +63,19 @@ def close_namespace(ns: Namespace) -> list[str]:
             groups.append(REWARD_APP)
     delete_topics(topics, ns.config)
     return [*topics, *groups]
+
+
+def _delete_groups(prefix: str, config: Mapping[str, str], timeout_s: float = GROUP_EXPIRY_S) -> list[str]:
+    """Delete the groups under ``prefix``, waiting while the broker still counts a gone pod as a member (until
+    its session times out)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return delete_groups_with_prefix(prefix, config)
+        except KafkaError as exc:
+            if "NON_EMPTY_GROUP" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(2.0)
 
 
 def read_rewards(ns: Namespace) -> list[tuple[str, float]]:
