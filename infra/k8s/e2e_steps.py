@@ -57,17 +57,14 @@ def wait_kill_moment(
 ) -> int:
     """Until KEDA has two executors ready while the executor group still lags (work in flight): the lag then.
     The lag counts the transaction markers after the last committed record (one per partition at most, as
-    KEDA counts them too), so work is left only above ``partitions``. Fails when the burst drains or its
-    publisher exits first."""
+    KEDA counts them too), so work is left only above ``partitions``. Fails when the publisher is done (every
+    reward in) first: the burst was too small for the scaling to catch it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if watch.ready() >= 2:
-            now = lag()
-            if now > partitions:
-                return now
-            raise PlatformError("the executor group drained before a second executor was ready: a bigger burst")
         if not running():
-            raise PlatformError("the publisher exited before KEDA scaled the executor")
+            raise PlatformError("every reward was in before two executors were ready with lag left: a bigger burst")
+        if watch.ready() >= 2 and (now := lag()) > partitions:
+            return now
         time.sleep(0.5)
     raise PlatformError(f"KEDA did not bring a second executor within {timeout_s:.0f}s (samples {watch.samples[-5:]})")
 
