@@ -166,14 +166,18 @@ def _burst(run: _Run, ns: Namespace) -> None:
             watch,
             lambda: group_lag(ns, "executor", "generations"),
             lambda: submit.poll() is None,
-            PARTITIONS,
-            args.timeout,
+            partitions=PARTITIONS,
+            published=len(solutions),
+            timeout_s=args.timeout,
         )
         victim = pod_to_kill(watch.pods())
         if victim is not None:
             kill_pod(kubectl, NAMESPACE, victim)
             outcome.pod_killed = victim
-            _log(f"e2e: killed executor pod {victim} at {time.monotonic() - burst_start:.1f}s, executor lag {lag}")
+            _log(
+                f"e2e: killed executor pod {victim} at {time.monotonic() - burst_start:.1f}s, "
+                f"executor lag {lag} of {len(solutions)}"
+            )
         for proc in (submit, *players):
             proc.wait(timeout=args.timeout + 60)
         _log(f"e2e: the publisher and players exited ({submit.returncode}, {[p.returncode for p in players]}) "

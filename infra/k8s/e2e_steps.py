@@ -53,17 +53,24 @@ def wait_installed(kubectl: Kubectl, namespace: str, timeout_s: float) -> float:
 
 
 def wait_kill_moment(
-    watch: ReplicaWatch, lag: Callable[[], int], running: Callable[[], bool], partitions: int, timeout_s: float
+    watch: ReplicaWatch,
+    lag: Callable[[], int],
+    running: Callable[[], bool],
+    *,
+    partitions: int,
+    published: int,
+    timeout_s: float,
 ) -> int:
-    """Until KEDA has two executors ready while the executor group still lags (work in flight): the lag then.
-    The lag counts the transaction markers after the last committed record (one per partition at most, as
-    KEDA counts them too), so work is left only above ``partitions``. Fails when the publisher is done (every
-    reward in) first: the burst was too small for the scaling to catch it."""
+    """Until KEDA has two executors ready while the executor group is mid-burst: it has committed results (the
+    lag is below the ``published`` count) and has work left (the lag counts the transaction markers after the
+    last committed record, one per partition at most, as KEDA counts them too: work is left only above
+    ``partitions``). Returns the lag then. Fails when the publisher is done (every reward in) first: the burst
+    was too small for the scaling to catch it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not running():
             raise PlatformError("every reward was in before two executors were ready with lag left: a bigger burst")
-        if watch.ready() >= 2 and (now := lag()) > partitions:
+        if watch.ready() >= 2 and partitions < (now := lag()) < published:
             return now
         time.sleep(0.5)
     raise PlatformError(f"KEDA did not bring a second executor within {timeout_s:.0f}s (samples {watch.samples[-5:]})")
