@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint up down status clean-venv image deploy-check k8s-build k8s-up k8s-down k8s-status k8s-test
+.PHONY: demo test lint up down status clean-venv image deploy-check k8s-build k8s-up k8s-down k8s-status k8s-test k8s-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -116,3 +116,12 @@ k8s-status: $(STAMP)
 # the binaries (make k8s-build) and the local Kafka (make up); it starts and stops the cluster itself.
 k8s-test: k8s-build
 	$(BIN)/pytest tests/k8s
+
+## k8s-e2e: the chart on the local cluster, end to end (issue 27): builds or reuses the cluster binaries (cached in
+# $(RS_CACHE_DIR)/k8s), reuses the docker image rewardstream:<version> or builds it (E2E_IMAGE_FAMILIES), starts
+# the cluster and KEDA, installs the chart against the local Kafka/S3/OpenSearch, publishes a burst, kills an
+# executor pod mid-run, checks every reward right and exactly once and KEDA's scaling, stops it all by pid.
+# Needs root and the local services up. Prints one JSON line last; exit 0 iff every check passed.
+E2E_IMAGE_FAMILIES ?= python
+k8s-e2e: $(STAMP)
+	$(BIN)/python -m infra.k8s.e2e --families $(E2E_IMAGE_FAMILIES) --jobs $(K8S_BUILD_JOBS)

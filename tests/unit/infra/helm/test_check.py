@@ -123,3 +123,18 @@ def test_every_rs_variable_the_chart_sets_is_a_setting(values: str) -> None:
     rs_names = {name for name in names if name.startswith("RS_")}
     assert len(rs_names) > 20
     assert unknown_variables(dict.fromkeys(rs_names, "x")) == []
+
+
+def test_a_loopback_gateway_on_the_nodes_network_is_probed_on_loopback() -> None:
+    """The kubelet probes the pod IP, which for a hostNetwork pod is the node's address: a gateway bound to
+    127.0.0.1 there failed its probes and was restarted until the probes named loopback (seen on the local
+    cluster, issue 27's e2e)."""
+    values = ["--values", str(check.CHART / "ci/local-e2e-values.yaml")]
+    manifests = load_manifests(check.render(ensure_helm(), check.CHART, values))
+    gateway = next(m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("gateway"))
+    container = gateway["spec"]["template"]["spec"]["containers"][0]
+    probes = [container[p]["httpGet"] for p in ("startupProbe", "livenessProbe", "readinessProbe")]
+    assert all(p["host"] == "127.0.0.1" and p["port"] == 18088 for p in probes)
+    off_node = load_manifests(check.render(ensure_helm(), check.CHART, TOKEN))
+    gateway = next(m for m in off_node if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("gateway"))
+    assert "host" not in gateway["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]
