@@ -117,15 +117,16 @@ def remove_bucket(client: Any, bucket: str) -> None:
     client.remove_bucket(bucket)
 
 
-def minio_client(settings: Settings, timeout_s: float = 10.0) -> Any:
-    """A Minio client that fails fast; ``ArtifactStore`` does the retrying with backoff."""
+def minio_client(settings: Settings, timeout_s: float = 10.0, connections: int = 16) -> Any:
+    """A Minio client with ``connections`` pooled connections that fails fast: its user does the retrying
+    (``ArtifactStore`` with backoff, the S3 task registry its own)."""
     import urllib3
     from minio import Minio
 
     http = urllib3.PoolManager(
         timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s * 3),
         retries=urllib3.Retry(total=0, redirect=0),
-        maxsize=16,
+        maxsize=connections,
     )
     return Minio(
         settings.s3.endpoint,

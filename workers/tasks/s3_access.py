@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from schemas.caps import QUOTE_CHARS
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
-from workers.artifacts import is_retriable
+from workers.artifacts import is_retriable, minio_client
 
 T = TypeVar("T")
 
@@ -43,22 +43,7 @@ class Listed:
 def registry_client(settings: Settings, connections: int = 16, timeout_s: float = 10.0) -> Any:
     """A Minio client with ``connections`` pooled connections (one per uploading thread), failing fast: the
     registry does its own retrying."""
-    import urllib3
-    from minio import Minio
-
-    http = urllib3.PoolManager(
-        timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s * 3),
-        retries=urllib3.Retry(total=0, redirect=0),
-        maxsize=connections,
-    )
-    return Minio(
-        settings.s3.endpoint,
-        access_key=settings.s3.access_key,
-        secret_key=settings.s3.secret_key.get_secret_value(),
-        secure=settings.s3.secure,
-        region=settings.s3.region,
-        http_client=http,
-    )
+    return minio_client(settings, timeout_s, connections)
 
 
 class S3Access:
