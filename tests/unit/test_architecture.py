@@ -4,12 +4,18 @@ benchmarks too since issue 25) that import no other module's private names."""
 from __future__ import annotations
 
 import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 from infra.lint.slice_caps import findings, literal_caps
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("schemas", "bus", "workers", "streams", "infra", "rewardstream")
+PACKAGES = ("guest", "schemas", "bus", "workers", "streams", "infra", "rewardstream")
 MAX_LINES = 500
 
 
@@ -78,3 +84,36 @@ def test_unit_tests_mirror_the_tree() -> None:
         or (p.parent != unit and not (ROOT / p.parent.relative_to(unit)).is_dir())
     )
     assert not misplaced, misplaced
+
+
+def lint_imports(tmp_path: Path, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with the project's own guest contract, on a copy of ``guest/`` plus ``extra`` modules
+    (the rest of the tree as it is)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    (guest,) = [c for c in project["contracts"] if c.get("source_modules") == ["guest"]]
+    shutil.copytree(ROOT / "guest", tmp_path / "guest")
+    for name, source in extra.items():
+        (tmp_path / "guest" / name).write_text(source, encoding="utf-8")
+    config = tmp_path / "importlinter.toml"
+    lines = [
+        "[tool.importlinter]",
+        f"root_packages = {json.dumps(project['root_packages'])}",
+        "[[tool.importlinter.contracts]]",
+        *(f"{key} = {json.dumps(value)}" for key, value in guest.items()),
+    ]
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    lint = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run(
+        [str(lint), str(config), "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_lint_imports_refuses_a_guest_module_that_imports_first_party_code(tmp_path: Path) -> None:
+    """``make lint`` runs ``lint-imports``: the guest contract holds for the tree, and a guest module that
+    imports one of the host's packages breaks it (named in the output)."""
+    clean = lint_imports(tmp_path / "clean", {})
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    broken = lint_imports(tmp_path / "broken", {"leaky.py": "from schemas.text import is_clean_text\n"})
+    assert broken.returncode != 0, broken.stdout
+    assert "guest.leaky -> schemas.text" in broken.stdout, broken.stdout
