@@ -8,6 +8,7 @@ and used in the sandbox only when its interpreter has the same bytecode magic.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import marshal
@@ -21,8 +22,29 @@ from workers.sandbox.guest_source import program_source
 PYTHON_FLAGS: tuple[str, ...] = ("-I", "-S", "-B")
 #: The sandbox's interpreter with those flags (a grader or step may be configured with another).
 DEFAULT_PYTHON: tuple[str, ...] = ("python3", *PYTHON_FLAGS)
-#: The ``-c`` source of every launch.
-LOADER = program_source("loader.py").decode("utf-8")
+
+
+def bare_source(source: bytes) -> str:
+    """``source`` without its docstrings and comments: what a ``-c`` argument carries, as ``ps`` shows it for
+    every guest process, should be the code only."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and _is_docstring(body[0]):
+            body[:1] = [] if len(body) > 1 else [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+#: The ``-c`` source of every launch (bare: ``guest.loader`` documents it).
+LOADER = bare_source(program_source("loader.py"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ runs it; every launch of the host goes through it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from workers.languages.steps import Step, driver_program
 from workers.languages.steps import StepLimits as LanguageLimits
 from workers.languages.steps import _spec as language_spec
 from workers.sandbox.docker_config import INIT, INIT_ARGV
-from workers.sandbox.guest_program import DEFAULT_PYTHON, LOADER, GuestProgram, guest_program
+from workers.sandbox.guest_program import DEFAULT_PYTHON, LOADER, GuestProgram, bare_source, guest_program
+from workers.sandbox.guest_source import program_source
 
 #: Says how it was run: its argv, its ``__file__``, whether it is ``__main__``, and the stdin left for it.
 ECHO = b"""from __future__ import annotations
@@ -87,3 +89,22 @@ def test_every_launch_of_a_guest_program_is_the_loader_with_the_program_first_on
         assert not {"harness.py", "step_runner.py", "driver.py"} & set(spec.files)
     assert INIT_ARGV[:6] == ["/usr/bin/python3", "-I", "-S", "-B", "-c", LOADER]
     assert INIT_ARGV[6] == INIT.name == "container_init.py"
+
+
+def test_the_loader_ships_bare_and_the_same_code() -> None:
+    """``ps`` shows the ``-c`` source of every guest process: the code only, compiled to what the module is."""
+    module = program_source("loader.py")
+    assert len(LOADER) < len(module) // 2
+    assert '"""' not in LOADER
+    assert "#" not in LOADER
+    assert ast.dump(ast.parse(LOADER)) == ast.dump(ast.parse(bare_source(module)))
+    assert ast.dump(ast.parse(LOADER).body[-1]) == ast.dump(ast.parse(module).body[-1])
+
+
+def test_bare_source_keeps_a_body_that_was_only_a_docstring() -> None:
+    bare = bare_source(b'"""m"""\ndef f():\n    """only this"""\nclass C:\n    """d"""\n    x = 1  # c\n')
+    namespace: dict[str, object] = {}
+    exec(compile(bare, "bare", "exec"), namespace)  # noqa: S102 - a literal of this test
+    assert "only" not in bare
+    assert "#" not in bare
+    assert namespace["f"]() is None  # type: ignore[operator]
