@@ -34,7 +34,9 @@ demo: $(STAMP)
 # Before them, every toolchain family's rootfs and image is built (the language tests need them; first run: a
 # few minutes of Debian downloads, later runs: a check) and the MinIO server of the bucket-policy test (`go
 # install`, cached), next to the lint and `deploy-check` (the chart rendered
-# and validated offline), which need no service.
+# and validated offline), which need no service. After them, the task images the tests untagged are pruned: a test
+# removes its image without its layers (another test's build may stand on them), and only once every part has
+# ended is nothing built on them.
 REPORTS := var/test-reports
 ALONE := tests/integration/test_platform.py tests/integration/test_pipeline_cli.py
 MEASURING := $(addprefix tests/sandbox/,test_containment_basics.py test_containment_limits.py \
@@ -59,6 +61,7 @@ test: $(STAMP)
 	$(BIN)/pytest --junitxml=$(REPORTS)/4-vm.xml tests/vm > $(REPORTS)/4-vm.log 2>&1 & vm=$$!; \
 	$(BIN)/pytest --junitxml=$(REPORTS)/4-services.xml $(ALONE) || status=$$?; \
 	wait $$vm || status=$$?; cat $(REPORTS)/4-vm.log; \
+	docker image prune --force --filter label=rewardstream.base || status=$$?; \
 	$(BIN)/python -m infra.test_timings $(REPORTS)/*.xml; \
 	exit $$status
 
