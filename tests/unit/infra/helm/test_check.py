@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from typing import Any
 
 import pytest
 
 from infra.helm import check
-from infra.helm.sources import ensure_helm, ensure_schemas
+from infra.helm.sources import KUBERNETES_VERSION, ensure_helm, ensure_schemas
 from infra.helm.validate import Validator, load_manifests
 from schemas.settings import unknown_variables
 
@@ -138,3 +139,18 @@ def test_a_loopback_gateway_on_the_nodes_network_is_probed_on_loopback() -> None
     off_node = load_manifests(check.render(ensure_helm(), check.CHART, TOKEN))
     gateway = next(m for m in off_node if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("gateway"))
     assert "host" not in gateway["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]
+
+
+def test_the_reward_app_id_is_per_release_and_a_safe_kafka_name() -> None:
+    """Two releases on one Kafka cluster must not share the reward processor's group and changelog."""
+    for release in ("rs", "team-b"):
+        proc = subprocess.run(
+            [str(ensure_helm()), "template", release, str(check.CHART), "--kube-version", KUBERNETES_VERSION, *TOKEN],
+            capture_output=True, text=True, check=True, timeout=120,
+        )  # fmt: skip
+        deployments = [m for m in load_manifests(proc.stdout) if m["kind"] == "Deployment"]
+        processor = next(m for m in deployments if m["metadata"]["name"].endswith("reward-processor"))
+        assert processor["spec"]["template"]["spec"]["containers"][0]["args"][-1] == f"{release}-rewards"
+    for bad in ("team/b", "a" * 228):
+        problems = check.check(check.CHART, [*TOKEN, "--set", f"roles.rewardProcessor.appId={bad}"])
+        assert any("helm template failed" in p and "appId" in p for p in problems), problems
