@@ -55,8 +55,8 @@ def remove_loaded(client: Any, bucket: str, registries: list[str], tasks: Path) 
     300,000 nested keys runs the local S3 (s3proxy, a 256 MB heap) out of memory."""
     from minio.deleteobjects import DeleteObject
 
+    from schemas.registry_s3 import RegistryLocation
     from workers.tasks.files import load_jsonl
-    from workers.tasks.s3_layout import RegistryLocation
 
     keys: list[str] = []
     for url in registries:

@@ -28,8 +28,17 @@ from infra.k8s import e2e_workload as workload
 from infra.k8s.__main__ import default_paths
 from infra.k8s.build import ensure_binaries
 from infra.k8s.cluster import LocalCluster
-from infra.k8s.e2e_chart import NAMESPACE, Install, install_chart, uninstall_chart
-from infra.k8s.e2e_kafka import Namespace, close_namespace, group_lag, open_namespace, read_rewards
+from infra.k8s.e2e_chart import NAMESPACE, Install, install_chart, reward_app_id, uninstall_chart
+from infra.k8s.e2e_kafka import (
+    PREFIX_ROOT,
+    RUN_ROOT,
+    Namespace,
+    close_namespace,
+    group_lag,
+    open_namespace,
+    read_rewards,
+    sweep_leftovers,
+)
 from infra.k8s.e2e_trainer import (
     TrainerEnv,
     episode_id,
@@ -126,8 +135,12 @@ class _Run:
 def _run(cluster: LocalCluster, paths: K8sPaths, ref: str, args: argparse.Namespace, outcome: Outcome) -> None:
     settings = Settings()
     tag = uuid.uuid4().hex[:8]
-    run_id = f"k8s-e2e-{tag}"
-    ns = open_namespace(settings.kafka_client_config(), f"rs-e2e-{tag}.", PARTITIONS, run_id)
+    run_id = f"{RUN_ROOT}{tag}"
+    config = settings.kafka_client_config()
+    swept = sweep_leftovers(config, reward_app_id())
+    if swept:
+        _log(f"e2e: deleted {len(swept)} topics and groups an earlier run left: {', '.join(swept[:6])}")
+    ns = open_namespace(config, f"{PREFIX_ROOT}{tag}.", PARTITIONS, run_id, reward_app_id())
     try:
         _burst(_Run(cluster, paths, ref, args, outcome, settings), ns)
     finally:

@@ -21,6 +21,12 @@ NAMESPACE = "rewardstream"
 _HELM_TIMEOUT_S = 300.0
 
 
+def reward_app_id(release: str = RELEASE) -> str:
+    """The reward processor's app id the chart gives ``release`` when no ``roles.rewardProcessor.appId`` is set
+    (``_helpers.tpl``, ``rs.rewardApp``): the name of its consumer group and of its changelog's prefix."""
+    return f"{release}-rewards"
+
+
 @dataclass(frozen=True, slots=True)
 class Install:
     """What this run sets on top of the e2e values file."""

@@ -328,7 +328,7 @@ _POLICY_REGISTRY = typer.Option(None, "--registry", help="s3://bucket/prefix (de
 def policy(url: str | None = _POLICY_REGISTRY) -> None:
     """Print the IAM-style policy documents of an S3 registry, one per principal: loader (writes), worker (reads
     public/ only, hidden/ denied), verifier (reads public/ and hidden/). Attach each to its principal's user."""
-    from workers.tasks.s3_layout import RegistryLocation
+    from schemas.registry_s3 import RegistryLocation
     from workers.tasks.s3_policy import registry_policies
 
     chosen = url or load_settings().tasks_registry

@@ -52,10 +52,12 @@ class TrainerConfig:
     @classmethod
     def from_settings(cls, settings: Settings, run_id: str, **overrides: Any) -> TrainerConfig:
         """Topic names and Kafka connection from the one settings object; generations are pinned to the latest
-        version in the task registry at ``settings.tasks_dir`` (the workers' registry, or a copy of it; pass
-        ``task_versions=None`` to publish unpinned)."""
+        version in the workers' task registry: the bucket ``settings.tasks_registry`` names (read through
+        ``settings.s3``, each task's pointer at most once a second: ``streams.sdk.task_pins``), else the
+        directory ``settings.tasks_dir`` (or a copy of it). Pass ``task_versions=None`` to publish unpinned."""
         specs = catalog_for(settings)
-        overrides.setdefault("task_versions", LatestVersions(settings.tasks_dir))
+        if "task_versions" not in overrides:
+            overrides["task_versions"] = latest_versions(settings)
         return cls(
             kafka=settings.kafka_client_config(),
             generations_topic=topic_for("generations", specs).name,
@@ -68,6 +70,16 @@ class TrainerConfig:
     def group_id(self) -> str:
         """The consumer group whose committed offsets say which rewards this trainer already has."""
         return f"{self.group_prefix}{self.trainer_id or self.run_id}"
+
+
+def latest_versions(settings: Settings) -> Callable[[str], str | None]:
+    """``task_id -> its latest version`` in the registry the workers read (``registry_from_settings``'s rule:
+    S3 when ``tasks_registry`` is set, else the directory)."""
+    if settings.tasks_registry:
+        from streams.sdk.task_pins import S3LatestVersions
+
+        return S3LatestVersions.open(settings.tasks_registry, settings.s3)
+    return LatestVersions(settings.tasks_dir)
 
 
 def producer_config(config: TrainerConfig) -> dict[str, str | int | bool]:

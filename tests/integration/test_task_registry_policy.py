@@ -66,11 +66,11 @@ def test_workers_cannot_read_hidden_tests_and_verifiers_can(minio: Any, settings
     from minio.credentials.providers import StaticProvider
     from minio.minioadmin import MinioAdmin
 
+    from schemas.registry_s3 import RegistryLocation
     from schemas.tasks import Task
     from workers.artifacts import remove_bucket
     from workers.tasks.registry import TaskVersionNotFoundError
     from workers.tasks.s3_access import RegistryAccessDeniedError, RegistryAccessError
-    from workers.tasks.s3_layout import RegistryLocation
     from workers.tasks.s3_registry import S3TaskRegistry
 
     tag = uuid.uuid4().hex[:8]

@@ -1,6 +1,7 @@
 """Where the S3 task registry keeps each object, and the checks on every object read back from it.
 
-Under ``s3://<bucket>/<prefix>``::
+The keys are ``schemas.registry_s3`` (``RegistryLocation``: the SDK reads the pointers too). Under
+``s3://<bucket>/<prefix>``::
 
     public/latest/<name>              the latest version, 64 hex digits: overwritten by a load, last
     public/history/<name>             every version, oldest first, one a line: written before the pointer
@@ -20,82 +21,20 @@ Each decoder raises ``CorruptObjectError`` (one line, naming the object) and not
 from __future__ import annotations
 
 import hashlib
-import re
-from dataclasses import dataclass
-from urllib.parse import unquote
 
 from schemas.caps import QUOTE_CHARS
 from schemas.codec import DecodeError, decode
-from schemas.errors import ConfigError, RewardstreamError
-from schemas.registry_layout import HIDDEN_DIR, PUBLIC_DIR, VERSIONS_DIR, file_stem, is_version
+from schemas.errors import RewardstreamError
+from schemas.registry_layout import is_version
+from schemas.registry_s3 import pointer_version
 from schemas.tasks import PublicTask, Task
 
-LATEST_DIR = "latest"
-HISTORY_DIR = "history"
-#: A pointer is 64 hex digits and a newline; a history one such line per version.
-POINTER_MAX = 128
+#: A history is one version a line.
 HISTORY_MAX = 65 * 100_000
-#: S3 bucket names (the rules every S3 service shares): 3-63 characters, lowercase, digits, dots, hyphens.
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class CorruptObjectError(RewardstreamError):
     """An object of the registry is not what its key says it is (not a task, another version, not a pointer)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryLocation:
-    """A registry's bucket and key prefix (``s3://bucket/prefix``; the prefix may be empty)."""
-
-    bucket: str
-    prefix: str
-
-    @classmethod
-    def parse(cls, url: str) -> RegistryLocation:
-        """``s3://bucket[/prefix]`` -> its location; ConfigError naming what is wrong."""
-        if not url.startswith("s3://"):
-            raise ConfigError(f"task registry {url[:QUOTE_CHARS]!r} is not an s3://bucket/prefix URL")
-        bucket, _, prefix = url[5:].partition("/")
-        if not _BUCKET_RE.fullmatch(bucket) or ".." in bucket:
-            raise ConfigError(
-                f"task registry {url[:QUOTE_CHARS]!r}: {bucket[:QUOTE_CHARS]!r} is not an S3 bucket name "
-                "(3-63 lowercase letters, digits, dots and hyphens)"
-            )
-        prefix = prefix.strip("/")
-        if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-            raise ConfigError(f"task registry {url[:QUOTE_CHARS]!r}: its prefix has an empty, '.' or '..' part")
-        return cls(bucket, prefix)
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-
-    def key(self, *parts: str) -> str:
-        """The key of ``parts`` under the prefix."""
-        return "/".join([self.prefix, *parts] if self.prefix else parts)
-
-    def part_prefix(self, hidden: bool) -> str:
-        """``<prefix>/public/`` or ``<prefix>/hidden/``: what a policy grants."""
-        return self.key(HIDDEN_DIR if hidden else PUBLIC_DIR) + "/"
-
-    def latest_dir(self) -> str:
-        return self.key(PUBLIC_DIR, LATEST_DIR) + "/"
-
-    def latest_key(self, task_id: str) -> str:
-        return self.key(PUBLIC_DIR, LATEST_DIR, file_stem(task_id))
-
-    def history_key(self, task_id: str) -> str:
-        return self.key(PUBLIC_DIR, HISTORY_DIR, file_stem(task_id))
-
-    def version_key(self, task_id: str, version: str, *, hidden: bool) -> str:
-        return self.key(HIDDEN_DIR if hidden else PUBLIC_DIR, VERSIONS_DIR, file_stem(task_id), f"{version}.json")
-
-    def task_id_of(self, latest_key: str) -> str | None:
-        """The task id a key listed under ``latest_dir`` names (None for a key that names none)."""
-        name = latest_key.removeprefix(self.latest_dir())
-        if not name or "/" in name or name == latest_key:
-            return None
-        return unquote(name)
 
 
 def _where(key: str) -> str:
@@ -104,10 +43,10 @@ def _where(key: str) -> str:
 
 def decode_pointer(data: bytes, key: str) -> str:
     """The version a ``latest`` object names."""
-    text = data.decode("ascii", "replace").strip() if len(data) <= POINTER_MAX else ""
-    if not is_version(text):
+    version = pointer_version(data)
+    if version is None:
         raise CorruptObjectError(f"{_where(key)} is not a task version pointer ({len(data)} bytes, not 64 hex digits)")
-    return text
+    return version
 
 
 def encode_history(versions: list[str]) -> bytes:

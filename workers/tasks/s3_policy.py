@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.tasks.s3_layout import RegistryLocation
+from schemas.registry_s3 import RegistryLocation
 
 PRINCIPALS = ("loader", "worker", "verifier")
 

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from schemas.codec import encode
 from schemas.registry_layout import file_stem, is_version
+from schemas.registry_s3 import POINTER_MAX, RegistryLocation
 from schemas.settings import Settings
 from schemas.tasks import PublicTask, Task
 from workers.tasks.loading import StoreReport, TaskLoading
@@ -33,9 +34,7 @@ from workers.tasks.registry import TaskNotFoundError, TaskVersionNotFoundError
 from workers.tasks.s3_access import RegistryAccessError, S3Access, registry_client
 from workers.tasks.s3_layout import (
     HISTORY_MAX,
-    POINTER_MAX,
     CorruptObjectError,
-    RegistryLocation,
     decode_full,
     decode_history,
     decode_pointer,

@@ -28,17 +28,33 @@ app.kubernetes.io/component: {{ .role | kebabcase }}
 
 {{/*
 What each role runs and reads: its command, its consumer group and the catalog roles of the topics it consumes
-(what KEDA reads the lag of), and whether it runs sandboxes. The source of these facts is the code:
+(what KEDA reads the lag of), whether it runs sandboxes, and whether its loop drains revoked partitions on a
+rebalance (RS_WORKER_REBALANCE_DRAIN_S: the transactional worker loop's roles). The source of these facts is the code:
 rewardstream/cli/worker.py and reward.py (commands), schemas.topics.group_for and workers/roles (groups, topics).
 */}}
 {{- define "rs.roleFacts" -}}
-executor: {args: [worker, executor], group: executor, topics: [generations, run_requests], sandbox: true, consumer: true}
-verifier: {args: [worker, verifier], group: verifier, topics: [generations], sandbox: true, consumer: true}
-judge: {args: [worker, judge], group: judge, topics: [generations], sandbox: false, consumer: true}
-episode: {args: [worker, episode], group: episode, topics: [actions], sandbox: true, consumer: true}
+executor: {args: [worker, executor], group: executor, topics: [generations, run_requests], sandbox: true, consumer: true, rebalances: true}
+verifier: {args: [worker, verifier], group: verifier, topics: [generations], sandbox: true, consumer: true, rebalances: true}
+judge: {args: [worker, judge], group: judge, topics: [generations], sandbox: false, consumer: true, rebalances: true}
+episode: {args: [worker, episode], group: episode, topics: [actions], sandbox: true, consumer: true, rebalances: true}
 indexer: {args: [worker, indexer], group: indexer, topics: [logs], sandbox: false, consumer: true}
-rewardProcessor: {args: [reward, run, --app-id, rewardstream-rewards], group: "", app: rewardstream-rewards, topics: [executions, verdicts, judgements], sandbox: false, consumer: true}
+rewardProcessor: {args: [reward, run, --app-id, {{ include "rs.rewardApp" . | quote }}], group: "", app: {{ include "rs.rewardApp" . | quote }}, topics: [executions, verdicts, judgements], sandbox: false, consumer: true}
 gateway: {args: [serve], group: "", topics: [], sandbox: false, consumer: false}
+{{- end -}}
+
+{{/*
+The reward processor's app id: its consumer group, its join table's changelog topic (<app id>-reward-join-changelog)
+and its transactional ids. Per release (roles.rewardProcessor.appId, default <release>-rewards), so two releases
+on one Kafka cluster never share a group or a changelog. Checked here too (a release name is a DNS name, but an
+appId given through --set skips nothing): Kafka topic characters only, short enough for the changelog's name.
+Context: root
+*/}}
+{{- define "rs.rewardApp" -}}
+{{- $app := .Values.roles.rewardProcessor.appId | default (printf "%s-rewards" .Release.Name) -}}
+{{- if not (regexMatch "^[A-Za-z0-9._-]{1,227}$" $app) -}}
+{{- fail (printf "the reward processor's app id %q is not a safe Kafka name (1-227 of A-Z a-z 0-9 . _ -)" $app) -}}
+{{- end -}}
+{{- $app -}}
 {{- end -}}
 
 {{/* The consumer group of a role: <topicPrefix><role>, or the reward processor's app id. Context: dict root role */}}

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from typing import Any
 
 import pytest
 
 from infra.helm import check
-from infra.helm.sources import ensure_helm, ensure_schemas
+from infra.helm.sources import KUBERNETES_VERSION, ensure_helm, ensure_schemas
 from infra.helm.validate import Validator, load_manifests
 from schemas.settings import unknown_variables
 
@@ -138,3 +139,48 @@ def test_a_loopback_gateway_on_the_nodes_network_is_probed_on_loopback() -> None
     off_node = load_manifests(check.render(ensure_helm(), check.CHART, TOKEN))
     gateway = next(m for m in off_node if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("gateway"))
     assert "host" not in gateway["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]
+
+
+def test_the_reward_app_id_is_per_release_and_a_safe_kafka_name() -> None:
+    """Two releases on one Kafka cluster must not share the reward processor's group and changelog."""
+    for release in ("rs", "team-b"):
+        proc = subprocess.run(
+            [str(ensure_helm()), "template", release, str(check.CHART), "--kube-version", KUBERNETES_VERSION, *TOKEN],
+            capture_output=True, text=True, check=True, timeout=120,
+        )  # fmt: skip
+        deployments = [m for m in load_manifests(proc.stdout) if m["kind"] == "Deployment"]
+        processor = next(m for m in deployments if m["metadata"]["name"].endswith("reward-processor"))
+        assert processor["spec"]["template"]["spec"]["containers"][0]["args"][-1] == f"{release}-rewards"
+    for bad in ("team/b", "a" * 228):
+        problems = check.check(check.CHART, [*TOKEN, "--set", f"roles.rewardProcessor.appId={bad}"])
+        assert any("helm template failed" in p and "appId" in p for p in problems), problems
+
+
+def test_a_chart_owned_name_in_settings_fails() -> None:
+    """One variable, one source: the value that sets it, never ``settings:`` beside it."""
+    problems = check.check(check.CHART, [*TOKEN, "--set-string", "settings.RS_WORKER_REBALANCE_DRAIN_S=20"])
+    assert any("invalid propertyName 'RS_WORKER_REBALANCE_DRAIN_S'" in p for p in problems), problems
+
+
+def test_the_grace_period_must_outlast_a_rebalance_drain_and_the_sigterm_drain() -> None:
+    """A SIGTERM can land while a revoke's drain waits: the kill must come after both drains."""
+    problems = check.check(check.CHART, [*TOKEN, "--set", "rebalanceDrainSeconds=15"])
+    assert any("must exceed drainSeconds + rebalanceDrainSeconds" in p for p in problems), problems
+    assert check.check(check.CHART, [*TOKEN, "--set", "rebalanceDrainSeconds=14"]) == []
+    manifests = load_manifests(check.render(ensure_helm(), check.CHART, [*TOKEN, "--set", "rebalanceDrainSeconds=9"]))
+    settings = next(m for m in manifests if m["kind"] == "ConfigMap")["data"]
+    assert settings["RS_WORKER_REBALANCE_DRAIN_S"] == "9"
+    for deployment in (m for m in manifests if m["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        drain = int(next(e["value"] for e in pod["containers"][0]["env"] if e["name"] == "RS_WORKER_DRAIN_TIMEOUT_S"))
+        assert pod["terminationGracePeriodSeconds"] > drain + 9
+
+
+def test_the_task_registry_in_s3_reaches_the_pods_and_excludes_a_host_path() -> None:
+    registry = ["--set-string", "tasks.registry=s3://rs-tasks/prod"]
+    manifests = load_manifests(check.render(ensure_helm(), check.CHART, [*TOKEN, *registry]))
+    assert next(m for m in manifests if m["kind"] == "ConfigMap")["data"]["RS_TASKS_REGISTRY"] == "s3://rs-tasks/prod"
+    both = check.check(check.CHART, [*TOKEN, *registry, "--set-string", "tasks.hostPath=/srv/tasks"])
+    assert any("two task registries" in p for p in both), both
+    bad = check.check(check.CHART, [*TOKEN, "--set-string", "tasks.registry=/srv/tasks"])
+    assert any("helm template failed" in p and "registry" in p for p in bad), bad

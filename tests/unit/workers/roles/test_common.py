@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from schemas.registry_s3 import RegistryLocation
 from schemas.tasks import Task
 from tests.unit.workers.tasks.test_registry import task
 from tests.unit.workers.tasks.test_s3_registry import MemoryBucket
 from workers.handler import InfrastructureError
 from workers.roles.common import TaskRegistryUnavailableError, TaskSource, UnknownTaskError
 from workers.tasks.s3_access import RegistryAccessDeniedError
-from workers.tasks.s3_layout import RegistryLocation
 from workers.tasks.s3_registry import S3TaskRegistry
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.tasks.s3_layout import RegistryLocation
+from schemas.registry_s3 import RegistryLocation
 from workers.tasks.s3_policy import PRINCIPALS, registry_policies
 
 

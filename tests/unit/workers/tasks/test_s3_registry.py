@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from schemas.codec import encode
+from schemas.registry_s3 import RegistryLocation
 from schemas.tasks import Task, task_version
 from tests.unit.workers.tasks.test_registry import task
 from workers.tasks.registry import TaskNotFoundError, TaskVersionNotFoundError
 from workers.tasks.s3_access import Listed, S3Access
-from workers.tasks.s3_layout import CorruptObjectError, RegistryLocation
+from workers.tasks.s3_layout import CorruptObjectError
 from workers.tasks.s3_registry import S3TaskRegistry
 from workers.tasks.version_cache import VersionCache
 
