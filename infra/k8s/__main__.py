@@ -13,6 +13,7 @@ import sys
 from infra.k8s.build import ensure_binaries, find_go, go_version
 from infra.k8s.cluster import LocalCluster
 from infra.k8s.layout import K8sPaths
+from infra.k8s.teardown import exit_on_sigterm
 from schemas.errors import PlatformError
 from schemas.settings import Settings
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-keda", action="store_true", help="without KEDA (no KEDA build, no operator/adapter)")
     parser.add_argument("--jobs", type=int, default=1, help="parallel compiles of a build (it runs niced anyway)")
     args = parser.parse_args(argv)
+    exit_on_sigterm()
     keda = not args.no_keda
     try:
         paths = default_paths()

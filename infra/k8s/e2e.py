@@ -52,7 +52,7 @@ from infra.k8s.e2e_verdict import Outcome, tally
 from infra.k8s.e2e_watch import ReplicaWatch, kill_pod, pod_to_kill
 from infra.k8s.images import import_docker_image
 from infra.k8s.layout import K8sPaths
-from infra.k8s.teardown import shim_pids
+from infra.k8s.teardown import exit_on_sigterm, shim_pids
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 
@@ -80,6 +80,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    exit_on_sigterm()
     start = time.monotonic()
     outcome = Outcome()
     try:
