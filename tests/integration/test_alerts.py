@@ -1,5 +1,6 @@
-"""The rules in a real Prometheus (Debian's) over a real role: kill the role, see RewardstreamRoleDown pending and
-then firing, in Prometheus, in Alertmanager and in ``rewardstream status`` (``--json`` and text).
+"""The rules in a real Prometheus (Debian's) over a real role: a poison message fires RewardstreamDeadLetters; kill
+the role, and RewardstreamRoleDown is pending, then firing, in Prometheus, in Alertmanager and in
+``rewardstream status`` (``--json`` and text).
 
 Our own Prometheus and Alertmanager on free loopback ports, a copy of the rules with ``for:`` capped at 2 s and
 1 s scrape and evaluation intervals; the shared services are never started or stopped here.
@@ -25,6 +26,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
+from bus.clients import make_producer
 from infra.local.paths import PlatformPaths
 from infra.monitoring.config import Intervals, ScrapeTarget
 from infra.monitoring.rules import with_short_for
@@ -107,9 +109,13 @@ def monitoring(tmp_path: Path) -> Iterator[tuple[PrometheusService, Alertmanager
         alertmanager.stop()
 
 
-def _role_down(prometheus: PrometheusService) -> list[dict[str, Any]]:
+def _active(prometheus: PrometheusService, name: str) -> list[dict[str, Any]]:
     alerts = _get(f"{prometheus.url}/api/v1/alerts")["data"]["alerts"]
-    return [a for a in alerts if a["labels"].get("alertname") == "RewardstreamRoleDown"]
+    return [a for a in alerts if a["labels"].get("alertname") == name]
+
+
+def _role_down(prometheus: PrometheusService) -> list[dict[str, Any]]:
+    return _active(prometheus, "RewardstreamRoleDown")
 
 
 def _status(prometheus: PrometheusService, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -118,8 +124,10 @@ def _status(prometheus: PrometheusService, tmp_path: Path, *args: str) -> subpro
                           text=True, timeout=60, check=False)  # fmt: skip
 
 
-def test_a_killed_role_fires_role_down_in_prometheus_alertmanager_and_status(
+def test_a_dead_letter_and_a_killed_role_fire_in_prometheus_alertmanager_and_status(
     indexer: tuple[subprocess.Popen[bytes], int],
+    topics: str,
+    kafka_config: dict[str, str],
     monitoring: tuple[PrometheusService, AlertmanagerService],
     tmp_path: Path,
 ) -> None:
@@ -143,6 +151,17 @@ def test_a_killed_role_fires_role_down_in_prometheus_alertmanager_and_status(
     quiet = json.loads(_status(prometheus, tmp_path, "--json").stdout)
     assert quiet["services"]["prometheus"]["healthy"] is True
     assert [a for a in quiet["alerts"] if a["name"] == "RewardstreamRoleDown"] == []
+
+    assert _active(prometheus, "RewardstreamDeadLetters") == []
+    producer = make_producer(kafka_config)
+    producer.produce(f"{topics}logs", key=b"poison", value=b"not a log record")
+    assert producer.flush(30) == 0
+    [dead] = _wait("RewardstreamDeadLetters", lambda: _active(prometheus, "RewardstreamDeadLetters"))
+    assert (dead["labels"]["role"], dead["labels"]["reason"]) == ("indexer", "DecodeError")
+    listed = json.loads(_status(prometheus, tmp_path, "--json").stdout)["alerts"]
+    assert [a["labels"] for a in listed if a["name"] == "RewardstreamDeadLetters"] == [
+        {"role": "indexer", "reason": "DecodeError", "severity": "warning"}
+    ]
 
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
