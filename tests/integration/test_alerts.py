@@ -191,3 +191,37 @@ def test_a_dead_letter_and_a_killed_role_fire_in_prometheus_alertmanager_and_sta
 
     [received] = _wait("RoleDown in Alertmanager", in_alertmanager)
     assert received["labels"]["role"] == "indexer"
+
+
+@pytest.mark.usefixtures("monitoring")  # skips (outside CI) where the Debian packages are missing
+def test_the_pipeline_monitoring_scrapes_every_role_and_starts_once(tmp_path: Path) -> None:
+    """``Monitoring`` as ``up --pipeline`` runs it, on its own cache dir and ports with no pipeline running: every
+    one of the seven roles is a target, each without a live member (RoleDown pending for each); a second start
+    reloads the running Prometheus; stop stops both by their pids."""
+    from rewardstream.monitoring import Monitoring
+    from schemas.settings import Settings
+
+    settings = Settings().model_copy(update={
+        "cache_dir": tmp_path / "pipeline-cache", "metrics_port": _free_port(), "gateway_port": _free_port(),
+        "prometheus_url": f"http://127.0.0.1:{_free_port()}", "alertmanager_url": f"http://127.0.0.1:{_free_port()}",
+    })  # fmt: skip
+    monitoring = Monitoring(settings, Intervals(scrape_s=1.0, evaluation_s=1.0))
+    said: list[str] = []
+    try:
+        monitoring.start(report=said.append)
+        assert [line.split(":")[0] for line in said] == ["alertmanager", "prometheus"]
+        roles = {"executor", "verifier", "judge", "indexer", "rewards", "episode", "gateway"}
+
+        def pending_roles() -> bool:
+            return {a["labels"].get("role") for a in _role_down(monitoring.prometheus)} == roles
+
+        _wait("RoleDown for each of the seven roles", pending_roles)
+        said.clear()
+        monitoring.start(report=said.append)
+        assert said == [f"alertmanager: already running at {monitoring.alertmanager.url}",
+                        f"prometheus: already running at {monitoring.prometheus.url}"]  # fmt: skip
+        pids = [monitoring.prometheus.started_by_us(), monitoring.alertmanager.started_by_us()]
+    finally:
+        stopped = monitoring.stop()
+    assert stopped == ["prometheus", "alertmanager"]
+    assert all(pid is not None and not Path(f"/proc/{pid}").exists() for pid in pids)
