@@ -100,12 +100,12 @@ def test_join_rewards_deadline_and_dlq(
             assert "generation_id" in letter.error
             assert letter.original_key() == b"broken"
             assert Counter(r.generation_id for r in rewards.rewards()).most_common(1)[0][1] == 1
-            if engine == "kafka":  # what the alerts read: rewards by outcome (RewardsLate), dead letters
-                metrics = _metrics(tmp_path)
-                assert 'rewardstream_rewards_total{outcome="partial",role="rewards"} 1.0' in metrics
-                assert 'rewardstream_rewards_total{outcome="complete",role="rewards"} 5.0' in metrics
-                assert 'rewardstream_reward_seconds_count{role="rewards"} 6.0' in metrics
-                assert 'rewardstream_dead_letters_total{reason="DecodeError",role="rewards"} 1.0' in metrics
+            # Both engines count what the alerts read: rewards by outcome (RewardsLate, latency), dead letters.
+            metrics = _metrics(tmp_path)
+            assert 'rewardstream_rewards_total{outcome="partial",role="rewards"} 1.0' in metrics
+            assert 'rewardstream_rewards_total{outcome="complete",role="rewards"} 5.0' in metrics
+            assert 'rewardstream_reward_seconds_count{role="rewards"} 6.0' in metrics
+            assert 'rewardstream_dead_letters_total{reason="DecodeError",role="rewards"} 1.0' in metrics
         finally:
             rewards.close()
             dlq.close()
