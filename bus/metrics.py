@@ -16,8 +16,17 @@ from threading import Thread
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+    start_http_server,
+)
 
+from bus.host_metrics import HostCollector
 from schemas.errors import RewardstreamError
 
 if TYPE_CHECKING:
@@ -25,6 +34,8 @@ if TYPE_CHECKING:
 
 #: Run-time buckets (seconds): sandboxed runs take from milliseconds to the task's timeout.
 RUN_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+#: Reward buckets (seconds, from a generation's first result to its reward): a join, up to past the deadline.
+REWARD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 
 class MetricsError(RewardstreamError):
@@ -36,7 +47,11 @@ class WorkerMetrics:
 
     def __init__(self, role: str, registry: CollectorRegistry | None = None) -> None:
         self.role = role
+        own = registry is None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        if own:  # restarts (process_start_time_seconds), memory; the host's pressure
+            ProcessCollector(registry=self.registry)
+            self.registry.register(HostCollector(role))
         labels = ("role",)
         self._processed = Counter(
             "rewardstream_processed", "Messages fully handled (result produced or indexed)", labels,
@@ -70,10 +85,22 @@ class WorkerMetrics:
         )  # fmt: skip
         self._in_flight = Gauge("rewardstream_in_flight", "Units of work started, not finished", labels,
                                 registry=self.registry)  # fmt: skip
+        self._rewards = Counter(
+            "rewardstream_rewards", "Generations the reward processor decided, by outcome: complete, partial (emitted "
+            "at the deadline with parts missing), gave_up (no reward)", (*labels, "outcome"), registry=self.registry,
+        )  # fmt: skip
+        self._reward_seconds = Histogram(
+            "rewardstream_reward_seconds", "From a generation's first result reaching the processor to its reward "
+            "(or giving up), by the processor's clock", labels, buckets=REWARD_SECONDS_BUCKETS,
+            registry=self.registry,
+        )  # fmt: skip
         self._lag = Gauge(
             "rewardstream_consumer_lag", "Messages behind the partition's high watermark",
             (*labels, "topic", "partition"), registry=self.registry,
         )  # fmt: skip
+        # Series born at 0: an alert on their increase sees the first one (a counter first scraped at 1 has none).
+        for counter in (self._processed, self._sandbox_errors, self._host_retries):
+            counter.labels(role)
 
     def processed(self, n: int = 1) -> None:
         """Count ``n`` messages as done."""
@@ -92,6 +119,11 @@ class WorkerMetrics:
         self._sandbox_wait.labels(self.role).observe(max(wait_s, 0.0))
         if host_retries > 0:
             self._host_retries.labels(self.role).inc(host_retries)
+
+    def reward(self, outcome: str, seconds: float) -> None:
+        """Count one decided generation by outcome and observe how long it took from its first result."""
+        self._rewards.labels(self.role, outcome).inc()
+        self._reward_seconds.labels(self.role).observe(max(seconds, 0.0))
 
     def retry(self, dependency: str) -> None:
         """Count one retry of an unavailable dependency."""

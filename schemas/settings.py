@@ -73,6 +73,11 @@ class LocalPlatformSettings(_Group):
     )
     startup_timeout_s: float = 180.0
     health_timeout_s: float = 3.0
+    prometheus_url: str = Field(
+        "http://127.0.0.1:9490", description="Prometheus that `up --pipeline` starts (loopback) or an existing one: "
+        "`status` reads its alerts (not 9090: Debian's own prometheus service may hold it)",
+    )  # fmt: skip
+    alertmanager_url: str = Field("http://127.0.0.1:9493", description="Alertmanager that `up --pipeline` starts")
 
 
 class KafkaSettings(_Group):

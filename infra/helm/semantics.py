@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from infra.helm.validate import Manifest, describe
+
+#: The alerting and recording rules the local Prometheus loads; the chart's PrometheusRule must carry them as is.
+RULES = Path(__file__).resolve().parent / "rewardstream" / "rules" / "rewardstream.yml"
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -100,9 +106,20 @@ def check_all(manifests: list[Manifest]) -> Iterator[str]:
                 yield f"{where}: minReplicaCount {low} > maxReplicaCount {high}"
         elif kind == "NetworkPolicy":
             yield from (f"{where}: {e}" for e in _network_policy_errors(manifest))
+        elif kind == "PrometheusRule":
+            yield from (f"{where}: {e}" for e in rule_errors(spec))
         elif kind == "PodDisruptionBudget":
             selector = (spec.get("selector") or {}).get("matchLabels") or {}
             pods = [((d.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels", {})
                     for d in deployments.values()]  # fmt: skip
             if not any(all(labels.get(k) == v for k, v in selector.items()) for labels in pods):
                 yield f"{where}: its selector matches no Deployment's pods"
+
+
+def rule_errors(spec: dict[str, Any], rules: Path = RULES) -> Iterator[str]:
+    """The PrometheusRule's groups begin with the repo's rule file, group for group: one source of rules."""
+    expected = (yaml.safe_load(rules.read_text()) or {}).get("groups") or []
+    got = (spec.get("groups") or [])[: len(expected)]
+    if got != expected:
+        names = [g.get("name") for g in got]
+        yield f"its groups {names} are not {rules.name}'s, as the local Prometheus loads them"

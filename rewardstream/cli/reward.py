@@ -117,6 +117,7 @@ def run(
     options.data_dir.mkdir(parents=True, exist_ok=True)
     faust_app, processor = build_app(settings, loaded, options)
     processor.on_dead_letter = metrics.dead_letter
+    processor.on_outcome = metrics.reward
     print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, {where}", file=sys.stderr, flush=True)
     try:
         run_worker(faust_app, loglevel)

@@ -28,10 +28,13 @@ def up(
         health = platform.up(report=console.print)
     console.print(f"[green]all {len(health)} services healthy[/] in {time.monotonic() - started:.1f}s")
     if pipeline:
+        from rewardstream.monitoring import Monitoring
         from rewardstream.pipeline import Pipeline
 
         with console.status("starting the pipeline processes..."):
             Pipeline(settings, concurrency).start(report=console.print)
+        with console.status("starting Prometheus and Alertmanager..."):
+            Monitoring(settings).start(report=console.print)
         console.print(f"[green]pipeline running[/] ({time.monotonic() - started:.1f}s in all)")
 
 
@@ -41,11 +44,13 @@ def down(
         False, "--pipeline-only", help="stop only the pipeline processes; leave the services running"
     ),
 ) -> None:
-    """Stop every process `up` started (pipeline first, then services); leave anything else alone."""
+    """Stop every process `up` started (monitoring, pipeline, then services); leave anything else alone."""
+    from rewardstream.monitoring import Monitoring
     from rewardstream.pipeline import Pipeline
 
     console = Console(stderr=True)
     settings = load_settings()
+    Monitoring(settings).stop(report=console.print)
     Pipeline(settings).stop(report=console.print)
     if not pipeline_only:
         Platform.from_settings(settings).down(report=console.print)
@@ -53,25 +58,37 @@ def down(
 
 @app.command()
 def status(
-    as_json: bool = typer.Option(False, "--json", help="print {'services': {...}} as JSON"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print {'services': {...}, 'pipeline': {...}, 'alerts': [...]} as JSON"
+    ),
 ) -> None:
-    """Health of each service; an unhealthy one says why. Exit code 1 if any is unhealthy."""
+    """Health of each service, the pipeline's processes and the alerts pending or firing in Prometheus.
+    Exit code 1 if a service is unhealthy (Prometheus counts while the pipeline runs)."""
+    from rewardstream.monitoring import Monitoring
     from rewardstream.pipeline import Pipeline
 
     settings = load_settings()
     health = Platform.from_settings(settings).status()
     pipeline = Pipeline(settings).status()
+    prometheus, alerts = Monitoring(settings).status()
     if as_json:
-        print_json({"services": {name: h.as_json() for name, h in health.items()}, "pipeline": pipeline})
+        services = {name: h.as_json() for name, h in health.items()}
+        print_json({"services": {**services, "prometheus": prometheus.as_json()}, "pipeline": pipeline,
+                    "alerts": alerts})  # fmt: skip
     else:
         console = Console()
-        for name, h in health.items():
+        for name, h in [*health.items(), ("prometheus", prometheus)]:
             mark = "[green]healthy[/]" if h.healthy else f"[red]unhealthy[/]: {h.reason}"
             console.print(f"{name:<11} {h.endpoint:<32} {mark}")
         for name, proc in pipeline.items():
             if proc["running"]:
                 console.print(f"{name:<11} pid {proc['pid']:<28} [green]running[/] ({proc['rss_mb']} MB)")
-    if not all(h.healthy for h in health.values()):
+        for alert in alerts:
+            color = "red" if alert["state"] == "firing" else "yellow"
+            labels = " ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
+            console.print(f"[{color}]{alert['state']:<8}[/] {alert['name']} {labels} (since {alert['since']})")
+    running = any(proc["running"] for proc in pipeline.values())
+    if not all(h.healthy for h in health.values()) or (running and not prometheus.healthy):
         raise typer.Exit(1)
 
 

@@ -259,6 +259,7 @@ class RewardEngine:
         )
         self.metrics = metrics or WorkerMetrics("rewards")
         self.processor.on_dead_letter = self.metrics.dead_letter
+        self.processor.on_outcome = self.metrics.reward
         self.guard = CrashGuard("rewards", attempts=options.crash_attempts, window=64)
         self.owned: set[int] = set()
         self.stop = threading.Event()
@@ -289,6 +290,7 @@ class RewardEngine:
                 self._transaction(batch, tick)
                 if tick:
                     next_tick = time.monotonic() + self.options.tick_s
+                    self.metrics.update_lag(self.consumer)
         finally:
             self._close()
 

@@ -158,6 +158,9 @@ class RewardProcessor:
         }
         #: Called with the reason (error class) of every dead letter: the engine's metrics.
         self.on_dead_letter: Callable[[str], None] = lambda _reason: None
+        #: Called with every decided generation's outcome (complete, partial, gave_up) and the seconds from its
+        #: first result to the decision: the engine's metrics (rewards past their deadline, reward latency).
+        self.on_outcome: Callable[[str, float], None] = lambda _outcome, _seconds: None
         #: The table's pending states, parsed, by due time: what a tick and a message read instead of the bytes.
         self.pending = PendingIndex(store, self._due_at)
 
@@ -258,6 +261,7 @@ class RewardProcessor:
         except Exception as exc:
             log.exception("deciding the reward of %s failed", state.generation_id)
             self.counts["gave_up"] += 1
+            self.on_outcome("gave_up", self.clock() - state.first_seen)
             await self._store(state.model_copy(update={"status": "gave_up"}))
             await self._log(state, "error", f"no reward: deciding it crashed ({type(exc).__name__}: {exc})")
 
@@ -397,6 +401,7 @@ class RewardProcessor:
             await self.outputs.send_reward(state, decision.reward)
             self.pending.forget(state.generation_id)
             self.counts["rewards"] += 1
+            self.on_outcome("partial" if decision.reward.missing else "complete", self.clock() - state.first_seen)
         elif isinstance(decision, Wait):
             if changed:
                 await self._store(state)
@@ -406,6 +411,7 @@ class RewardProcessor:
             await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1
+            self.on_outcome("gave_up", self.clock() - state.first_seen)
             await self._store(state.model_copy(update={"status": "gave_up"}))
             await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
 

@@ -65,15 +65,35 @@ def _free_port_run(count: int) -> int:
 def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int]:
     """Own cache dir (pid files, task registry, reward state), topics and metrics ports; shared services."""
     cache = shared_cache(tmp_path)  # no second download or rootfs build
-    metrics = _free_port_run(7)  # six workers' /metrics, then the gateway
+    metrics = _free_port_run(9)  # six workers' /metrics, the gateway, Prometheus, Alertmanager
     env = {
         **os.environ,
         "RS_CACHE_DIR": str(cache),
         "RS_TOPIC_PREFIX": f"{unique_name}.",
         "RS_METRICS_PORT": str(metrics),
         "RS_GATEWAY_PORT": str(metrics + 6),
+        "RS_PROMETHEUS_URL": f"http://127.0.0.1:{metrics + 7}",
+        "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{metrics + 8}",
     }
     return env, metrics
+
+
+def _every_role_scraped(prometheus: str) -> None:
+    """Prometheus scrapes all seven processes, each up, under job rewardstream with its role (within a deadline:
+    the first scrape comes within one interval)."""
+    import orjson
+
+    roles = {"executor", "verifier", "judge", "indexer", "rewards", "episode", "gateway"}
+    deadline = time.monotonic() + 60
+    while True:
+        url = f"{prometheus}/api/v1/query?query=up%7Bjob%3D%22rewardstream%22%7D"
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - our loopback Prometheus
+            result = orjson.loads(response.read())["data"]["result"]
+        live = {r["metric"]["role"] for r in result if r["value"][1] == "1"}
+        if live == roles:
+            return
+        assert time.monotonic() < deadline, f"scraped and up: {sorted(live)}"
+        time.sleep(0.5)
 
 
 @pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
@@ -95,10 +115,15 @@ def test_up_pipeline_starts_seven_processes_and_down_stops_them(tmp_path: Path, 
         with urllib.request.urlopen(health_url, timeout=5) as health:  # noqa: S310 - our loopback gateway
             assert orjson.loads(health.read())["status"] == "ok"
         pids = [proc["pid"] for proc in pipeline.values()]
+        prometheus = orjson.loads(status.stdout)["services"]["prometheus"]
+        assert prometheus["healthy"], prometheus
+        assert prometheus["endpoint"] == f"http://127.0.0.1:{metrics + 7}"
+        pids.append(prometheus["managed_pid"])
+        _every_role_scraped(prometheus["endpoint"])
 
         again = _cli(env, "up", "--pipeline")
         assert again.returncode == 0, again.stderr
-        assert again.stderr.count("already running") == len(PIPELINE)
+        assert again.stderr.count("already running") == len(PIPELINE) + 2  # and Prometheus, Alertmanager
     finally:
         down = _cli(env, "down")
         _delete_topics_with_prefix(f"{unique_name}.")

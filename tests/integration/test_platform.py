@@ -75,8 +75,10 @@ def test_up_status_kill_recover_down_and_warm_up(isolated: IsolatedPlatform) -> 
     status = isolated.cli("status", "--json")
     assert status.returncode == 0, status.stdout + status.stderr
     services = status.json()["services"]
+    prometheus = services.pop("prometheus")  # the pipeline's monitoring: `up --pipeline` starts it
     assert set(services) == {"kafka", "opensearch", "s3", "docker"}
     assert all(svc["healthy"] for svc in services.values()), services
+    assert set(prometheus) >= {"healthy", "endpoint"}
     assert services["kafka"]["endpoint"] == "127.0.0.1:19092"
 
     # Idle memory: our three Java services plus the shared Docker engine.
@@ -104,6 +106,7 @@ def test_up_status_kill_recover_down_and_warm_up(isolated: IsolatedPlatform) -> 
     again = isolated.cli("up")
     assert again.returncode == 0, again.stderr
     restored = isolated.cli("status", "--json").json()["services"]
+    restored.pop("prometheus")
     assert all(svc["healthy"] for svc in restored.values()), restored
 
     # `down` leaves none of their processes behind.

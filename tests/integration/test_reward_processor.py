@@ -100,9 +100,27 @@ def test_join_rewards_deadline_and_dlq(
             assert "generation_id" in letter.error
             assert letter.original_key() == b"broken"
             assert Counter(r.generation_id for r in rewards.rewards()).most_common(1)[0][1] == 1
+            # Both engines count what the alerts read: rewards by outcome (RewardsLate, latency), dead letters.
+            metrics = _metrics(tmp_path)
+            assert 'rewardstream_rewards_total{outcome="partial",role="rewards"} 1.0' in metrics
+            assert 'rewardstream_rewards_total{outcome="complete",role="rewards"} 5.0' in metrics
+            assert 'rewardstream_reward_seconds_count{role="rewards"} 6.0' in metrics
+            assert 'rewardstream_dead_letters_total{reason="DecodeError",role="rewards"} 1.0' in metrics
         finally:
             rewards.close()
             dlq.close()
+
+
+def _metrics(tmp_path: Path) -> str:
+    """The running processor's /metrics, at the address its log announced."""
+    import re
+    import urllib.request
+
+    for log in sorted(tmp_path.glob("*.log")):
+        if match := re.search(r"metrics on (http://\S+/metrics)", log.read_text(errors="replace")):
+            with urllib.request.urlopen(match.group(1), timeout=5) as response:  # noqa: S310 - loopback
+                return str(response.read().decode())
+    raise AssertionError("no processor log names its metrics endpoint")
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -67,3 +67,25 @@ def test_taken_port_is_a_clear_error() -> None:
         port = squatter.getsockname()[1]
         with pytest.raises(MetricsError, match="RS_METRICS_PORT"):
             serve(WorkerMetrics("judge"), "127.0.0.1", port)
+
+
+def test_rewards_are_counted_by_outcome_with_their_latency() -> None:
+    m = WorkerMetrics("rewards")
+    m.reward("complete", 1.5)
+    m.reward("partial", 40.0)
+    m.reward("gave_up", -1.0)
+    assert m.value("rewardstream_rewards_total", outcome="complete") == 1
+    assert m.value("rewardstream_rewards_total", outcome="partial") == 1
+    assert m.value("rewardstream_reward_seconds_count") == 3
+    assert m.value("rewardstream_reward_seconds_sum") == pytest.approx(41.5)
+
+
+def test_counters_alerts_watch_are_born_at_zero_beside_process_and_host_series() -> None:
+    """An alert on increase() sees a counter's first step only if the series existed before it (at 0)."""
+    text = WorkerMetrics("executor").exposition().decode()
+    for line in ('rewardstream_processed_total{role="executor"} 0.0',
+                 'rewardstream_sandbox_errors_total{role="executor"} 0.0'):  # fmt: skip
+        assert line in text
+    for name in ("process_start_time_seconds", "rewardstream_host_memory_available_ratio",
+                 "rewardstream_host_disk_free_ratio", "rewardstream_host_load_per_cpu"):  # fmt: skip
+        assert f"\n{name}" in text

@@ -76,3 +76,20 @@ def test_request_above_limit() -> None:
     assert "cpu request 1500m exceeds its limit 1" in errors[0]
     container["resources"]["limits"]["cpu"] = 2
     assert list(check_all([deployment])) == []
+
+
+def test_a_prometheus_rule_must_carry_the_repo_rules_as_they_are() -> None:
+    import yaml
+
+    from infra.helm.semantics import RULES
+
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    extra = {"name": "rewardstream.lag", "rules": []}
+
+    def rule(spec_groups: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"kind": "PrometheusRule", "metadata": {"name": "rs"}, "spec": {"groups": spec_groups}}
+
+    assert list(check_all([rule([*groups, extra])])) == []
+    edited = [groups[0], {**groups[1], "rules": groups[1]["rules"][1:]}]
+    [problem] = check_all([rule(edited)])
+    assert "rewardstream.yml" in problem

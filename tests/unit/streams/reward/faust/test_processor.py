@@ -419,3 +419,17 @@ def test_the_dead_letter_of_the_reward_engine_names_the_handler_crash() -> None:
     assert (letter.source_offset, letter.error) == (5, "handler crashed")
     assert record.exc_text is not None
     assert "ZeroDivisionError: boom" in record.exc_text
+
+
+def test_every_decision_reports_its_outcome_and_how_long_it_took(policy: Policy) -> None:
+    """What the metrics count: a complete reward, one emitted at the deadline with a part missing (late)."""
+    store, outputs, clock = Store(), Outputs(), Clock(T0 + 2)
+    proc = make(policy, store, outputs, clock)
+    seen: list[tuple[str, float]] = []
+    proc.processor.on_outcome = lambda outcome, seconds: seen.append((outcome, seconds))
+    feed(proc, [execution("h"), verdict("h"), judgement("h")], ts=T0)
+    feed(proc, [execution("g"), verdict("g")], ts=T0)
+    clock.now = T0 + policy.join.deadline_s + 5
+    outputs.idle = {(t, 0) for t in INPUTS}
+    asyncio.run(proc.tick({0}))
+    assert seen == [("complete", 2.0), ("partial", policy.join.deadline_s + 5)]
