@@ -30,6 +30,9 @@ def test_shims_of_our_socket_are_found_and_no_others(tmp_path: Path) -> None:
     ours, theirs = tmp_path / "ours.sock", tmp_path / "theirs.sock"
     shim, other = _fake_shim(ours), _fake_shim(theirs)
     try:
+        deadline = time.monotonic() + 10  # a process reads like a shim once it has exec'd, not at fork
+        while not (shim_pids(ours) and shim_pids(theirs)) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert shim_pids(ours) == [shim.pid]
         assert shim_pids(theirs) == [other.pid]
     finally:
