@@ -15,6 +15,7 @@ The bucket holds at most ``max(1, rate x BURST_S)`` tokens, and a share that gro
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 from schemas.errors import SandboxError
 from schemas.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: How many seconds of its rate a member may start at once after an idle spell (at least one start).
 BURST_S = 1.0
@@ -95,6 +98,9 @@ class FleetPace:
     def owned(self, owned: int, total: int) -> None:
         """This member now owns ``owned`` of the ``total`` partitions its group reads."""
         with self._changed:
+            if (owned, total) != self.partitions:
+                log.info("fleet share: %d of %d partitions, %.4g of the fleet's %.4g sandbox starts/s",
+                         owned, total, fleet_share(self.fleet_rate, owned, total), self.fleet_rate)  # fmt: skip
             self.partitions = (owned, total)
             self._bucket.set_rate(fleet_share(self.fleet_rate, owned, total), self._clock())
             self._changed.notify_all()
