@@ -74,6 +74,8 @@ def build_episode_worker(
 
             sandbox = make_sandbox(settings, fleet=fleet)
             stack.callback(sandbox.close)
+        if fleet is not None:  # closed first (LIFO): a run still waiting for a token gives up, never starts
+            stack.callback(fleet.close)
         table = EpisodeTable(lambda partition: restore_partition(kafka, changelog.name, partition))
         committed = CommittedEpisodes(
             changelog.partitions, lambda partition, rows, start: catch_up(kafka, changelog.name, partition, rows, start)

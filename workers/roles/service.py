@@ -123,6 +123,8 @@ def build_worker(
         )
         fleet = None if role == "judge" else fleet_pace(settings)  # the judge starts no sandbox
         handler = _handler(settings, role, context, deps, stack, fleet=fleet)
+        if fleet is not None:  # closed first (LIFO): a run still waiting for a token gives up, never starts
+            stack.callback(fleet.close)
         producer, consumer, shipper = loop_clients(settings, config, context.worker)
         if role == "executor":  # the gateway's runs take the same slots and the same share: one scheduling plane
             runs = topic_for("run_requests", specs)
