@@ -167,6 +167,12 @@ class SandboxSettings(_Group):
     start_rate: float = Field(
         0.0, ge=0, le=100_000, description="sandbox starts per second a host paces (0: 25 per core), jittered"
     )
+    fleet_start_rate: float = Field(
+        0.0, ge=0, le=100_000,
+        description="sandbox starts per second of each sandboxed role's whole fleet (executor, verifier, episode "
+        "worker; 0: no fleet cap): a worker paces its starts at this times the share of its group's partitions it "
+        "owns, on top of the host's pace",
+    )  # fmt: skip
     slots_dir: Path | None = Field(
         None, description="where the host's slot locks live, shared by every worker on it; default <run_dir>/slots"
     )

@@ -115,6 +115,13 @@ class PartitionListener(Protocol):
     def revoked(self, topic: str, partition: int) -> None: ...
 
 
+class ShareListener(Protocol):
+    """Hears how many of its group's partitions (every topic the worker reads) this member owns, after every
+    assignment change: its share of what the fleet does (``workers.sandbox.fleet_pace``)."""
+
+    def owned(self, owned: int, total: int) -> None: ...
+
+
 def encode_output(topic: str, event: GenerationEvent, result: Contract) -> Output:
     """An ``Output`` for a result event, keyed by the generation's episode (the join key)."""
     return Output(topic, event.key(), encode(result))

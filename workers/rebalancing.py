@@ -14,6 +14,12 @@ the member still owns them; what remains is dropped and re-run by the next owner
 poll callback: heartbeats run on librdkafka's own thread, and the group's follow-up rebalance waits for this
 member at most the rebalance timeout (``max.poll.interval.ms``), far above the drain. A lost partition (the
 session expired: another member may own it already) cannot commit, so it is dropped at once.
+
+After every change the member's count of partitions, out of all those of the topics it reads, goes to
+``shares`` (its share of the fleet's sandbox starts, ``workers.sandbox.fleet_pace``): set after a revoke's
+drain, so the runs being drained still start at the old share. A topic's partition count is read once from the
+consumer's metadata (again only if an owned partition lies beyond it); unreadable, the share is 0 (nothing
+starts, the runs are retried) until the next assignment: never more than the fleet's cap.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from bus.crash_guard import CrashGuard, release_marks, start_marks
 from bus.transaction import commit_offsets
 from schemas.errors import RewardstreamError
 from workers.backpressure import Backpressure
-from workers.handler import Outcome, PartitionListener
+from workers.handler import Outcome, PartitionListener, ShareListener
 from workers.in_flight import Item, PartitionState
 from workers.loop_config import WorkerConfig
 from workers.runners import Runners
@@ -45,6 +51,9 @@ class PartitionOwnership:
     producer: Producer
     guard: CrashGuard
     listener: PartitionListener | None
+    shares: ShareListener | None
+    models: dict[str, Any]
+    _partition_counts: dict[str, int]
     _clock: Callable[[], float]
     _parts: dict[tuple[str, int], PartitionState]
     _runnable: deque[Item]
@@ -92,6 +101,7 @@ class PartitionOwnership:
             self._parts[(mark.topic, mark.partition)].start_offset = mark.offset
         commit_offsets(self.producer, consumer, marks, self.config.kafka_timeout_s)
         self._tell_assigned(partitions)
+        self._tell_share()
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Let the revoked partitions' runs finish (bounded), commit what is ready while we still own them, drop
@@ -152,3 +162,29 @@ class PartitionOwnership:
         self._runnable = deque(item for item in self._runnable if item.part.live)
         self._delayed = [(due, item) for due, item in self._delayed if item.part.live]
         self._alone = deque(item for item in self._alone if item.part.live)
+        self._tell_share()
+
+    # ---- the share of the fleet --------------------------------------------------------------------------
+    def _tell_share(self) -> None:
+        """Tell ``shares`` how many of the group's partitions this member owns now."""
+        if self.shares is None:
+            return
+        try:
+            total = sum(self._partition_count(topic) for topic in (self.config.source_topic, *self.models))
+        except KafkaException as exc:
+            log.error("%s: partition counts unreadable (%s): no sandbox starts until the next assignment",
+                      self.config.role, exc)  # fmt: skip
+            self.shares.owned(0, 0)
+            return
+        self.shares.owned(len(self._parts), total)
+
+    def _partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has: cached, read again when an owned partition lies beyond it."""
+        beyond = max((p + 1 for t, p in self._parts if t == topic), default=0)
+        count = self._partition_counts.get(topic, 0)
+        if count < max(beyond, 1):
+            meta = self.consumer.list_topics(topic, timeout=self.config.kafka_timeout_s).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise KafkaException(f"no metadata of {topic}: {None if meta is None else meta.error}")
+            count = self._partition_counts[topic] = len(meta.partitions)
+        return max(count, beyond)

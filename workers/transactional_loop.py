@@ -75,6 +75,7 @@ from workers.handler import (
     Output,
     PartitionListener,
     Reject,
+    ShareListener,
     Timers,
 )
 from workers.in_flight import Item, PartitionState, timestamp_ms
@@ -92,7 +93,8 @@ E = TypeVar("E", bound=Contract)
 
 class TransactionalWorker(PartitionOwnership, Generic[E]):
     """One consumer + one transactional producer + a pool of ``concurrency`` runner threads; ``model`` is the
-    input's type (``GenerationEvent`` unless given), ``listener`` the handler's per-partition state if any."""
+    input's type (``GenerationEvent`` unless given), ``listener`` the handler's per-partition state if any,
+    ``shares`` what paces the sandbox starts by this member's share of the partitions (``fleet_pace``)."""
 
     def __init__(
         self,
@@ -110,6 +112,7 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         timers: Timers | None = None,
         ends: Ends | None = None,
         models: Mapping[str, type[Contract]] | None = None,
+        shares: ShareListener | None = None,
     ) -> None:
         if models and config.incremental:
             raise ValueError("a worker reading several topics needs a per-topic assignor (WorkerConfig.assignment)")
@@ -121,6 +124,9 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         #: Extra source topics and their input models (the source topic's model is ``model``).
         self.models: dict[str, type[Contract]] = dict(models or {})
         self.listener = listener
+        #: Told of this member's share of the group's partitions (its share of the fleet's sandbox starts).
+        self.shares = shares
+        self._partition_counts: dict[str, int] = {}
         self.timers = timers
         self.ends = ends
         self.consumer = consumer

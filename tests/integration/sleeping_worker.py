@@ -5,11 +5,16 @@ generations in group G and, for each, appends ``<generation_id> <pid>`` to FILE 
 seconds (an agent step mostly waits) and echoes the generation id to the executions topic. Everything else (the
 consumer group, its cooperative rebalancing, the transactions, SIGTERM's drain) is the production loop; what
 stands in is the sandbox run only. Settings come from the environment (``RS_TOPIC_PREFIX`` etc.).
+
+``--fleet-rate R`` admits each run as a sandbox run is admitted, through ``workers.sandbox.admission`` with this
+worker's share of R starts per second (``workers.sandbox.fleet_pace``, told by the loop) and slots in
+``--slots-dir``, and adds the start's wall-clock time to its line (``test_fleet_pace.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -26,22 +31,27 @@ from schemas.topics import catalog_for, topic_for
 from workers.handler import Done, Outcome, Output, Source
 from workers.logs.shipper import LogShipper
 from workers.loop_config import WorkerConfig
+from workers.sandbox.admission import Admission
+from workers.sandbox.fleet_pace import FleetPace
 from workers.transactional_loop import TransactionalWorker
 
 
 class Sleeps:
-    """Notes each start in ``starts``, sleeps, and echoes the generation id."""
+    """Notes each start in ``starts``, sleeps, and echoes the generation id. With ``admission``, a run starts
+    as a sandbox run does: once admitted (a host slot, the host's pace and the worker's fleet share)."""
 
-    def __init__(self, starts: Path, sleep_s: float, out_topic: str) -> None:
+    def __init__(self, starts: Path, sleep_s: float, out_topic: str, admission: Admission | None = None) -> None:
         self.starts = starts
         self.sleep_s = sleep_s
         self.out_topic = out_topic
+        self.admission = admission
         self.lock = threading.Lock()
 
     def handle(self, event: GenerationEvent, source: Source) -> Outcome:
-        with self.lock, self.starts.open("a") as out:
-            out.write(f"{event.generation_id} {os.getpid()}\n")
-        time.sleep(self.sleep_s)
+        with self.admission.admit() if self.admission is not None else contextlib.nullcontext():
+            with self.lock, self.starts.open("a") as out:
+                out.write(f"{event.generation_id} {os.getpid()} {time.time():.6f}\n")
+            time.sleep(self.sleep_s)
         return Done((Output(self.out_topic, event.key(), event.generation_id.encode()),))
 
 
@@ -52,6 +62,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--sleep", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=6)
     parser.add_argument("--rebalance-drain", type=float, default=10.0)
+    parser.add_argument("--fleet-rate", type=float, default=0.0)
+    parser.add_argument("--slots-dir", type=Path)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(message)s")
     settings = Settings()
@@ -75,9 +87,14 @@ def main(argv: list[str]) -> None:
     shipper = LogShipper(producer, topic_for("logs", specs).name, "executor")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
-    handler = Sleeps(args.starts, args.sleep, topic_for("executions", specs).name)
+    pace = FleetPace(args.fleet_rate) if args.fleet_rate > 0 else None
+    admission = None
+    if pace is not None:  # the host's slots and pace out of the way: only the fleet's share limits the starts
+        admission = Admission(args.slots_dir or args.starts.parent / "slots", 1024, 100_000.0, fleet=pace)
+    handler = Sleeps(args.starts, args.sleep, topic_for("executions", specs).name, admission)
     worker = TransactionalWorker(config, handler, consumer=consumer, producer=producer,
-                                 metrics=WorkerMetrics("executor"), stop=stop, shipper=shipper)  # fmt: skip
+                                 metrics=WorkerMetrics("executor"), stop=stop, shipper=shipper,
+                                 shares=pace)  # fmt: skip
     stats = worker.run()
     logging.getLogger(__name__).info("stopped: %s", stats)
 

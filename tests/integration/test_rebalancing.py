@@ -48,13 +48,14 @@ class Member:
 
 
 @contextmanager
-def member(name: str, prefix: str, group: str, tmp: Path) -> Iterator[Member]:
-    """A ``sleeping_worker`` process in ``group``; SIGKILLed at the end if it is still there."""
+def member(name: str, prefix: str, group: str, tmp: Path, *extra: str) -> Iterator[Member]:
+    """A ``sleeping_worker`` process in ``group`` (``extra``: more of its arguments); SIGKILLed at the end if it
+    is still there."""
     env = {**os.environ, "RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS),
            "RS_CACHE_DIR": str(tmp), "PYTHONWARNINGS": "ignore"}  # fmt: skip
     log, starts = tmp / f"{name}.log", tmp / f"{name}.starts"
     argv = [sys.executable, "-m", "tests.integration.sleeping_worker", "--group", group, "--starts", str(starts),
-            "--sleep", str(RUN_S), "--rebalance-drain", "10"]  # fmt: skip
+            "--sleep", str(RUN_S), "--rebalance-drain", "10", *extra]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -29,6 +29,7 @@ from workers.roles.common import TaskSource
 from workers.roles.episodes import EpisodeHandler, EpisodeTopics
 from workers.roles.image_episodes import ImageEpisodes
 from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config
+from workers.sandbox.fleet_pace import fleet_pace
 from workers.tasks.reader import registry_from_settings
 from workers.transactional_loop import TransactionalWorker
 
@@ -66,12 +67,15 @@ def build_episode_worker(
     ensure_topics([changelog, clock], kafka)
     with ExitStack() as stack:
         store = deps.artifacts or artifact_store(settings, stop, metrics)  # snapshots must be stored: always S3
+        fleet = fleet_pace(settings)  # its share of the fleet's sandbox starts (RS_SANDBOX_FLEET_START_RATE)
         sandbox = deps.sandbox
         if sandbox is None:
             from workers.sandbox.factory import make_sandbox
 
-            sandbox = make_sandbox(settings)
+            sandbox = make_sandbox(settings, fleet=fleet)
             stack.callback(sandbox.close)
+        if fleet is not None:  # closed first (LIFO): a run still waiting for a token gives up, never starts
+            stack.callback(fleet.close)
         table = EpisodeTable(lambda partition: restore_partition(kafka, changelog.name, partition))
         committed = CommittedEpisodes(
             changelog.partitions, lambda partition, rows, start: catch_up(kafka, changelog.name, partition, rows, start)
@@ -91,4 +95,4 @@ def build_episode_worker(
                                  shipper=shipper, retention_s=settings.worker.episode_retention_s)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
                                   shipper=shipper, model=ActionEvent, listener=table, timers=handler,
-                                  ends=EndOffsets(kafka))  # fmt: skip
+                                  ends=EndOffsets(kafka), shares=fleet)  # fmt: skip

@@ -35,6 +35,7 @@ from workers.loop_config import WorkerConfig, WorkerStats
 from workers.roles.common import RoleContext, TaskSource
 from workers.roles.run_code import ExecutorRouter, RunHandler
 from workers.sandbox.api import Sandbox
+from workers.sandbox.fleet_pace import FleetPace, fleet_pace
 from workers.tasks.reader import TaskReader, registry_from_settings
 from workers.transactional_loop import TransactionalWorker
 
@@ -120,17 +121,20 @@ def build_worker(
             output_topic=topic_for(OUTPUT_ROLE[role], specs).name,
             uploads=uploads,
         )
-        handler = _handler(settings, role, context, deps, stack)
+        fleet = None if role == "judge" else fleet_pace(settings)  # the judge starts no sandbox
+        handler = _handler(settings, role, context, deps, stack, fleet=fleet)
+        if fleet is not None:  # closed first (LIFO): a run still waiting for a token gives up, never starts
+            stack.callback(fleet.close)
         producer, consumer, shipper = loop_clients(settings, config, context.worker)
-        if role == "executor":  # the gateway's runs take the same slots: one scheduling plane
+        if role == "executor":  # the gateway's runs take the same slots and the same share: one scheduling plane
             runs = topic_for("run_requests", specs)
             router = ExecutorRouter(handler, _run_handler(settings, handler, context))
             yield TransactionalWorker(config, router, consumer=consumer, producer=producer, metrics=metrics,
-                                      stop=stop, shipper=shipper, models={runs.name: RunRequest})  # fmt: skip
+                                      stop=stop, shipper=shipper, models={runs.name: RunRequest},
+                                      shares=fleet)  # fmt: skip
             return
-        yield TransactionalWorker(
-            config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop, shipper=shipper
-        )
+        yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
+                                  shipper=shipper, shares=fleet)  # fmt: skip
 
 
 def _run_handler(settings: Settings, grading: Handler[GenerationEvent], context: RoleContext) -> RunHandler:
@@ -169,7 +173,13 @@ def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple
 
 
 def _handler(
-    settings: Settings, role: RoleName, context: RoleContext, deps: Dependencies, stack: ExitStack
+    settings: Settings,
+    role: RoleName,
+    context: RoleContext,
+    deps: Dependencies,
+    stack: ExitStack,
+    *,
+    fleet: FleetPace | None = None,
 ) -> Handler[GenerationEvent]:
     if role == "judge":
         from workers.judge.factory import make_judge
@@ -188,7 +198,7 @@ def _handler(
     if sandbox is None:
         from workers.sandbox.factory import make_sandbox
 
-        sandbox = make_sandbox(settings)
+        sandbox = make_sandbox(settings, fleet=fleet)
         stack.callback(sandbox.close)
     grader = Grader(sandbox)
     if role == "executor":

@@ -10,6 +10,9 @@ in one instant.
 How: each slot is a file under ``<run dir>/slots`` held with ``flock`` for the length of a run, so the pool is
 shared by every process of the host and a process that dies gives its slots back (the kernel drops its
 locks). The pacing is one more locked file holding the next start time on the host's monotonic clock.
+
+A worker process may add its share of the fleet's start rate (``fleet_pace``): a run then starts only once it
+has its slot, the host's pace and a fleet token, in that order, so that the start follows its token at once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from schemas.errors import SandboxError
 from schemas.settings import Settings
+from workers.sandbox.fleet_pace import FleetPace
 
 #: How many runs per core a host admits by default: a run uses at most one CPU (its quota) and spends part
 #: of its time starting or waiting on I/O; more only makes every run wait for a CPU.
@@ -65,12 +69,16 @@ class Admission:
     """The host's slots and start pacing, under ``directory`` (created if missing)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Admission:
-        """The host's admission as the settings size it (``RS_SANDBOX_SLOTS``, ``RS_SANDBOX_START_RATE``)."""
+    def from_settings(cls, settings: Settings, fleet: FleetPace | None = None) -> Admission:
+        """The host's admission as the settings size it (``RS_SANDBOX_SLOTS``, ``RS_SANDBOX_START_RATE``),
+        and ``fleet``, the worker's share of the fleet's starts, if it has one."""
         directory = settings.sandbox.slots_dir or settings.sandbox.run_dir / "slots"
-        return cls(directory, settings.sandbox.slots, settings.sandbox.start_rate)
+        return cls(directory, settings.sandbox.slots, settings.sandbox.start_rate, fleet=fleet)
 
-    def __init__(self, directory: Path, slots: int = 0, starts_per_s: float = 0.0) -> None:
+    def __init__(
+        self, directory: Path, slots: int = 0, starts_per_s: float = 0.0, *, fleet: FleetPace | None = None
+    ) -> None:
+        self.fleet = fleet
         self.slots = slots if slots > 0 else default_slots()
         self.starts_per_s = starts_per_s if starts_per_s > 0 else STARTS_PER_CORE_S * host_cores()
         self.directory = directory
@@ -84,12 +92,14 @@ class Admission:
 
     @contextlib.contextmanager
     def admit(self) -> Iterator[float]:
-        """Hold one slot for the length of the ``with`` block, started at the host's pace; yields how many
-        seconds the run waited for it."""
+        """Hold one slot for the length of the ``with`` block, started at the host's pace and the fleet's (if
+        any: a ``SandboxError`` when this worker may start nothing); yields how many seconds the run waited."""
         began = time.monotonic()
         fd = self._take_slot()
         try:
             self._pace()
+            if self.fleet is not None:
+                self.fleet.acquire()
             yield time.monotonic() - began
         finally:
             os.close(fd)  # closing the file drops its lock

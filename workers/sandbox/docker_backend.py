@@ -48,6 +48,7 @@ from workers.sandbox.docker_config import ContainerConfig, Limits
 from workers.sandbox.docker_entry import nsenter_path
 from workers.sandbox.docker_pool import WarmPool
 from workers.sandbox.docker_runs import BACKEND, RunPaths, archive_of
+from workers.sandbox.fleet_pace import FleetPace
 from workers.sandbox.seccomp import docker_profile
 
 
@@ -102,11 +103,13 @@ class DockerSandbox:
         pool_size: int | None = None,
         entry: bool | None = None,
         toolchains: Callable[[str], str] | None = None,
+        fleet: FleetPace | None = None,
     ) -> None:
         """``entry``: run pooled containers' programs through an entry server instead of ``docker exec``
         (default: whenever possible: a pool, root, ``nsenter``, no userns-remap, no AppArmor/SELinux label).
         ``image`` is the python family's; ``toolchains(family)`` gives another family's image (by default the
-        tag the settings name, which must exist), asked the first time a run names that family."""
+        tag the settings name, which must exist), asked the first time a run names that family. ``fleet``: the
+        worker's share of the fleet's starts, if it has one."""
         self._client = client
         self._api = client.api
         self._images: dict[str, str] = {PYTHON_TOOLCHAIN: image}
@@ -121,7 +124,7 @@ class DockerSandbox:
         #: The warm containers (per image and limits) and their entry servers.
         self.pool = WarmPool(self._api, self._config, pool_size, nsenter)
         self._runs = RunPaths(self._api, self._config)
-        self._admission = Admission.from_settings(settings)
+        self._admission = Admission.from_settings(settings, fleet)
 
     # ---- lifecycle -----------------------------------------------------------------------------------
 
@@ -155,6 +158,8 @@ class DockerSandbox:
                 return self._run(spec)
         except OSError as exc:  # the slot files: the host's fault
             return error_result(self.name, f"sandbox slots: {type(exc).__name__}: {exc}")
+        except SandboxError as exc:  # this worker may start nothing now (its fleet share is 0, or it is stopping)
+            return error_result(self.name, f"admission: {exc}")
 
     def _run(self, spec: SandboxSpec) -> SandboxResult:
         t0 = time.monotonic()

@@ -29,6 +29,7 @@ from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager
 from workers.sandbox.common import error_result
+from workers.sandbox.fleet_pace import FleetPace
 from workers.sandbox.fork_server import HOST_ENV, ForkServer
 from workers.sandbox.forked_run import BACKEND, run_forked
 from workers.sandbox.mounts import Mounter, remove_tree
@@ -52,9 +53,17 @@ class ProcessSandbox:
 
     name = BACKEND
 
-    def __init__(self, settings: Settings, rootfs: Path, *, toolchains: Callable[[str], Path] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        rootfs: Path,
+        *,
+        toolchains: Callable[[str], Path] | None = None,
+        fleet: FleetPace | None = None,
+    ) -> None:
         """``rootfs`` is the python family's tree; ``toolchains(family)`` gives another family's (by default
-        the platform's baked tree from the settings), asked the first time a run names that family."""
+        the platform's baked tree from the settings), asked the first time a run names that family; ``fleet``
+        the worker's share of the fleet's starts, if it has one."""
         bwrap = shutil.which("bwrap", path=HOST_ENV["PATH"])
         if bwrap is None:
             raise SandboxError("process sandbox needs bwrap (Debian: bubblewrap)")
@@ -62,7 +71,7 @@ class ProcessSandbox:
         if not (rootfs / "usr" / "bin" / "python3").exists():
             raise SandboxError(f"sandbox rootfs {rootfs} is incomplete (no /usr/bin/python3)")
         self._uid = settings.sandbox.uid
-        self._admission = Admission.from_settings(settings)
+        self._admission = Admission.from_settings(settings, fleet)
         self._seccomp = build_filter()
         self._mounter = Mounter()
         self._cgroups = CgroupManager(settings.sandbox.cgroup_parent)

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import KafkaError as LibKafkaError
@@ -65,6 +66,9 @@ class FakeConsumer:
     callbacks: dict[str, Callable[..., None]] = field(default_factory=dict)
     assigned: bool = False
     closed: bool = False
+    #: The topic's partitions in the group (this member's and others'): 0, those in ``log`` at the first lookup.
+    partition_count: int = 0
+    metadata_lookups: int = 0
 
     def subscribe(self, _topics: list[str], **callbacks: Callable[..., None]) -> None:
         self.callbacks = callbacks
@@ -125,6 +129,12 @@ class FakeConsumer:
 
     def consumer_group_metadata(self) -> object:
         return object()
+
+    def list_topics(self, topic: str, timeout: float = 0) -> Any:
+        self.metadata_lookups += 1
+        self.partition_count = self.partition_count or len(self.log)
+        meta = SimpleNamespace(partitions={p: None for p in range(self.partition_count)}, error=None)
+        return SimpleNamespace(topics={topic: meta})
 
     def close(self) -> None:
         self.closed = True
@@ -234,7 +244,13 @@ class FakeEnds:
 
 
 def make_worker(
-    log: dict[int, list[FakeMessage]], handler: Any, *, listener: Any = None, timers: Any = None, **config: Any
+    log: dict[int, list[FakeMessage]],
+    handler: Any,
+    *,
+    listener: Any = None,
+    timers: Any = None,
+    shares: Any = None,
+    **config: Any,
 ) -> tuple[TransactionalWorker[GenerationEvent], FakeConsumer, FakeProducer, threading.Event]:
     consumer = FakeConsumer(log)
     producer = FakeProducer(consumer)
@@ -244,7 +260,7 @@ def make_worker(
     worker = TransactionalWorker(
         cfg, handler, consumer=consumer, producer=producer, metrics=WorkerMetrics("executor"), stop=stop,  # type: ignore[arg-type]
         shipper=LogShipper(producer, "logs", "executor", worker="test:1"),  # type: ignore[arg-type]
-        listener=listener, timers=timers, ends=FakeEnds(consumer) if timers is not None else None,
+        listener=listener, timers=timers, ends=FakeEnds(consumer) if timers is not None else None, shares=shares,
     )  # fmt: skip
     return worker, consumer, producer, stop
 

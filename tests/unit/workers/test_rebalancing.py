@@ -9,9 +9,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from bus.config import RANGE
 from schemas.codec import encode
@@ -157,3 +158,39 @@ def test_a_worker_reading_several_topics_must_not_be_cooperative() -> None:
         TransactionalWorker(WorkerConfig(role="executor", source_topic=TOPIC, dlq_topic="d", group_id="g",
                                          transactional_id="t"), Recorder(), consumer=None, producer=None,  # type: ignore[arg-type]
                             metrics=None, stop=threading.Event(), shipper=None, models={"runs": GenerationEvent})  # type: ignore[arg-type]  # fmt: skip
+
+
+@dataclass
+class Shares:
+    """Records each share the loop tells (``workers.sandbox.fleet_pace.FleetPace.owned``), with its time."""
+
+    told: list[tuple[int, int, float]] = field(default_factory=list)
+
+    def owned(self, owned: int, total: int) -> None:
+        self.told.append((owned, total, time.monotonic()))
+
+
+def test_the_share_of_the_partitions_is_told_on_assign_and_after_a_revokes_drain() -> None:
+    handler = Recorder({"r0": 0.2})
+    log = {0: log_of(0, ["k0"]), 1: log_of(1, ["r0"]), 2: log_of(2, ["k2"])}
+    shares = Shares()
+    worker, consumer, _producer, stop = make_worker(log, handler, shares=shares, concurrency=4, rebalance_drain_s=5.0)
+    consumer.partition_count = 8  # the other five are other members'
+    revoker = Revoker(consumer, [1], lambda: started(handler, "r0"))
+    run_until(worker, stop, lambda: revoker.took_s is not None and len(shares.told) >= 2)
+    assert [(owned, total) for owned, total, _ in shares.told[:2]] == [(3, 8), (2, 8)]
+    r0_done = next(t for kind, g, t in handler.events if kind == "end" and g == "r0")
+    assert shares.told[1][2] >= r0_done, "the share went down before the revoked partition's run was drained"
+    assert consumer.metadata_lookups == 1, "the partition count is read once, not on every change"
+
+
+def test_an_unreadable_partition_count_starts_nothing() -> None:
+    shares = Shares()
+    worker, consumer, _producer, stop = make_worker({0: log_of(0, ["a"])}, Recorder(), shares=shares)
+
+    def broken(topic: str, timeout: float = 0) -> Any:
+        raise KafkaException(f"metadata of {topic} down ({timeout} s)")
+
+    consumer.list_topics = broken  # type: ignore[method-assign]
+    run_until(worker, stop, lambda: bool(shares.told))
+    assert shares.told[0][:2] == (0, 0)
