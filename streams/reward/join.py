@@ -14,7 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from schemas.caps import cap, fit_list
-from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent, result_ids
+from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent
+from schemas.ids import result_ids
 from schemas.signals import SIGNALS, Signal
 from streams.reward.policy import Policy, Scored, Signals, Withheld, awaited, evaluate
 

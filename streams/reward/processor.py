@@ -24,15 +24,8 @@ from typing import Protocol
 
 from schemas.caps import fit
 from schemas.codec import DecodeError, decode, encode
-from schemas.events import (
-    DeadLetter,
-    ExecutionResult,
-    HiddenVerdict,
-    JudgeScore,
-    LogRecord,
-    RewardEvent,
-    generation_ids,
-)
+from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
+from schemas.ids import generation_ids
 from schemas.signals import SIGNAL_TOPIC
 from streams.reward.join import (
     PENDING_PREFIX,

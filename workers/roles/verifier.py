@@ -17,7 +17,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from schemas.caps import fit
-from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag, result_ids
+from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag
+from schemas.ids import result_ids
 from schemas.tasks import Task
 from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.grading import Grader
