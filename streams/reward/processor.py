@@ -399,8 +399,9 @@ class RewardProcessor:
             await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1
-            await self._store(state.model_copy(update={"status": "gave_up"}))
-            await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
+            await self.outputs.send_reward(state, decision.reward)  # valid false: the trainer's, not training data
+            self.pending.forget(state.generation_id)
+            await self._log(state, "error", "invalid reward: " + "; ".join(decision.reasons))
 
     async def _store(self, state: JoinState) -> None:
         """Write ``state`` to the table, and to the pending index beside its bytes."""

@@ -39,7 +39,7 @@ class FakeClient:
             value = 1.0 if "return a + b" in (e.code or "") else 0.0
             out[e.generation_id] = RewardEvent(
                 generation_id=e.generation_id, episode_id=e.episode_id, run_id="r", task_id=e.task_id,
-                reward=value, policy_name="d", policy_version="1",
+                reward=value, policy_name="d", policy_version="1", valid=True,
             )  # fmt: skip
         return {i: out[i] for i in ids}
 

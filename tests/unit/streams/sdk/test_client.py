@@ -37,7 +37,7 @@ def reward(gid: str, run: str = "run-1", value: float = 1.0) -> bytes:
     return encode(
         RewardEvent(
             generation_id=gid, episode_id=gid, run_id=run, task_id="t/1", reward=value,
-            policy_name="default", policy_version="1",
+            policy_name="default", policy_version="1", valid=True,
         )
     )  # fmt: skip
 

@@ -365,10 +365,13 @@ def test_withheld_generations_wait_for_the_retry_limit_not_the_deadline(policy: 
     assert rewards(outputs) == []
     clock.now = T0 + policy.join.sandbox_retry_s + 1
     asyncio.run(proc.tick({0}))
-    assert rewards(outputs) == []
+    [given_up] = rewards(outputs)  # the trainer's one reward, marked: never training data
+    assert (given_up.reward, given_up.valid, given_up.invalid_reason) == (0.0, False, "sandbox_error")
     assert proc.processor.counts["gave_up"] == 1
     assert decode(outputs.logs[-1], LogRecord).level == "error"
-    assert b'"status":"gave_up"' in store.data["g"]
+    assert b'"status":"emitted"' in store.data["g"]
+    asyncio.run(proc.tick({0}))
+    assert len(rewards(outputs)) == 1  # once
 
 
 def test_finished_generations_expire_after_the_retention(policy: Policy) -> None:
