@@ -105,7 +105,9 @@ def run(
         finally:
             server.close()
         return
+    from streams.reward.faust.emit_then_mark import EmitThenMark
     from streams.reward.faust.engine import AppOptions, build_app, run_worker
+    from streams.reward.integrity import IntegrityMetrics
 
     options = AppOptions(
         app_id=app_id,
@@ -117,6 +119,8 @@ def run(
     options.data_dir.mkdir(parents=True, exist_ok=True)
     faust_app, processor = build_app(settings, loaded, options)
     processor.on_dead_letter = metrics.dead_letter
+    if isinstance(processor.outputs, EmitThenMark):
+        processor.outputs.on_reward = IntegrityMetrics(metrics.registry).observe
     print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, {where}", file=sys.stderr, flush=True)
     try:
         run_worker(faust_app, loglevel)
