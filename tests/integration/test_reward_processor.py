@@ -88,6 +88,9 @@ def test_join_rewards_deadline_and_dlq(
             # the judge never answered: the reward still came, after the deadline, naming what was missing
             assert by_gen[nojudge].missing == ["judgement"]
             assert by_gen[nojudge].reward == 1.0
+            # valid for training: the candidate's own failures and hacks never make a reward invalid, nor does a
+            # judge that is not required
+            assert {by_gen[g].valid for g in (good, wrong, hack, overfit, nojudge)} == {True}
             assert retried not in by_gen, "a sandbox_error must never become a reward"
             # the retry arrives: now it gets its reward
             env.produce([verdict(retried, attempt=2)])
