@@ -4,14 +4,11 @@ the trainer as training data."""
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from pathlib import Path
 
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.codec import decode
 from schemas.tasks import Task
@@ -38,19 +35,6 @@ def registry(tmp: Path) -> Path:
         case["expected"] = sum(case["args"])
     TaskRegistry(tmp).store([canary, decode(orjson.dumps(plain), Task)])
     return tmp
-
-
-def canary_hits(logs: str) -> float:
-    """``rewardstream_canary_hits_total`` of canary/add, scraped from the processor's /metrics."""
-    found = re.search(r"rewards: policy .*metrics on (http://\S+/metrics)", logs)
-    assert found, logs
-    with urllib.request.urlopen(found.group(1), timeout=10) as reply:  # noqa: S310 - the processor, on loopback
-        text = reply.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "rewardstream_canary_hits_total" and sample.labels.get("task") == "canary/add":
-                return float(sample.value)
-    return 0.0
 
 
 def test_a_hack_on_a_canary_is_marked_counted_and_kept_from_training(
@@ -80,8 +64,10 @@ def test_a_hack_on_a_canary_is_marked_counted_and_kept_from_training(
             assert client.stats["canary_hits"] == 1
             with pytest.raises(RewardTimeoutError):
                 next(client.rewards(timeout_s=2))  # nothing else is training data
+        hits = "rewardstream_canary_hits_total"
         deadline = time.monotonic() + 30  # counted once the processor's transaction committed: a moment after
-        while canary_hits(pipe.env.logs(tail=None)) < 1:
+        while pipe.env.metric(hits, task="canary/add") < 1:
             assert time.monotonic() < deadline, pipe.logs()
             time.sleep(0.2)
-        assert canary_hits(pipe.env.logs(tail=None)) == 1.0  # the honest 0 is no hit
+        assert pipe.env.metric(hits, task="canary/add") == 1.0  # the honest 0 is no hit
+        assert pipe.env.metric("rewardstream_canary_rewards_total", dataset="canary") == 2.0
