@@ -167,6 +167,15 @@ def test_complete_generation_emits_once_and_marks_it(policy: Policy) -> None:
     assert b'"status":"emitted"' in store.data["g"]
 
 
+def test_each_acknowledged_reward_reaches_the_metrics_hook_once(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    seen: list[RewardEvent] = []
+    marks_of(proc).on_reward = seen.append
+    feed(proc, [execution("g"), verdict("g", canary=True), judgement("g"), judgement("g")])
+    assert [(r.generation_id, r.canary, r.valid) for r in seen] == [("g", True, False)]
+
+
 def test_with_transactional_outputs_the_core_emits_once_and_stores_only_the_generation(policy: Policy) -> None:
     store = Store()
     outputs = TransactionalOutputs(store)
