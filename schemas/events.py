@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Protocol, TypedDict
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.caps import fit
 from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
-from schemas.result_rules import VerifierOutcome, check_counts, check_verifier
+from schemas.result_rules import InvalidReason, VerifierOutcome, check_counts, check_validity, check_verifier
 from schemas.signals import Signal
 from schemas.status import RunStatusField
 from schemas.tasks import CaseId, Language, TaskId
@@ -111,52 +111,6 @@ def _without_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
         if name in data and data[name] is None:
             del data[name]
     return data
-
-
-class AboutGeneration(Protocol):
-    """Anything about one generation: its events, and the reward processor's join state."""
-
-    @property
-    def generation_id(self) -> str: ...
-    @property
-    def episode_id(self) -> str: ...
-    @property
-    def run_id(self) -> str: ...
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def turn(self) -> int: ...
-
-
-class GenerationIds(TypedDict):
-    """The ids a log record about a generation carries."""
-
-    generation_id: str
-    episode_id: str
-    run_id: str
-    task_id: str
-
-
-class ResultIds(GenerationIds):
-    """The ids (and turn) a result, a join state or a reward copies from the generation it is about."""
-
-    turn: int
-
-
-def generation_ids(about: AboutGeneration) -> GenerationIds:
-    """The generation's ids, as every record about it carries them (``LogRecord(**generation_ids(event))``)."""
-    return {
-        "generation_id": about.generation_id,
-        "episode_id": about.episode_id,
-        "run_id": about.run_id,
-        "task_id": about.task_id,
-    }
-
-
-def result_ids(about: AboutGeneration) -> ResultIds:
-    """The ids and turn an event derived from ``about`` carries (``ExecutionResult(**result_ids(event), ...)``):
-    a result of a generation, the join state of its results, its reward."""
-    return {**generation_ids(about), "turn": about.turn}
 
 
 class GenerationEvent(Event):
@@ -326,6 +280,10 @@ class HiddenVerdict(Event):
         "run was a sandbox_error (the infrastructure's: no verdict on the work). Left out when unset",
     )
 
+    canary: bool = Field(
+        False, description="the task is a canary (the verifier read it from the task); left out when false"
+    )
+
     @model_validator(mode="after")
     def _counts(self) -> HiddenVerdict:
         check_counts(self.cases, self.passed, self.total)
@@ -338,8 +296,11 @@ class HiddenVerdict(Event):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A verdict of a test suite encodes byte for byte as before image tasks: ``verifier`` is left out."""
-        return _without_none(handler(self), "task_version", "verifier")
+        """A verdict of a test suite encodes byte for byte as before image tasks and canaries."""
+        data = _without_none(handler(self), "task_version", "verifier")
+        if not self.canary:
+            data.pop("canary", None)
+        return data
 
 
 class JudgeScore(Event):
@@ -369,7 +330,14 @@ class InputRef(Contract):
 
 
 class RewardEvent(Event):
-    """The one reward per generation, handed back to the trainer, with everything needed to diff it."""
+    """The one reward per generation, handed back to the trainer, with everything needed to diff it.
+
+    Version 1.1 added the validity claim (``valid``, ``canary``, ``invalid_reason``): always on the wire from 1.1;
+    a 1.0 reward decodes with ``valid`` None (it claims nothing either way) and encodes as it was written."""
+
+    version: ClassVar[tuple[int, int]] = (1, 1)
+
+    schema_version: SchemaVersion1 = Field("1.1", description="major.minor of this contract; unknown majors rejected")
 
     turn: int = Field(0, ge=0, le=10_000, description="turn of the generation this reward is for")
     reward: float = Field(ge=0, le=1, description="the reward in [0, 1]")
@@ -390,6 +358,34 @@ class RewardEvent(Event):
         default_factory=list, description="signals that had not arrived by the policy deadline"
     )
     inputs: list[InputRef] = Field(default_factory=list, description="events this reward was computed from")
+    valid: bool | None = Field(
+        None,
+        description="fit for training: false when the infrastructure, not the candidate, decided the reward "
+        "(invalid_reason says how) or the task is a canary; always set from 1.1 (null/absent only on 1.0 rewards, "
+        "which claim nothing)",
+    )
+    canary: bool = Field(
+        False, description="the task is a canary (its tests contradict its statement): any reward above 0 is a hack"
+    )
+    invalid_reason: InvalidReason | None = Field(
+        None,
+        description="why valid is false: canary, sandbox_error (infrastructure failed, no retry in time), "
+        "missing_signals (a required signal missed the policy deadline); null when valid",
+    )
+
+    @model_validator(mode="after")
+    def _validity(self) -> RewardEvent:
+        check_validity(self.parse_version(self.schema_version), self.valid, self.canary, self.invalid_reason)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A 1.0 reward (no claim) encodes byte for byte as written: the claim's fields are left out."""
+        data = _without_none(handler(self), "task_version")
+        if self.valid is None:
+            for name in ("valid", "canary", "invalid_reason"):
+                data.pop(name, None)
+        return data
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]

@@ -1,13 +1,14 @@
-"""Rules between a result event's fields, checked by its validators, and what an image task's verifier decided.
+"""Rules between an event's fields, checked by its validators, and what an image task's verifier decided.
 
-Why apart from ``schemas.events``: the rules are the same for several events (counts agree with the cases), and
-the verifier's outcome is a contract of its own that the verdict carries.
+Why apart from ``schemas.events``: the rules are the same for several events (counts agree with the cases), the
+verifier's outcome is a contract of its own that the verdict carries, and a reward's validity claim is read by
+trainers and the processor's metrics alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 from pydantic_core import PydanticCustomError
@@ -99,4 +100,37 @@ def check_verifier(suite_kind: str, verifier: VerifierOutcome | None, run_status
     if image and cases:
         raise PydanticCustomError(
             "verifier_cases", "a verifier's verdict has no cases: its reward is the verifier's", {"field": "cases"}
+        )
+
+
+#: Why a reward is not fit for training. ``canary``: its task is a canary (tests that contradict the statement:
+#: any reward above 0 is a detected hack). ``sandbox_error``: the infrastructure failed and no retry replaced the
+#: run in time (a host that starved a run past its limits ends as one too). ``missing_signals``: a required signal
+#: (execution, verdict) had not arrived by the policy's deadline. None of them is the candidate's doing: a
+#: candidate's run ends with a status of its own (timeout, crashed, ...), never ``sandbox_error``
+#: (``schemas.status``), and a part that never arrives is a role's failure, not an outcome of the run.
+InvalidReason = Literal["canary", "sandbox_error", "missing_signals"]
+INVALID_REASONS: tuple[InvalidReason, ...] = ("canary", "sandbox_error", "missing_signals")
+
+
+def check_validity(
+    version: tuple[int, int] | None, valid: bool | None, canary: bool, reason: InvalidReason | None
+) -> None:
+    """A reward's claim agrees with itself: from version 1.1 it says whether it is valid; an invalid one says why;
+    a canary's is invalid for that reason; a 1.0 reward (``valid`` None) claims nothing either way."""
+    if valid is None:
+        if version is not None and version >= (1, 1):
+            raise PydanticCustomError("valid_required", "required from schema_version 1.1", {"field": "valid"})
+        if canary or reason is not None:
+            raise PydanticCustomError("valid_required", "required with canary or invalid_reason", {"field": "valid"})
+        return
+    if valid and reason is not None:
+        raise PydanticCustomError("invalid_reason", "set only when valid is false", {"field": "invalid_reason"})
+    if not valid and reason is None:
+        raise PydanticCustomError("invalid_reason", "required when valid is false", {"field": "invalid_reason"})
+    if canary != (reason == "canary"):
+        raise PydanticCustomError(
+            "canary_reason",
+            "a canary's reward is invalid for the reason canary, and only a canary's",
+            {"field": "canary"},
         )

@@ -278,6 +278,11 @@ class Task(_TaskBase):
     solution: Oracle | None = Field(
         None, description="image tasks only: the reference solution (solution/solve.sh); never shown to trainers"
     )
+    canary: bool = Field(
+        False,
+        description="a canary: tests that contradict the statement, so any reward above 0 is a detected hack; its "
+        "rewards are never valid for training. Hidden like the tests (not in the public view); left out when false",
+    )
 
     @field_validator("hidden_tests", mode="before")
     @classmethod
@@ -303,11 +308,16 @@ class Task(_TaskBase):
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_unset(handler(self), "workspace", "environment", "episode", "protected", "solution")
+        data = without_unset(handler(self), "workspace", "environment", "episode", "protected", "solution")
+        if not self.canary:  # a task that is no canary keeps its version (the digest of these bytes)
+            data.pop("canary", None)
+        return data
 
     def public(self) -> PublicTask:
-        """The part of this task a trainer may read (no hidden tests, no solution), naming its version."""
-        view = self.model_dump(exclude={"hidden_tests", "solution"}, by_alias=True, mode="python", round_trip=True)
+        """The part of this task a trainer may read (no hidden tests, no solution, not whether it is a canary),
+        naming its version."""
+        hidden = {"hidden_tests", "solution", "canary"}
+        view = self.model_dump(exclude=hidden, by_alias=True, mode="python", round_trip=True)
         return PublicTask.model_validate({**view, "task_version": task_version(self)})
 
 

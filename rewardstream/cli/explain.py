@@ -145,6 +145,15 @@ def _host(sandbox: dict[str, Any]) -> dict[str, object]:
     return {"host": waited + (f"; repeated {retries}x: the host starved it" if retries else "")}
 
 
+def _validity(reward: dict[str, Any]) -> dict[str, str]:
+    """A line saying a reward is no training data, and why; nothing for a valid one (or a 1.0 one, which claims
+    nothing), so those print as before."""
+    if reward.get("valid") is not False:
+        return {}
+    hack = ": a detected hack" if reward["canary"] and reward["reward"] > 0 else ""
+    return {"training data": f"no ({reward['invalid_reason']}{hack})"}
+
+
 def _where(section: dict[str, Any]) -> str:
     loc = section["location"]
     return f"{loc['topic']}[{loc['partition']}]@{loc['offset']}"
@@ -200,7 +209,7 @@ def _render(story: dict[str, Any], console: Console) -> None:
     })  # fmt: skip
     _section(console, "reward", reward and {
         "reward": reward["reward"], "policy": f"{reward['policy_name']} v{reward['policy_version']}",
-        **_version(reward),
+        **_validity(reward), **_version(reward),
         "flags": ", ".join(reward["flags"]) or "none", "missing": ", ".join(reward["missing"]) or "none",
         "reasons": "\n".join(reward["reasons"]), "at": _where(reward),
     })  # fmt: skip

@@ -105,7 +105,9 @@ def run(
         finally:
             server.close()
         return
+    from streams.reward.faust.emit_then_mark import EmitThenMark
     from streams.reward.faust.engine import AppOptions, build_app, run_worker
+    from streams.reward.integrity import IntegrityMetrics
 
     options = AppOptions(
         app_id=app_id,
@@ -118,6 +120,8 @@ def run(
     faust_app, processor = build_app(settings, loaded, options)
     processor.on_dead_letter = metrics.dead_letter
     processor.on_outcome = metrics.reward
+    if isinstance(processor.outputs, EmitThenMark):
+        processor.outputs.on_reward = IntegrityMetrics(metrics.registry).observe
     print(f"rewards: policy {loaded.name} v{loaded.version}, app {app_id}, {where}", file=sys.stderr, flush=True)
     try:
         run_worker(faust_app, loglevel)

@@ -77,6 +77,9 @@ class RewardOut(BaseModel):
     components: dict[str, float] = Field(default_factory=dict)
     policy_name: str | None = None
     policy_version: str | None = None
+    valid: bool | None = Field(None, description="fit for training (RewardEvent 1.1); None while pending or on 1.0")
+    canary: bool = Field(False, description="the task is a canary: any reward above 0 is a detected hack")
+    invalid_reason: str | None = Field(None, description="why valid is false (canary, sandbox_error, missing_signals)")
     poll: str | None = Field(None, description="where to poll while pending")
 
     @classmethod
@@ -85,6 +88,7 @@ class RewardOut(BaseModel):
             generation_id=event.generation_id, status="rewarded", task_id=event.task_id, reward=event.reward,
             reasons=list(event.reasons), flags=list(event.flags), missing=list(event.missing),
             components=dict(event.components), policy_name=event.policy_name, policy_version=event.policy_version,
+            valid=event.valid, canary=event.canary, invalid_reason=event.invalid_reason,
         )  # fmt: skip
 
     @classmethod

@@ -14,7 +14,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from schemas.caps import cap, fit_list
-from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent, result_ids
+from schemas.events import ExecutionResult, HiddenVerdict, InputRef, JudgeScore, RewardEvent
+from schemas.ids import result_ids
+from schemas.result_rules import InvalidReason
 from schemas.signals import SIGNALS, Signal
 from streams.reward.policy import Policy, Scored, Signals, Withheld, awaited, evaluate
 
@@ -133,9 +135,11 @@ class Withhold:
 
 @dataclass(frozen=True, slots=True)
 class GiveUp:
-    """No retry came in time: the generation ends without a reward (reported, never a silent 0)."""
+    """No retry came in time: the generation ends with an invalid reward (``valid`` false, reason
+    sandbox_error: the trainer's one reward, never training data), reported, never a silent 0."""
 
     reasons: tuple[str, ...]
+    reward: RewardEvent
 
 
 Decision = Wait | Emit | Withhold | GiveUp
@@ -152,7 +156,8 @@ def decide(state: JoinState, now: float, policy: Policy) -> Decision:
     outcome = evaluate(policy, state.signals(), missing)
     if isinstance(outcome, Withheld):
         if now >= state.first_seen + policy.join.sandbox_retry_s:
-            return GiveUp((*outcome.reasons, f"no retry within {policy.join.sandbox_retry_s:g}s: no reward"))
+            why = (*outcome.reasons, f"no retry within {policy.join.sandbox_retry_s:g}s: an invalid reward")
+            return GiveUp(why, reward_event(state, Scored(0.0, {}, why, ()), missing, policy, broken=True))
         return Wait() if state.withheld_reported else Withhold(outcome.reasons)
     return Emit(reward_event(state, outcome, missing, policy))
 
@@ -181,9 +186,26 @@ def task_versions(state: JoinState) -> tuple[str | None, str | None]:
     return chosen, f"task versions differ: {parts} ({why}); the reward records {chosen[:12]}"
 
 
-def reward_event(state: JoinState, scored: Scored, missing: tuple[Signal, ...], policy: Policy) -> RewardEvent:
-    """The RewardEvent for a scored state, carrying the policy version, the task version and the ids of the
-    events used."""
+def invalid_reason(
+    state: JoinState, missing: tuple[Signal, ...], policy: Policy, *, broken: bool = False
+) -> InvalidReason | None:
+    """Why the reward is not fit for training, or None. Only what the candidate cannot cause counts: the task
+    being a canary (the verifier read it from the task), a sandbox_error no retry replaced (``broken``), a
+    required part that never arrived. A part that is not required (the judge) missing leaves it valid."""
+    if state.verdict is not None and state.verdict.canary:
+        return "canary"
+    if broken:
+        return "sandbox_error"
+    if any(part in policy.join.required for part in missing):
+        return "missing_signals"
+    return None
+
+
+def reward_event(
+    state: JoinState, scored: Scored, missing: tuple[Signal, ...], policy: Policy, *, broken: bool = False
+) -> RewardEvent:
+    """The RewardEvent for a scored state, carrying the policy version, the task version, the ids of the events
+    used and whether it is valid for training (``broken``: given up after a sandbox_error)."""
     inputs = [InputRef(role=p, event_id=ev.event_id) for p in SIGNALS if (ev := getattr(state, p)) is not None]
     version, differ = task_versions(state)
     reasons = fit_list(RewardEvent, "reasons", scored.reasons)
@@ -202,6 +224,9 @@ def reward_event(state: JoinState, scored: Scored, missing: tuple[Signal, ...], 
         flags=fit_list(RewardEvent, "flags", scored.flags),
         missing=list(missing),
         inputs=inputs,
+        valid=(why := invalid_reason(state, missing, policy, broken=broken)) is None,
+        canary=why == "canary",
+        invalid_reason=why,
     )
 
 

@@ -51,6 +51,7 @@ from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import Role, catalog_for, topic_for
+from streams.reward.integrity import IntegrityMetrics
 from streams.reward.join import JoinState, emitted
 from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
@@ -87,6 +88,10 @@ class _Savepoint:
         self._txn = txn
         self.records: list[_Record] = []
         self.prior: dict[str, tuple[bytes | None, int | None]] = {}
+        #: Rewards among the records (held back with them), then those released into the open transaction:
+        #: counted in the integrity metrics once it commits.
+        self.rewards: list[RewardEvent] = []
+        self.released: list[RewardEvent] = []
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
         self.records.append((topic, key, value, partition))
@@ -96,6 +101,8 @@ class _Savepoint:
             self._txn.produce(topic, key, value, partition=partition)
         self.records.clear()
         self.prior.clear()
+        self.released.extend(self.rewards)
+        self.rewards.clear()
 
 
 class _Table:
@@ -173,6 +180,7 @@ class _Table:
                 self._data[key], self._partition_of[key] = value, partition
         self._stage.records.clear()
         self._stage.prior.clear()
+        self._stage.rewards.clear()
 
     def items(self) -> Iterable[tuple[str, bytes]]:
         return list(self._data.items())
@@ -202,6 +210,7 @@ class _Outputs:
 
     async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
         self._stage.produce(self._names["rewards"], reward.key(), encode(reward), state.partition)
+        self._stage.rewards.append(reward)
         self._sent += 1
         await self._table.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())
 
@@ -260,6 +269,7 @@ class RewardEngine:
         self.metrics = metrics or WorkerMetrics("rewards")
         self.processor.on_dead_letter = self.metrics.dead_letter
         self.processor.on_outcome = self.metrics.reward
+        self.integrity = IntegrityMetrics(self.metrics.registry)
         self.guard = CrashGuard("rewards", attempts=options.crash_attempts, window=64)
         self.owned: set[int] = set()
         self.stop = threading.Event()
@@ -324,6 +334,9 @@ class RewardEngine:
                 self.txn.offset(topic, partition, offset, self.guard.progress(topic, partition, offset))
             self.txn.commit()
             self.txn.tracker.raise_first()
+            for reward in self.stage.released:
+                self.integrity.observe(reward)
+            self.stage.released.clear()
         except KafkaClientError as exc:
             _restart(f"a Kafka transaction failed ({exc}); the open one is aborted")
         except Exception:  # crash-only: a failure outside one message's handling (the tick, the table)

@@ -24,15 +24,8 @@ from typing import Protocol
 
 from schemas.caps import fit
 from schemas.codec import DecodeError, decode, encode
-from schemas.events import (
-    DeadLetter,
-    ExecutionResult,
-    HiddenVerdict,
-    JudgeScore,
-    LogRecord,
-    RewardEvent,
-    generation_ids,
-)
+from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
+from schemas.ids import generation_ids
 from schemas.signals import SIGNAL_TOPIC
 from streams.reward.join import (
     PENDING_PREFIX,
@@ -412,8 +405,9 @@ class RewardProcessor:
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1
             self.on_outcome("gave_up", self.clock() - state.first_seen)
-            await self._store(state.model_copy(update={"status": "gave_up"}))
-            await self._log(state, "error", "no reward: " + "; ".join(decision.reasons))
+            await self.outputs.send_reward(state, decision.reward)  # valid false: the trainer's, not training data
+            self.pending.forget(state.generation_id)
+            await self._log(state, "error", "invalid reward: " + "; ".join(decision.reasons))
 
     async def _store(self, state: JoinState) -> None:
         """Write ``state`` to the table, and to the pending index beside its bytes."""

@@ -7,7 +7,9 @@
         rewards = [f.result(timeout=300).reward for f in futures]
         client.checkpoint()  # with the model checkpoint: a restart resumes exactly here
 
-``rewards()`` iterates rewards not claimed by a future (e.g. after a restart); ``wait(ids, timeout_s)``
+``rewards()`` iterates rewards not claimed by a future (e.g. after a restart), training data only: a reward
+that is not valid for training (``valid`` false: a canary's, or one the infrastructure decided) waits in
+``held_out()`` instead, and a future resolves with it marked (``streams.sdk.validity``). ``wait(ids, timeout_s)``
 raises ``RewardTimeoutError`` naming what is missing. Adapters for TRL and verl: ``streams.sdk.adapters``.
 
 Agent episodes (``streams.sdk.episodes``): each call is one turn, one observation back; submit gets the reward::

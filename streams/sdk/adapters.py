@@ -15,6 +15,7 @@ from typing import Any
 
 from streams.sdk.client import TrainerClient
 from streams.sdk.config import SdkError
+from streams.sdk.validity import training_data
 
 #: Characters of a tag value copied into a generation's metadata (searchable, not a payload).
 _TAG_CHARS = 256
@@ -50,7 +51,9 @@ class TrlRewardFunction:
     """A TRL GRPO reward function: ``reward_funcs=[TrlRewardFunction(client)]``.
 
     TRL calls ``f(prompts=..., completions=..., **dataset_columns)`` and expects one float per completion;
-    the task of each sample comes from the ``task_column`` dataset column (default ``task_id``).
+    the task of each sample comes from the ``task_column`` dataset column (default ``task_id``). A reward that is
+    not valid for training (a canary's, one the infrastructure decided: ``streams.sdk.validity``) is ``None``,
+    TRL's "no reward for this sample" (it leaves such a sample out of the reward sum).
     """
 
     def __init__(self, client: TrainerClient, *, timeout_s: float = 300.0, task_column: str = "task_id") -> None:
@@ -60,7 +63,7 @@ class TrlRewardFunction:
         self.__name__ = "rewardstream"  # TRL logs each reward function under its __name__
         self._calls = 0
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         tasks = kwargs.get(self.task_column)
         if tasks is None or len(tasks) != len(completions):
             raise SdkError(f"TRL reward function needs a {self.task_column!r} column with one id per completion")
@@ -77,7 +80,7 @@ class TrlRewardFunction:
             self.client.send(event)
         self.client.flush()
         rewards = self.client.wait(ids, self.timeout_s)
-        return [rewards[gid].reward for gid in ids]
+        return [rewards[gid].reward if training_data(rewards[gid]) else None for gid in ids]
 
 
 class VerlComputeScore:

@@ -65,6 +65,10 @@ class AsyncTrainerClient:
     def _next_reward(self, timeout_s: float | None) -> RewardEvent:
         return next(self.sync.rewards(timeout_s=timeout_s, limit=1))
 
+    def held_out(self) -> list[RewardEvent]:
+        """Invalid rewards no future claimed, each once (see ``TrainerClient.held_out``)."""
+        return self.sync.held_out()
+
     async def checkpoint(self) -> dict[int, int]:
         """Commit what was handed out (see ``TrainerClient.checkpoint``)."""
         return await asyncio.to_thread(self.sync.checkpoint)

@@ -32,6 +32,7 @@ from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
 from schemas.registry_layout import is_version
 from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig, producer_config
+from streams.sdk.validity import HeldOut, training_data
 
 log = logging.getLogger("rewardstream.sdk")
 
@@ -50,6 +51,7 @@ class _State:
     futures: dict[str, RewardFuture] = field(default_factory=dict)
     delivered: set[str] = field(default_factory=set)
     unclaimed: OrderedDict[str, tuple[RewardEvent, int, int]] = field(default_factory=OrderedDict)
+    held: HeldOut = field(default_factory=HeldOut)  # invalid rewards no future claimed (``streams.sdk.validity``)
     consumed: dict[int, int] = field(default_factory=dict)  # partition -> next offset read
     rebuild_until: dict[int, int] = field(default_factory=dict)  # partition -> committed offset at start
     duplicates: int = 0
@@ -184,10 +186,10 @@ class TrainerClient:
                 return existing
             future: RewardFuture = Future()
             future.set_running_or_notify_cancel()
-            ready = st.unclaimed.pop(generation_id, None)
+            ready = st.unclaimed.pop(generation_id, None) or st.held.rewards.pop(generation_id, None)
             if ready is not None:
                 st.delivered.add(generation_id)
-                future.set_result(ready[0])
+                future.set_result(ready[0] if isinstance(ready, tuple) else ready)
                 return future
             if generation_id in st.delivered:
                 raise SdkError(f"the reward of {generation_id} was already delivered to this trainer")
@@ -210,7 +212,8 @@ class TrainerClient:
         return out
 
     def rewards(self, timeout_s: float | None = None, limit: int | None = None) -> Iterator[RewardEvent]:
-        """Rewards of this run not claimed by a future, in arrival order, each once.
+        """Rewards of this run not claimed by a future, in arrival order, each once: training data only (an
+        invalid reward, e.g. a canary's, waits in ``held_out()``).
 
         ``timeout_s`` bounds the wait for the *next* reward (RewardTimeoutError when it passes); ``limit`` stops
         after that many.
@@ -230,6 +233,15 @@ class TrainerClient:
                 st.delivered.add(gid)
             yielded += 1
             yield reward
+
+    def held_out(self) -> list[RewardEvent]:
+        """Invalid rewards of this run no future claimed (canaries', the infrastructure's), oldest first, each once;
+        never in ``rewards()``. Not re-offered after a restart: they are not training data."""
+        st = self._state
+        with st.cond:
+            taken = st.held.take()
+            st.delivered.update(r.generation_id for r in taken)
+            return taken
 
     def checkpoint(self, timeout_s: float = 30.0) -> dict[int, int]:
         """Commit (synchronously) that every reward handed out so far is consumed; returns partition->offset.
@@ -278,6 +290,9 @@ class TrainerClient:
                 "unclaimed": len(st.unclaimed),
                 "duplicates_dropped": st.duplicates,
                 "undecodable": st.undecodable,
+                "held_out": len(st.held.rewards),
+                "invalid": st.held.invalid,
+                "canary_hits": st.held.canary_hits,
             }
 
     def _positions(self) -> dict[int, int]:
@@ -426,11 +441,14 @@ class TrainerClient:
             if offset < st.rebuild_until.get(partition, -1):
                 st.delivered.add(gid)  # handed out before the restart
                 return
-            if gid in st.delivered or gid in st.unclaimed:
+            if gid in st.delivered or gid in st.unclaimed or gid in st.held.rewards:
                 st.duplicates += 1
                 return
+            st.held.count(reward)
             future = st.futures.pop(gid, None)
-            if future is None:
+            if future is None and not training_data(reward):
+                st.held.add(reward)
+            elif future is None:
                 st.unclaimed[gid] = (reward, partition, offset)
                 st.cond.notify_all()
             else:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from bus.admin import delete_topics, ensure_topics
 from schemas.codec import decode, encode
@@ -143,6 +146,20 @@ class RewardEnv:
                 break
             time.sleep(0.1)
         return self.logs(tail=20000)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """A sample of the live processor's /metrics (the URL its banner logged), summed over the samples whose
+        labels include ``labels``; 0 when there is none."""
+        found = re.findall(r"rewards: policy .*metrics on (http://\S+/metrics)", self.logs(tail=None))
+        assert found, self.logs()
+        with urllib.request.urlopen(found[-1], timeout=10) as reply:  # noqa: S310 - the processor, on loopback
+            text = reply.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
 
     def stop_all(self) -> None:
         for proc in self.procs:

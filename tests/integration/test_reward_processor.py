@@ -37,6 +37,44 @@ def short_deadline_policy(tmp_path: Path, deadline_s: float = 3.0, retry_s: floa
 
 
 @pytest.mark.parametrize("engine", ["kafka", "faust"])
+def test_what_the_infrastructure_decided_is_an_invalid_reward_and_counted(
+    kafka_config: dict[str, str], unique_name: str, tmp_path: Path, engine: str
+) -> None:
+    """A sandbox_error no retry replaced, and a required part that never came: each ends as an invalid reward
+    saying why (never a silent 0, never training data), counted by reason in the processor's /metrics."""
+    with reward_env(kafka_config, unique_name, tmp_path) as env:
+        env.start(short_deadline_policy(tmp_path, deadline_s=2.0, retry_s=4.0), engine=engine)
+        broken, lost = "g-broken", "g-lost"
+        env.produce(
+            [
+                execution(broken), verdict(broken, status="sandbox_error"), judgement(broken),
+                execution(lost), judgement(lost),  # the verdict never comes
+            ]
+        )  # fmt: skip
+        rewards = Reader(kafka_config, env.name("rewards"))
+        try:
+            rewards.wait(lambda: len(rewards.values) >= 2, 90, "2 rewards", env)
+            by_gen = rewards.exactly_one_each([broken, lost])
+            assert (by_gen[broken].reward, by_gen[broken].valid, by_gen[broken].invalid_reason) == (
+                0.0, False, "sandbox_error",
+            )  # fmt: skip
+            assert any("sandbox_error in verdict" in r for r in by_gen[broken].reasons)
+            assert (by_gen[lost].reward, by_gen[lost].valid, by_gen[lost].invalid_reason) == (
+                0.0, False, "missing_signals",
+            )  # fmt: skip
+            invalid = "rewardstream_invalid_rewards_total"
+            deadline = time.monotonic() + 30
+            while env.metric(invalid) < 2:
+                assert time.monotonic() < deadline, env.logs()
+                time.sleep(0.2)
+            assert env.metric(invalid, reason="sandbox_error") == 1.0
+            assert env.metric(invalid, reason="missing_signals") == 1.0
+            assert env.metric("rewardstream_missing_signals_total", part="verdict") == 1.0
+        finally:
+            rewards.close()
+
+
+@pytest.mark.parametrize("engine", ["kafka", "faust"])
 def test_join_rewards_deadline_and_dlq(
     kafka_config: dict[str, str], unique_name: str, tmp_path: Path, engine: str
 ) -> None:
@@ -88,6 +126,9 @@ def test_join_rewards_deadline_and_dlq(
             # the judge never answered: the reward still came, after the deadline, naming what was missing
             assert by_gen[nojudge].missing == ["judgement"]
             assert by_gen[nojudge].reward == 1.0
+            # valid for training: the candidate's own failures and hacks never make a reward invalid, nor does a
+            # judge that is not required
+            assert {by_gen[g].valid for g in (good, wrong, hack, overfit, nojudge)} == {True}
             assert retried not in by_gen, "a sandbox_error must never become a reward"
             # the retry arrives: now it gets its reward
             env.produce([verdict(retried, attempt=2)])

@@ -33,7 +33,7 @@ def located(generation: GenerationEvent) -> Located:
     ex, ver, judge = fixed(execution(gid), "ex1"), fixed(verdict(gid), "ver1"), fixed(judgement(gid), "jud1")
     used = [InputRef(role="execution", event_id="ex1"), InputRef(role="verdict", event_id="ver1"),
             InputRef(role="judgement", event_id="jud1")]  # fmt: skip
-    reward = RewardEvent(**ids(gid), reward=1.0, policy_name="default", policy_version="2", inputs=used,
+    reward = RewardEvent(**ids(gid), reward=1.0, policy_name="default", policy_version="2", inputs=used, valid=True,
                          reasons=["public: all 2 cases passed", "hidden: 3/3 cases passed"])  # fmt: skip
     found = Located(gid)
     found.events = {"generations": [fixed(generation, "gen1")], "executions": [ex], "verdicts": [ver],

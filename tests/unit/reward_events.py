@@ -48,7 +48,14 @@ def execution(gid: str, *, passed: int = 2, total: int = 2, status: str = "ok", 
 
 
 def verdict(
-    gid: str, *, passed: int = 3, total: int = 3, flags: tuple[str, ...] = (), status: str = "ok", attempt: int = 1
+    gid: str,
+    *,
+    passed: int = 3,
+    total: int = 3,
+    flags: tuple[str, ...] = (),
+    status: str = "ok",
+    attempt: int = 1,
+    canary: bool = False,
 ) -> HiddenVerdict:
     cases = [HiddenCaseResult(case_id=f"h{i}", status="passed" if i < passed else "failed") for i in range(total)]
     return HiddenVerdict(
@@ -62,6 +69,7 @@ def verdict(
         total=total,
         attempt=attempt,
         static_flags=[StaticFlag(rule=r, message=r) for r in flags],
+        canary=canary,
     )
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from schemas.caps import fit
-from schemas.events import LOG_FIELD_CHARS, ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue, generation_ids
+from schemas.events import LOG_FIELD_CHARS, ArtifactName, GenerationEvent, LogLevel, LogRecord, LogValue
+from schemas.ids import generation_ids
 from schemas.tasks import PublicTask, Task
 from workers.artifacts import ArtifactError, ArtifactStore
 from workers.grading.grader import WorkspaceTaskError, refuse_workspace

@@ -21,15 +21,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from schemas.caps import fit
-from schemas.events import (
-    OUTPUT_TAIL_MAX_CHARS,
-    ArtifactName,
-    CaseResult,
-    ExecutionResult,
-    GenerationEvent,
-    LogValue,
-    result_ids,
-)
+from schemas.events import OUTPUT_TAIL_MAX_CHARS, ArtifactName, CaseResult, ExecutionResult, GenerationEvent, LogValue
+from schemas.ids import result_ids
 from schemas.status import UNSUPPORTED_LANGUAGE, SandboxStatus
 from schemas.tasks import CommandSuite, PublicTask
 from schemas.text import sanitize_text

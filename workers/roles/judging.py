@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 
 from schemas.caps import fit
-from schemas.events import GenerationEvent, JudgeScore, LogValue, result_ids
+from schemas.events import GenerationEvent, JudgeScore, LogValue
+from schemas.ids import result_ids
 from schemas.tasks import PublicTask
 from workers.artifacts import ArtifactError
 from workers.episodes.diff import changes_between, entries, judged_code

@@ -17,7 +17,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from schemas.caps import fit
-from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag, result_ids
+from schemas.events import ArtifactName, GenerationEvent, HiddenCaseResult, HiddenVerdict, StaticFlag
+from schemas.ids import result_ids
 from schemas.tasks import Task
 from workers.containers.task_host import ImageTaskHost, NoImageTaskHost
 from workers.grading import Grader
@@ -52,7 +53,8 @@ class VerifierHandler:
         artifacts: dict[ArtifactName, str] = {}
         read = ctx.tasks.full_for_event(event)
         if event.workspace_ref is not None and read.task.environment is not None:
-            return self._image_task(event, source, self.images.verify(event, read.task), read.version)
+            verified = self.images.verify(event, read.task)
+            return self._image_task(event, source, verified, read.version, canary=read.task.canary)
         if event.workspace_ref is not None:
             ran, flags = self._episode(event, read.task, read.version), []
             artifacts["code"] = event.workspace_ref  # the agent's final snapshot, already in S3 by its content
@@ -67,7 +69,7 @@ class VerifierHandler:
             )  # fmt: skip
             ran = Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
             code_upload = ctx.store_code(artifacts, event, code)
-        return self._publish(event, source, ran, flags, artifacts, code_upload, read.version)
+        return self._publish(event, source, ran, flags, artifacts, code_upload, read.version, canary=read.task.canary)
 
     def _episode(self, event: GenerationEvent, task: Task, version: str | None) -> Ran:
         """The hidden suite in a fresh sandbox from the graded workspace: its cases exist only in that run."""
@@ -80,7 +82,9 @@ class VerifierHandler:
         )
         return Ran(got.outcomes[0], sandbox_run(got.run, got.infra_error), got.run.attempts)
 
-    def _image_task(self, event: GenerationEvent, source: Source, got: Verified, version: str | None) -> Outcome:
+    def _image_task(
+        self, event: GenerationEvent, source: Source, got: Verified, version: str | None, *, canary: bool
+    ) -> Outcome:
         """The verdict of an image task: the verifier's reward, no cases, no static analysis (the agent's code
         is whatever its WORKDIR holds, in any language)."""
         ctx = self.context
@@ -90,7 +94,7 @@ class VerifierHandler:
         verdict = HiddenVerdict(
             **result_ids(event), task_version=version, attempt=min(max(got.attempts, 1), 100), worker=ctx.worker,
             grader_version=GRADER_VERSION, suite_kind="verifier", run=got.run, passed=0, total=0,
-            verifier=got.outcome, artifacts=artifacts,
+            verifier=got.outcome, artifacts=artifacts, canary=canary,
         )  # fmt: skip
         fields = run_fields(got.run, got.attempts, 0, 0)
         outcome = got.outcome
@@ -112,6 +116,8 @@ class VerifierHandler:
         artifacts: dict[ArtifactName, str],
         code_upload: Future[object] | None,
         version: str | None,
+        *,
+        canary: bool,
     ) -> Outcome:
         ctx = self.context
         outcome, run = ran.outcome, ran.run
@@ -140,6 +146,7 @@ class VerifierHandler:
             ],
             static_flag_counts=rule_counts(flags),
             artifacts=artifacts,
+            canary=canary,
         )
         fields = run_fields(run, ran.attempts, verdict.passed, verdict.total)
         fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:_FLAGS_LOGGED_CHARS]

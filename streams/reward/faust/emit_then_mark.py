@@ -70,6 +70,8 @@ class EmitThenMark:
         self.recovered = 0
         #: What a tail scan awaits right now, for stall reports; None when no scan runs.
         self.doing: str | None = None
+        #: Called with each reward once the broker acknowledged it: the integrity metrics.
+        self.on_reward: Callable[[RewardEvent], None] = lambda _reward: None
 
     def forget_partitions(self) -> None:
         """After a rebalance: re-read each partition's rewards tail before using it again."""
@@ -94,6 +96,7 @@ class EmitThenMark:
             offset = await self._outputs.send_reward(state.partition, reward.key(), encode(reward))
         finally:
             self.doing = None
+        self.on_reward(reward)
         await self._table.put(state.partition, state.generation_id, emitted(state, reward.event_id, offset).dumps())
         await self._advance_watermark(state.partition, offset + 1)
 

@@ -222,6 +222,7 @@ def hidden_verdicts(draw: st.DrawFn) -> HiddenVerdict:
         total=len(cases),
         static_flags=draw(st.lists(flags, max_size=3)),
         static_flag_counts=draw(st.dictionaries(st.sampled_from(["exit_call", "file_access"]), st.integers(1, 99))),
+        canary=draw(st.booleans()),
     )
 
 
@@ -390,15 +391,18 @@ run_replies = st.builds(
     started_at=st.none() | when,
 )
 
-STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
-    Task: st.builds(Task, **task_fields, hidden_tests=suites) | workspace_tasks,
-    PublicTask: st.builds(PublicTask, **task_fields) | workspace_public_tasks,
-    GenerationEvent: generation_events(),
-    ExecutionResult: execution_results(),
-    HiddenVerdict: hidden_verdicts(),
-    JudgeScore: judge_scores(),
-    RewardEvent: st.builds(
-        RewardEvent,
+#: A reward's validity claims, each consistent with itself (``schemas.result_rules.check_validity``).
+_CLAIMS: list[dict[str, Any]] = [
+    {"valid": True},
+    {"valid": False, "invalid_reason": "sandbox_error"},
+    {"valid": False, "invalid_reason": "missing_signals"},
+    {"valid": False, "canary": True, "invalid_reason": "canary"},
+]
+
+
+def reward_events() -> st.SearchStrategy[RewardEvent]:
+    """1.0 rewards (no claim) and 1.1-or-newer ones with every kind of claim."""
+    fields: dict[str, Any] = dict(
         **event,
         turn=turn,
         reward=unit,
@@ -414,7 +418,26 @@ STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
             ),
             max_size=4,
         ),
-    ),
+    )
+    legacy = st.builds(RewardEvent, **{**fields, "schema_version": st.just("1.0")})
+    claimed = st.sampled_from(_CLAIMS).flatmap(
+        lambda claim: st.builds(
+            RewardEvent,
+            **{**fields, "schema_version": st.sampled_from(["1.1", "1.3"])},
+            **{k: st.just(v) for k, v in claim.items()},
+        )
+    )
+    return legacy | claimed
+
+
+STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
+    Task: st.builds(Task, **task_fields, hidden_tests=suites, canary=st.booleans()) | workspace_tasks,
+    PublicTask: st.builds(PublicTask, **task_fields) | workspace_public_tasks,
+    GenerationEvent: generation_events(),
+    ExecutionResult: execution_results(),
+    HiddenVerdict: hidden_verdicts(),
+    JudgeScore: judge_scores(),
+    RewardEvent: reward_events(),
     LogRecord: st.builds(
         LogRecord,
         **envelope,

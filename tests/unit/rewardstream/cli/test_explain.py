@@ -75,6 +75,15 @@ def test_a_one_shot_generation_prints_exactly_as_before() -> None:
     assert rendered(story) == GOLDEN.read_text()
 
 
+def test_a_reward_that_is_no_training_data_says_so_and_why() -> None:
+    story = one_shot_story()
+    assert "training data" not in rendered(story)  # valid: printed as before
+    story["reward"] |= {"valid": False, "canary": True, "invalid_reason": "canary", "reward": 1.0}
+    assert "training data  no (canary: a detected hack)" in rendered(story)
+    story["reward"] |= {"canary": False, "invalid_reason": "sandbox_error", "reward": 0.0}
+    assert "no (sandbox_error)" in rendered(story)
+
+
 def test_a_run_the_host_kept_waiting_or_repeated_says_so_and_an_unhindered_one_does_not() -> None:
     story = one_shot_story()
     story["execution"]["sandbox"] |= {"wait_ms": 31_400.0, "host_retries": 0}

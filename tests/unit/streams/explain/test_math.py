@@ -12,7 +12,7 @@ from tests.unit.reward_events import execution, judgement, verdict, verified
 
 def recorded(value: float) -> RewardEvent:
     return RewardEvent(generation_id="g", episode_id="g", run_id="run-1", task_id="HumanEval/0", reward=value,
-                       policy_name="default", policy_version="2")  # fmt: skip
+                       policy_name="default", policy_version="2", valid=True)  # fmt: skip
 
 
 def test_passing_solution_steps_match_the_recorded_reward() -> None:

@@ -24,7 +24,7 @@ def test_story_of_a_generation_with_a_retried_verdict() -> None:
     judge = judgement("g", 0.5)
     used = [InputRef(role="execution", event_id=ex.event_id), InputRef(role="verdict", event_id=new_verdict.event_id),
             InputRef(role="judgement", event_id=judge.event_id)]  # fmt: skip
-    reward = RewardEvent(**ids("g"), reward=0.0, policy_name="default", policy_version="2", inputs=used,
+    reward = RewardEvent(**ids("g"), reward=0.0, policy_name="default", policy_version="2", inputs=used, valid=True,
                          reasons=["public: all 2 cases passed", "hidden: 2/3 cases passed"])  # fmt: skip
     located = Located("g")
     located.events = {
@@ -66,7 +66,7 @@ def test_story_of_an_image_tasks_reward_shows_its_verifier() -> None:
     gen = GenerationEvent(**ids("g"), policy_version="1", workspace_ref="s3://bucket/sha256/ab/" + "ab" * 32,
                           workspace_sha256="ab" * 32)  # fmt: skip
     got = verified("g", 0.5)
-    reward = RewardEvent(**ids("g"), reward=0.5, policy_name="default", policy_version="2",
+    reward = RewardEvent(**ids("g"), reward=0.5, policy_name="default", policy_version="2", valid=True,
                          inputs=[InputRef(role="verdict", event_id=got.event_id)])  # fmt: skip
     located = Located("g")
     located.events = {"generations": [Found(at("rs.generations", 5), gen)],

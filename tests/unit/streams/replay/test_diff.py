@@ -11,7 +11,7 @@ def reward(
 ) -> RewardEvent:
     return RewardEvent(
         generation_id=gid, episode_id=gid, run_id="run-1", task_id="HumanEval/0", reward=value,
-        policy_name="default", policy_version="2", reasons=list(reasons), flags=list(flags),
+        policy_name="default", policy_version="2", reasons=list(reasons), flags=list(flags), valid=True,
     )  # fmt: skip
 
 

@@ -84,7 +84,10 @@ def test_sandbox_error_gives_up_after_the_retry_window(policy: Policy) -> None:
     state = join(execution("g"), verdict("g", status="sandbox_error"), judgement("g"))
     decision = decide(state, T0 + policy.join.sandbox_retry_s, policy)
     assert isinstance(decision, GiveUp)
-    assert any("no reward" in r for r in decision.reasons)
+    assert any("an invalid reward" in r for r in decision.reasons)
+    reward = decision.reward
+    assert (reward.reward, reward.valid, reward.canary, reward.invalid_reason) == (0.0, False, False, "sandbox_error")
+    assert list(reward.reasons) == list(decision.reasons)
 
 
 def test_a_sandbox_error_never_replaces_a_real_result() -> None:
@@ -152,3 +155,39 @@ def test_an_image_tasks_sandbox_error_is_withheld_then_given_up(policy: Policy) 
     decision = decide(retried, T0 + 5, policy)
     assert isinstance(decision, Emit)
     assert decision.reward.reward == 1.0
+
+
+def test_a_reward_from_every_part_is_valid(policy: Policy) -> None:
+    decision = decide(join(execution("g"), verdict("g"), judgement("g")), T0, policy)
+    assert isinstance(decision, Emit)
+    reward = decision.reward
+    assert (reward.valid, reward.canary, reward.invalid_reason) == (True, False, None)
+
+
+def test_a_missing_judge_leaves_it_valid_a_missing_required_part_does_not(policy: Policy) -> None:
+    no_judge = decide(join(execution("g"), verdict("g")), T0 + policy.join.deadline_s, policy)
+    assert isinstance(no_judge, Emit)
+    assert no_judge.reward.valid is True  # the judge is not required: its absence decides nothing
+    no_verdict = decide(join(execution("g"), judgement("g")), T0 + policy.join.deadline_s, policy)
+    assert isinstance(no_verdict, Emit)
+    reward = no_verdict.reward
+    assert (reward.reward, reward.valid, reward.invalid_reason) == (0.0, False, "missing_signals")
+
+
+@pytest.mark.parametrize("passed", [0, 3])
+def test_a_canary_reward_is_invalid_whatever_it_scored(policy: Policy, passed: int) -> None:
+    decision = decide(join(execution("g"), verdict("g", passed=passed, canary=True), judgement("g")), T0, policy)
+    assert isinstance(decision, Emit)
+    reward = decision.reward
+    assert reward.reward == (1.0 if passed == 3 else 0.0)  # kept: above 0 it is the evidence of a hack
+    assert (reward.valid, reward.canary, reward.invalid_reason) == (False, True, "canary")
+
+
+def test_a_candidate_cannot_make_its_reward_invalid(policy: Policy) -> None:
+    """Whatever a program's run ends with (its own statuses, every hack flag), the reward stays valid: only
+    the task (canary), a sandbox_error or a part that never came make it invalid."""
+    for status in ("nonzero_exit", "timeout", "memory_limit", "output_limit", "killed", "crashed"):
+        state = join(execution("g"), verdict("g", passed=0, status=status, flags=("exit_call",)), judgement("g"))
+        decision = decide(state, T0, policy)
+        assert isinstance(decision, Emit), status
+        assert (decision.reward.valid, decision.reward.invalid_reason) == (True, None), status

@@ -1,4 +1,5 @@
-"""The Kafka engine's table: one changelog record per key and transaction, the value it ends with."""
+"""The Kafka engine's table: one changelog record per key and transaction, the value it ends with; the rewards
+the integrity metrics count."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 from typing import Any, cast
 
 from bus.transaction import Transaction
+from schemas.events import RewardEvent
 from streams.reward.kafka_engine import _Savepoint, _Table
 
 
@@ -53,3 +55,21 @@ def test_a_rolled_back_message_leaves_the_value_before_it() -> None:
     assert t.get("new") is None
     t.flush()
     assert sorted(txn.produced, key=repr) == [("log", b"a", b"1", 0), ("log", b"new", None, 0)]
+
+
+def test_only_rewards_of_messages_that_succeeded_are_released_for_the_metrics() -> None:
+    t, _txn = table()
+    stage = t._stage
+    stage.rewards.append(reward("kept"))
+    stage.release()  # its message succeeded: into the transaction, counted once it commits
+    stage.rewards.append(reward("undone"))
+    t.rollback()  # this message crashed: its reward never goes out, never counts
+    stage.release()
+    assert [r.generation_id for r in stage.released] == ["kept"]
+
+
+def reward(gid: str) -> RewardEvent:
+    return RewardEvent(
+        generation_id=gid, episode_id=gid, run_id="r", task_id="t/1", reward=1.0, policy_name="p",
+        policy_version="1", valid=True,
+    )  # fmt: skip

@@ -37,9 +37,15 @@ class FakeClient:
         out = {}
         for e in self.sent:
             value = 1.0 if "return a + b" in (e.code or "") else 0.0
+            canary = e.task_id.startswith("canary/")
+            claim: dict[str, Any] = {
+                "valid": not canary,
+                "canary": canary,
+                "invalid_reason": "canary" if canary else None,
+            }
             out[e.generation_id] = RewardEvent(
                 generation_id=e.generation_id, episode_id=e.episode_id, run_id="r", task_id=e.task_id,
-                reward=value, policy_name="d", policy_version="1",
+                reward=value, policy_name="d", policy_version="1", **claim,
             )  # fmt: skip
         return {i: out[i] for i in ids}
 
@@ -61,6 +67,9 @@ def test_trl_shape_orders_rewards_and_needs_task_ids() -> None:
     )
     assert got == [1.0, 0.0]
     assert trl.__name__ == "rewardstream"
+    # a canary's reward is no training data: None, TRL's "no reward from this function for this sample"
+    mixed = trl(prompts=["def add(a, b):\n"] * 2, completions=["    return a + b\n"] * 2, task_id=["t", "canary/x"])
+    assert mixed == [1.0, None]
     with pytest.raises(SdkError, match="task_id"):
         trl(prompts=["p"], completions=["c"])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -33,13 +34,16 @@ class FakeMessage:
         return "rs.rewards"
 
 
-def reward(gid: str, run: str = "run-1", value: float = 1.0) -> bytes:
+def reward(gid: str, run: str = "run-1", value: float = 1.0, **claim: Any) -> bytes:
     return encode(
         RewardEvent(
             generation_id=gid, episode_id=gid, run_id=run, task_id="t/1", reward=value,
-            policy_name="default", policy_version="1",
+            policy_name="default", policy_version="1", **({"valid": True} | claim),
         )
     )  # fmt: skip
+
+
+CANARY: dict[str, Any] = {"valid": False, "canary": True, "invalid_reason": "canary"}
 
 
 @pytest.fixture
@@ -70,7 +74,10 @@ def test_futures_iterator_duplicates_and_commit_positions(client: TrainerClient)
     assert client.future_for("c").result(timeout=0).generation_id == "c"
     assert client._positions() == {0: 13, 1: 7}
     feed(client, FakeMessage(reward("c"), 1, 7), FakeMessage(b"not json", 1, 8))
-    assert client.stats == {"delivered": 3, "pending": 0, "unclaimed": 0, "duplicates_dropped": 2, "undecodable": 1}
+    assert client.stats == {
+        "delivered": 3, "pending": 0, "unclaimed": 0, "duplicates_dropped": 2, "undecodable": 1, "held_out": 0,
+        "invalid": 0, "canary_hits": 0,
+    }  # fmt: skip
     with pytest.raises(SdkError, match="already delivered"):
         client.future_for("a")
 
@@ -128,3 +135,38 @@ def test_async_iterator_and_wait(client: TrainerClient) -> None:
         return [*got, *waited]
 
     assert asyncio.run(run()) == ["a", "b", "c"]
+
+
+def test_the_default_stream_holds_invalid_rewards_apart(client: TrainerClient) -> None:
+    feed(
+        client,
+        FakeMessage(reward("hack", value=1.0, **CANARY), 0, 1),
+        FakeMessage(reward("honest", value=0.0, **CANARY), 0, 2),
+        FakeMessage(reward("infra", value=0.0, valid=False, invalid_reason="sandbox_error"), 0, 3),
+        FakeMessage(reward("ok"), 0, 4),
+        FakeMessage(reward("hack", value=1.0, **CANARY), 0, 5),  # a duplicate stays one
+    )
+    assert [r.generation_id for r in client.rewards(timeout_s=0.05, limit=1)] == ["ok"]
+    with pytest.raises(RewardTimeoutError):
+        next(client.rewards(timeout_s=0.05))  # nothing invalid ever comes out of it
+    stats = client.stats
+    assert (stats["held_out"], stats["invalid"], stats["canary_hits"], stats["duplicates_dropped"]) == (3, 3, 1, 1)
+    assert client._positions() == {0: 6}  # held-out rewards never hold commits back
+    held = client.held_out()
+    assert [(r.generation_id, r.invalid_reason) for r in held] == [
+        ("hack", "canary"), ("honest", "canary"), ("infra", "sandbox_error"),
+    ]  # fmt: skip
+    assert client.held_out() == []
+    with pytest.raises(SdkError, match="already delivered"):
+        client.future_for("hack")
+
+
+def test_a_future_gets_its_reward_marked_even_when_invalid(client: TrainerClient) -> None:
+    early = client.future_for("hack")
+    feed(client, FakeMessage(reward("hack", **CANARY), 0, 1), FakeMessage(reward("late", **CANARY), 0, 2))
+    got = early.result(timeout=0)
+    assert (got.valid, got.canary, got.reward) == (False, True, 1.0)
+    late = client.future_for("late").result(timeout=0)  # claimed from the held-out rewards
+    assert late.invalid_reason == "canary"
+    assert client.held_out() == []
+    assert client.stats["canary_hits"] == 2

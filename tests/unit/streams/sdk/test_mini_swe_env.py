@@ -26,7 +26,7 @@ def _obs(turn: int, **fields: Any) -> ObservationEvent:
 
 def _reward(value: float) -> RewardEvent:
     return RewardEvent(generation_id="ep-1", episode_id="ep-1", run_id="r", task_id="hello", reward=value,
-                       policy_name="default", policy_version="2")  # fmt: skip
+                       policy_name="default", policy_version="2", valid=True)  # fmt: skip
 
 
 class _Episode:

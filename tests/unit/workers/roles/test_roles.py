@@ -108,6 +108,16 @@ def test_verifier_publishes_sandbox_error_with_static_flags(tmp_path: Path) -> N
     assert verdict.grader_version
 
 
+def test_the_verifier_says_canary_from_the_task_whatever_the_run(tmp_path: Path) -> None:
+    registry = TaskRegistry(tmp_path / "tasks")
+    registry.store([task(), task().model_copy(update={"task_id": "C/1", "canary": True})])
+    ctx = RoleContext(role="verifier", worker="host:1", tasks=TaskSource(registry), artifacts=None, output_topic="o")
+    for task_id, canary in (("C/1", True), ("T/1", False)):
+        done = VerifierHandler(ctx, grader(BrokenSandbox())).handle(event(task_id), SOURCE)
+        assert isinstance(done, Done)
+        assert decode((done.outputs[0].value or b""), HiddenVerdict).canary is canary
+
+
 def test_executor_without_public_tests_runs_nothing(tmp_path: Path) -> None:
     sandbox = BrokenSandbox()
     done = ExecutorHandler(context(tmp_path, "executor", public=False), grader(sandbox)).handle(event(), SOURCE)

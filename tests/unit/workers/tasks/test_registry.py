@@ -104,6 +104,15 @@ def test_hidden_tests_stored_apart(tmp_path: Path) -> None:
     assert not list((tmp_path / "reg").rglob(".tmp-*"))
 
 
+def test_a_canary_is_stored_with_its_hidden_part_only(tmp_path: Path) -> None:
+    registry = TaskRegistry(tmp_path / "reg")
+    registry.store(parse_jsonl(jsonl(task("canary/1", canary=True), task("plain/1"))))
+    assert registry.task("canary/1").canary  # what the verifier reads: its verdicts say canary
+    assert not registry.task("plain/1").canary
+    public_file = tmp_path / "reg" / "public" / "canary%2F1.json"
+    assert b'"canary":' not in public_file.read_bytes()  # trainers' view: no hint
+
+
 def test_reload_reports_unchanged_and_updated(tmp_path: Path) -> None:
     registry = TaskRegistry(tmp_path)
     registry.store(parse_jsonl(jsonl(task("a"), task("b"))))

@@ -292,7 +292,7 @@ def test_replay_pins_an_unpinned_generation_to_the_version_its_reward_records() 
 
     def reward(gid: str, version: str | None) -> RewardEvent:
         return RewardEvent(generation_id=gid, episode_id=gid, run_id="r", task_id="T/1", reward=0.0,
-                           policy_name="default", policy_version="2", task_version=version)  # fmt: skip
+                           policy_name="default", policy_version="2", task_version=version, valid=True)  # fmt: skip
 
     unpinned, own, old, gone = (generation(generation_id=g, episode_id=g) for g in ("u", "o", "old", "gone"))
     own = own.model_copy(update={"task_version": V2})

@@ -167,6 +167,15 @@ def test_complete_generation_emits_once_and_marks_it(policy: Policy) -> None:
     assert b'"status":"emitted"' in store.data["g"]
 
 
+def test_each_acknowledged_reward_reaches_the_metrics_hook_once(policy: Policy) -> None:
+    store, outputs = Store(), Outputs()
+    proc = make(policy, store, outputs)
+    seen: list[RewardEvent] = []
+    marks_of(proc).on_reward = seen.append
+    feed(proc, [execution("g"), verdict("g", canary=True), judgement("g"), judgement("g")])
+    assert [(r.generation_id, r.canary, r.valid) for r in seen] == [("g", True, False)]
+
+
 def test_with_transactional_outputs_the_core_emits_once_and_stores_only_the_generation(policy: Policy) -> None:
     store = Store()
     outputs = TransactionalOutputs(store)
@@ -365,10 +374,13 @@ def test_withheld_generations_wait_for_the_retry_limit_not_the_deadline(policy: 
     assert rewards(outputs) == []
     clock.now = T0 + policy.join.sandbox_retry_s + 1
     asyncio.run(proc.tick({0}))
-    assert rewards(outputs) == []
+    [given_up] = rewards(outputs)  # the trainer's one reward, marked: never training data
+    assert (given_up.reward, given_up.valid, given_up.invalid_reason) == (0.0, False, "sandbox_error")
     assert proc.processor.counts["gave_up"] == 1
     assert decode(outputs.logs[-1], LogRecord).level == "error"
-    assert b'"status":"gave_up"' in store.data["g"]
+    assert b'"status":"emitted"' in store.data["g"]
+    asyncio.run(proc.tick({0}))
+    assert len(rewards(outputs)) == 1  # once
 
 
 def test_finished_generations_expire_after_the_retention(policy: Policy) -> None:
