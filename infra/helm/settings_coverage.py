@@ -38,6 +38,7 @@ LEFT_TO_SETTINGS: dict[str, str] = {
     "RS_OPENSEARCH_INDEX_PREFIX": _KNOB,
     "RS_INDEXER_BATCH_SIZE": _KNOB,
     "RS_LOG_RETENTION_DAYS": _KNOB,
+    "RS_LOG_RETENTION_GB": _KNOB,
     "RS_OPENSEARCH_REPLICAS": _KNOB,
     "RS_SANDBOX_CGROUP_PARENT": "the process backend uses its container's own cgroup, under the mounted cgroupfs",
     "RS_SANDBOX_IMAGE": "docker backend only: the sandbox image the engine at dockerHost holds",
