@@ -139,6 +139,11 @@ class S3Settings(_Group):
     secure: bool = False
     region: str = "us-east-1"
     bucket: str = "rewardstream-artifacts"
+    artifact_expiry_days: int = Field(
+        45, ge=0, le=36_500,
+        description="content-addressed objects (sha256/: code, outputs, snapshots, transcripts, claims) expire "
+        "this long after written or refreshed (a lifecycle rule set by `up` and the workers); 0: never",
+    )  # fmt: skip
 
 
 class SandboxSettings(_Group):

@@ -40,6 +40,7 @@ LEFT_TO_SETTINGS: dict[str, str] = {
     "RS_LOG_RETENTION_DAYS": _KNOB,
     "RS_LOG_RETENTION_GB": _KNOB,
     "RS_OPENSEARCH_REPLICAS": _KNOB,
+    "RS_S3_ARTIFACT_EXPIRY_DAYS": _KNOB + " (the workers install the bucket's expiry rule from it)",
     "RS_SANDBOX_CGROUP_PARENT": "the process backend uses its container's own cgroup, under the mounted cgroupfs",
     "RS_SANDBOX_IMAGE": "docker backend only: the sandbox image the engine at dockerHost holds",
     "RS_SANDBOX_POOL_SIZE": "docker backend only: " + _KNOB,
