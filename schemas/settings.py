@@ -111,7 +111,7 @@ class OpenSearchSettings(_Group):
     """OpenSearch, where the log indexer writes and ``logs search``/``explain`` read."""
 
     flat_prefix: ClassVar[str] = "opensearch_"
-    unprefixed: ClassVar[frozenset[str]] = frozenset({"log_retention_days", "indexer_batch_size"})
+    unprefixed: ClassVar[frozenset[str]] = frozenset({"log_retention_days", "log_retention_gb", "indexer_batch_size"})
 
     url: str = "http://127.0.0.1:9200"
     username: str | None = None
@@ -120,6 +120,11 @@ class OpenSearchSettings(_Group):
     index_prefix: str = "rewardstream-logs"
     replicas: int = Field(1, ge=0, le=16, description="replicas of each daily log index")
     log_retention_days: int = Field(14, ge=1, le=3650, description="daily log indices older than this are deleted")
+    log_retention_gb: float = Field(
+        0.0, ge=0, le=1_000_000,
+        description="the log indices' total store size (replicas included) above which the oldest daily indices "
+        "are deleted, never today's; 0: no size cap",
+    )  # fmt: skip
     indexer_batch_size: int = Field(500, ge=1, le=10_000, description="log records per OpenSearch bulk request")
 
 
@@ -134,6 +139,11 @@ class S3Settings(_Group):
     secure: bool = False
     region: str = "us-east-1"
     bucket: str = "rewardstream-artifacts"
+    artifact_expiry_days: int = Field(
+        45, ge=0, le=36_500,
+        description="content-addressed objects (sha256/: code, outputs, snapshots, transcripts, claims) expire "
+        "this long after written or refreshed (a lifecycle rule set by `up` and the workers); 0: never",
+    )  # fmt: skip
 
 
 class SandboxSettings(_Group):

@@ -7,6 +7,9 @@ S3 outages are retried with capped exponential backoff until ``max_elapsed_s`` (
 retry until they are stopped); after that the caller gets ``ArtifactError`` with ``outage=True`` and must not
 commit its input (so the work is redone later, never lost). Keys known to exist (uploaded or seen by this
 store) are remembered, so content that recurs (the same code, identical per-case results) costs no request.
+When the bucket expires content (``workers/lifecycle.py``), an existing object older than ``refresh_after_s``
+is copied onto itself instead of skipped, and a remembered key is trusted only that long: an event written
+now never references an object about to expire.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from schemas.content import KEY_PREFIX, content_key, content_url
@@ -103,6 +107,14 @@ def is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, OSError))
 
 
+def _age_s(stat: Any) -> float:
+    """Seconds since an object was last written (0 when S3 did not say)."""
+    modified: datetime | None = getattr(stat, "last_modified", None)
+    if modified is None:
+        return 0.0
+    return max(0.0, (datetime.now(UTC) - modified).total_seconds())
+
+
 def remove_bucket(client: Any, bucket: str) -> None:
     """Delete every object of ``bucket`` and then the bucket (tests, benchmarks, a user's cleanup).
 
@@ -149,13 +161,16 @@ class ArtifactStore:
         retry: RetryPolicy | None = None,
         stop: threading.Event | None = None,
         on_retry: Callable[[BaseException], None] | None = None,
+        refresh_after_s: float = math.inf,
     ) -> None:
         self._client = client
         self.bucket = bucket
         self._retry = retry or RetryPolicy()
         self._stop = stop or threading.Event()
         self._on_retry = on_retry
-        self._known: OrderedDict[str, None] = OrderedDict()
+        self.refresh_after_s = refresh_after_s
+        #: key -> the monotonic time until which it needs no refresh (LRU order).
+        self._known: OrderedDict[str, float] = OrderedDict()
         self._known_lock = threading.Lock()
 
     @property
@@ -187,31 +202,50 @@ class ArtifactStore:
         digest = hashlib.sha256(data).hexdigest()
         key = content_key(digest)
 
-        def upload() -> bool:
-            if self._exists(key):
-                return False
-            self._client.put_object(
-                self.bucket, key, io.BytesIO(data), len(data), content_type=content_type,
-                metadata={"sha256": digest},
-            )  # fmt: skip
-            return True
+        def upload() -> tuple[bool, float]:
+            """(uploaded, the object's age in seconds after this call)."""
+            stat = self._stat(key)
+            if stat is None:
+                self._client.put_object(
+                    self.bucket, key, io.BytesIO(data), len(data), content_type=content_type,
+                    metadata={"sha256": digest},
+                )  # fmt: skip
+                return True, 0.0
+            age = _age_s(stat)
+            if age < self.refresh_after_s:
+                return False, age
+            self._refresh(key, digest, stat)
+            return False, 0.0
 
         if self._is_known(key):
             return StoredArtifact(self.url_for(digest), self.bucket, key, digest, len(data), False)
-        uploaded = self._with_retry(f"put {key}", upload)
-        self._remember(key)
+        uploaded, age = self._with_retry(f"put {key}", upload)
+        self._remember(key, age)
         return StoredArtifact(self.url_for(digest), self.bucket, key, digest, len(data), uploaded)
+
+    def _refresh(self, key: str, digest: str, stat: Any) -> None:
+        """Copy the object onto itself (same bytes, metadata and content type): its age, which the bucket's
+        expiry counts, starts again."""
+        from minio.commonconfig import REPLACE, CopySource
+
+        metadata = {"sha256": digest, "Content-Type": stat.content_type or "application/octet-stream"}
+        self._client.copy_object(
+            self.bucket, key, CopySource(self.bucket, key), metadata=metadata, metadata_directive=REPLACE
+        )
+        log.info("refreshed s3://%s/%s (%.1f days old) before referencing it again", self.bucket, key,
+                 _age_s(stat) / 86_400)  # fmt: skip
 
     def _is_known(self, key: str) -> bool:
         with self._known_lock:
-            if key in self._known:
+            fresh_until = self._known.get(key)
+            if fresh_until is not None and fresh_until > time.monotonic():
                 self._known.move_to_end(key)
                 return True
         return False
 
-    def _remember(self, key: str) -> None:
+    def _remember(self, key: str, age_s: float) -> None:
         with self._known_lock:
-            self._known[key] = None
+            self._known[key] = time.monotonic() + self.refresh_after_s - age_s
             self._known.move_to_end(key)
             while len(self._known) > KNOWN_KEYS:
                 self._known.popitem(last=False)
@@ -247,16 +281,16 @@ class ArtifactStore:
             raise ArtifactError(f"artifact {url} does not match its sha256 (corrupted or overwritten)")
         return data
 
-    def _exists(self, key: str) -> bool:
+    def _stat(self, key: str) -> Any | None:
+        """The object's stat, or None when it does not exist."""
         from minio.error import S3Error
 
         try:
-            self._client.stat_object(self.bucket, key)
+            return self._client.stat_object(self.bucket, key)
         except S3Error as exc:
             if exc.code in ("NoSuchKey", "NoSuchObject", "ResourceNotFound"):
-                return False
+                return None
             raise
-        return True
 
     def _with_retry(self, what: str, action: Callable[[], T]) -> T:
         started = time.monotonic()

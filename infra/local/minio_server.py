@@ -1,5 +1,6 @@
-"""A MinIO server built from source through the Go module proxy, for what the local S3 cannot show: users and
-bucket policies (the task registry's hidden prefix readable by verifiers only).
+"""A MinIO server built from source through the Go module proxy, for what the local S3 cannot show: users,
+bucket policies (the task registry's hidden prefix readable by verifiers only) and lifecycle rules (the
+artifacts' expiry).
 
 Why not the platform's S3: s3proxy, which ``rewardstream up`` runs, has a single identity and enforces no
 policy. Production runs MinIO (or AWS S3), whose IAM policies decide who reads the hidden tests; a test of them

@@ -10,6 +10,7 @@ from rich.console import Console
 from infra.local.platform import Platform
 from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
+from schemas.settings import Settings
 
 
 @app.command()
@@ -27,6 +28,7 @@ def up(
     with console.status("starting the local platform (first run downloads ~300 MB)..."):
         health = platform.up(report=console.print)
     console.print(f"[green]all {len(health)} services healthy[/] in {time.monotonic() - started:.1f}s")
+    report_artifact_lifecycle(settings, console)
     if pipeline:
         from rewardstream.monitoring import Monitoring
         from rewardstream.pipeline import Pipeline
@@ -36,6 +38,20 @@ def up(
         with console.status("starting Prometheus and Alertmanager..."):
             Monitoring(settings).start(report=console.print)
         console.print(f"[green]pipeline running[/] ({time.monotonic() - started:.1f}s in all)")
+
+
+def report_artifact_lifecycle(settings: Settings, console: Console) -> None:
+    """The artifacts bucket and its expiry rule (workers set it too on start): said, never fatal, so an S3
+    without a lifecycle API (s3proxy, the local one) is one clear line, not a failed ``up``."""
+    from workers.lifecycle import artifact_lifecycle
+
+    try:
+        outcome = artifact_lifecycle(settings)
+    except Exception as exc:  # S3 down or refusing: up's services are healthy; say it and go on
+        console.print(f"s3 lifecycle: not set: {type(exc).__name__}: {exc}", style="yellow", markup=False)
+        return
+    console.print(f"s3 lifecycle ({outcome.state}): {outcome.detail}", style="green" if outcome.ok else "yellow",
+                  markup=False)  # fmt: skip
 
 
 @app.command()

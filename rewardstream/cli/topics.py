@@ -8,7 +8,7 @@ from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
 from schemas.errors import ConfigError
 from schemas.settings import KafkaSettings, Settings, defaults
-from schemas.topics import TopicSpec, catalog
+from schemas.topics import TopicSpec, catalog, markdown_table
 
 topics_app = typer.Typer(
     help="The topic catalog: names, partitions, retention; create topics idempotently.",
@@ -22,6 +22,7 @@ _PREFIX = typer.Option(
 )
 _PARTITIONS = typer.Option(None, "--partitions", min=1, help="partitions (default: RS_TOPIC_PARTITIONS)")
 _JSON = typer.Option(False, "--json", help="print JSON instead of a table")
+_MARKDOWN = typer.Option(False, "--markdown", help="print the docs' Markdown table (docs/tasks.md)")
 
 
 def _specs(settings: Settings, prefix: str | None, partitions: int | None) -> tuple[TopicSpec, ...]:
@@ -36,6 +37,7 @@ def _specs(settings: Settings, prefix: str | None, partitions: int | None) -> tu
 def show(
     ctx: typer.Context,
     as_json: bool = _JSON,
+    as_markdown: bool = _MARKDOWN,
     prefix: str | None = _PREFIX,
     partitions: int | None = _PARTITIONS,
 ) -> None:
@@ -46,6 +48,9 @@ def show(
     specs = _specs(load_settings(), prefix, partitions)
     if as_json:
         print_json({"topics": [s.as_json() for s in specs]})
+        return
+    if as_markdown:
+        typer.echo(markdown_table(specs), nl=False)
         return
     for s in specs:
         days = s.retention_ms / 86_400_000

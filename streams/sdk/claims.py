@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import io
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_core import PydanticSerializationError
 
 from schemas.codec import EncodeError, encode
-from schemas.content import content_key, content_url
+from schemas.content import content_key, content_url, refresh_after_s
 from schemas.episodes import (
     ActionEvent,
     ContentClaim,
@@ -112,9 +113,10 @@ class ContentStore:
     """Uploads writes' bytes, content-addressed, to the episode worker's bucket; thread-safe (minio's client
     is, and retries a failing request with backoff itself)."""
 
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: Any, bucket: str, *, refresh_after_s: float = float("inf")) -> None:
         self._client = client
         self.bucket = bucket
+        self.refresh_after_s = refresh_after_s
 
     @classmethod
     def from_settings(cls, s3: S3Settings) -> ContentStore:
@@ -123,7 +125,7 @@ class ContentStore:
 
         client = Minio(s3.endpoint, access_key=s3.access_key, secret_key=s3.secret_key.get_secret_value(),
                        secure=s3.secure, region=s3.region)  # fmt: skip
-        return cls(client, s3.bucket)
+        return cls(client, s3.bucket, refresh_after_s=refresh_after_s(s3.artifact_expiry_days))
 
     def claimed(self, claim: Claim) -> Inline | Withheld:
         """``claim``'s event with its bytes in S3 (uploaded only when the worker could write them)."""
@@ -150,12 +152,31 @@ class ContentStore:
         key = content_key(sha256_hex)
         try:
             try:
-                self._client.stat_object(self.bucket, key)
-                return
+                stat = self._client.stat_object(self.bucket, key)
             except S3Error as exc:
                 if exc.code not in ("NoSuchKey", "NoSuchObject", "ResourceNotFound"):
                     raise
+            else:
+                if _age_s(stat) >= self.refresh_after_s:
+                    self._refresh(key, sha256_hex, getattr(stat, "content_type", None))
+                return
             self._client.put_object(self.bucket, key, io.BytesIO(data), len(data), metadata={"sha256": sha256_hex})
         except (MinioException, HTTPError, OSError) as exc:
             where = f"s3://{self.bucket}/{key}"
             raise ContentUploadError(f"cannot store a write's {len(data)} bytes at {where}: {exc}") from exc
+
+    def _refresh(self, key: str, sha256_hex: str, content_type: str | None) -> None:
+        """Copy an old object onto itself before referencing it again: the bucket's expiry counts from now
+        (``schemas.content.refresh_after_s``)."""
+        from minio.commonconfig import REPLACE, CopySource
+
+        metadata = {"sha256": sha256_hex, "Content-Type": content_type or "application/octet-stream"}
+        self._client.copy_object(
+            self.bucket, key, CopySource(self.bucket, key), metadata=metadata, metadata_directive=REPLACE
+        )
+
+
+def _age_s(stat: object) -> float:
+    """Seconds since S3 last wrote the object (0 when it did not say)."""
+    modified: datetime | None = getattr(stat, "last_modified", None)
+    return 0.0 if modified is None else (datetime.now(UTC) - modified).total_seconds()

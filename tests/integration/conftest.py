@@ -66,6 +66,34 @@ def prefix(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
         delete_topics([s.name for s in specs], kafka_config)
 
 
+@pytest.fixture(scope="module")
+def minio(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[Any]:
+    """A MinIO server of the module's own on a loopback port, for what s3proxy lacks (users, policies, lifecycle
+    rules); skipped, or failed under CI, if it cannot be built or started."""
+    import secrets
+    import subprocess
+
+    from infra.local.minio_server import MinioServer, minio_binary
+    from infra.local.paths import PlatformPaths
+    from schemas.errors import PlatformError
+    from tests.integration.relay import free_port_below_ephemeral
+
+    try:
+        binary = minio_binary(PlatformPaths(settings.local.cache_dir))
+    except (PlatformError, OSError, subprocess.TimeoutExpired) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must not skip integration tests: {exc}")
+        pytest.skip(f"no MinIO server: {exc}")
+    server = MinioServer(
+        binary, tmp_path_factory.mktemp("minio") / "data", free_port_below_ephemeral(), "rs-root", secrets.token_hex(16)
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def fresh_bucket(minio_client: Any, unique_name: str) -> Iterator[str]:
     """A bucket name nobody created (the code under test must create it); emptied and removed afterwards."""

@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -139,6 +139,41 @@ def test_retention_deletes_expired_daily_indices_without_ism(opensearch_client: 
         for name in (old, today, other):
             opensearch_client.indices.delete(index=name, ignore_unavailable=True)
         opensearch_client.indices.delete_index_template(name=indices.template_name, ignore=[404])
+
+
+def test_size_cap_deletes_the_oldest_daily_indices_until_the_prefix_fits(
+    opensearch_client: OpenSearch, unique_name: str
+) -> None:
+    """Four daily indices with documents; a cap between their totals deletes the oldest days, never today's,
+    and the age rule still applies beside it (the sweep the indexer runs)."""
+    now = datetime.now(UTC)
+    days = [index_name(unique_name, now - timedelta(days=n)) for n in (3, 2, 1, 0)]
+    ancient = f"{unique_name}-2020.01.01"
+    names = [ancient, *days]
+    try:
+        for n, name in enumerate(names):
+            opensearch_client.indices.create(index=name, body={"settings": {"number_of_replicas": 0}})
+            body: list[dict[str, object]] = []
+            for i in range(200 * (n + 1)):
+                body += [{"index": {}}, {"message": f"line {i} " * 20}]
+            opensearch_client.bulk(index=name, body=body, refresh=True)
+            opensearch_client.indices.flush(index=name)
+        probe = LogIndices(opensearch_client, unique_name, replicas=0, retention_days=3650)
+        sizes = probe.store_sizes()
+        assert set(sizes) == set(names)
+        assert all(size > 0 for size in sizes.values()), sizes
+        # Room for today, yesterday and half of the day before: that day and the older ones must go.
+        cap = sizes[days[3]] + sizes[days[2]] + sizes[days[1]] // 2
+        indices = LogIndices(opensearch_client, unique_name, replicas=0, retention_days=7, max_bytes=cap)
+        assert indices.sweep() == [ancient, days[0], days[1]], "age first, then the oldest days over the cap"
+        assert sorted(indices.store_sizes()) == sorted(days[2:])
+        tiny = LogIndices(opensearch_client, unique_name, replicas=0, retention_days=7, max_bytes=1)
+        assert tiny.sweep() == [days[2]], "even over the cap, today's index is kept"
+        assert list(tiny.store_sizes()) == [days[3]]
+        assert tiny.sweep() == [], "idempotent"
+    finally:
+        for name in names:
+            opensearch_client.indices.delete(index=name, ignore_unavailable=True)
 
 
 def _ids(client: OpenSearch, prefix: str) -> list[str]:

@@ -6,20 +6,16 @@ policy`` prints; the users, policies and bucket the test creates are removed, an
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from infra.local.paths import PlatformPaths
 from schemas.settings import Settings
-from tests.integration.relay import free_port_below_ephemeral
 from tests.unit.workers.tasks.test_registry import task
 
 #: The MinIO binary is built before the tests by ``make test``; run alone on a cold machine, the fixture builds
@@ -27,29 +23,6 @@ from tests.unit.workers.tasks.test_registry import task
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3_600)]
 
 CLI = str(Path(sys.executable).with_name("rewardstream"))
-
-
-@pytest.fixture(scope="module")
-def minio(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[Any]:
-    """A MinIO server of this module's own on a loopback port (skipped, or failed under CI, if it cannot be
-    built or started)."""
-    from infra.local.minio_server import MinioServer, minio_binary
-    from schemas.errors import PlatformError
-
-    try:
-        binary = minio_binary(PlatformPaths(settings.local.cache_dir))
-    except (PlatformError, OSError, subprocess.TimeoutExpired) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must not skip integration tests: {exc}")
-        pytest.skip(f"no MinIO server: {exc}")
-    server = MinioServer(
-        binary, tmp_path_factory.mktemp("minio") / "data", free_port_below_ephemeral(), "rs-root", secrets.token_hex(16)
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def as_principal(settings: Settings, endpoint: str, access_key: str, secret_key: str, cache: Path) -> Settings:

@@ -349,9 +349,9 @@ class LogIndexer:
         if now >= self._next_retention:
             self._next_retention = now + self.config.retention_every_s
             try:
-                deleted = self._indices.delete_expired()
+                deleted = self._indices.sweep()
             except Exception as exc:  # retention is retried next period; indexing must go on
                 log.warning("log retention failed, will retry later: %s", exception_line(exc))
             else:
                 if deleted:
-                    log.info("deleted expired log indices: %s", ", ".join(deleted))
+                    log.info("deleted log indices past retention (age or size): %s", ", ".join(deleted))

@@ -6,6 +6,10 @@ indexed twice. A rollover alias would send the second delivery to a newer index;
 record never does. Retention is then "delete indices older than N days": done by ISM when the
 index-management plugin is installed (the policy below), else by ``delete_expired`` that the indexer runs
 periodically. The local OpenSearch (integ-test-zip) has no plugins, so the fallback is what runs locally.
+
+The size cap ("delete the oldest days while the prefix's total store size is over N bytes") is always the
+indexer's sweep (``over_size``), ISM or not: ISM's only size condition, ``min_size``, looks at one index, never
+at the total of a prefix, so it cannot say "keep the newest days that fit".
 """
 
 from __future__ import annotations
@@ -74,14 +78,31 @@ def expired(prefix: str, indices: list[str], retention_days: int, today: date) -
     return sorted(i for i in indices if (day := index_day(prefix, i)) is not None and day < cutoff)
 
 
+def over_size(prefix: str, sizes: dict[str, int], max_bytes: int, today: date) -> list[str]:
+    """The oldest daily indices of ``prefix`` to delete so that the total of ``sizes`` (every index of the
+    prefix, in bytes) is at most ``max_bytes``; today's index (and any later one) is never chosen."""
+    if max_bytes <= 0:
+        return []
+    total = sum(sizes.values())
+    days = sorted((day, name) for name in sizes if (day := index_day(prefix, name)) is not None and day < today)
+    doomed: list[str] = []
+    for _day, name in days:
+        if total <= max_bytes:
+            break
+        doomed.append(name)
+        total -= sizes[name]
+    return doomed
+
+
 class LogIndices:
     """Installs the template (and the ISM policy when possible) and applies retention for one prefix."""
 
-    def __init__(self, client: Any, prefix: str, *, replicas: int, retention_days: int) -> None:
+    def __init__(self, client: Any, prefix: str, *, replicas: int, retention_days: int, max_bytes: int = 0) -> None:
         self._client = client
         self.prefix = prefix
         self.replicas = replicas
         self.retention_days = retention_days
+        self.max_bytes = max_bytes
         self.ism_enabled = False
 
     @property
@@ -132,6 +153,30 @@ class LogIndices:
         day = today or datetime.now(UTC).date()
         names = list(self._client.indices.get(index=f"{self.prefix}-*", expand_wildcards="open,closed"))
         doomed = expired(self.prefix, names, self.retention_days, day)
-        for name in doomed:  # one by one: destructive_requires_name forbids wildcards
-            self._client.indices.delete(index=name, ignore_unavailable=True)
+        self._delete(doomed)
         return doomed
+
+    def delete_over_size(self, today: date | None = None) -> list[str]:
+        """Delete the oldest daily indices while the prefix's total store size is over ``max_bytes`` (with or
+        without ISM: it has no total-size condition); returns what was deleted."""
+        if self.max_bytes <= 0:
+            return []
+        day = today or datetime.now(UTC).date()
+        doomed = over_size(self.prefix, self.store_sizes(), self.max_bytes, day)
+        self._delete(doomed)
+        return doomed
+
+    def sweep(self, today: date | None = None) -> list[str]:
+        """Both retention rules, age first (what the indexer runs periodically); returns what was deleted."""
+        return self.delete_expired(today) + self.delete_over_size(today)
+
+    def store_sizes(self) -> dict[str, int]:
+        """Each index of the prefix and its store size in bytes, replicas included (a closed index: 0)."""
+        rows = self._client.cat.indices(
+            index=f"{self.prefix}-*", format="json", bytes="b", h="index,store.size", expand_wildcards="open,closed"
+        )
+        return {row["index"]: int(row.get("store.size") or 0) for row in rows}
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:  # one by one: destructive_requires_name forbids wildcards
+            self._client.indices.delete(index=name, ignore_unavailable=True)

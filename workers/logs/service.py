@@ -72,6 +72,7 @@ def run_indexers(
         config.index_prefix,
         replicas=settings.opensearch.replicas,
         retention_days=settings.opensearch.log_retention_days,
+        max_bytes=int(settings.opensearch.log_retention_gb * 1024**3),
     )
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []

@@ -150,10 +150,15 @@ def _run_handler(settings: Settings, grading: Handler[GenerationEvent], context:
 
 def artifact_store(settings: Settings, stop: threading.Event, metrics: WorkerMetrics) -> ArtifactStore:
     """The worker's S3 store, started. An outage is retried until the worker stops (results wait, uncommitted;
-    never lost), and the bucket is created on start (that too waits for S3)."""
-    store = ArtifactStore(minio_client(settings), settings.s3.bucket, stop=stop,
-                          retry=RetryPolicy.until_stopped(), on_retry=lambda _exc: metrics.retry("s3"))  # fmt: skip
+    never lost), and the bucket is created on start (that too waits for S3), with its expiry rule."""
+    from schemas.content import refresh_after_s
+    from workers.lifecycle import ensure_on_start
+
+    client, days = minio_client(settings), settings.s3.artifact_expiry_days
+    store = ArtifactStore(client, settings.s3.bucket, stop=stop, retry=RetryPolicy.until_stopped(),
+                          on_retry=lambda _exc: metrics.retry("s3"), refresh_after_s=refresh_after_s(days))  # fmt: skip
     store.start()
+    ensure_on_start(client, settings.s3.bucket, days)
     return store
 
 

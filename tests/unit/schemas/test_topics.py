@@ -84,3 +84,16 @@ def test_cli_topics_json_prints_the_catalog() -> None:
         "config": None,
         "description": None,
     }
+
+
+def test_the_docs_topic_table_is_the_catalogs() -> None:
+    """docs/tasks.md's retention table is what ``rewardstream topics --markdown`` prints for the defaults: a
+    retention changed in the catalog fails here until the docs say it too."""
+    from schemas.topics import TABLE_BEGIN, TABLE_END, markdown_table
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    assert text.count(TABLE_BEGIN) == text.count(TABLE_END) == 1
+    table = text.split(TABLE_BEGIN + "\n", 1)[1].split(TABLE_END, 1)[0]
+    assert table == markdown_table(catalog()), "regenerate it with `rewardstream topics --markdown`"
+    assert "| `rs.rewards` | 30 days | delete |" in table
+    assert "| `rs.run_requests` | 1 day | delete | request_id |" in table

@@ -10,7 +10,7 @@ from confluent_kafka import Message
 from bus.clients import next_offsets
 from schemas.events import OUTPUT_TAIL_MAX_CHARS, LogRecord
 from workers.logs.indexer import Backoff, bulk_body, bulk_outcome, document
-from workers.logs.indices import expired, index_day, index_name, index_template, ism_policy
+from workers.logs.indices import expired, index_day, index_name, index_template, ism_policy, over_size
 from workers.logs.shipper import tail
 
 
@@ -30,6 +30,18 @@ def test_index_name_is_the_utc_day_of_the_record_itself() -> None:
 def test_retention_deletes_only_own_daily_indices_past_the_cutoff() -> None:
     names = ["l-2026.01.01", "l-2026.01.10", "l-2026.01.11", "l-x-2026.01.01", "other-2026.01.01", "l-template"]
     assert expired("l", names, retention_days=10, today=date(2026, 1, 21)) == ["l-2026.01.01", "l-2026.01.10"]
+
+
+def test_size_cap_deletes_the_oldest_days_until_the_total_fits_never_today() -> None:
+    today = date(2026, 1, 21)
+    sizes = {"l-2026.01.18": 40, "l-2026.01.19": 30, "l-2026.01.20": 20, "l-2026.01.21": 10, "l-notes": 5}
+    assert over_size("l", sizes, max_bytes=0, today=today) == [], "0 is no cap"
+    assert over_size("l", sizes, max_bytes=105, today=today) == []
+    assert over_size("l", sizes, max_bytes=104, today=today) == ["l-2026.01.18"]
+    assert over_size("l", sizes, max_bytes=35, today=today) == ["l-2026.01.18", "l-2026.01.19"]
+    assert over_size("l", sizes, max_bytes=1, today=today) == ["l-2026.01.18", "l-2026.01.19", "l-2026.01.20"], (
+        "today's index (and what is not a daily index) stays even over the cap"
+    )
 
 
 def test_template_and_policy_are_bound_to_the_prefix() -> None:
