@@ -87,7 +87,8 @@ class WorkerMetrics:
                                 registry=self.registry)  # fmt: skip
         self._rewards = Counter(
             "rewardstream_rewards", "Generations the reward processor decided, by outcome: complete, partial (emitted "
-            "at the deadline with parts missing), gave_up (no reward)", (*labels, "outcome"), registry=self.registry,
+            "at the deadline with parts missing), gave_up (an invalid reward: a required part never came or its "
+            "sandbox failed)", (*labels, "outcome"), registry=self.registry,
         )  # fmt: skip
         self._reward_seconds = Histogram(
             "rewardstream_reward_seconds", "From a generation's first result reaching the processor to its reward "

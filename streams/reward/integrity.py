@@ -74,7 +74,7 @@ class IntegrityMetrics:
         self._tasks = BoundedLabel(MAX_CANARY_TASKS)
         self._rules = BoundedLabel(MAX_RULES)
         self.rewards = Counter(
-            "rewardstream_rewards", "Rewards committed, by validity (the denominator of every rate below)",
+            "rewardstream_rewards_by_validity", "Rewards committed, by validity (the denominator of every rate below)",
             (*base, "valid"), registry=registry,
         )  # fmt: skip
         self.canary_rewards = Counter(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from bus.metrics import WorkerMetrics
 from schemas.events import RewardEvent
 from streams.reward.integrity import (
     MAX_CANARY_TASKS,
@@ -52,7 +53,7 @@ def test_a_canary_above_zero_is_a_hit_named_by_its_task(policy: Policy) -> None:
     assert value(registry, "rewardstream_canary_hits_total", **hit) == 1.0
     assert value(registry, "rewardstream_canary_rewards_total", dataset=dataset) == 2.0
     assert value(registry, "rewardstream_invalid_rewards_total", dataset=dataset, reason="canary") == 2.0
-    assert value(registry, "rewardstream_rewards_total", dataset=dataset, valid="false") == 2.0
+    assert value(registry, "rewardstream_rewards_by_validity_total", dataset=dataset, valid="false") == 2.0
 
 
 def test_flags_gaps_and_missing_parts_are_counted_by_kind(policy: Policy) -> None:
@@ -70,7 +71,7 @@ def test_flags_gaps_and_missing_parts_are_counted_by_kind(policy: Policy) -> Non
     assert value(registry, "rewardstream_public_pass_hidden_fail_total", **d) == 1.0
     assert value(registry, "rewardstream_judge_tests_disagreements_total", **d, direction="judge_pass_tests_fail") == 2
     assert value(registry, "rewardstream_missing_signals_total", **d, part="judgement") == 1.0
-    assert value(registry, "rewardstream_rewards_total", **d, valid="true") == 3.0
+    assert value(registry, "rewardstream_rewards_by_validity_total", **d, valid="true") == 3.0
     assert value(registry, "rewardstream_canary_hits_total", **d, task=flagged.task_id) == 0.0
 
 
@@ -101,3 +102,9 @@ def test_labels_stay_bounded() -> None:
     assert label("canary/0") == "canary/0"  # a kept value stays itself
     assert dataset_of("HumanEval/0") == "HumanEval"
     assert dataset_of("plain") == "plain"
+
+
+def test_the_counters_share_the_reward_processors_registry() -> None:
+    """Both engines register them beside the processor's own metrics: a name both claim would stop it at start."""
+    metrics = WorkerMetrics("rewards", CollectorRegistry())
+    IntegrityMetrics(metrics.registry)
