@@ -112,7 +112,7 @@ def sample_run(run_id: str, start: datetime, generations: int = 90, seed: int = 
         passed = min(4, max(0, rng.randint(0, 4) + skill - 1))
         gap = passed < 4 and i % 3 == 0
         out += _results(gen, at, (2 if passed == 4 or gap else 1, passed), error=i % 17 == 5, rng=rng)
-        value = 1.0 if passed == 4 else 0.5 * passed / 4
+        value = 1.0 if passed == 4 else 0.25 * passed
         if canary:
             hit = i == generations
             extra: dict[str, object] = {"valid": False, "canary": True, "invalid_reason": "canary"}
