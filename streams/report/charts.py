@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from streams.report.gather import RunReport
+from streams.report.gather import RunReport, natural_key
 
 #: Reward bins of the distribution plots: rewards are mostly 0 or 1, so a box plot would hide them.
 REWARD_BINS: tuple[tuple[str, float, float], ...] = (
@@ -25,7 +25,7 @@ REWARD_BINS: tuple[tuple[str, float, float], ...] = (
     ("1", 1.0, 1.0),
 )
 BIN_COLOURS = ("#c0392b", "#e67e22", "#f1c40f", "#27ae60")
-#: Groups a distribution plot shows (the ones with most rewards); the page says how many were left out.
+#: Groups a distribution plot shows (the ones with most rewards); its title says how many there were.
 MAX_GROUPS = 30
 
 
@@ -73,7 +73,7 @@ def _bars(ax: Axes, counts: Mapping[str, int], title: str, colour: str, empty: s
 def largest_groups(groups: Mapping[str, Sequence[float]], limit: int = MAX_GROUPS) -> dict[str, Sequence[float]]:
     """The ``limit`` groups with most values, in name order."""
     kept = sorted(groups, key=lambda g: (-len(groups[g]), g))[:limit]
-    return {g: groups[g] for g in sorted(kept)}
+    return {g: groups[g] for g in sorted(kept, key=natural_key)}
 
 
 def distribution(groups: Mapping[str, Sequence[float]], what: str) -> str:
@@ -82,7 +82,9 @@ def distribution(groups: Mapping[str, Sequence[float]], what: str) -> str:
 
     def draw(figure: Figure) -> None:
         ax = figure.subplots()
-        ax.set_title(f"Reward distribution by {what}", loc="left")
+        left_out = len(groups) - len(shown)
+        more = f" ({len(shown)} of {len(groups)} with most rewards shown)" if left_out else ""
+        ax.set_title(f"Reward distribution by {what}{more}", loc="left")
         names = list(shown)[::-1]
         left = [0.0] * len(names)
         for index, (name, _low, _high) in enumerate(REWARD_BINS):

@@ -10,6 +10,7 @@ the executions and verdicts the hidden run's status and the infrastructure's fai
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,11 +115,16 @@ class RunReport:
     duplicates: int
 
     def by(self, key: str) -> dict[str, list[float]]:
-        """Rewards grouped by ``task_id`` or ``checkpoint``, groups sorted by name."""
+        """Rewards grouped by ``task_id`` or ``checkpoint``, groups in natural order (step-200 before step-1000)."""
         groups: dict[str, list[float]] = defaultdict(list)
         for row in self.rows:
             groups[getattr(row, key)].append(row.reward)
-        return dict(sorted(groups.items()))
+        return {name: groups[name] for name in sorted(groups, key=natural_key)}
+
+
+def natural_key(name: str) -> list[str | int]:
+    """Sort key that orders the numbers in a name by value: ``HumanEval/9`` before ``HumanEval/10``."""
+    return [int(part) if index % 2 else part for index, part in enumerate(re.split(r"(\d+)", name))]
 
 
 class NoRewardsError(RewardstreamError):

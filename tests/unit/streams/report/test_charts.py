@@ -48,6 +48,7 @@ def test_only_the_largest_groups_are_drawn() -> None:
     groups = {f"t{i:02}": [0.0] * i for i in range(1, 40)}
     kept = charts.largest_groups(groups, limit=3)
     assert list(kept) == ["t37", "t38", "t39"]
+    assert f"({charts.MAX_GROUPS} of 39 with most rewards shown)" in charts.distribution(groups, "task")
 
 
 def test_the_same_report_draws_the_same_svg() -> None:

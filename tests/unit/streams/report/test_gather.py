@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from streams.report.gather import NoRewardsError, Raw, RunRecords, gather, outcome, percentile
+from streams.report.gather import NoRewardsError, Raw, RunRecords, gather, natural_key, outcome, percentile
 from tests.unit.report_events import CANARY_TASK, TASKS, Message, sample_run
 
 START = datetime(2026, 12, 5, tzinfo=UTC)
@@ -99,6 +99,11 @@ def test_a_reward_written_before_validity_claims_nothing() -> None:
 def test_a_run_without_rewards_is_an_error_naming_it() -> None:
     with pytest.raises(NoRewardsError, match=r"run run-z: no reward events found \(7 reward messages read\)"):
         gather("run-z", records(sample_run("run-a", START, generations=2)))
+
+
+def test_names_sort_by_their_numbers() -> None:
+    names = ["step-1000", "step-200", "HumanEval/10", "HumanEval/9", "b", "a"]
+    assert sorted(names, key=natural_key) == ["HumanEval/9", "HumanEval/10", "a", "b", "step-200", "step-1000"]
 
 
 def test_percentile_interpolates_like_numpy() -> None:
