@@ -247,15 +247,17 @@ def _run_statuses(records: Iterable[Raw], run_id: str) -> list[str]:
 
 
 def _infra(records: RunRecords, run_id: str, rows: Sequence[Row]) -> Counter[str]:
-    """Infrastructure failures: sandbox errors in each role's runs (every attempt), signals missing at the
-    policy deadline, and rewards invalid for the infrastructure's doing."""
+    """Infrastructure failures: sandbox errors in each role's runs (every attempt, retried ones too), rewards
+    with a signal missing at the policy deadline, and rewards invalid for another of the infrastructure's doings
+    (a sandbox error no retry replaced in time)."""
     errors: Counter[str] = Counter()
     for role, topic in (("executor", records.executions), ("verifier", records.verdicts)):
-        errors.update(f"{role} sandbox_error" for s in _run_statuses(topic, run_id) if s == "sandbox_error")
+        errors.update(f"{role} runs: sandbox_error" for s in _run_statuses(topic, run_id) if s == "sandbox_error")
     for row in rows:
-        errors.update(f"{m} missing at deadline" for m in row.missing)
-        if row.valid is False and row.invalid_reason not in (None, "canary"):
-            errors[f"reward invalid: {row.invalid_reason}"] += 1
+        errors.update(f"rewards: {m} missing at deadline" for m in row.missing)
+        # missing_signals is counted by signal above; a canary is no infrastructure failure
+        if row.valid is False and row.invalid_reason not in (None, "canary", "missing_signals"):
+            errors[f"rewards invalid: {row.invalid_reason}"] += 1
     return errors
 
 

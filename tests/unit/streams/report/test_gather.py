@@ -57,11 +57,13 @@ def test_the_integrity_numbers_match_the_rewards_written() -> None:
         "public_passed_hidden_failed" in w["flags"]  # type: ignore[operator]
         for w in written
     )
-    assert report.infra_errors["executor sandbox_error"] == sum(
+    assert report.infra_errors["executor runs: sandbox_error"] == sum(
         b'"sandbox_error"' in m.value for m in messages if m.role == "executions"
     )
-    assert report.infra_errors["judgement missing at deadline"] == sum(w["missing"] == ["judgement"] for w in written)
-    assert report.infra_errors["reward invalid: sandbox_error"] == 3
+    assert report.infra_errors["rewards: judgement missing at deadline"] == sum(
+        w["missing"] == ["judgement"] for w in written
+    )
+    assert report.infra_errors["rewards invalid: sandbox_error"] == 3
     assert set(report.hidden_statuses) <= {"ok", "nonzero_exit", "timeout"}
 
 
@@ -120,3 +122,16 @@ def test_each_reward_falls_in_one_outcome_the_canary_first() -> None:
     assert outcome(by_id["run-a-g11"]) == "hack gated"
     assert outcome(by_id["run-a-g7"]) == "invalid: sandbox_error"
     assert outcome(by_id["run-a-g3"]) == "signal missing"
+
+
+def test_a_reward_invalid_for_a_missing_signal_is_counted_once_by_its_signal() -> None:
+    messages = []
+    for m in sample_run("run-a", START, generations=2):
+        data = orjson.loads(m.value)
+        if m.role == "rewards" and data["generation_id"] == "run-a-g1":
+            data.update({"valid": False, "invalid_reason": "missing_signals", "missing": ["verdict"]})
+        messages.append(Message(m.role, m.key, orjson.dumps(data)))
+    report = gather("run-a", records(messages))
+    assert report.infra_errors["rewards: verdict missing at deadline"] == 1
+    assert "rewards invalid: missing_signals" not in report.infra_errors
+    assert report.invalid["missing_signals"] == 1
