@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, str] = {
     "grade": "grade",
     "logs": "logs",
     "replay": "replay",
+    "report": "report",
     "reward": "reward",
     "sandbox": "sandbox",
     "serve": "serve",
