@@ -28,7 +28,7 @@ def test_a_stale_file_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_every_panel_queries_the_chosen_prometheus() -> None:
     document = json.loads(dashboard.render())
-    assert document["uid"] == dashboard.UID
+    assert (document["uid"], document["schemaVersion"]) == (dashboard.UID, dashboard.SCHEMA_VERSION)
     [variable] = document["templating"]["list"]
     assert (variable["name"], variable["type"], variable["query"]) == ("datasource", "datasource", "prometheus")
     panels = [p for p in document["panels"] if p["type"] != "row"]
