@@ -1,8 +1,9 @@
 """``python -m infra.helm.check``: what ``make deploy-check`` runs. Renders the chart with ``helm template`` for
 each value set in ``rewardstream/ci/`` (and the defaults), lints it, validates every manifest offline
 (``validate``, ``semantics``); exit 0 iff all pass. Also checks the KafkaTopic template is what the topic
-catalog makes, and that every setting a deployment runs with is set by the chart or left to ``settings:`` on
-purpose (``settings_coverage``). Prints what it checked and how long each part took.
+catalog makes, the Grafana dashboard what ``infra/monitoring/dashboard.py`` makes, and that every setting a
+deployment runs with is set by the chart or left to ``settings:`` on purpose (``settings_coverage``). Prints
+what it checked and how long each part took.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from infra.helm import settings_coverage, topics
 from infra.helm.semantics import check_all
 from infra.helm.sources import KUBERNETES_VERSION, ensure_helm, ensure_schemas
 from infra.helm.validate import Validator, describe, load_manifests
+from infra.monitoring import dashboard
 from schemas.caps import STDERR_TAIL_BYTES
 from schemas.errors import RewardstreamError
 
@@ -64,6 +66,8 @@ def check(chart: Path, extra: Sequence[str]) -> list[str]:
     problems: list[str] = []
     if chart == CHART and topics.main(["--check"]) != 0:
         problems.append("templates/kafkatopics.yaml is stale: run python -m infra.helm.topics")
+    if chart == CHART and dashboard.main(["--check"]) != 0:
+        problems.append("dashboards/rewardstream.json is stale: run python -m infra.monitoring.dashboard")
     if chart == CHART:
         problems += [f"settings: {p}" for p in settings_coverage.problems(chart)]
     t0 = time.monotonic()

@@ -4,6 +4,7 @@ bounds. Cheap and offline; the first errors a hand edit of the chart makes."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,8 @@ from infra.helm.validate import Manifest, describe
 
 #: The alerting and recording rules the local Prometheus loads; the chart's PrometheusRule must carry them as is.
 RULES = Path(__file__).resolve().parent / "rewardstream" / "rules" / "rewardstream.yml"
+#: The generated Grafana dashboard; the chart's dashboard ConfigMap must carry it as is.
+DASHBOARD = Path(__file__).resolve().parent / "rewardstream" / "dashboards" / "rewardstream.json"
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -108,6 +111,8 @@ def check_all(manifests: list[Manifest]) -> Iterator[str]:
             yield from (f"{where}: {e}" for e in _network_policy_errors(manifest))
         elif kind == "PrometheusRule":
             yield from (f"{where}: {e}" for e in rule_errors(spec))
+        elif kind == "ConfigMap" and DASHBOARD.name in (manifest.get("data") or {}):
+            yield from (f"{where}: {e}" for e in dashboard_errors(manifest["data"][DASHBOARD.name]))
         elif kind == "PodDisruptionBudget":
             selector = (spec.get("selector") or {}).get("matchLabels") or {}
             pods = [((d.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels", {})
@@ -123,3 +128,14 @@ def rule_errors(spec: dict[str, Any], rules: Path = RULES) -> Iterator[str]:
     if got != expected:
         names = [g.get("name") for g in got]
         yield f"its groups {names} are not {rules.name}'s, as the local Prometheus loads them"
+
+
+def dashboard_errors(text: str, dashboard: Path = DASHBOARD) -> Iterator[str]:
+    """The dashboard ConfigMap holds the generated dashboard, the file an operator imports: one source."""
+    try:
+        same = json.loads(text) == json.loads(dashboard.read_text())
+    except ValueError as exc:
+        yield f"its {dashboard.name} is not JSON: {exc}"
+        return
+    if not same:
+        yield f"its {dashboard.name} is not {dashboard.relative_to(dashboard.parents[2])}"

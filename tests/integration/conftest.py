@@ -13,6 +13,9 @@ import pytest
 from schemas.settings import Settings
 
 if TYPE_CHECKING:
+    import subprocess
+
+    from infra.monitoring.services import AlertmanagerService, PrometheusService
     from tests.integration.episode_worker_env import EpisodeEnv
     from tests.integration.gateway_env import Stack
     from tests.integration.relay import Relay
@@ -129,6 +132,35 @@ def logs_index_prefix(opensearch_client: Any, unique_name: str) -> Iterator[str]
         for name in opensearch_client.indices.get(index=f"{index_prefix}-*", ignore_unavailable=True):
             opensearch_client.indices.delete(index=name, ignore_unavailable=True)
         opensearch_client.indices.delete_index_template(name=f"{index_prefix}-template", ignore=[404])
+
+
+@pytest.fixture
+def indexer_topics(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
+    """A topic prefix with the indexer's topics (logs, dlq), deleted afterwards."""
+    from tests.integration import prometheus_env
+
+    with prometheus_env.indexer_topics(kafka_config, unique_name) as prefix:
+        yield prefix
+
+
+@pytest.fixture
+def scraped_indexer(
+    indexer_topics: str, opensearch_client: Any, unique_name: str
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A real role to scrape: ``rewardstream worker indexer`` on ``indexer_topics``; (process, metrics port)."""
+    from tests.integration import prometheus_env
+
+    with prometheus_env.indexer_process(indexer_topics, opensearch_client, unique_name) as got:
+        yield got
+
+
+@pytest.fixture
+def own_monitoring(tmp_path: Path) -> Iterator[tuple[PrometheusService, AlertmanagerService]]:
+    """Our own Prometheus and Alertmanager on free loopback ports, for the test to configure and start."""
+    from tests.integration import prometheus_env
+
+    with prometheus_env.own_monitoring(tmp_path) as got:
+        yield got
 
 
 @pytest.fixture(scope="module")

@@ -10,103 +10,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
-from opensearchpy import OpenSearch
 
 from bus.clients import make_producer
-from infra.local.paths import PlatformPaths
 from infra.monitoring.config import Intervals, ScrapeTarget
 from infra.monitoring.rules import with_short_for
 from infra.monitoring.services import AlertmanagerService, PrometheusService
+from tests.integration.prometheus_env import free_port as _free_port
+from tests.integration.prometheus_env import get_json as _get
+from tests.integration.prometheus_env import wait_for as _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 FOR_S = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - our loopback Prometheus
-        return json.load(response)
-
-
-def _wait(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f}s"
-        time.sleep(0.2)
-    return got
-
-
-@pytest.fixture
-def topics(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
-    """A topic prefix with the indexer's topics (logs, dlq)."""
-    prefix = f"rs-test.{unique_name}."
-    admin = AdminClient({**kafka_config})
-    names = [f"{prefix}logs", f"{prefix}dlq"]
-    for future in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names]).values():
-        future.result(timeout=30)
-    try:
-        yield prefix
-    finally:
-        for future in admin.delete_topics(names).values():
-            future.result(timeout=30)
-
-
-@pytest.fixture
-def indexer(
-    topics: str, opensearch_client: OpenSearch, unique_name: str
-) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """A real role: ``rewardstream worker indexer`` on its own topics, index prefix and metrics port."""
-    port = _free_port()
-    env = {**os.environ, "RS_TOPIC_PREFIX": topics, "RS_OPENSEARCH_INDEX_PREFIX": unique_name,
-           "RS_OPENSEARCH_REPLICAS": "0", "RS_METRICS_PORT": str(port)}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "rewardstream", "worker", "indexer"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        yield proc, port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        opensearch_client.indices.delete_index_template(name=f"{unique_name}-template", ignore=[404])
-
-
-@pytest.fixture
-def monitoring(tmp_path: Path) -> Iterator[tuple[PrometheusService, AlertmanagerService]]:
-    """Our own Prometheus and Alertmanager (stopped by their pids afterwards)."""
-    if shutil.which("prometheus") is None or shutil.which("prometheus-alertmanager") is None:
-        message = "Debian's prometheus and prometheus-alertmanager are missing: apt-get install them"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must not skip integration tests: {message}")
-        pytest.skip(message)
-    paths = PlatformPaths(tmp_path / "cache")
-    paths.ensure()
-    prometheus = PrometheusService(f"http://127.0.0.1:{_free_port()}", paths, 3.0)
-    alertmanager = AlertmanagerService(f"http://127.0.0.1:{_free_port()}", paths, 3.0)
-    try:
-        yield prometheus, alertmanager
-    finally:
-        prometheus.stop()
-        alertmanager.stop()
 
 
 def _active(prometheus: PrometheusService, name: str) -> list[dict[str, Any]]:
@@ -125,14 +49,14 @@ def _status(prometheus: PrometheusService, tmp_path: Path, *args: str) -> subpro
 
 
 def test_a_dead_letter_and_a_killed_role_fire_in_prometheus_alertmanager_and_status(
-    indexer: tuple[subprocess.Popen[bytes], int],
-    topics: str,
+    scraped_indexer: tuple[subprocess.Popen[bytes], int],
+    indexer_topics: str,
     kafka_config: dict[str, str],
-    monitoring: tuple[PrometheusService, AlertmanagerService],
+    own_monitoring: tuple[PrometheusService, AlertmanagerService],
     tmp_path: Path,
 ) -> None:
-    proc, port = indexer
-    prometheus, alertmanager = monitoring
+    proc, port = scraped_indexer
+    prometheus, alertmanager = own_monitoring
     rules = with_short_for(tmp_path / "rules.yml", FOR_S)
     targets = [ScrapeTarget("indexer", f"http://127.0.0.1:{port}/metrics")]
     alertmanager.configure()
@@ -154,7 +78,7 @@ def test_a_dead_letter_and_a_killed_role_fire_in_prometheus_alertmanager_and_sta
 
     assert _active(prometheus, "RewardstreamDeadLetters") == []
     producer = make_producer(kafka_config)
-    producer.produce(f"{topics}logs", key=b"poison", value=b"not a log record")
+    producer.produce(f"{indexer_topics}logs", key=b"poison", value=b"not a log record")
     assert producer.flush(30) == 0
     [dead] = _wait("RewardstreamDeadLetters", lambda: _active(prometheus, "RewardstreamDeadLetters"))
     assert (dead["labels"]["role"], dead["labels"]["reason"]) == ("indexer", "DecodeError")
@@ -193,7 +117,7 @@ def test_a_dead_letter_and_a_killed_role_fire_in_prometheus_alertmanager_and_sta
     assert received["labels"]["role"] == "indexer"
 
 
-@pytest.mark.usefixtures("monitoring")  # skips (outside CI) where the Debian packages are missing
+@pytest.mark.usefixtures("own_monitoring")  # skips (outside CI) where the Debian packages are missing
 def test_the_pipeline_monitoring_scrapes_every_role_and_starts_once(tmp_path: Path) -> None:
     """``Monitoring`` as ``up --pipeline`` runs it, on its own cache dir and ports with no pipeline running: every
     one of the seven roles is a target, each without a live member (RoleDown pending for each); a second start

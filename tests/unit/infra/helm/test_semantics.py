@@ -93,3 +93,17 @@ def test_a_prometheus_rule_must_carry_the_repo_rules_as_they_are() -> None:
     edited = [groups[0], {**groups[1], "rules": groups[1]["rules"][1:]}]
     [problem] = check_all([rule(edited)])
     assert "rewardstream.yml" in problem
+
+
+def test_the_dashboard_config_map_must_carry_the_generated_dashboard() -> None:
+    from infra.helm.semantics import DASHBOARD
+
+    def config_map(text: str) -> dict[str, Any]:
+        return {"kind": "ConfigMap", "metadata": {"name": "rs-dashboard"}, "data": {"rewardstream.json": text}}
+
+    text = DASHBOARD.read_text()
+    assert list(check_all([config_map(text.rstrip("\n"))])) == []
+    [edited] = check_all([config_map(text.replace("Rewards/s by outcome", "Rewards", 1))])
+    assert "is not rewardstream/dashboards/rewardstream.json" in edited
+    [broken] = check_all([config_map(text[:-3])])
+    assert "is not JSON" in broken

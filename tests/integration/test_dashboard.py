@@ -1,0 +1,132 @@
+"""Every query of every panel of the committed Grafana dashboard against a real Prometheus (Debian's) scraping a
+real role: each one parses and runs (``/api/v1/query`` says ``success``), and each metric name it uses is one the
+role really exports, one the rules record, or one of the few named below that appear only after an event.
+
+The role is ``rewardstream worker indexer`` (``prometheus_env``, as ``test_alerts`` runs it) with the repo's rules
+as they ship; a poison message and a log record make it dead-letter (firing RewardstreamDeadLetters, so
+``ALERTS`` exists), index and report its lag, so those series are checked as scraped, not taken on trust.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from bus.clients import make_producer
+from bus.metrics import WorkerMetrics
+from infra.monitoring.config import Intervals, ScrapeTarget
+from infra.monitoring.dashboard import DASHBOARD, RATE, queries
+from infra.monitoring.promql import metric_names
+from infra.monitoring.rules import RULES
+from infra.monitoring.services import AlertmanagerService, PrometheusService
+from tests.integration.prometheus_env import get_json, query, wait_for
+from workers.logs.shipper import LogShipper
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+#: Names no indexer exports before the event that creates them (prometheus_client shows a labelled series only
+#: once it is used), each with that event. Every other name must be scraped here or recorded by a rule.
+EVENT_ONLY = {
+    "rewardstream_rewards_total": "the reward processor's, born at its first decided generation (by outcome)",
+    "rewardstream_reward_seconds_bucket": "the reward processor's, observed at its first reward",
+    "rewardstream_retries_total": "born at a role's first retry of a dependency that was down (S3, OpenSearch)",
+    "rewardstream_sandbox_wait_seconds_bucket": "a sandbox role's, observed at its first graded run",
+    "rewardstream_canary_hits_total": "the reward processor's integrity counter, born at the first canary hit",
+}
+#: Queries that stay empty with only an indexer scraped, though every name they use is here: the reason.
+EMPTY_HERE = {"Sandbox run time": "it selects the sandbox roles' run times (role!=indexer); only the indexer runs"}
+#: Grafana's own variables, as Grafana would substitute them (4 x a 15 s scrape interval).
+GRAFANA = {RATE: "1m"}
+#: Series this test's events create: waited for before the queries run.
+AFTER_EVENTS = {
+    "rewardstream_dead_letters_total", "rewardstream_run_seconds_bucket", "rewardstream_consumer_lag", "ALERTS",
+    "role:rewardstream_consumer_lag:sum", "role_reason:rewardstream_dead_letters:new5m",
+}  # fmt: skip
+
+
+def _recorded() -> set[str]:
+    groups = (yaml.safe_load(RULES.read_text()) or {}).get("groups") or []
+    return {rule["record"] for group in groups for rule in group.get("rules") or [] if "record" in rule}
+
+
+def _names(prometheus: PrometheusService) -> set[str]:
+    return set(get_json(f"{prometheus.url}/api/v1/label/__name__/values")["data"])
+
+
+def _substituted(expr: str) -> str:
+    for variable, value in GRAFANA.items():
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, f"a Grafana variable the test does not substitute: {expr}"
+    return expr
+
+
+def test_event_only_names_are_real_exports() -> None:
+    """The names excused above are what the code exports once its event happens (the canary counter: what the
+    shipped alert RewardstreamCanaryHit reads), so the list holds no typo."""
+    metrics = WorkerMetrics("rewards")
+    metrics.reward("complete", 1.0)
+    metrics.retry("s3")
+    metrics.sandbox_run(0.1, 0)
+    exported = {s.name for f in text_string_to_metric_families(metrics.exposition().decode()) for s in f.samples}
+    assert set(EVENT_ONLY) - exported == {"rewardstream_canary_hits_total"}
+    assert "rewardstream_canary_hits_total" in RULES.read_text()
+
+
+def test_every_dashboard_query_runs_on_a_real_prometheus(
+    scraped_indexer: tuple[subprocess.Popen[bytes], int],
+    indexer_topics: str,
+    kafka_config: dict[str, str],
+    own_monitoring: tuple[PrometheusService, AlertmanagerService],
+) -> None:
+    _, port = scraped_indexer
+    prometheus, _ = own_monitoring
+    targets = [ScrapeTarget("indexer", f"http://127.0.0.1:{port}/metrics")]
+    prometheus.configure(targets, None, Intervals(scrape_s=1.0, evaluation_s=1.0), RULES)
+    assert prometheus.start()
+    wait_for("ready Prometheus", lambda: prometheus.health().healthy)
+    live = 'up{job="rewardstream", role="indexer"} == 1'
+    wait_for("scrape of the live indexer", lambda: query(prometheus, live)["data"]["result"])
+
+    producer = make_producer(kafka_config)
+    producer.produce(f"{indexer_topics}logs", key=b"poison", value=b"not a log record")
+    LogShipper(producer, f"{indexer_topics}logs", "executor", worker="dashboard-test:1").log(
+        "info", "a record to index", episode_id="ep-1", run_id="dashboard"
+    )
+    assert producer.flush(30) == 0
+    wait_for(f"series {sorted(AFTER_EVENTS)}", lambda: _names(prometheus) >= AFTER_EVENTS, timeout_s=40.0)
+
+    panels = queries(json.loads(DASHBOARD.read_text()))
+    assert len(panels) >= 20
+    # A rate needs two scrapes of a series and the alert one more evaluation: empty answers are asked again.
+    deadline = time.monotonic() + 20.0
+    while (problems := _problems(prometheus, panels)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not problems, "\n".join(problems)
+    used = set().union(*(metric_names(expr) for _, expr in panels))
+    assert set(EVENT_ONLY) <= used, f"excused names no query uses: {sorted(set(EVENT_ONLY) - used)}"
+    print(f"\n{len(panels)} queries checked; names used: {len(used)}, event-only: {len(EVENT_ONLY)}")
+
+
+def _problems(prometheus: PrometheusService, panels: list[tuple[str, str]]) -> list[str]:
+    """What is wrong with each query now: an error, a name nobody exports or records, or no series though every
+    name it uses is scraped (a wrong ``job`` or ``role`` matcher)."""
+    scraped = _names(prometheus)
+    known = scraped | _recorded()
+    problems: list[str] = []
+    for title, expr in panels:
+        answer: dict[str, Any] = query(prometheus, _substituted(expr))
+        names = metric_names(expr)
+        if answer.get("status") != "success":
+            problems.append(f"{title}: {expr}: {answer.get('errorType')}: {answer.get('error')}")
+            continue
+        if unknown := names - known - set(EVENT_ONLY):
+            problems.append(f"{title}: {expr}: names nobody exports or records: {sorted(unknown)}")
+        if names <= scraped and title not in EMPTY_HERE and not answer["data"]["result"]:
+            problems.append(f"{title}: {expr}: no series, though every name it uses is scraped")
+    return problems
