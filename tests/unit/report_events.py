@@ -21,8 +21,8 @@ from schemas.events import (
     HiddenVerdict,
     RewardEvent,
     SandboxRun,
-    generation_ids,
 )
+from schemas.ids import generation_ids
 from schemas.signals import Signal
 
 TASKS = tuple(f"HumanEval/{i}" for i in range(8))
