@@ -56,7 +56,7 @@ def _reward(
     event = RewardEvent(
         generation_id=gen.generation_id, episode_id=gen.episode_id, run_id=gen.run_id, task_id=gen.task_id,
         created_at=at, reward=value, policy_name="default", policy_version="3", flags=list(flags),
-        missing=list(missing),
+        missing=list(missing), schema_version="1.0",
     )  # fmt: skip
     data = orjson.loads(encode(event))
     data.update({"schema_version": "1.1", "valid": True, "canary": False, "invalid_reason": None, **(claim or {})})
