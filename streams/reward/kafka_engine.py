@@ -24,6 +24,7 @@ one per transaction, and one that kills the process alone N times is dead-letter
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -57,6 +58,8 @@ from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, InputEnds, RewardProcessor, Topics
 
 log = logging.getLogger("rewardstream.rewards")
+#: Allocations between the garbage collector's young-generation passes (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,4 +437,17 @@ def run_engine(engine: RewardEngine) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    tune_gc()
     engine.run()
+
+
+def tune_gc() -> None:
+    """Make the process's garbage collection cheap; it was 30% of the processor's CPU with a join table of
+    20,000 pending states (a backlog whose executions run ahead of their verdicts). Every message allocates
+    dozens of objects, so at CPython's default threshold a young pass ran every few messages, and each older
+    pass walked the whole heap: the imported modules and every parsed state. Here the start-up heap is frozen
+    (never walked again) and young passes run 70x less often. Only garbage in reference cycles waits for a
+    pass (reference counting frees the rest at once): a little longer, for a few thousand messages."""
+    gc.freeze()
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any, cast
 
 from bus.transaction import Transaction
-from streams.reward.kafka_engine import _Savepoint, _Table
+from streams.reward.kafka_engine import GC_YOUNG_THRESHOLD, _Savepoint, _Table, tune_gc
 
 
 class Txn:
@@ -53,3 +54,14 @@ def test_a_rolled_back_message_leaves_the_value_before_it() -> None:
     assert t.get("new") is None
     t.flush()
     assert sorted(txn.produced, key=repr) == [("log", b"a", b"1", 0), ("log", b"new", None, 0)]
+
+
+def test_tune_gc_freezes_the_start_up_heap_and_spaces_young_passes() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, before[1], before[2])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
