@@ -231,6 +231,22 @@ def emitted(state: JoinState, event_id: str, offset: int | None) -> JoinState:
     )
 
 
+#: A row of the join table: a state's stored bytes, or the state itself in a table that serialises its rows
+#: only when it writes them out (the Kafka engine's: once per transaction, so a generation whose parts meet in
+#: one batch never serialises its pending states).
+Row = bytes | JoinState
+
+
+def row_bytes(row: Row) -> bytes:
+    """The stored form of a row."""
+    return row if isinstance(row, bytes) else row.dumps()
+
+
+def row_pending(row: Row) -> bool:
+    """Whether a row is a pending state (bytes: by their prefix, unparsed)."""
+    return row.startswith(PENDING_PREFIX) if isinstance(row, bytes) else row.status == "pending"
+
+
 def emitted_from_reward(reward: RewardEvent, partition: int, offset: int, now: float) -> JoinState:
     """The emitted state rebuilt from a reward found on the rewards topic (after a crash lost the marker)."""
     return JoinState(

@@ -52,7 +52,7 @@ from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import Role, catalog_for, topic_for
-from streams.reward.join import JoinState, emitted
+from streams.reward.join import JoinState, Row, emitted, row_bytes
 from streams.reward.liveness import WriterLiveness, settled_inputs
 from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, InputEnds, RewardProcessor, Topics
@@ -91,7 +91,7 @@ class _Savepoint:
     def __init__(self, txn: Transaction) -> None:
         self._txn = txn
         self.records: list[_Record] = []
-        self.prior: dict[str, tuple[bytes | None, int | None]] = {}
+        self.prior: dict[str, tuple[Row | None, int | None]] = {}
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
         self.records.append((topic, key, value, partition))
@@ -116,7 +116,8 @@ class _Table:
         self._txn = txn
         self._topic = topic
         self._partition_of: dict[str, int] = {}
-        self._data: dict[str, bytes] = {}
+        #: Rows: bytes as restored, or a state as the processor stored it (serialised by ``flush``).
+        self._data: dict[str, Row] = {}
         #: Keys written in the open transaction -> their changelog partition.
         self._dirty: dict[str, int] = {}
 
@@ -142,10 +143,10 @@ class _Table:
             del self._partition_of[key]
             self._data.pop(key, None)
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str) -> Row | None:
         return self._data.get(key)
 
-    async def put(self, partition: int, key: str, value: bytes) -> None:
+    async def put(self, partition: int, key: str, value: Row) -> None:
         self._remember(key)
         self._data[key] = value
         self._partition_of[key] = partition
@@ -163,9 +164,16 @@ class _Table:
 
     def flush(self) -> None:
         """Produce the changelog record of each key written in this transaction: its value now (a tombstone
-        if deleted; after a rollback, the value restored, which the changelog has or is about to have)."""
+        if deleted; after a rollback, the value restored, which the changelog has or is about to have). A
+        finished state is kept as its bytes from then on (only pending ones are read as states again)."""
         for key, partition in self._dirty.items():
-            self._txn.produce(self._topic, key.encode(), self._data.get(key), partition=partition)
+            row = self._data.get(key)
+            value = None
+            if row is not None:
+                value = row_bytes(row)
+                if isinstance(row, JoinState) and row.status != "pending":
+                    self._data[key] = value
+            self._txn.produce(self._topic, key.encode(), value, partition=partition)
         self._dirty.clear()
 
     def rollback(self) -> None:
@@ -179,7 +187,7 @@ class _Table:
         self._stage.records.clear()
         self._stage.prior.clear()
 
-    def items(self) -> Iterable[tuple[str, bytes]]:
+    def items(self) -> Iterable[tuple[str, Row]]:
         return list(self._data.items())
 
 
