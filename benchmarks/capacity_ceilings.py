@@ -118,15 +118,25 @@ def reward_processor_rps(n: int, *, interleaved: bool = True) -> dict[str, Any]:
         with log.open("wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "rewardstream", "reward", "run", "--app-id", app_id],
                                     env={**os.environ, **run.env()}, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        cpu_s = 0.0
         try:
             timed = reader.wait(n, TIMEOUT_S, alive=lambda: proc.poll() is None)
+            cpu_s = cpu_seconds(proc.pid)
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}; the processor's log: {log.read_text(errors='replace')[-3000:]}") from exc
         finally:
             reader.close()
             proc.terminate()
             proc.wait(60)
-    return {"rewards": n, "interleaved": interleaved, "rps": round(timed.rate(), 1)}
+    return {"rewards": n, "interleaved": interleaved, "rps": round(timed.rate(), 1),
+            "cpu_us_per_reward": round(cpu_s / n * 1e6)}  # fmt: skip
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process over its life, all its threads (librdkafka's) and start-up included."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---- one executor worker loop -----------------------------------------------------------------------------

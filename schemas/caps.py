@@ -4,6 +4,7 @@ slicing by a number written again at every call site (and drifting from the cont
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel
@@ -17,8 +18,10 @@ QUOTE_CHARS = 200
 STDERR_TAIL_BYTES = 300
 
 
+@cache
 def cap(model: type[BaseModel], field: str) -> int:
-    """The ``max_length`` ``model`` declares for ``field`` (on the field or in its ``Annotated`` type)."""
+    """The ``max_length`` ``model`` declares for ``field`` (on the field or in its ``Annotated`` type); cached:
+    models do not change, and the reward processor asks for every reward."""
     limit = _max_length(model.model_fields[field].metadata)
     if limit is None:
         raise KeyError(f"{model.__name__}.{field} declares no max_length")

@@ -68,6 +68,17 @@ def new_event_id() -> str:
     return uuid.uuid4().hex
 
 
+def is_none(value: object) -> bool:
+    """``exclude_if`` of the optional fields added to 1.0 later: left out when unset, so an event without them
+    encodes byte for byte as before them (checked in pydantic-core: a wrap serializer built a dict per event)."""
+    return value is None
+
+
+def is_false(value: object) -> bool:
+    """``exclude_if`` of a flag added to 1.0 later that is off by default: left out when off."""
+    return value is False
+
+
 def utc_now() -> datetime:
     """Timezone-aware now, for event timestamps."""
     return datetime.now(UTC)
@@ -90,6 +101,7 @@ class Event(Envelope):
     task_id: TaskId = Field(description="task the program was generated for")
     task_version: Sha256 | None = Field(
         None,
+        exclude_if=is_none,
         description="version of the task (sha256 of its wire bytes, schemas.tasks.task_version): on a generation "
         "the version to grade against (a producer pins it; none: the latest when each role reads it); on a result "
         "or a reward the version it was graded against (none: not known to the role). Left out when unset",
@@ -98,19 +110,6 @@ class Event(Envelope):
     def key(self) -> bytes:
         """The Kafka key: the episode id, so one episode stays on one partition everywhere."""
         return self.episode_id.encode()
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """An event without a task version encodes byte for byte as before versions: the field is left out."""
-        return _without_none(handler(self), "task_version")
-
-
-def _without_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
-    """``data`` without the optional fields ``names`` that are None (fields added to 1.0 later)."""
-    for name in names:
-        if name in data and data[name] is None:
-            del data[name]
-    return data
 
 
 class GenerationEvent(Event):
@@ -132,13 +131,16 @@ class GenerationEvent(Event):
     code_ref: S3Url | None = Field(None, description="s3://bucket/key of the program when it is too large")
     code_sha256: Sha256 | None = Field(None, description="sha256 of the UTF-8 code; required with code_ref")
     workspace_ref: S3Url | None = Field(
-        None, description="s3:// URL of an episode's final workspace snapshot (workspace tasks; instead of code)"
+        None,
+        exclude_if=is_none,
+        description="s3:// URL of an episode's final workspace snapshot (workspace tasks; instead of code)",
     )
     workspace_sha256: Sha256 | None = Field(
-        None, description="sha256 of the snapshot's bytes; required with workspace_ref"
+        None, exclude_if=is_none, description="sha256 of the snapshot's bytes; required with workspace_ref"
     )
     transcript_ref: S3Url | None = Field(
         None,
+        exclude_if=is_none,
         description="s3:// URL (content-addressed) of an episode's transcript: its actions and how each ended, "
         "for the judge (only with workspace_ref)",
     )
@@ -164,12 +166,6 @@ class GenerationEvent(Event):
                 "transcript_ref", "an episode's transcript goes with its workspace_ref", {"field": "transcript_ref"}
             )
         return self
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A one-shot generation's wire form is as before the episode fields and the task version: they are left
-        out unless set."""
-        return _without_none(handler(self), "task_version", "workspace_ref", "workspace_sha256", "transcript_ref")
 
 
 # The wire form of a grade's run: ``workers.roles.runs.sandbox_run`` makes it from the host's
@@ -276,12 +272,15 @@ class HiddenVerdict(Event):
 
     verifier: VerifierOutcome | None = Field(
         None,
+        exclude_if=is_none,
         description="image tasks only (suite_kind verifier): what the task's verifier decided; absent when its "
         "run was a sandbox_error (the infrastructure's: no verdict on the work). Left out when unset",
     )
 
     canary: bool = Field(
-        False, description="the task is a canary (the verifier read it from the task); left out when false"
+        False,
+        exclude_if=is_false,
+        description="the task is a canary (the verifier read it from the task); left out when false",
     )
 
     @model_validator(mode="after")
@@ -293,14 +292,6 @@ class HiddenVerdict(Event):
     def _verifier_iff_image_task(self) -> HiddenVerdict:
         check_verifier(self.suite_kind, self.verifier, self.run.status, len(self.cases))
         return self
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A verdict of a test suite encodes byte for byte as before image tasks and canaries."""
-        data = _without_none(handler(self), "task_version", "verifier")
-        if not self.canary:
-            data.pop("canary", None)
-        return data
 
 
 class JudgeScore(Event):
@@ -381,7 +372,7 @@ class RewardEvent(Event):
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """A 1.0 reward (no claim) encodes byte for byte as written: the claim's fields are left out."""
-        data = _without_none(handler(self), "task_version")
+        data: dict[str, Any] = handler(self)
         if self.valid is None:
             for name in ("valid", "canary", "invalid_reason"):
                 data.pop(name, None)

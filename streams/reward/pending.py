@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from streams.reward.join import PENDING_PREFIX, JoinState
+from streams.reward.join import JoinState, Row, row_pending
 
 log = logging.getLogger("rewardstream.rewards")
 
@@ -27,12 +27,14 @@ log = logging.getLogger("rewardstream.rewards")
 class Rows(Protocol):
     """The part of the processor's table the index reads."""
 
-    def get(self, key: str) -> bytes | None: ...
-    def items(self) -> Iterable[tuple[str, bytes]]: ...
+    def get(self, key: str) -> Row | None: ...
+    def items(self) -> Iterable[tuple[str, Row]]: ...
 
 
-def load_state(key: str, raw: bytes) -> JoinState | None:
+def load_state(key: str, raw: Row) -> JoinState | None:
     """A table row as a join state; a row that is none (written by something else) is skipped, not fatal."""
+    if isinstance(raw, JoinState):
+        return raw
     try:
         return JoinState.loads(raw)
     except ValueError as exc:
@@ -46,7 +48,7 @@ class PendingIndex:
     def __init__(self, rows: Rows, due_at: Callable[[JoinState], float]) -> None:
         self._rows = rows
         self._due_at = due_at
-        self._parsed: dict[str, tuple[bytes, JoinState]] = {}
+        self._parsed: dict[str, tuple[Row, JoinState]] = {}
         self._heaps: dict[int, list[tuple[float, str]]] = {}
         #: The due time of each generation's one live heap entry (older entries of it are skipped when popped).
         self._queued: dict[str, float] = {}
@@ -61,10 +63,10 @@ class PendingIndex:
         raw = self._rows.get(key)
         return None if raw is None else self.parse(key, raw)
 
-    def parse(self, key: str, raw: bytes) -> JoinState | None:
+    def parse(self, key: str, raw: Row) -> JoinState | None:
         """``raw`` (the table's row of ``key``) as a join state, reusing the parse of the same bytes."""
         cached = self._parsed.get(key)
-        if cached is not None and (cached[0] is raw or cached[0] == raw):
+        if cached is not None and (cached[0] is raw or (isinstance(raw, bytes) and cached[0] == raw)):
             return cached[1]
         state = load_state(key, raw)
         if state is not None and state.status == "pending":
@@ -73,8 +75,8 @@ class PendingIndex:
             self._parsed.pop(key, None)
         return state
 
-    def stored(self, state: JoinState, raw: bytes) -> None:
-        """``state`` was just written to the table as ``raw``."""
+    def stored(self, state: JoinState, raw: Row) -> None:
+        """``state`` was just written to the table as ``raw`` (its bytes, or itself)."""
         key = state.generation_id
         if state.status != "pending":
             self._parsed.pop(key, None)
@@ -126,10 +128,11 @@ class PendingIndex:
         self._heaps.clear()
         self._queued.clear()
         for key, raw in list(self._rows.items()):
-            if not raw.startswith(PENDING_PREFIX):
+            if not row_pending(raw):
                 continue
             cached = parsed.get(key)
-            state = cached[1] if cached is not None and cached[0] == raw else load_state(key, raw)
+            same = cached is not None and (cached[0] is raw or (isinstance(raw, bytes) and cached[0] == raw))
+            state = cached[1] if cached is not None and same else load_state(key, raw)
             if state is None or state.status != "pending":
                 continue
             self._parsed[key] = (raw, state)

@@ -28,15 +28,16 @@ from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScor
 from schemas.ids import generation_ids
 from schemas.signals import SIGNAL_TOPIC
 from streams.reward.join import (
-    PENDING_PREFIX,
     Emit,
     GiveUp,
     JoinState,
     PartEvent,
+    Row,
     Wait,
     Withhold,
     absorb,
     decide,
+    row_pending,
 )
 from streams.reward.pending import PendingIndex, load_state
 from streams.reward.policy import Policy
@@ -54,16 +55,17 @@ log = logging.getLogger("rewardstream.rewards")
 
 
 class StateStore(Protocol):
-    """The table: generation_id -> serialized JoinState, written to a given changelog partition."""
+    """The table: generation_id -> JoinState (a ``Row``: serialized, or the state), written to a given changelog
+    partition."""
 
-    def get(self, key: str) -> bytes | None: ...
-    async def put(self, partition: int, key: str, value: bytes) -> None:
-        """Store and hand the changelog record to the producer before returning (or, in a transaction, before
-        it commits: its last value per key is all a read_committed restore could see)."""
+    def get(self, key: str) -> Row | None: ...
+    async def put(self, partition: int, key: str, value: Row) -> None:
+        """Store and hand the changelog record (``row_bytes``) to the producer before returning (or, in a
+        transaction, before it commits: its last value per key is all a read_committed restore could see)."""
         ...
 
     async def delete(self, partition: int, key: str) -> None: ...
-    def items(self) -> Iterable[tuple[str, bytes]]: ...
+    def items(self) -> Iterable[tuple[str, Row]]: ...
 
 
 class Outputs(Protocol):
@@ -293,7 +295,7 @@ class RewardProcessor:
         """Forget finished generations after the retention (a part arriving later than that starts anew)."""
         cutoff = wall - self.retention_s
         for key, raw in list(self.store.items()):
-            if raw.startswith(PENDING_PREFIX):
+            if row_pending(raw):
                 continue
             state = load_state(key, raw)
             if state is None:
@@ -410,10 +412,10 @@ class RewardProcessor:
             await self._log(state, "error", "invalid reward: " + "; ".join(decision.reasons))
 
     async def _store(self, state: JoinState) -> None:
-        """Write ``state`` to the table, and to the pending index beside its bytes."""
-        raw = state.dumps()
-        await self.store.put(state.partition, state.generation_id, raw)
-        self.pending.stored(state, raw)
+        """Write ``state`` to the table (as itself: a store serialises it when it writes it out), and to the
+        pending index."""
+        await self.store.put(state.partition, state.generation_id, state)
+        self.pending.stored(state, state)
 
     async def _log(self, state: JoinState, level: str, message: str) -> None:
         record = LogRecord(

@@ -21,10 +21,19 @@ from typing import Protocol
 
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import RewardEvent
-from streams.reward.join import PENDING_PREFIX, JoinState, emitted, emitted_from_reward
-from streams.reward.processor import InputEnds, StateStore
+from streams.reward.join import PENDING_PREFIX, JoinState, Row, emitted, emitted_from_reward, row_bytes
+from streams.reward.processor import InputEnds
 
 log = logging.getLogger("rewardstream.rewards")
+
+
+class BytesTable(Protocol):
+    """The Faust table under this layer: its rows are bytes (a state is serialised before it is put)."""
+
+    def get(self, key: str) -> bytes | None: ...
+    async def put(self, partition: int, key: str, value: bytes) -> None: ...
+    async def delete(self, partition: int, key: str) -> None: ...
+    def items(self) -> Iterable[tuple[str, bytes]]: ...
 
 
 class AckedOutputs(Protocol):
@@ -53,7 +62,7 @@ class EmitThenMark:
 
     def __init__(
         self,
-        table: StateStore,
+        table: BytesTable,
         outputs: AckedOutputs,
         *,
         clock: Callable[[], float] = time.time,
@@ -80,8 +89,8 @@ class EmitThenMark:
     def get(self, key: str) -> bytes | None:
         return self._table.get(key)
 
-    async def put(self, partition: int, key: str, value: bytes) -> None:
-        await self._table.put(partition, key, value)
+    async def put(self, partition: int, key: str, value: Row) -> None:
+        await self._table.put(partition, key, row_bytes(value))  # a Faust table holds bytes
 
     async def delete(self, partition: int, key: str) -> None:
         await self._table.delete(partition, key)

@@ -3,8 +3,11 @@ the keys' luck), rates from the first output to the last, efficiency against one
 
 from __future__ import annotations
 
+import os
+import time
 from collections import Counter
 
+from benchmarks.capacity_ceilings import cpu_seconds
 from benchmarks.capacity_kafka import Timed, balanced_keys
 from benchmarks.capacity_scaling import efficiencies
 from bus.keys import partition_for
@@ -27,3 +30,8 @@ def test_efficiency_is_against_one_process_times_the_count() -> None:
     rows = efficiencies([{"processes": 1, "rps": 1.0}, {"processes": 8, "rps": 6.0}], concurrency=2, sleep_s=2.0)
     assert [(r["efficiency"], r["ideal_rps"]) for r in rows] == [(1.0, 1.0), (0.75, 8.0)]
     assert efficiencies([{"processes": 2, "rps": 1.0}], 2, 2.0)[0]["efficiency"] is None
+
+
+def test_cpu_seconds_reads_a_process_s_user_and_system_time() -> None:
+    mine = time.process_time()
+    assert 0.0 < cpu_seconds(os.getpid()) <= mine + 0.05  # clock ticks: coarser than process_time

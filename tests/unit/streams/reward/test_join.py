@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from streams.reward.join import (
@@ -16,6 +18,7 @@ from streams.reward.join import (
     decide,
     emitted,
     reward_id,
+    uuid5_hex,
 )
 from streams.reward.policy import Policy, load_policy
 from tests.unit.reward_events import execution, judgement, verdict, verified
@@ -127,6 +130,14 @@ def test_reward_id_depends_on_generation_and_policy_version(policy: Policy) -> N
     assert reward_id("g", policy) == reward_id("g", policy)
     assert reward_id("g", policy) != reward_id("h", policy)
     assert reward_id("g", policy) != reward_id("g", other)
+
+
+@pytest.mark.parametrize("name", ["", "g", "r088252-6\x00default\x001", "é" * 300])
+def test_uuid5_hex_is_the_standard_uuid5(name: str) -> None:
+    namespace = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
+    assert uuid5_hex(namespace, name) == uuid.uuid5(namespace, name).hex
+    for i in range(2000):  # every value of the bytes the version and variant bits share
+        assert uuid5_hex(uuid.NAMESPACE_URL, f"{name}{i}") == uuid.uuid5(uuid.NAMESPACE_URL, f"{name}{i}").hex
 
 
 def test_stored_state_round_trips_a_task_without_public_tests() -> None:

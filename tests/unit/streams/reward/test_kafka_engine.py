@@ -4,11 +4,12 @@ the integrity metrics count."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any, cast
 
 from bus.transaction import Transaction
 from schemas.events import RewardEvent
-from streams.reward.kafka_engine import _Savepoint, _Table
+from streams.reward.kafka_engine import GC_YOUNG_THRESHOLD, _Savepoint, _Table, tune_gc
 
 
 class Txn:
@@ -73,3 +74,14 @@ def reward(gid: str) -> RewardEvent:
         generation_id=gid, episode_id=gid, run_id="r", task_id="t/1", reward=1.0, policy_name="p",
         policy_version="1", valid=True,
     )  # fmt: skip
+
+
+def test_tune_gc_freezes_the_start_up_heap_and_spaces_young_passes() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, before[1], before[2])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

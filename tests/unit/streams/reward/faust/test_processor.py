@@ -12,7 +12,7 @@ from schemas.codec import decode, encode
 from schemas.events import DeadLetter, LogRecord, RewardEvent
 from streams.reward.faust.emit_then_mark import EmitThenMark, watermark_key
 from streams.reward.faust.join import FaustJoin
-from streams.reward.join import JoinState, PartEvent, emitted
+from streams.reward.join import JoinState, PartEvent, Row, emitted, row_bytes
 from streams.reward.policy import Policy, load_policy
 from streams.reward.processor import InputEnds, RewardProcessor, Topics
 from tests.unit.reward_events import execution, judgement, verdict
@@ -33,8 +33,8 @@ class Store:
     def get(self, key: str) -> bytes | None:
         return self.data.get(key)
 
-    async def put(self, partition: int, key: str, value: bytes) -> None:
-        self.data[key] = value
+    async def put(self, partition: int, key: str, value: Row) -> None:
+        self.data[key] = row_bytes(value)
         self.changelog.append((partition, key))
 
     async def delete(self, partition: int, key: str) -> None:
