@@ -227,7 +227,7 @@ class RewardProcessor:
             ends = await self.outputs.caught_up({s.partition for s in candidates}, dict(self.processed))
             idle = set(ends.settled)
             now = {
-                p: max(self._partition_time(p, 0.0, set()), self._partition_time(p, wall, idle))
+                p: max(self._event_time(p), self._partition_time(p, wall, idle))
                 for p in {s.partition for s in candidates}
             }
             due = [s for s in candidates if now[s.partition] >= self._due_at(s) and self._drained(s, ends)]
