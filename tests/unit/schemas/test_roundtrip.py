@@ -217,6 +217,7 @@ def hidden_verdicts(draw: st.DrawFn) -> HiddenVerdict:
         static_flags=draw(st.lists(flags, max_size=3)),
         static_flag_counts=draw(st.dictionaries(st.sampled_from(["exit_call", "file_access"]), st.integers(1, 99))),
         canary=draw(st.booleans()),
+        language=draw(st.sampled_from(["python", "c", "go"])),
     )
 
 
