@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from schemas.audits import GradedRun
-from schemas.events import HiddenCaseResult
+from schemas.events import HiddenCaseResult, HiddenVerdict
 from tests.unit.reward_events import verdict
 from workers.audits.compare import (
     IMAGE_TASK,
@@ -76,3 +79,34 @@ def test_what_cannot_be_audited_says_why() -> None:
 def test_the_verdicts_side_is_its_own_run() -> None:
     side = verdict_run(verdict("g", passed=2))
     assert (side.backend, side.status, side.passed, side.total) == ("process", "ok", 2, 3)
+
+
+statuses = st.lists(st.sampled_from(["passed", "failed", "error", "timeout", "missing"]), min_size=1, max_size=8)
+
+
+def graded(found: list[str]) -> tuple[GradedRun, list[HiddenCaseResult]]:
+    cases = [HiddenCaseResult(case_id=f"h{i}", status=s) for i, s in enumerate(found)]  # type: ignore[arg-type]
+    return audit(sum(s == "passed" for s in found), len(found)), cases
+
+
+def claimed(found: list[str]) -> HiddenVerdict:
+    side, cases = graded(found)
+    return verdict("g", passed=side.passed, total=side.total).model_copy(update={"cases": cases})
+
+
+@given(statuses)
+def test_the_same_statuses_always_agree(found: list[str]) -> None:
+    side, cases = graded(found)
+    assert compare(claimed(found), side, cases, audit_failed=False).outcome == "agree"
+
+
+@given(statuses, statuses)
+def test_a_disagreement_is_exactly_a_difference_and_lists_every_differing_case(said: list[str], ran: list[str]) -> None:
+    ran = (ran * len(said))[: len(said)]  # the same case ids on both sides
+    side, cases = graded(ran)
+    found = compare(claimed(said), side, cases, audit_failed=False)
+    assert (found.outcome == "disagree") == (said != ran)
+    differing = [f"h{i}" for i, (a, b) in enumerate(zip(said, ran, strict=True)) if a != b]
+    assert [c.case_id for c in found.differing] == differing
+    said_all, ran_all = all(s == "passed" for s in said), all(s == "passed" for s in ran)
+    assert ("pass_flip" in found.kinds) == (said_all != ran_all)
