@@ -79,6 +79,11 @@ def is_false(value: object) -> bool:
     return value is False
 
 
+def is_python(value: object) -> bool:
+    """``exclude_if`` of a language added to 1.0 later: left out when python (the default everywhere)."""
+    return value == "python"
+
+
 def utc_now() -> datetime:
     """Timezone-aware now, for event timestamps."""
     return datetime.now(UTC)
@@ -281,6 +286,9 @@ class HiddenVerdict(Event):
         False,
         exclude_if=is_false,
         description="the task is a canary (the verifier read it from the task); left out when false",
+    )
+    language: Language = Field(
+        "python", exclude_if=is_python, description="the generation's language, graded in; left out when python"
     )
 
     @model_validator(mode="after")

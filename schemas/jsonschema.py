@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 
+from schemas.audits import AUDIT_MODELS
 from schemas.codec import Contract
 from schemas.episodes import EPISODE_MODELS
 from schemas.events import EVENT_MODELS
@@ -30,7 +31,7 @@ def default_dir() -> Path:
 
 def models() -> tuple[type[Contract], ...]:
     """Every model that gets a schema file."""
-    return (Task, PublicTask, *EVENT_MODELS, *EPISODE_MODELS, *RUN_MODELS)
+    return (Task, PublicTask, *EVENT_MODELS, *EPISODE_MODELS, *RUN_MODELS, *AUDIT_MODELS)
 
 
 def render(model: type[Contract]) -> str:

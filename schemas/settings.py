@@ -203,7 +203,7 @@ class WorkerSettings(_Group):
 
     flat_prefix: ClassVar[str] = "worker_"
     unprefixed: ClassVar[frozenset[str]] = frozenset(
-        {"crash_attempts", "metrics_host", "metrics_port", "episode_retention_s"}
+        {"crash_attempts", "metrics_host", "metrics_port", "episode_retention_s", "audit_rate"}
     )
 
     concurrency: int = Field(2, ge=1, le=256, description="sandbox runs (or judge calls) at once per worker")
@@ -227,6 +227,11 @@ class WorkerSettings(_Group):
         86_400.0, gt=0, le=90 * 86_400,
         description="an ended episode's state is kept this long after its last action (forks from it, late "
         "duplicates answered), then deleted from the worker's table and its changelog",
+    )  # fmt: skip
+    audit_rate: float = Field(
+        0.01, ge=0, le=1,
+        description="share of verdicts the auditor re-grades on the other sandbox backend (by a hash of the "
+        "generation id: the same ones everywhere); 0: no audits",
     )  # fmt: skip
 
 

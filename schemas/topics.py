@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from schemas.audits import AuditEvent
 from schemas.codec import MAX_MESSAGE_BYTES, Contract
 from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.errors import ConfigError
@@ -39,6 +40,7 @@ Role = Literal[
     "observations",
     "run_requests",
     "run_replies",
+    "audits",
     "logs",
     "dlq",
 ]
@@ -100,6 +102,7 @@ _ROLES: tuple[tuple[Role, type[Contract], int, bool, str], ...] = (
     ("observations", ObservationEvent, 7, False, "agent episodes: what each step did, back to the trainer"),
     ("run_requests", RunRequest, 1, False, "programs HTTP clients ask the executors to run (POST /run_code)"),
     ("run_replies", RunReply, 1, False, "what each run did, on the partition its gateway replica reads"),
+    ("audits", AuditEvent, 30, False, "sampled verdicts re-graded on the other sandbox backend; never read by rewards"),
     ("logs", LogRecord, 3, False, "structured logs of every worker, indexed into OpenSearch"),
     ("dlq", DeadLetter, 30, False, "messages that could not be decoded or processed, with the reason"),
 )

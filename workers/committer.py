@@ -94,6 +94,8 @@ class Committer:
                 self.metrics.sandbox_error()
             if outcome.run is not None:
                 self.metrics.sandbox_run(outcome.run.wait_ms / 1000, outcome.run.host_retries)
+            if outcome.committed is not None:
+                outcome.committed()
         elif isinstance(outcome, Reject):
             self.stats.dead_letters += 1
             self.metrics.dead_letter(type(outcome.error).__name__)

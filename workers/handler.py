@@ -7,7 +7,7 @@ for failures worth retrying.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -57,6 +57,8 @@ class Done:
     uploads: tuple[Future[object], ...] = ()
     #: The sandbox run the result reports, for the host's metrics (its wait for a CPU, its host retries).
     run: SandboxRun | None = None
+    #: Called once the transaction holding the outputs committed (a role's own counters of what it recorded).
+    committed: Callable[[], None] | None = None
 
     def ready(self) -> bool:
         """Whether every upload has finished (raises the first upload failure)."""

@@ -132,3 +132,35 @@ def episode(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None
 def judge(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
     """Score every generation with the configured judge (RS_JUDGE_BACKEND) -> judgements."""
     _run_role("judge", concurrency, metrics_port)
+
+
+@worker_app.command("auditor")
+def auditor(concurrency: int | None = _RUN_CONCURRENCY, metrics_port: int | None = _METRICS_PORT) -> None:
+    """Re-grade a sample of verdicts (RS_AUDIT_RATE) on the other sandbox backend -> audits (never rewards)."""
+    from schemas.backends import BACKENDS
+    from schemas.errors import RewardstreamError
+    from workers.audits.service import build_auditor
+    from workers.sandbox.api import Sandbox
+
+    settings = load_settings()
+    configure_logging()
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    metrics = WorkerMetrics("auditor")
+    port = settings.worker.metrics_port if metrics_port is None else metrics_port
+    server = serve(metrics, settings.worker.metrics_host, port)
+    print(f"auditor: metrics on http://{settings.worker.metrics_host}:{server.port}/metrics", file=sys.stderr,
+          flush=True)  # fmt: skip
+    sandboxes: dict[str, Sandbox] = {}
+    try:
+        for backend in BACKENDS:  # both: a verdict's audit runs on the backend that did not grade it
+            try:
+                sandboxes[backend] = open_sandbox(settings, backend)
+            except RewardstreamError as exc:
+                logging.getLogger("rewardstream.worker").warning("auditor: no %s backend: %s", backend, exc)
+        with build_auditor(settings, stop, metrics, sandboxes=sandboxes, concurrency=concurrency) as worker:
+            worker.run()
+    finally:
+        server.close()
+        for sandbox in sandboxes.values():
+            sandbox.close()

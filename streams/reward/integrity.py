@@ -15,37 +15,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
+from bus.labels import MAX_DATASETS, BoundedLabel, dataset_of
 from schemas.events import RewardEvent
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX
 
-#: Distinct values a label keeps before further ones are counted as ``other``.
-MAX_DATASETS = 32
+#: Distinct values a label keeps before further ones are counted as ``other`` (datasets: ``bus.labels``).
 MAX_CANARY_TASKS = 64
 MAX_RULES = 64
-OTHER = "other"
 #: A judge score at or above this says "works"; below it, "does not" (for the disagreement with the tests).
 JUDGE_PASS = 0.5
-
-
-class BoundedLabel:
-    """A label's values, capped: the first ``limit`` distinct ones are kept, later ones become ``other``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._seen: set[str] = set()
-
-    def __call__(self, value: str) -> str:
-        if value in self._seen:
-            return value
-        if len(self._seen) >= self.limit:
-            return OTHER
-        self._seen.add(value)
-        return value
-
-
-def dataset_of(task_id: str) -> str:
-    """The dataset a task id names by convention (its part before the first ``/``; the id itself without one)."""
-    return task_id.split("/", 1)[0]
 
 
 def hack_rules(reward: RewardEvent) -> list[str]:

@@ -147,6 +147,7 @@ class VerifierHandler:
             static_flag_counts=rule_counts(flags),
             artifacts=artifacts,
             canary=canary,
+            language=event.language,
         )
         fields = run_fields(run, ran.attempts, verdict.passed, verdict.total)
         fields["flags"] = ",".join(sorted({f.rule for f in flags}))[:_FLAGS_LOGGED_CHARS]

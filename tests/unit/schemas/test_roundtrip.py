@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.audits import AuditEvent
 from schemas.codec import Contract, decode, encode
 from schemas.episodes import (
     ActionEvent,
@@ -54,6 +55,7 @@ from schemas.tasks import (
     Task,
     Workspace,
 )
+from tests.unit.schemas.audit_strategies import audit_events
 from tests.unit.schemas.strategies import (
     envelope,
     event,
@@ -215,6 +217,7 @@ def hidden_verdicts(draw: st.DrawFn) -> HiddenVerdict:
         static_flags=draw(st.lists(flags, max_size=3)),
         static_flag_counts=draw(st.dictionaries(st.sampled_from(["exit_call", "file_access"]), st.integers(1, 99))),
         canary=draw(st.booleans()),
+        language=draw(st.sampled_from(["python", "c", "go"])),
     )
 
 
@@ -428,6 +431,7 @@ STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
     GenerationEvent: generation_events(),
     ExecutionResult: execution_results(),
     HiddenVerdict: hidden_verdicts(),
+    AuditEvent: audit_events(),
     JudgeScore: judge_scores(),
     RewardEvent: reward_events(),
     LogRecord: st.builds(

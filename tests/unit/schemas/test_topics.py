@@ -17,7 +17,7 @@ from schemas.topics import Role, catalog, topic_for
 
 ROLES = [
     "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "run_requests",
-    "run_replies", "logs", "dlq",
+    "run_replies", "audits", "logs", "dlq",
 ]  # fmt: skip
 
 

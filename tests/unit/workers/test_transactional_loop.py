@@ -180,6 +180,25 @@ def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets
     assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # some ran again after the abort
 
 
+def test_a_results_committed_hook_runs_once_it_committed_never_for_an_aborted_run() -> None:
+    """What a role counts of what it recorded (the auditor's counters) follows the commits, not the runs."""
+    counted: list[str] = []
+
+    class Counting(Recorder):
+        def handle(self, ev: GenerationEvent, source: Source) -> Outcome:
+            done = super().handle(ev, source)
+            assert isinstance(done, Done)
+            return Done(done.outputs, committed=lambda: counted.append(ev.generation_id))
+
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
+    handler = Counting()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler)
+    producer.fail_next_commit = True
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
+    assert producer.aborted == 1
+    assert sorted(counted) == ["g0", "g1", "g2"]  # once each, though some ran twice
+
+
 def test_buffer_limit_defaults_to_sixteen_times_concurrency_at_least_64() -> None:
     cfg = WorkerConfig(role="r", source_topic="s", dlq_topic="d", group_id="g", transactional_id="t", concurrency=3)
     assert cfg.buffer_limit == 64

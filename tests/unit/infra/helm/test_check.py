@@ -43,7 +43,7 @@ def test_every_role_has_a_deployment_and_each_consumer_a_scaled_object(rendered:
     assert {("Deployment", f"rs-rewardstream-{r}") for r in roles} <= kinds
     assert {("ScaledObject", f"rs-rewardstream-{r}") for r in roles if r != "gateway"} <= kinds
     assert {("PodDisruptionBudget", f"rs-rewardstream-{r}") for r in roles} <= kinds
-    assert sum(kind == "KafkaTopic" for kind, _ in kinds) == 11
+    assert sum(kind == "KafkaTopic" for kind, _ in kinds) == 12
 
 
 def test_executor_scales_on_both_its_topics_within_the_partitions(rendered: list[dict[str, Any]]) -> None:

@@ -5,16 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from bus.labels import OTHER, BoundedLabel, dataset_of
 from bus.metrics import WorkerMetrics
 from schemas.events import RewardEvent
-from streams.reward.integrity import (
-    MAX_CANARY_TASKS,
-    OTHER,
-    BoundedLabel,
-    IntegrityMetrics,
-    dataset_of,
-    judge_disagreement,
-)
+from streams.reward.integrity import MAX_CANARY_TASKS, IntegrityMetrics, judge_disagreement
 from streams.reward.join import Emit, JoinState, PartEvent, absorb, decide
 from streams.reward.policy import Policy, load_policy
 from tests.unit.reward_events import execution, judgement, verdict

@@ -149,6 +149,7 @@ def test_a_language_the_suites_do_not_take_fails_them_without_a_run(tmp_path: Pa
     assert isinstance(done, Done)
     verdict = decode((done.outputs[0].value or b""), HiddenVerdict)
     assert (verdict.run.status, verdict.passed, verdict.total) == ("unsupported_language", 0, 2)
+    assert verdict.language == "rust"  # what an audit re-grades it in
     assert sandbox.runs == 0
 
 
