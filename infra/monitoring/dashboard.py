@@ -161,10 +161,11 @@ SECTIONS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                      "{{dataset}}"),), "percentunit"),
         Panel("Invalid rewards by reason", "Share of rewards not valid for training, by reason: canary, "
               "sandbox_error (the infrastructure failed, no retry came), missing_signals (a required part missed "
-              "the deadline)",
+              "the deadline; RewardstreamInvalidRewards: over 5% but canaries)",
               (Query(f"{_rate_by('rewardstream_invalid_rewards_total', 'reason')} / ignoring (reason) group_left "
                      f"sum(rate({_VALIDITY}{{{SEL}}}[{RATE}]))", "{{reason}}"),), "percentunit"),
-        Panel("Hack flags/s by rule", "Gating static-analysis flags on rewards, by rule (each gates its reward to 0)",
+        Panel("Hack flags/s by rule", "Gating static-analysis flags on rewards, by rule (each gates its reward to 0; "
+              "RewardstreamHackFlagSpike: over 3x the hour before)",
               (Query(_rate_by("rewardstream_hack_flags_total", "rule"), "{{rule}}"),), "ops"),
         Panel("Static gate hits", "Share of rewards gated to 0 by at least one hack flag, per dataset",
               (Query(_share("rewardstream_static_gate_hits_total", "dataset"), "{{dataset}}"),), "percentunit"),
