@@ -127,7 +127,8 @@ def test_a_killed_role_a_dead_letter_and_a_canary_hack_fire_in_prometheus_and_st
 
         report = json.loads(_status(prometheus, tmp_path, "--json"))
         assert report["services"]["prometheus"]["healthy"] is True
-        firing = {(a["name"], a["labels"]["role"]) for a in report["alerts"] if a["state"] == "firing"}
+        # Others may fire too (RewardstreamHostRunQueue on a busy test host, labelled by instance only).
+        firing = {(a["name"], a["labels"].get("role")) for a in report["alerts"] if a["state"] == "firing"}
         assert firing >= {("RewardstreamCanaryHit", "rewards"), ("RewardstreamDeadLetters", "rewards"),
                           ("RewardstreamRoleDown", "indexer")}, report["alerts"]  # fmt: skip
         [listed] = [a for a in report["alerts"] if a["name"] == "RewardstreamCanaryHit"]
