@@ -74,6 +74,15 @@ def _rate_by(metric: str, by: str, where: str = SEL) -> str:
     return f"sum by ({by}) (rate({metric}{{{where}}}[{RATE}]))"
 
 
+#: Every reward the processor committed, by validity: the denominator of the integrity shares.
+_VALIDITY = "rewardstream_rewards_by_validity_total"
+
+
+def _share(metric: str, by: str, of: str = _VALIDITY) -> str:
+    """The rate of ``metric`` over the rate of ``of`` (every reward, by default), both summed by ``by``."""
+    return f"{_rate_by(metric, by)} / {_rate_by(of, by)}"
+
+
 #: (row title, panels): the rows top to bottom.
 SECTIONS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
     ("Rewards", (
@@ -140,18 +149,48 @@ SECTIONS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         Panel("Sandbox run time", "Wall time of one unit of work per role (a sandbox run)",
               _quantiles("rewardstream_run_seconds", "role", f'{SEL}, role!="indexer"'), "s", width=24),
     )),
-    ("Integrity and alerts", (
+    ("Reward integrity", (
         Panel("Canary hits (5 min)", "Canary (impossible) tasks rewarded above 0: detected hacks, never training "
               "data; the first hit of a task counts too (RewardstreamCanaryHit)",
               (Query(f"sum by (task) (increase(rewardstream_canary_hits_total{{{SEL}}}[5m]) or "
                      f"(rewardstream_canary_hits_total{{{SEL}}} unless rewardstream_canary_hits_total{{{SEL}}} "
                      "offset 5m))", "{{task}}"),)),
+        Panel("Canary hit rate", "Share of canary rewards above 0, per dataset: how often the policy hacks the "
+              "grader where hacking is the only way to score",
+              (Query(_share("rewardstream_canary_hits_total", "dataset", "rewardstream_canary_rewards_total"),
+                     "{{dataset}}"),), "percentunit"),
+        Panel("Invalid rewards by reason", "Share of rewards not valid for training, by reason: canary, "
+              "sandbox_error (the infrastructure failed, no retry came), missing_signals (a required part missed "
+              "the deadline; RewardstreamInvalidRewards: over 5% but canaries)",
+              (Query(f"{_rate_by('rewardstream_invalid_rewards_total', 'reason')} / ignoring (reason) group_left "
+                     f"sum(rate({_VALIDITY}{{{SEL}}}[{RATE}]))", "{{reason}}"),), "percentunit"),
+        Panel("Hack flags/s by rule", "Gating static-analysis flags on rewards, by rule (each gates its reward to 0; "
+              "RewardstreamHackFlagSpike: over 3x the hour before)",
+              (Query(_rate_by("rewardstream_hack_flags_total", "rule"), "{{rule}}"),), "ops"),
+        Panel("Static gate hits", "Share of rewards gated to 0 by at least one hack flag, per dataset",
+              (Query(_share("rewardstream_static_gate_hits_total", "dataset"), "{{dataset}}"),), "percentunit"),
+        Panel("Public pass, hidden fail", "Share of rewards whose public tests all passed and a hidden one failed, "
+              "per dataset: the overfitting gap",
+              (Query(_share("rewardstream_public_pass_hidden_fail_total", "dataset"), "{{dataset}}"),),
+              "percentunit"),
+        Panel("Judge/tests disagreement", "Share of rewards where the judge and the tests disagree, by direction "
+              "(judge_pass_tests_fail, tests_pass_judge_fail): a measured rate of grader doubt",
+              (Query(f"{_rate_by('rewardstream_judge_tests_disagreements_total', 'direction')} / ignoring "
+                     f"(direction) group_left sum(rate({_VALIDITY}{{{SEL}}}[{RATE}]))", "{{direction}}"),),
+              "percentunit"),
+        Panel("Missing signals/s by part", "Parts absent from a reward at the deadline (a missing judge leaves it "
+              "valid; a missing verdict or execution does not)",
+              (Query(_rate_by("rewardstream_missing_signals_total", "part"), "{{part}}"),), "ops"),
+        Panel("Rewards/s by validity", "The denominator of the shares above: rewards valid for training or not",
+              (Query(_rate_by(_VALIDITY, "valid"), "valid={{valid}}"),), "ops"),
+    )),
+    ("Alerts", (
         Panel("Alerts pending or firing", "rewardstream's alerts over time, by name and state",
               (Query('count by (alertname, alertstate) (ALERTS{alertname=~"Rewardstream.*"})',
-                     "{{alertname}} {{alertstate}}"),)),
+                     "{{alertname}} {{alertstate}}"),), width=12),
         Panel("Firing alerts", "The alerts firing now, as `rewardstream status` lists them",
               (Query('sum by (alertname, role, severity) (ALERTS{alertname=~"Rewardstream.*", alertstate="firing"})'),),
-              kind="table"),
+              kind="table", width=12),
     )),
 )  # fmt: skip
 
@@ -198,7 +237,7 @@ def build() -> g.Dashboard:
                             default="Prometheus")  # fmt: skip
     dashboard = g.Dashboard(
         title="rewardstream", uid=UID, tags=["rewardstream"], description="The reward pipeline: rewards, roles, "
-        "errors, indexing, sandbox hosts, integrity and alerts (generated by infra/monitoring/dashboard.py)",
+        "errors, indexing, sandbox hosts, reward integrity and alerts (generated by infra/monitoring/dashboard.py)",
         panels=_panels(), templating=g.Templating(list=[datasource]), time=g.Time("now-3h", "now"), refresh="30s",
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR, timezone="browser", schemaVersion=SCHEMA_VERSION,
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """A real Prometheus (and Alertmanager) of a test's own, on free loopback ports, scraping a real role: the indexer
 (``rewardstream worker indexer``) on topics and an index prefix of its own. Shared by the tests of the rules
-(``test_alerts.py``) and of the dashboard's queries (``test_dashboard.py``); the fixtures are in ``conftest.py``.
-The shared services are never started or stopped here; every process started here is stopped by its pid.
+(``test_alerts.py``, ``test_alerts_must_show.py``) and of the dashboard's queries (``test_dashboard.py``); the
+fixtures are in ``conftest.py``. The shared services are never started or stopped here; every process started
+here is stopped by its pid.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from schemas.events import (
     RewardEvent,
 )
 from schemas.topics import catalog, topic_for
+from streams.reward.policy import default_policy_path
 from streams.reward.processor import RESTART_EXIT_CODE
 from tests.integration.platform_env import shared_cache
 
@@ -260,6 +261,16 @@ class Reader:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def short_deadline_policy(tmp_path: Path, deadline_s: float = 3.0, retry_s: float = 600.0) -> Path:
+    """The default policy with a short deadline (tests should not wait 30 s for a missing judge)."""
+    text = default_policy_path().read_text()
+    text = text.replace("deadline_s = 30.0", f"deadline_s = {deadline_s}")
+    text = text.replace("sandbox_retry_s = 600.0", f"sandbox_retry_s = {retry_s}")
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path
 
 
 @contextmanager

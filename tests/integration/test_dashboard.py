@@ -1,17 +1,22 @@
 """Every query of every panel of the committed Grafana dashboard against a real Prometheus (Debian's) scraping a
-real role: each one parses and runs (``/api/v1/query`` says ``success``), and each metric name it uses is one the
-role really exports, one the rules record, or one of the few named below that appear only after an event.
+real roles: each one parses and runs (``/api/v1/query`` says ``success``), and each metric name it uses is one
+the roles really export, one the rules record, or one of the few named below that appear only after an event.
 
-The role is ``rewardstream worker indexer`` (``prometheus_env``, as ``test_alerts`` runs it) with the repo's rules
-as they ship; a poison message and a log record make it dead-letter (firing RewardstreamDeadLetters, so
-``ALERTS`` exists), index and report its lag, so those series are checked as scraped, not taken on trust.
+The roles are ``rewardstream worker indexer`` (``prometheus_env``, as ``test_alerts`` runs it) and the reward
+processor (``rewardstream reward run``, ``reward_env``), with the repo's rules as they ship. A poison message and a
+log record make the indexer dead-letter (firing RewardstreamDeadLetters, so ``ALERTS`` exists), index and report
+its lag; generations whose parts say canary hack, hack flag, overfitting, judge doubt and missing parts make the
+processor count every integrity counter; so those series are checked as scraped, not taken on trust.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,28 +30,33 @@ from infra.monitoring.dashboard import DASHBOARD, RATE, queries
 from infra.monitoring.promql import metric_names
 from infra.monitoring.rules import RULES
 from infra.monitoring.services import AlertmanagerService, PrometheusService
+from schemas.events import Event
 from tests.integration.prometheus_env import get_json, query, wait_for
+from tests.integration.reward_env import RewardEnv, reward_env, short_deadline_policy
+from tests.unit.reward_events import execution, judgement, verdict
 from workers.logs.shipper import LogShipper
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
-#: Names no indexer exports before the event that creates them (prometheus_client shows a labelled series only
+#: Names neither role here exports before the event that creates them (prometheus_client shows a labelled series
 #: once it is used), each with that event. Every other name must be scraped here or recorded by a rule.
 EVENT_ONLY = {
-    "rewardstream_rewards_total": "the reward processor's, born at its first decided generation (by outcome)",
-    "rewardstream_reward_seconds_bucket": "the reward processor's, observed at its first reward",
     "rewardstream_retries_total": "born at a role's first retry of a dependency that was down (S3, OpenSearch)",
     "rewardstream_sandbox_wait_seconds_bucket": "a sandbox role's, observed at its first graded run",
-    "rewardstream_canary_hits_total": "the reward processor's integrity counter, born at the first canary hit",
 }
-#: Queries that stay empty with only an indexer scraped, though every name they use is here: the reason.
-EMPTY_HERE = {"Sandbox run time": "it selects the sandbox roles' run times (role!=indexer); only the indexer runs"}
+#: Queries that stay empty with only the indexer and the processor scraped, though every name they use is here.
+EMPTY_HERE = {"Sandbox run time": "it selects the sandbox roles' run times (role!=indexer); no sandbox role runs here"}
 #: Grafana's own variables, as Grafana would substitute them (4 x a 15 s scrape interval).
 GRAFANA = {RATE: "1m"}
 #: Series this test's events create: waited for before the queries run.
 AFTER_EVENTS = {
     "rewardstream_dead_letters_total", "rewardstream_run_seconds_bucket", "rewardstream_consumer_lag", "ALERTS",
     "role:rewardstream_consumer_lag:sum", "role_reason:rewardstream_dead_letters:new5m",
+    "rewardstream_rewards_total", "rewardstream_reward_seconds_bucket", "rewardstream_canary_hits_total",
+    "rewardstream_canary_rewards_total", "rewardstream_invalid_rewards_total", "rewardstream_hack_flags_total",
+    "rewardstream_static_gate_hits_total", "rewardstream_public_pass_hidden_fail_total",
+    "rewardstream_judge_tests_disagreements_total", "rewardstream_missing_signals_total",
+    "rewardstream_rewards_by_validity_total",
 }  # fmt: skip
 
 
@@ -67,15 +77,47 @@ def _substituted(expr: str) -> str:
 
 
 def test_event_only_names_are_real_exports() -> None:
-    """The names excused above are what the code exports once its event happens (the canary counter: what the
-    shipped alert RewardstreamCanaryHit reads), so the list holds no typo."""
-    metrics = WorkerMetrics("rewards")
-    metrics.reward("complete", 1.0)
+    """The names excused above are what the code exports once its event happens, so the list holds no typo."""
+    metrics = WorkerMetrics("executor")
     metrics.retry("s3")
     metrics.sandbox_run(0.1, 0)
     exported = {s.name for f in text_string_to_metric_families(metrics.exposition().decode()) for s in f.samples}
-    assert set(EVENT_ONLY) - exported == {"rewardstream_canary_hits_total"}
-    assert "rewardstream_canary_hits_total" in RULES.read_text()
+    assert set(EVENT_ONLY) - exported == set()
+
+
+def _integrity_events() -> list[Event]:
+    """Generations whose parts make the processor count each integrity counter: a canary hack, a hack flag (the
+    judge liked it: a disagreement), public pass with a hidden fail, a missing judge, a missing verdict."""
+    canary = [e.model_copy(update={"task_id": "canary/add"})
+              for e in (execution("canary"), verdict("canary", canary=True), judgement("canary"))]  # fmt: skip
+    return [
+        *canary,
+        execution("flagged"), verdict("flagged", flags=("builtins_patch",)), judgement("flagged"),
+        execution("overfit"), verdict("overfit", passed=1), judgement("overfit", score=0.9),
+        execution("no-judge"), verdict("no-judge"),
+        execution("no-verdict"), judgement("no-verdict"),
+    ]  # fmt: skip
+
+
+def _processor_metrics(env: RewardEnv) -> str:
+    """The /metrics URL the processor's banner logged (it binds a free port)."""
+
+    def found() -> str | None:
+        urls = re.findall(r"rewards: policy .*metrics on (http://\S+/metrics)", env.logs(tail=None))
+        return urls[-1] if urls else None
+
+    url: str = wait_for("the reward processor's metrics banner", found, timeout_s=60.0)
+    return url
+
+
+@pytest.fixture
+def processor_url(kafka_config: dict[str, str], unique_name: str, tmp_path: Path) -> Iterator[str]:
+    """A real reward processor (deadline 2 s) on topics of its own, given ``_integrity_events``: its /metrics."""
+    (tmp_path / "processor").mkdir()
+    with reward_env(kafka_config, f"{unique_name}-rw", tmp_path / "processor") as env:
+        env.start(short_deadline_policy(tmp_path, deadline_s=2.0))
+        env.produce(_integrity_events())
+        yield _processor_metrics(env)
 
 
 def test_every_dashboard_query_runs_on_a_real_prometheus(
@@ -83,15 +125,16 @@ def test_every_dashboard_query_runs_on_a_real_prometheus(
     indexer_topics: str,
     kafka_config: dict[str, str],
     own_monitoring: tuple[PrometheusService, AlertmanagerService],
+    processor_url: str,
 ) -> None:
     _, port = scraped_indexer
     prometheus, _ = own_monitoring
-    targets = [ScrapeTarget("indexer", f"http://127.0.0.1:{port}/metrics")]
+    targets = [ScrapeTarget("indexer", f"http://127.0.0.1:{port}/metrics"), ScrapeTarget("rewards", processor_url)]
     prometheus.configure(targets, None, Intervals(scrape_s=1.0, evaluation_s=1.0), RULES)
     assert prometheus.start()
     wait_for("ready Prometheus", lambda: prometheus.health().healthy)
-    live = 'up{job="rewardstream", role="indexer"} == 1'
-    wait_for("scrape of the live indexer", lambda: query(prometheus, live)["data"]["result"])
+    live = 'count(up{job="rewardstream", role=~"indexer|rewards"} == 1) == 2'
+    wait_for("scrapes of both live roles", lambda: query(prometheus, live)["data"]["result"])
 
     producer = make_producer(kafka_config)
     producer.produce(f"{indexer_topics}logs", key=b"poison", value=b"not a log record")

@@ -18,22 +18,12 @@ from bus.changelog import changelog_name, changelog_spec
 from schemas.codec import encode
 from schemas.events import Event
 from schemas.topics import catalog, topic_for
-from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, default_policy_path
+from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED
 from streams.reward.processor import RESTART_EXIT_CODE
-from tests.integration.reward_env import PARTITIONS, Reader, RewardEnv, reward_env
+from tests.integration.reward_env import PARTITIONS, Reader, RewardEnv, reward_env, short_deadline_policy
 from tests.unit.reward_events import execution, judgement, verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def short_deadline_policy(tmp_path: Path, deadline_s: float = 3.0, retry_s: float = 600.0) -> Path:
-    """The default policy with a short deadline (tests should not wait 30 s for a missing judge)."""
-    text = default_policy_path().read_text()
-    text = text.replace("deadline_s = 30.0", f"deadline_s = {deadline_s}")
-    text = text.replace("sandbox_retry_s = 600.0", f"sandbox_retry_s = {retry_s}")
-    path = tmp_path / "policy.toml"
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.parametrize("engine", ["kafka", "faust"])

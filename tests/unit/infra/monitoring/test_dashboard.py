@@ -56,5 +56,11 @@ def test_the_issue_asks_for_these_panels() -> None:
     for name in ("rewardstream_rewards_total", "rewardstream_reward_seconds_bucket", "consumer_lag", "up{",
                  "sandbox_errors", "retries", "dead_letters", 'dependency="s3"', 'role="indexer"',
                  "host_memory_available_ratio", "host_disk_free_ratio", "host_load_per_cpu",
-                 "rewardstream_canary_hits_total", "ALERTS{"):  # fmt: skip
+                 "rewardstream_canary_hits_total", "ALERTS{",
+                 # the integrity signals (issue 28, 2): canaries, invalid by reason, hack flags by rule, the
+                 # overfitting gap, judge/tests disagreement, static-gate hits
+                 "rewardstream_canary_rewards_total", "rewardstream_invalid_rewards_total",
+                 "rewardstream_hack_flags_total", "rewardstream_public_pass_hidden_fail_total",
+                 "rewardstream_judge_tests_disagreements_total", "rewardstream_static_gate_hits_total",
+                 "rewardstream_rewards_by_validity_total"):  # fmt: skip
         assert name in exprs, name

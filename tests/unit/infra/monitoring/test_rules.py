@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infra.monitoring.config import Intervals
 from infra.monitoring.rules import RULE_TESTS, RULES, alert_names, with_short_for
 
 #: The alerts the issue's contract names (checks are written against them).
@@ -69,3 +70,13 @@ def test_a_short_for_copy_keeps_every_rule_and_is_valid(tmp_path: Path) -> None:
     assert fors == {"5s"}
     result = _run("check", "rules", str(copy))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_canary_hit_fires_within_two_minutes_at_the_shipped_intervals() -> None:
+    """The contract's two minutes, as shipped (the integration test runs 1 s intervals): CanaryHit waits for no
+    ``for:``, so a hit counted just after a scrape fires at most one scrape and one evaluation later."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    [rule] = [r for g in groups for r in g["rules"] if r.get("alert") == "RewardstreamCanaryHit"]
+    assert "for" not in rule
+    shipped = Intervals()
+    assert shipped.scrape_s + shipped.evaluation_s <= 60.0
