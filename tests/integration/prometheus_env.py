@@ -59,12 +59,14 @@ def query(prometheus: PrometheusService, expr: str) -> Any:
 
 
 @contextmanager
-def indexer_topics(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
+def indexer_topics(kafka_config: dict[str, str], unique_name: str, partitions: int = 1) -> Iterator[str]:
     """A topic prefix with the indexer's topics (logs, dlq), deleted afterwards."""
     prefix = f"rs-test.{unique_name}."
     admin = AdminClient({**kafka_config})
     names = [f"{prefix}logs", f"{prefix}dlq"]
-    for future in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names]).values():
+    for future in admin.create_topics(
+        [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+    ).values():
         future.result(timeout=30)
     try:
         yield prefix

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from opensearchpy import OpenSearch
 
 from bus.clients import make_producer
 from schemas.settings import Settings
+from tests.integration.prometheus_env import indexer_topics
 from workers.logs.indices import LogIndices, index_name
 from workers.logs.shipper import LogShipper
 
@@ -32,16 +32,8 @@ RECORDS = 20_000
 @pytest.fixture
 def topics(kafka_config: dict[str, str], unique_name: str) -> Iterator[str]:
     """A topic prefix with its own logs and dlq topics."""
-    prefix = f"rs-test.{unique_name}."
-    admin = AdminClient({**kafka_config})
-    names = [f"{prefix}logs", f"{prefix}dlq"]
-    for future in admin.create_topics([NewTopic(n, num_partitions=3, replication_factor=1) for n in names]).values():
-        future.result(timeout=30)
-    try:
+    with indexer_topics(kafka_config, unique_name, partitions=3) as prefix:
         yield prefix
-    finally:
-        for future in admin.delete_topics(names).values():
-            future.result(timeout=30)
 
 
 def _count(client: OpenSearch, prefix: str) -> int:
