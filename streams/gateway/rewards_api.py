@@ -78,7 +78,9 @@ class RewardOut(BaseModel):
     policy_name: str | None = None
     policy_version: str | None = None
     valid: bool | None = Field(None, description="fit for training (RewardEvent 1.1); None while pending or on 1.0")
-    canary: bool = Field(False, description="the task is a canary: any reward above 0 is a detected hack")
+    canary: bool | None = Field(
+        None, description="the task is a canary: any reward above 0 is a detected hack; None while pending"
+    )
     invalid_reason: str | None = Field(None, description="why valid is false (canary, sandbox_error, missing_signals)")
     poll: str | None = Field(None, description="where to poll while pending")
 

@@ -97,7 +97,7 @@ def test_a_poll_on_another_replica_finds_the_reward(rewarded: Rewarded) -> None:
     assert answer.json()["rewards"] == [
         {"generation_id": gid, "status": "pending", "task_id": None, "reward": None, "reasons": [], "flags": [],
          "missing": [], "components": {}, "policy_name": None, "policy_version": None,
-         "poll": f"/v1/rewards/{gid}"}
+         "valid": None, "canary": None, "invalid_reason": None, "poll": f"/v1/rewards/{gid}"}
     ]  # fmt: skip
     deadline = time.monotonic() + 240
     seen_on_a: list[str] = []
