@@ -267,35 +267,59 @@ def list_(directory: Path | None = _DIR, url: str | None = _REGISTRY, as_json: b
 
 _OUT = typer.Argument(..., help="JSONL file to write the converted tasks to")
 _BACKEND = typer.Option(None, "--backend", help="sandbox backend: process or docker (default: RS_SANDBOX_BACKEND)")
+_MUTANTS = typer.Option(
+    0, "--mutants", min=0, max=64, help="mutants of each canonical solution its hidden suite must fail (0: none)"
+)
 
 
 @tasks_app.command("humaneval")
-def humaneval(
+def humaneval(  # noqa: PLR0917 (typer options)
     out: Path = _OUT,
     backend: str | None = _BACKEND,
     workers: int = typer.Option(4, "--workers", min=1, max=64, help="parallel sandbox runs"),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="grade the canonical solution on each task"),
+    mutants: int = _MUTANTS,
     as_json: bool = _JSON,
 ) -> None:
     """Convert the packaged HumanEval set to tasks; expected values come from the canonical solution run
-    in the sandbox."""
+    in the sandbox. With --mutants N, each task's hidden suite must also fail small bugs planted in the canonical
+    solution: a task whose hidden suite passes all of them is reported (its reward says nothing of correctness)."""
     from workers.tasks.humaneval import SandboxReference, convert_all, load_problems
+    from workers.tasks.mutant_gate import check_tasks
 
     chosen = backend_option(backend)
     settings = load_settings()
     problems = load_problems()
     sandbox = open_sandbox(settings, chosen)
     try:
-        tasks, reports = convert_all(problems, SandboxReference(sandbox), workers=workers, verify=verify)
+        reference = SandboxReference(sandbox)
+        tasks, reports = convert_all(problems, reference, workers=workers, verify=verify)
+        codes = {p.task_id: p.reference_code for p in problems}
+        gate = check_tasks([(t, codes[t.task_id]) for t in tasks], reference.judge_hidden, mutants, workers=workers)
     finally:
         sandbox.close()
     write_jsonl(out, tasks)
+    weak = [w for w in (r.warning() for r in gate) if w is not None]
     if as_json:
-        print_json({"out": str(out), "tasks": len(tasks), "problems": [r.as_json() for r in reports]})
+        problems_json = [r.as_json() for r in reports]
+        if mutants > 0:
+            for entry, mutant_report in zip(problems_json, gate, strict=True):
+                entry["mutants"] = mutant_report.as_json()
+        print_json({"out": str(out), "tasks": len(tasks), "problems": problems_json, "weak": [str(w) for w in weak]})
         return
+    for warning in weak:
+        typer.echo(f"warning: {warning}", err=True)
     calls = [r for r in reports if r.kind == "call"]
     dropped = sum(len(r.dropped) for r in reports)
     mismatches = sum(len(r.literal_mismatches) for r in reports)
+    if mutants > 0:
+        made = sum(r.mutants for r in gate)
+        killed = sum(r.killed for r in gate)
+        errors = sum(r.host_errors for r in gate)
+        typer.echo(
+            f"mutants: {killed}/{made - errors} killed by the hidden suites ({errors} host errors left out); "
+            f"{len(weak)} task(s) whose hidden suite killed none"
+        )
     typer.echo(
         f"wrote {len(tasks)} tasks to {out}: {len(calls)} call ({sum(r.public for r in calls)} public / "
         f"{sum(r.hidden for r in calls)} hidden cases), {len(reports) - len(calls)} assert; "

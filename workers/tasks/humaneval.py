@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from schemas.errors import RewardstreamError, ValidationError
 from schemas.tasks import AssertSuite, CallCase, CallSuite, Limits, Task
@@ -456,3 +456,15 @@ class SandboxReference:
                 if case.status != "passed":
                     return f"{outcome.label} case {case.id}: {case.status} ({case.message})"
         return None
+
+    def judge_hidden(self, task: Task, code: str) -> Literal["passed", "failed", "host_error"]:
+        """``code`` on ``task``'s hidden suite alone (the mutant gate's judge): did every case pass?"""
+        from workers.grading import Grader
+
+        ran = Grader(self.sandbox).run_suites(
+            code, task.entry_point, [("hidden", task.graded_suite)], task.limits, prompt=task.prompt
+        )
+        if ran.infra_error is not None:
+            return "host_error"
+        passed = all(case.status == "passed" for outcome in ran.outcomes for case in outcome.cases)
+        return "passed" if passed else "failed"
