@@ -1,5 +1,5 @@
 """The pipeline's own processes on one machine: executor, verifier, judge, indexer, the reward processor, the
-episode worker and the HTTP gateway.
+episode worker, the auditor and the HTTP gateway.
 
 ``rewardstream up --pipeline`` starts them in the background (after the services and the topics), and
 ``rewardstream down`` stops them first. Each is the same ``rewardstream`` command an operator would run on
@@ -43,9 +43,12 @@ class PipelineProcess:
 
 
 def pipeline_processes(settings: Settings, concurrency: int | None = None) -> list[PipelineProcess]:
-    """Executor, verifier, judge, indexer, the reward processor and the episode worker, with /metrics on
-    consecutive ports (the episode worker last, so the older roles keep their ports), and the HTTP gateway on
-    ``RS_GATEWAY_HOST:RS_GATEWAY_PORT`` (its metrics on its own port).
+    """Executor, verifier, judge, indexer, the reward processor, the episode worker and the auditor, with
+    /metrics on consecutive ports (newer roles last, so the older roles keep their ports), and the HTTP gateway
+    on ``RS_GATEWAY_HOST:RS_GATEWAY_PORT`` (its metrics on its own port).
+
+    The auditor re-grades a sample of verdicts (``RS_AUDIT_RATE``) on the other sandbox backend than the one
+    that graded them; on a host without that backend its audits are counted as skipped, never guessed.
 
     Each runs under ``rewardstream.supervisor``, which restarts it if it exits (all resume from Kafka).
     """
@@ -67,6 +70,11 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
     procs.append(PipelineProcess("episode", tuple(argv), port))
+    port += 1
+    argv = [*_supervised("auditor"), "worker", "auditor", "--metrics-port", str(port)]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    procs.append(PipelineProcess("auditor", tuple(argv), port))
     host = f"[{settings.gateway.host}]" if ":" in settings.gateway.host else settings.gateway.host
     endpoint = f"http://{host}:{settings.gateway.port}"
     procs.append(PipelineProcess("gateway", (*_supervised("gateway"), "serve"), None, endpoint))

@@ -51,7 +51,6 @@ LEFT_TO_SETTINGS: dict[str, str] = {
     "RS_SANDBOX_UID": "the image's sandbox user: fixed by the image",
     "RS_TASKS_CACHE_MB": _KNOB + " (the cache emptyDir is 4Gi)",
     "RS_WORKER_COMMIT_INTERVAL_S": _KNOB,
-    "RS_AUDIT_RATE": "the auditor role is not in the chart yet (`rewardstream audit run`): through settings",
     "RS_CRASH_ATTEMPTS": _KNOB,
     "RS_EPISODE_RETENTION_S": _KNOB,
     "RS_WORKER_INSTANCE_ID": "per pod: its default (host-pid-random) is the only right value",

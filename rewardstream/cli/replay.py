@@ -52,8 +52,9 @@ _PORTS_TRIED = 50
 
 class _ReplayPipeline(Pipeline):
     """The pipeline minus the indexer (replay logs stay on the replay's logs topic), the episode worker (a
-    replay re-grades generations, an episode's included, and replays no actions) and the gateway (nobody calls
-    a replay over HTTP), with the replay policy."""
+    replay re-grades generations, an episode's included, and replays no actions), the auditor (audits never
+    change a reward, so a replay's diff has no use for them, and they would spend its sandboxes) and the
+    gateway (nobody calls a replay over HTTP), with the replay policy."""
 
     def __init__(
         self, settings: Settings, policy: Path | None, concurrency: int | None, child_env: dict[str, str]
@@ -62,7 +63,7 @@ class _ReplayPipeline(Pipeline):
         self._child_env = child_env
         procs = []
         for proc in self._procs:
-            if proc.name in ("indexer", "episode", "gateway"):
+            if proc.name in ("indexer", "episode", "auditor", "gateway"):
                 continue
             if proc.name != "reward":
                 procs.append(proc)

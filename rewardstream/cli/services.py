@@ -16,7 +16,7 @@ from schemas.settings import Settings
 @app.command()
 def up(
     pipeline: bool = typer.Option(
-        False, "--pipeline", help="also start every role, the reward processor, the episode worker and the gateway"
+        False, "--pipeline", help="also start every worker role (the auditor too), the reward processor and the gateway"
     ),
     concurrency: int | None = typer.Option(None, min=1, max=256, help="sandbox runs per worker (--pipeline)"),
 ) -> None:

@@ -120,7 +120,7 @@ def test_a_dead_letter_and_a_killed_role_fire_in_prometheus_alertmanager_and_sta
 @pytest.mark.usefixtures("own_monitoring")  # skips (outside CI) where the Debian packages are missing
 def test_the_pipeline_monitoring_scrapes_every_role_and_starts_once(tmp_path: Path) -> None:
     """``Monitoring`` as ``up --pipeline`` runs it, on its own cache dir and ports with no pipeline running: every
-    one of the seven roles is a target, each without a live member (RoleDown pending for each); a second start
+    one of the eight roles is a target, each without a live member (RoleDown pending for each); a second start
     reloads the running Prometheus; stop stops both by their pids."""
     from rewardstream.monitoring import Monitoring
     from schemas.settings import Settings
@@ -134,12 +134,12 @@ def test_the_pipeline_monitoring_scrapes_every_role_and_starts_once(tmp_path: Pa
     try:
         monitoring.start(report=said.append)
         assert [line.split(":")[0] for line in said] == ["alertmanager", "prometheus"]
-        roles = {"executor", "verifier", "judge", "indexer", "rewards", "episode", "gateway"}
+        roles = {"executor", "verifier", "judge", "indexer", "rewards", "episode", "auditor", "gateway"}
 
         def pending_roles() -> bool:
             return {a["labels"].get("role") for a in _role_down(monitoring.prometheus)} == roles
 
-        _wait("RoleDown for each of the seven roles", pending_roles)
+        _wait("RoleDown for each of the eight roles", pending_roles)
         said.clear()
         monitoring.start(report=said.append)
         assert said == [f"alertmanager: already running at {monitoring.alertmanager.url}",

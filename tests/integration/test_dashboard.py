@@ -34,6 +34,7 @@ from schemas.events import Event
 from tests.integration.prometheus_env import get_json, query, wait_for
 from tests.integration.reward_env import RewardEnv, reward_env, short_deadline_policy
 from tests.unit.reward_events import execution, judgement, verdict
+from workers.audits.metrics import AuditMetrics
 from workers.logs.shipper import LogShipper
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -43,6 +44,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 EVENT_ONLY = {
     "rewardstream_retries_total": "born at a role's first retry of a dependency that was down (S3, OpenSearch)",
     "rewardstream_sandbox_wait_seconds_bucket": "a sandbox role's, observed at its first graded run",
+    # The auditor does not run here (it needs both sandbox backends); its counters are born at its first audit.
+    "rewardstream_audits_total": "the auditor's, born at its first committed audit",
+    "rewardstream_audit_disagreements_total": "the auditor's, born at its first disagreement",
+    "rewardstream_audits_skipped_total": "the auditor's, born at its first sampled verdict it cannot re-grade",
 }
 #: Queries that stay empty with only the indexer and the processor scraped, though every name they use is here.
 EMPTY_HERE = {"Sandbox run time": "it selects the sandbox roles' run times (role!=indexer); no sandbox role runs here"}
@@ -82,6 +87,12 @@ def test_event_only_names_are_real_exports() -> None:
     metrics.retry("s3")
     metrics.sandbox_run(0.1, 0)
     exported = {s.name for f in text_string_to_metric_families(metrics.exposition().decode()) for s in f.samples}
+    auditor = WorkerMetrics("auditor")
+    audits = AuditMetrics(auditor.registry)
+    audits.audits.labels("humaneval", "docker", "disagree").inc()
+    audits.disagreements.labels("humaneval", "pass_flip").inc()
+    audits.skip("humaneval/0", "backend_unavailable")
+    exported |= {s.name for f in text_string_to_metric_families(auditor.exposition().decode()) for s in f.samples}
     assert set(EVENT_ONLY) - exported == set()
 
 

@@ -19,7 +19,7 @@ from tests.integration.platform_env import shared_cache
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PIPELINE = ("executor", "verifier", "judge", "indexer", "reward", "episode", "gateway")
+PIPELINE = ("executor", "verifier", "judge", "indexer", "reward", "episode", "auditor", "gateway")
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -65,25 +65,25 @@ def _free_port_run(count: int) -> int:
 def _pipeline_env(tmp_path: Path, unique_name: str) -> tuple[dict[str, str], int]:
     """Own cache dir (pid files, task registry, reward state), topics and metrics ports; shared services."""
     cache = shared_cache(tmp_path)  # no second download or rootfs build
-    metrics = _free_port_run(9)  # six workers' /metrics, the gateway, Prometheus, Alertmanager
+    metrics = _free_port_run(10)  # seven workers' /metrics, the gateway, Prometheus, Alertmanager
     env = {
         **os.environ,
         "RS_CACHE_DIR": str(cache),
         "RS_TOPIC_PREFIX": f"{unique_name}.",
         "RS_METRICS_PORT": str(metrics),
-        "RS_GATEWAY_PORT": str(metrics + 6),
-        "RS_PROMETHEUS_URL": f"http://127.0.0.1:{metrics + 7}",
-        "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{metrics + 8}",
+        "RS_GATEWAY_PORT": str(metrics + 7),
+        "RS_PROMETHEUS_URL": f"http://127.0.0.1:{metrics + 8}",
+        "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{metrics + 9}",
     }
     return env, metrics
 
 
 def _every_role_scraped(prometheus: str) -> None:
-    """Prometheus scrapes all seven processes, each up, under job rewardstream with its role (within a deadline:
+    """Prometheus scrapes all eight processes, each up, under job rewardstream with its role (within a deadline:
     the first scrape comes within one interval)."""
     import orjson
 
-    roles = {"executor", "verifier", "judge", "indexer", "rewards", "episode", "gateway"}
+    roles = {"executor", "verifier", "judge", "indexer", "rewards", "episode", "auditor", "gateway"}
     deadline = time.monotonic() + 60
     while True:
         url = f"{prometheus}/api/v1/query?query=up%7Bjob%3D%22rewardstream%22%7D"
@@ -98,7 +98,7 @@ def _every_role_scraped(prometheus: str) -> None:
 
 @pytest.mark.usefixtures("kafka_config", "opensearch_client", "minio_client", "docker_client")
 @pytest.mark.timeout(400)
-def test_up_pipeline_starts_seven_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
+def test_up_pipeline_starts_eight_processes_and_down_stops_them(tmp_path: Path, unique_name: str) -> None:
     import orjson
 
     env, metrics = _pipeline_env(tmp_path, unique_name)
@@ -110,14 +110,14 @@ def test_up_pipeline_starts_seven_processes_and_down_stops_them(tmp_path: Path, 
         assert set(pipeline) == set(PIPELINE)
         assert all(proc["running"] for proc in pipeline.values()), pipeline
         assert pipeline["executor"]["metrics"] == f"http://127.0.0.1:{metrics}/metrics"
-        assert pipeline["gateway"]["endpoint"] == f"http://127.0.0.1:{metrics + 6}"
+        assert pipeline["gateway"]["endpoint"] == f"http://127.0.0.1:{metrics + 7}"
         health_url = f"{pipeline['gateway']['endpoint']}/health"
         with urllib.request.urlopen(health_url, timeout=5) as health:  # noqa: S310 - our loopback gateway
             assert orjson.loads(health.read())["status"] == "ok"
         pids = [proc["pid"] for proc in pipeline.values()]
         prometheus = orjson.loads(status.stdout)["services"]["prometheus"]
         assert prometheus["healthy"], prometheus
-        assert prometheus["endpoint"] == f"http://127.0.0.1:{metrics + 7}"
+        assert prometheus["endpoint"] == f"http://127.0.0.1:{metrics + 8}"
         pids.append(prometheus["managed_pid"])
         _every_role_scraped(prometheus["endpoint"])
 

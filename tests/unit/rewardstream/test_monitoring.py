@@ -14,6 +14,6 @@ def test_every_pipeline_process_is_a_target_with_the_role_its_metrics_carry() ->
         "executor": "http://127.0.0.1:21000/metrics", "verifier": "http://127.0.0.1:21001/metrics",
         "judge": "http://127.0.0.1:21002/metrics", "indexer": "http://127.0.0.1:21003/metrics",
         "rewards": "http://127.0.0.1:21004/metrics", "episode": "http://127.0.0.1:21005/metrics",
-        "gateway": "http://127.0.0.1:21010/metrics",
+        "auditor": "http://127.0.0.1:21006/metrics",        "gateway": "http://127.0.0.1:21010/metrics",
     }  # fmt: skip
     assert len(targets) == len(pipeline_processes(settings))

@@ -30,13 +30,16 @@ app.kubernetes.io/component: {{ .role | kebabcase }}
 What each role runs and reads: its command, its consumer group and the catalog roles of the topics it consumes
 (what KEDA reads the lag of), whether it runs sandboxes, and whether its loop drains revoked partitions on a
 rebalance (RS_WORKER_REBALANCE_DRAIN_S: the transactional worker loop's roles). The source of these facts is the code:
-rewardstream/cli/worker.py and reward.py (commands), schemas.topics.group_for and workers/roles (groups, topics).
+rewardstream/cli/worker.py and reward.py (commands), schemas.topics.group_for and workers/roles (groups, topics),
+workers/audits/service.py (the auditor's: group <prefix>auditor on verdicts). otherBackend: the role's runs are on
+the other sandbox backend than sandbox.backend (the auditor re-grades verdicts where they did not run).
 */}}
 {{- define "rs.roleFacts" -}}
 executor: {args: [worker, executor], group: executor, topics: [generations, run_requests], sandbox: true, consumer: true, rebalances: true}
 verifier: {args: [worker, verifier], group: verifier, topics: [generations], sandbox: true, consumer: true, rebalances: true}
 judge: {args: [worker, judge], group: judge, topics: [generations], sandbox: false, consumer: true, rebalances: true}
 episode: {args: [worker, episode], group: episode, topics: [actions], sandbox: true, consumer: true, rebalances: true}
+auditor: {args: [worker, auditor], group: auditor, topics: [verdicts], sandbox: true, consumer: true, rebalances: true, otherBackend: true}
 indexer: {args: [worker, indexer], group: indexer, topics: [logs], sandbox: false, consumer: true}
 rewardProcessor: {args: [reward, run, --app-id, {{ include "rs.rewardApp" . | quote }}], group: "", app: {{ include "rs.rewardApp" . | quote }}, topics: [executions, verdicts, judgements], sandbox: false, consumer: true}
 gateway: {args: [serve], group: "", topics: [], sandbox: false, consumer: false}

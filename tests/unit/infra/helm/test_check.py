@@ -39,7 +39,7 @@ def test_shipped_chart_passes() -> None:
 
 def test_every_role_has_a_deployment_and_each_consumer_a_scaled_object(rendered: list[dict[str, Any]]) -> None:
     kinds = {(m["kind"], m["metadata"]["name"]) for m in rendered}
-    roles = ("executor", "verifier", "judge", "episode", "indexer", "reward-processor", "gateway")
+    roles = ("executor", "verifier", "judge", "episode", "auditor", "indexer", "reward-processor", "gateway")
     assert {("Deployment", f"rs-rewardstream-{r}") for r in roles} <= kinds
     assert {("ScaledObject", f"rs-rewardstream-{r}") for r in roles if r != "gateway"} <= kinds
     assert {("PodDisruptionBudget", f"rs-rewardstream-{r}") for r in roles} <= kinds
@@ -184,3 +184,56 @@ def test_the_task_registry_in_s3_reaches_the_pods_and_excludes_a_host_path() -> 
     assert any("two task registries" in p for p in both), both
     bad = check.check(check.CHART, [*TOKEN, "--set-string", "tasks.registry=/srv/tasks"])
     assert any("helm template failed" in p and "registry" in p for p in bad), bad
+
+
+def _role(manifests: list[dict[str, Any]], kind: str, role: str) -> dict[str, Any]:
+    return next(m for m in manifests if m["kind"] == kind and m["metadata"]["name"] == f"rs-rewardstream-{role}")
+
+
+def test_the_auditor_runs_the_process_backend_where_verdicts_run_on_docker(rendered: list[dict[str, Any]]) -> None:
+    """full-values: verifiers on docker, so the auditor re-grades on process: the process backend's privileges
+    (the executor's, had it run process), no docker socket; its group's lag on verdicts scales it; its sample
+    rate is the value's; it is in the release's egress policy and has a PDB."""
+    pod = _role(rendered, "Deployment", "auditor")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"] == ["worker", "auditor"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RS_AUDIT_RATE"] == "0.05"
+    assert env["RS_SANDBOX_SLOTS_DIR"] == "/run/rewardstream-slots"
+    assert container["securityContext"]["privileged"] is True
+    assert {v["name"] for v in pod["volumes"]} >= {"sandbox-run", "sandbox-slots"}
+    assert "docker-socket" not in {v["name"] for v in pod["volumes"]}
+    executor = _role(rendered, "Deployment", "executor")["spec"]["template"]["spec"]
+    assert "docker-socket" in {v["name"] for v in executor["volumes"]}  # the executor runs docker here
+    scaled = _role(rendered, "ScaledObject", "auditor")
+    assert [(t["metadata"]["topic"], t["metadata"]["consumerGroup"]) for t in scaled["spec"]["triggers"]] == [
+        ("rs.verdicts", "rs.auditor")
+    ]
+    assert _role(rendered, "PodDisruptionBudget", "auditor")["spec"]["maxUnavailable"] == 1
+    labels = _role(rendered, "Deployment", "auditor")["spec"]["template"]["metadata"]["labels"]
+    egress = next(m for m in rendered if m["kind"] == "NetworkPolicy" and m["metadata"]["name"].endswith("-egress")
+                  and "judge" not in m["metadata"]["name"])  # fmt: skip
+    assert all(labels.get(k) == v for k, v in egress["spec"]["podSelector"]["matchLabels"].items())
+    rules = next(m for m in rendered if m["kind"] == "PrometheusRule")["spec"]["groups"]
+    lag = next(g for g in rules if g["name"] == "rewardstream.lag")["rules"]
+    assert any(r["alert"] == "RewardstreamLagAuditor" and '"rs.auditor"' in r["expr"] for r in lag)
+
+
+def test_the_auditor_of_process_verdicts_needs_a_docker_engine() -> None:
+    """Verifiers on process: the auditor's runs are docker's, and a pod has no Docker Engine of its own. Without
+    sandbox.dockerHost the render says so (never an auditor that skips every audit); with one it gets the
+    socket and none of the process backend's privileges."""
+    problems = check.check(check.CHART, [*TOKEN, "--set", "roles.auditor.enabled=true"])
+    assert any("helm template failed" in p and "sandbox.dockerHost" in p for p in problems), problems
+    docker = ["--set", "roles.auditor.enabled=true", "--set", "sandbox.dockerHost=unix:///var/run/docker.sock"]
+    assert check.check(check.CHART, [*TOKEN, *docker]) == []
+    manifests = load_manifests(check.render(ensure_helm(), check.CHART, [*TOKEN, *docker]))
+    pod = _role(manifests, "Deployment", "auditor")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {v["name"] for v in pod["volumes"]} == {"tmp", "cache", "docker-socket"}
+    assert "RS_SANDBOX_SLOTS_DIR" not in {e["name"] for e in container["env"]}
+    assert not any(
+        m["metadata"]["name"].endswith("auditor")
+        for m in load_manifests(check.render(ensure_helm(), check.CHART, TOKEN))
+    )

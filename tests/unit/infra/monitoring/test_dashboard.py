@@ -62,5 +62,8 @@ def test_the_issue_asks_for_these_panels() -> None:
                  "rewardstream_canary_rewards_total", "rewardstream_invalid_rewards_total",
                  "rewardstream_hack_flags_total", "rewardstream_public_pass_hidden_fail_total",
                  "rewardstream_judge_tests_disagreements_total", "rewardstream_static_gate_hits_total",
-                 "rewardstream_rewards_by_validity_total"):  # fmt: skip
+                 "rewardstream_rewards_by_validity_total",
+                 # audits (issue 28, 4): verdict error per dataset, the alert's share, skips by reason
+                 "rewardstream_audits_total", "rewardstream_audit_disagreements_total",
+                 "rewardstream_audits_skipped_total", "dataset:rewardstream_audit_pass_flips:ratio1h"):  # fmt: skip
         assert name in exprs, name
