@@ -109,7 +109,7 @@ def differences(spec: TopicSpec, existing: ExistingTopic) -> tuple[str, ...]:
         found.append(f"has {existing.partitions} partitions, catalog says {spec.partitions}")
     if existing.replication_factor != spec.replication_factor:
         found.append(f"has replication factor {existing.replication_factor}, catalog says {spec.replication_factor}")
-    for key, want in spec.config().items():
+    for key, want in spec.topic_config().items():
         have = existing.config.get(key)
         if have != want:
             found.append(f"{key} is {have}, catalog says {want}")
@@ -127,7 +127,9 @@ def ensure_topics(
     missing = [s for s in specs if s.name not in existing]
     if missing:
         new = [
-            NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=s.config())
+            NewTopic(
+                s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=s.topic_config()
+            )
             for s in missing
         ]
         futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)

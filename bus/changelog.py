@@ -36,6 +36,7 @@ def changelog_spec(
         model=like.model,
         joined=False,
         description=description,
+        min_insync_replicas=like.min_insync_replicas,
     )
 
 

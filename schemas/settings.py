@@ -20,13 +20,14 @@ import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from schemas.backends import Backend
+from schemas.kafka_cluster import broker_addresses, check_cluster_size
 
 ENV_PREFIX = "RS_"
 
@@ -86,18 +87,32 @@ class KafkaSettings(_Group):
     flat_prefix: ClassVar[str] = "kafka_"
     unprefixed: ClassVar[frozenset[str]] = frozenset({"topic_prefix", "topic_partitions", "topic_replication_factor"})
 
-    bootstrap: str = "127.0.0.1:9092"
+    bootstrap: str = Field("127.0.0.1:9092", description="host:port, comma-separated (brokers=3: one is port, +2, +4)")
+    brokers: Annotated[int, AfterValidator(check_cluster_size)] = Field(
+        1, description="1, or 3: `up` runs three KRaft nodes; catalog topics get 3 replicas, 2 in sync"
+    )
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     topic_prefix: str = "rs."
     topic_partitions: int = Field(6, ge=1, le=10_000, description="partitions of every catalog topic")
-    topic_replication_factor: int = Field(1, ge=1, le=16, description="replicas of every catalog topic")
+    topic_replication_factor: int | None = Field(
+        None, ge=1, le=16, description="replicas of every catalog topic (default: 3 with brokers=3, else 1)"
+    )
+
+    def replication_factor(self) -> int:
+        """Replicas of every catalog topic: the setting, else one per broker (1 or 3)."""
+        return self.topic_replication_factor or self.brokers
+
+    def broker_addresses(self) -> tuple[str, ...]:
+        """Every broker's ``host:port`` (``schemas.kafka_cluster``): what clients bootstrap from."""
+        return broker_addresses(self.bootstrap, self.brokers)
 
     def client_config(self) -> dict[str, str]:
         """confluent-kafka/librdkafka config for the common connection settings."""
-        config = {"bootstrap.servers": self.bootstrap, "security.protocol": self.security_protocol}
+        bootstrap = ",".join(self.broker_addresses())
+        config = {"bootstrap.servers": bootstrap, "security.protocol": self.security_protocol}
         if self.sasl_mechanism:
             config["sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username:

@@ -65,15 +65,20 @@ class TopicSpec:
     joined: bool
     description: str
     extra_config: dict[str, str] = field(default_factory=dict)
+    min_insync_replicas: int = 1
 
     def config(self) -> dict[str, str]:
-        """Topic-level Kafka configs this catalog manages (compared against what exists)."""
+        """Topic-level Kafka configs the catalog declares whatever the cluster (the chart's KafkaTopics too)."""
         return {
             "cleanup.policy": self.cleanup_policy,
             "retention.ms": str(self.retention_ms),
             "max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES),
             **self.extra_config,
         }
+
+    def topic_config(self) -> dict[str, str]:
+        """What a topic is created with and compared against: ``config`` and what follows from its replicas."""
+        return {**self.config(), "min.insync.replicas": str(self.min_insync_replicas)}
 
     def as_json(self) -> dict[str, object]:
         """The ``rewardstream topics --json`` form."""
@@ -82,6 +87,7 @@ class TopicSpec:
             "name": self.name,
             "partitions": self.partitions,
             "replication_factor": self.replication_factor,
+            "min_insync_replicas": self.min_insync_replicas,
             "retention_ms": self.retention_ms,
             "cleanup_policy": self.cleanup_policy,
             "key": _KEYS.get(self.role, "episode_id"),
@@ -116,12 +122,25 @@ _KEYS: dict[Role, str] = {"dlq": "original key", "run_requests": "request_id", "
 _EXTRA_CONFIG: dict[Role, dict[str, str]] = {"actions": {"message.timestamp.type": "LogAppendTime"}}
 
 
+#: Replicas from which a topic asks two of them to be in sync.
+MIN_REPLICAS_FOR_TWO_IN_SYNC = 3
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    """Replicas that must have a write before an ``acks=all`` producer hears it landed: 2 once there are 3 or
+    more (one broker may be down and every acknowledged write still lives on two), else 1 (a single broker, or
+    two replicas, where 2 would stop every write while one is down)."""
+    return 2 if replication_factor >= MIN_REPLICAS_FOR_TWO_IN_SYNC else 1
+
+
 def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 1) -> tuple[TopicSpec, ...]:
-    """Every topic rewardstream uses, named ``<prefix><role>``."""
+    """Every topic rewardstream uses, named ``<prefix><role>``; its min.insync.replicas follows from
+    ``replication_factor`` (``min_insync_replicas``)."""
     if not _PREFIX_RE.match(prefix):
         raise ConfigError(f"topic prefix {prefix!r} may only contain letters, digits, '.', '_' and '-'")
     if partitions < 1 or replication_factor < 1:
         raise ConfigError("partitions and replication factor must be at least 1")
+    in_sync = min_insync_replicas(replication_factor)
     return tuple(
         TopicSpec(
             role=role,
@@ -134,6 +153,7 @@ def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 
             joined=joined,
             description=description,
             extra_config=dict(_EXTRA_CONFIG.get(role, {})),
+            min_insync_replicas=in_sync,
         )
         for role, model, days, joined, description in _ROLES
     )
@@ -141,9 +161,7 @@ def catalog(prefix: str = "rs.", partitions: int = 6, replication_factor: int = 
 
 def catalog_for(settings: Settings) -> tuple[TopicSpec, ...]:
     """The catalog these settings describe (prefix, partitions, replication): what every component uses."""
-    return catalog(
-        settings.kafka.topic_prefix, settings.kafka.topic_partitions, settings.kafka.topic_replication_factor
-    )
+    return catalog(settings.kafka.topic_prefix, settings.kafka.topic_partitions, settings.kafka.replication_factor())
 
 
 def topic_for(role: Role, specs: tuple[TopicSpec, ...]) -> TopicSpec:

@@ -35,6 +35,8 @@ LEFT_TO_SETTINGS: dict[str, str] = {
     "RS_JUDGE_CONCURRENCY": "the judge client's cap on server requests; the role's own is roles.judge.concurrency",
     "RS_JUDGE_RETRIES": _KNOB,
     "RS_JUDGE_TIMEOUT_S": _KNOB,
+    "RS_KAFKA_BROKERS": "how many brokers `rewardstream up` runs locally; the chart's cluster is the operator's, "
+    "its topics' replicas are kafka.replicationFactor (RS_TOPIC_REPLICATION_FACTOR)",
     "RS_OPENSEARCH_INDEX_PREFIX": _KNOB,
     "RS_INDEXER_BATCH_SIZE": _KNOB,
     "RS_LOG_RETENTION_DAYS": _KNOB,

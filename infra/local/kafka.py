@@ -1,4 +1,4 @@
-"""Kafka, single node in KRaft mode, from the Apache Kafka jars on Maven Central (Java 17).
+"""Kafka in KRaft mode, one node or three (``kafka_nodes``), from the Apache Kafka jars on Maven Central (Java 17).
 
 The jars and their dependencies are resolved by Maven with strict checksum checking (``mvn -C``), so every
 file is verified against the checksum Maven Central publishes.
@@ -12,29 +12,29 @@ import os
 import shutil
 import subprocess
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from infra.local.download import require_free_space
 from infra.local.java import find_java
+from infra.local.kafka_nodes import (
+    MAX_NODES,
+    KafkaNode,
+    cluster_dir,
+    every_process,
+    kafka_nodes,
+    server_properties,
+)
 from infra.local.paths import PlatformPaths
-from infra.local.process import tail
-from infra.local.service import (
-    Health,
-    PortClaim,
-    ProcessService,
-    split_host_port,
-    unreachable_reason,
-)
-from infra.local.versions import (
-    KAFKA_PORT_CONTROLLER_OFFSET,
-    KAFKA_SCALA_VERSION,
-    KAFKA_VERSION,
-    SLF4J_RELOAD4J_VERSION,
-)
+from infra.local.process import group_rss_kb, tail
+from infra.local.service import Health, PortClaim, ProcessService, port_is_open, require_port_free
+from infra.local.versions import KAFKA_SCALA_VERSION, KAFKA_VERSION, SLF4J_RELOAD4J_VERSION
 from schemas.errors import PlatformError
 from schemas.settings import Settings
 
+#: The heap of each node of a three-node cluster (the single broker keeps its 512 MB): three fit a small host.
+CLUSTER_NODE_HEAP = "-Xmx384m"
 #: Characters of kafka-storage's stdout and of its stderr, their ends, that say why formatting failed.
 _FORMAT_OUTPUT_CHARS = 500
 
@@ -87,27 +87,39 @@ def new_cluster_id() -> str:
 
 
 class KafkaService(ProcessService):
-    """Kafka broker+controller on loopback; data under the cache dir."""
+    """Kafka on loopback: one broker+controller, or three (``RS_KAFKA_BROKERS``); data under the cache dir."""
 
     name = "kafka"
 
     def __init__(self, settings: Settings, paths: PlatformPaths) -> None:
-        super().__init__(settings, paths, *split_host_port(settings.kafka.bootstrap.split(",")[0], 9092))
+        self._nodes = kafka_nodes(settings, paths)
+        first = self._nodes[0]
+        super().__init__(settings, paths, first.host, first.port)
+        self._process = first.process
         self._home = paths.dist / f"kafka_{KAFKA_SCALA_VERSION}-{KAFKA_VERSION}"
-        self._data = paths.data / "kafka"
-        self._config = self._data / "server.properties"
+
+    @property
+    def nodes(self) -> tuple[KafkaNode, ...]:
+        return self._nodes
 
     @property
     def endpoint(self) -> str:
-        return self._settings.kafka.bootstrap
+        if len(self._nodes) == 1:
+            return self._settings.kafka.bootstrap
+        return ",".join(node.address for node in self._nodes)
 
     def ports(self) -> list[PortClaim]:
-        return [
-            PortClaim("Kafka", self._host, self._port, "RS_KAFKA_BOOTSTRAP"),
-            PortClaim(
-                "Kafka's controller", self._host, self._port + KAFKA_PORT_CONTROLLER_OFFSET, "RS_KAFKA_BOOTSTRAP"
-            ),
-        ]
+        """The ports of every node that is not running (a running one holds its own)."""
+        claims = []
+        for node in self._nodes:
+            if node.process.pid() is not None:
+                continue
+            which = "" if len(self._nodes) == 1 else f" node {node.node_id}"
+            claims += [
+                PortClaim(f"Kafka{which}", node.host, node.port, "RS_KAFKA_BOOTSTRAP"),
+                PortClaim(f"Kafka{which}'s controller", node.host, node.controller_port, "RS_KAFKA_BOOTSTRAP"),
+            ]
+        return claims
 
     def installed(self) -> bool:
         return (self._home / ".complete").exists()
@@ -142,49 +154,46 @@ class KafkaService(ProcessService):
             raise PlatformError(f"fetching the Kafka jars with Maven failed (see {log}): {tail(log, 3)}")
         done.write_text(KAFKA_VERSION)
 
-    def _write_config(self) -> None:
-        self._data.mkdir(parents=True, exist_ok=True)
-        controller = self._port + KAFKA_PORT_CONTROLLER_OFFSET
-        host = self._host
-        lines = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{host}:{controller}",
-            "listeners": f"PLAINTEXT://{host}:{self._port},CONTROLLER://{host}:{controller}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{self._port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(self._data / "log"),
-            "num.partitions": "1",
-            "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "8",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "8",
-            "group.initial.rebalance.delay.ms": "0",
-            "log.retention.hours": "24",
-            "log.segment.bytes": str(64 << 20),
-        }
-        self._config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        (self._data / "log4j.properties").write_text(_LOG4J)
+    def _write_config(self, node: KafkaNode) -> None:
+        node.data.mkdir(parents=True, exist_ok=True)
+        lines = server_properties(node, self._nodes)
+        node.config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        (node.data / "log4j.properties").write_text(_LOG4J)
 
-    def _java_argv(self, java: Path, main: str, *args: str) -> list[str]:
+    def _java_argv(self, java: Path, node: KafkaNode, main: str, *args: str) -> list[str]:
+        # Three brokers share the host: a smaller heap each (what an idle or test cluster needs).
+        heap = ["-Xms256m", "-Xmx512m"] if len(self._nodes) == 1 else ["-Xms128m", CLUSTER_NODE_HEAP]
         return [
-            str(java), "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            str(java), *heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration=file:{self._data / 'log4j.properties'}",
+            f"-Dlog4j.configuration=file:{node.data / 'log4j.properties'}",
             f"-Dkafka.logs.dir={self._paths.logs}",
             "-cp", f"{self._home / 'libs'}/*", main, *args,
         ]  # fmt: skip
 
-    def _format_storage(self, java: Path) -> None:
-        if (self._data / "log" / "meta.properties").exists():
-            return
+    def _cluster_id(self) -> str:
+        """A new id for the single broker; the one id all three nodes share (kept beside their data dirs)."""
+        if len(self._nodes) == 1:
+            return new_cluster_id()
+        kept = cluster_dir(self._paths) / "cluster.id"
+        if kept.exists():
+            return kept.read_text().strip()
+        kept.parent.mkdir(parents=True, exist_ok=True)
         cluster_id = new_cluster_id()
+        kept.write_text(cluster_id + "\n")
+        return cluster_id
+
+    def _format_storage(self, java: Path, node: KafkaNode) -> None:
+        if (node.log_dir / "meta.properties").exists():
+            return
         argv = self._java_argv(
-            java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self._config)
+            java,
+            node,
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={self._cluster_id()}",
+            "-c",
+            str(node.config),
         )
         result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
         if result.returncode != 0:
@@ -192,33 +201,94 @@ class KafkaService(ProcessService):
             raise PlatformError(f"formatting Kafka storage failed: {out}{err}")
 
     def start(self) -> None:
-        java = self._java_to_start()
-        if java is None:
+        """Start every node that is not running (the others go on as they are)."""
+        down = [node for node in self._nodes if node.process.pid() is None]
+        if not down:
             return
-        self._write_config()
-        self._format_storage(java)
-        argv = self._java_argv(java, "kafka.Kafka", str(self._config))
-        self._process.start(argv, env=_java_env(java), cwd=self._data)
+        for claim in self.ports():
+            require_port_free(claim.label, claim.host, claim.port, claim.setting)
+        java = find_java(self._settings.local.java_home)
+        for node in down:
+            self._write_config(node)
+            self._format_storage(java, node)
+        for node in down:
+            node.process.start(self._java_argv(java, node, "kafka.Kafka", str(node.config)), env=_java_env(java),
+                               cwd=node.data)  # fmt: skip
+
+    def started_by_us(self) -> int | None:
+        """The first node's pid while every node runs; None when any is not running (``up`` starts it)."""
+        pids = [node.process.pid() for node in self._nodes]
+        return None if None in pids else pids[0]
+
+    def startup_failure(self) -> str | None:
+        """The log tail of the first node that is not running."""
+        for node in self._nodes:
+            if (failure := node.process.exited_early()) is not None:
+                return failure if len(self._nodes) == 1 else f"node {node.node_id}: {failure}"
+        return None
+
+    def stop(self) -> bool:
+        """Stop every Kafka process ``up`` started in this cache dir, one node or three, all at once (a node
+        that stops alone would wait for a quorum the others' stopping takes away)."""
+        with ThreadPoolExecutor(max_workers=MAX_NODES + 1) as pool:
+            stopped = list(pool.map(lambda process: process.stop(), every_process(self._paths)))
+        return any(stopped)
 
     def health(self) -> Health:
+        """Healthy when every node listens and is a broker the cluster's metadata lists; ``nodes`` says which."""
+        cluster = len(self._nodes) > 1
+        pids = [node.process.pid() for node in self._nodes]
+        listening = [not self.is_local() or port_is_open(node.host, node.port) for node in self._nodes]
+        details: dict[str, Any] = {"version": KAFKA_VERSION}
+        if not cluster:
+            details["managed_pid"] = pids[0]
+        healthy = [False] * len(self._nodes)
+        reason: str | None = None
+        if not any(listening):
+            reason = f"nothing listens on {self.endpoint}: Kafka is not running (start it with `rewardstream up`)"
+        else:
+            try:
+                registered = self._registered_brokers()
+            except Exception as exc:
+                registered, reason = set(), f"Kafka does not answer at {self.endpoint}: {exc}"
+            details["brokers"] = len(registered)
+            if reason is None and not registered:
+                reason = "Kafka answered but reports no broker"
+            healthy = [up and bool(registered) and (not cluster or node.node_id in registered)
+                       for node, up in zip(self._nodes, listening, strict=True)]  # fmt: skip
+            down = [f"node {node.node_id} ({node.address})" for node, ok in zip(self._nodes, healthy, strict=True)
+                    if not ok]  # fmt: skip
+            if reason is None and down:
+                reason = f"{', '.join(down)}: not running or not in the cluster (start it with `rewardstream up`)"
+        details["nodes"] = [
+            _node_json(node, pid, ok, with_rss=cluster)
+            for node, pid, ok in zip(self._nodes, pids, healthy, strict=True)
+        ]
+        if cluster:
+            details["rss_mb"] = round(sum(entry.get("rss_mb") or 0.0 for entry in details["nodes"]), 1)
+        return Health(reason is None, self.endpoint, reason, details)
+
+    def _registered_brokers(self) -> set[int]:
+        """The ids of the brokers the cluster's metadata lists (a fenced or dead one is not among them)."""
         from confluent_kafka.admin import AdminClient
 
-        details: dict[str, Any] = {"managed_pid": self._process.pid(), "version": KAFKA_VERSION}
-        if self.is_local() and (reason := unreachable_reason("Kafka", self._host, self._port)):
-            return Health(False, self.endpoint, reason, details)
         quiet = logging.getLogger("rewardstream.kafka.health")
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
         config: dict[str, Any] = {**self._settings.kafka_client_config(), "socket.timeout.ms": 3000, "logger": quiet}
-        client = AdminClient(config)
-        try:
-            metadata = client.list_topics(timeout=self._settings.local.health_timeout_s)
-        except Exception as exc:
-            return Health(False, self.endpoint, f"Kafka does not answer at {self.endpoint}: {exc}", details)
-        details["brokers"] = len(metadata.brokers)
-        if not metadata.brokers:
-            return Health(False, self.endpoint, "Kafka answered but reports no broker", details)
-        return Health(True, self.endpoint, None, details)
+        if len(self._nodes) > 1:
+            config["bootstrap.servers"] = self.endpoint
+        metadata = AdminClient(config).list_topics(timeout=self._settings.local.health_timeout_s)
+        return set(metadata.brokers)
+
+
+def _node_json(node: KafkaNode, pid: int | None, healthy: bool, *, with_rss: bool) -> dict[str, Any]:
+    """One node as ``status --json`` lists it (a cluster's nodes with their resident memory: the platform
+    measures the single broker's from ``managed_pid``)."""
+    entry: dict[str, Any] = {"id": node.node_id, "pid": pid, "endpoint": node.address, "healthy": healthy}
+    if with_rss:
+        entry["rss_mb"] = round(group_rss_kb(pid) / 1024, 1) if pid is not None else None
+    return entry
 
 
 def _java_env(java: Path) -> dict[str, str]:

@@ -6,7 +6,7 @@ Services whose endpoint is not on loopback are production clusters: they are onl
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,6 +24,9 @@ from schemas.settings import Settings
 
 Report = Callable[[str], None]
 
+#: The local services, in the order ``up`` lists them (``down`` stops them in reverse).
+SERVICE_NAMES = ("kafka", "opensearch", "s3", "docker")
+
 COLD_INSTALL_MB = 1500
 """Free disk a first ``up`` needs: downloads (~350 MB), unpacked services, sandbox rootfs, data."""
 
@@ -38,10 +41,15 @@ class Platform:
     opensearch: OpenSearchService
     s3: S3Service
     docker: DockerService
+    only: frozenset[str] | None = None
+    """The services ``up``, ``down`` and ``status`` deal with (None: all four)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Platform:
+    def from_settings(cls, settings: Settings, only: Collection[str] | None = None) -> Platform:
+        """The platform these settings describe; ``only`` narrows it to some services by name."""
         paths = PlatformPaths(settings.local.cache_dir)
+        if only is not None and (unknown := sorted(set(only) - set(SERVICE_NAMES))):
+            raise PlatformError(f"no service named {', '.join(unknown)}: the services are {', '.join(SERVICE_NAMES)}")
         return cls(
             settings=settings,
             paths=paths,
@@ -49,11 +57,13 @@ class Platform:
             opensearch=OpenSearchService(settings, paths),
             s3=S3Service(settings, paths),
             docker=DockerService(settings, paths),
+            only=None if only is None else frozenset(only),
         )
 
     @property
     def services(self) -> tuple[LocalService, ...]:
-        return (self.kafka, self.opensearch, self.s3, self.docker)
+        every = (self.kafka, self.opensearch, self.s3, self.docker)
+        return tuple(svc for svc in every if self.only is None or svc.name in self.only)
 
     def status(self) -> dict[str, Health]:
         """Health of every service, checked concurrently."""
@@ -87,7 +97,7 @@ class Platform:
                 failures.append(f"{name}: {exc}")
         if failures:
             raise PlatformError("; ".join(failures))
-        if self.docker.is_local():
+        if self.docker in self.services and self.docker.is_local():
             # Idempotent and quick when present: the process backend's rootfs may be missing even
             # when the image exists (e.g. a new cache dir).
             self.docker.ensure_sandbox_image()

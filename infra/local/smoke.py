@@ -52,7 +52,9 @@ def _kafka(settings: Settings, name: str) -> str:
 
     config: dict[str, str | int | float | bool] = {**settings.kafka_client_config(), "log_level": 3}
     admin = AdminClient(config)
-    admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(timeout=30)
+    # Replicated as the catalog is: a three-broker cluster refuses acks=all writes one broker alone holds.
+    replicas = settings.kafka.replication_factor()
+    admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=replicas)])[name].result(timeout=30)
     try:
         producer = Producer({**config, "enable.idempotence": True, "linger.ms": 5})
         for i in range(100):

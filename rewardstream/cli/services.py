@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import typer
@@ -12,6 +13,10 @@ from rewardstream.cli.common import load_settings, print_json
 from rewardstream.cli.main import app
 from schemas.settings import Settings
 
+_ONLY = typer.Option(
+    None, "--only", help="only this service (kafka, opensearch, s3, docker); repeat for more", show_default=False
+)
+
 
 @app.command()
 def up(
@@ -19,16 +24,25 @@ def up(
         False, "--pipeline", help="also start every worker role (the auditor too), the reward processor and the gateway"
     ),
     concurrency: int | None = typer.Option(None, min=1, max=256, help="sandbox runs per worker (--pipeline)"),
+    kafka_brokers: int | None = typer.Option(
+        None, "--kafka-brokers", help="1, or 3 for a three-node KRaft cluster (RS_KAFKA_BROKERS; this command only)"
+    ),
+    only: list[str] | None = _ONLY,
 ) -> None:
-    """Start every local service that is not running (Kafka, OpenSearch, S3, Docker) and wait until healthy."""
+    """Start every local service that is not running (Kafka, OpenSearch, S3, Docker) and wait until healthy;
+    a down node of a three-broker Kafka is started again."""
     console = Console(stderr=True)
+    if kafka_brokers is not None:
+        # Through the environment: checked like the setting, and what `--pipeline`'s processes inherit.
+        os.environ["RS_KAFKA_BROKERS"] = str(kafka_brokers)
     settings = load_settings()
-    platform = Platform.from_settings(settings)
+    platform = Platform.from_settings(settings, only)
     started = time.monotonic()
     with console.status("starting the local platform (first run downloads ~300 MB)..."):
         health = platform.up(report=console.print)
     console.print(f"[green]all {len(health)} services healthy[/] in {time.monotonic() - started:.1f}s")
-    report_artifact_lifecycle(settings, console)
+    if "s3" in health:
+        report_artifact_lifecycle(settings, console)
     if pipeline:
         from rewardstream.monitoring import Monitoring
         from rewardstream.pipeline import Pipeline
@@ -59,13 +73,18 @@ def down(
     pipeline_only: bool = typer.Option(
         False, "--pipeline-only", help="stop only the pipeline processes; leave the services running"
     ),
+    only: list[str] | None = _ONLY,
 ) -> None:
-    """Stop every process `up` started (monitoring, pipeline, then services); leave anything else alone."""
+    """Stop every process `up` started (monitoring, pipeline, then services); leave anything else alone.
+    With --only, just those services."""
     from rewardstream.monitoring import Monitoring
     from rewardstream.pipeline import Pipeline
 
     console = Console(stderr=True)
     settings = load_settings()
+    if only:
+        Platform.from_settings(settings, only).down(report=console.print)
+        return
     Monitoring(settings).stop(report=console.print)
     Pipeline(settings).stop(report=console.print)
     if not pipeline_only:
@@ -77,6 +96,7 @@ def status(
     as_json: bool = typer.Option(
         False, "--json", help="print {'services': {...}, 'pipeline': {...}, 'alerts': [...]} as JSON"
     ),
+    only: list[str] | None = _ONLY,
 ) -> None:
     """Health of each service, the pipeline's processes and the alerts pending or firing in Prometheus.
     Exit code 1 if a service is unhealthy (Prometheus counts while the pipeline runs)."""
@@ -84,7 +104,7 @@ def status(
     from rewardstream.pipeline import Pipeline
 
     settings = load_settings()
-    health = Platform.from_settings(settings).status()
+    health = Platform.from_settings(settings, only).status()
     pipeline = Pipeline(settings).status()
     prometheus, alerts = Monitoring(settings).status()
     if as_json:
@@ -96,6 +116,10 @@ def status(
         for name, h in [*health.items(), ("prometheus", prometheus)]:
             mark = "[green]healthy[/]" if h.healthy else f"[red]unhealthy[/]: {h.reason}"
             console.print(f"{name:<11} {h.endpoint:<32} {mark}")
+            nodes = h.details.get("nodes") or []
+            for node in nodes if len(nodes) > 1 else []:
+                state = "[green]healthy[/]" if node["healthy"] else "[red]down[/]"
+                console.print(f"  node {node['id']:<4} {node['endpoint']:<32} {state} (pid {node['pid']})")
         for name, proc in pipeline.items():
             if proc["running"]:
                 console.print(f"{name:<11} pid {proc['pid']:<28} [green]running[/] ({proc['rss_mb']} MB)")

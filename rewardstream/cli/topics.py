@@ -29,7 +29,7 @@ def _specs(settings: Settings, prefix: str | None, partitions: int | None) -> tu
     return catalog(
         prefix=settings.kafka.topic_prefix if prefix is None else prefix,
         partitions=settings.kafka.topic_partitions if partitions is None else partitions,
-        replication_factor=settings.kafka.topic_replication_factor,
+        replication_factor=settings.kafka.replication_factor(),
     )
 
 

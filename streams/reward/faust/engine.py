@@ -153,12 +153,12 @@ def build_app(settings: Settings, policy: Policy, options: AppOptions) -> tuple[
     names = {role: topic_for(role, specs).name for role in SIGNAL_TOPICS}
     app = read_committed_app_class()(
         options.app_id,
-        broker=f"kafka://{settings.kafka.bootstrap}",
+        broker="kafka://" + ";".join(settings.kafka.broker_addresses()),
         store="memory://",
         datadir=str(options.data_dir),
         processing_guarantee="at_least_once",
         topic_partitions=settings.kafka.topic_partitions,
-        topic_replication_factor=settings.kafka.topic_replication_factor,
+        topic_replication_factor=settings.kafka.replication_factor(),
         table_standby_replicas=0,
         topic_disable_leader=True,
         web_enabled=False,

@@ -13,7 +13,8 @@ from schemas.codec import Contract
 from schemas.episodes import ActionEvent, ObservationEvent
 from schemas.errors import ConfigError
 from schemas.events import GenerationEvent
-from schemas.topics import Role, catalog, topic_for
+from schemas.settings import Settings
+from schemas.topics import Role, catalog, catalog_for, min_insync_replicas, topic_for
 
 ROLES = [
     "generations", "executions", "verdicts", "judgements", "rewards", "actions", "observations", "run_requests",
@@ -35,6 +36,24 @@ def test_joined_topics_share_the_partition_count() -> None:
     assert {s.partitions for s in specs} == {5}
     assert {s.replication_factor for s in specs} == {3}
     assert all(s.config()["cleanup.policy"] == "delete" for s in specs)
+
+
+@pytest.mark.parametrize(("replicas", "in_sync"), [(1, 1), (2, 1), (3, 2), (5, 2)])
+def test_min_insync_replicas_follows_the_replicas(replicas: int, in_sync: int) -> None:
+    """Two in sync once there are three replicas: a lost broker stops no write, and no acknowledged write lives
+    on one broker only; fewer replicas ask for one, else a lost broker would stop every write."""
+    assert min_insync_replicas(replicas) == in_sync
+    specs = catalog("x-", replication_factor=replicas)
+    assert {s.topic_config()["min.insync.replicas"] for s in specs} == {str(in_sync)}
+    assert all("min.insync.replicas" not in s.config() for s in specs)  # the chart's KafkaTopics: the operator's
+
+
+def test_three_brokers_replicate_the_catalog_three_times_unless_told() -> None:
+    assert {s.replication_factor for s in catalog_for(Settings())} == {1}
+    three = catalog_for(Settings(kafka_brokers=3))
+    assert {(s.replication_factor, s.min_insync_replicas) for s in three} == {(3, 2)}
+    told = catalog_for(Settings(kafka_brokers=3, topic_replication_factor=2))
+    assert {(s.replication_factor, s.min_insync_replicas) for s in told} == {(2, 1)}
 
 
 def test_episode_topics_are_keyed_and_partitioned_like_the_joined_ones() -> None:
@@ -76,6 +95,7 @@ def test_cli_topics_json_prints_the_catalog() -> None:
         "name": "demo.generations",
         "partitions": 4,
         "replication_factor": 1,
+        "min_insync_replicas": 1,
         "retention_ms": 7 * 86_400_000,
         "cleanup_policy": "delete",
         "key": "episode_id",
