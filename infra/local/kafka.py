@@ -205,6 +205,8 @@ class KafkaService(ProcessService):
         down = [node for node in self._nodes if node.process.pid() is None]
         if not down:
             return
+        if (other := self._other_size_running()) is not None:
+            raise PlatformError(other)
         for claim in self.ports():
             require_port_free(claim.label, claim.host, claim.port, claim.setting)
         java = find_java(self._settings.local.java_home)
@@ -244,7 +246,9 @@ class KafkaService(ProcessService):
             details["managed_pid"] = pids[0]
         healthy = [False] * len(self._nodes)
         reason: str | None = None
-        if not any(listening):
+        if (other := self._other_size_running()) is not None:
+            reason = other
+        elif not any(listening):
             reason = f"nothing listens on {self.endpoint}: Kafka is not running (start it with `rewardstream up`)"
         else:
             try:
@@ -267,6 +271,21 @@ class KafkaService(ProcessService):
         if cluster:
             details["rss_mb"] = round(sum(entry.get("rss_mb") or 0.0 for entry in details["nodes"]), 1)
         return Health(reason is None, self.endpoint, reason, details)
+
+    def _other_size_running(self) -> str | None:
+        """Why the brokers running in this cache dir are not the ones the settings describe (a three-node cluster
+        started by ``up --kafka-brokers 3`` seen by a ``status`` without ``RS_KAFKA_BROKERS=3``), or None."""
+        ours = {node.process.pidfile for node in self._nodes}
+        others = [p for p in every_process(self._paths) if p.pidfile not in ours and p.pid() is not None]
+        if not others:
+            return None
+        size = 1 if any(p.name == "kafka" for p in others) else len(others)
+        running = "a single broker" if size == 1 else f"a cluster ({len(others)} live nodes)"
+        wanted = 1 if size == 1 else MAX_NODES
+        return (
+            f"{running} runs in this cache dir but RS_KAFKA_BROKERS is {len(self._nodes)}: export "
+            f"RS_KAFKA_BROKERS={wanted} (status, clients and roles must agree with `up`), or `rewardstream down` first"
+        )
 
     def _registered_brokers(self) -> set[int]:
         """The ids of the brokers the cluster's metadata lists (a fenced or dead one is not among them)."""

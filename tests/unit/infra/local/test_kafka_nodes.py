@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,33 @@ def test_only_names_known_services(tmp_path: Path) -> None:
     assert [svc.name for svc in platform.services] == ["kafka"]
     with pytest.raises(PlatformError, match="no service named kafak: the services are kafka, opensearch"):
         Platform.from_settings(_settings(tmp_path), ["kafak"])
+
+
+def _live_pidfile(process: Any) -> None:
+    """A pid file naming this (live) test process, as ``ManagedProcess.start`` writes one."""
+    from infra.local.process import _start_time
+
+    process.pidfile.parent.mkdir(parents=True, exist_ok=True)
+    process.pidfile.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+
+
+@pytest.mark.parametrize(
+    ("running", "configured", "told"), [(3, 1, "RS_KAFKA_BROKERS=3"), (1, 3, "RS_KAFKA_BROKERS=1")]
+)
+def test_brokers_of_the_other_size_are_named_not_restarted(
+    tmp_path: Path, running: int, configured: int, told: str
+) -> None:
+    """A cluster ``up --kafka-brokers 3`` started, seen by a ``status`` (or ``up``) without RS_KAFKA_BROKERS=3 (and
+    the other way round): unhealthy with the fix in one line, and ``start`` refuses rather than fight for ports."""
+    from infra.local.kafka import KafkaService
+
+    paths = PlatformPaths(tmp_path)
+    for node in kafka_nodes(_settings(tmp_path, kafka_brokers=running), paths):
+        _live_pidfile(node.process)
+    service = KafkaService(_settings(tmp_path, kafka_brokers=configured), paths)
+    health = service.health()
+    assert not health.healthy
+    assert health.reason is not None
+    assert told in health.reason
+    with pytest.raises(PlatformError, match=told):
+        service.start()
