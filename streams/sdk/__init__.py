@@ -28,6 +28,7 @@ Agent-framework faces: ``streams.sdk.gym_env`` (gym-style reset/step/close), ``s
 from __future__ import annotations
 
 from streams.sdk.aio import AsyncTrainerClient
+from streams.sdk.canaries import CanaryMix
 from streams.sdk.client import RewardFuture, TrainerClient
 from streams.sdk.config import RewardTimeoutError, SdkError, TrainerConfig
 from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig, EpisodeError
@@ -37,6 +38,7 @@ __all__ = [
     "AsyncEpisode",
     "AsyncEpisodeClient",
     "AsyncTrainerClient",
+    "CanaryMix",
     "Episode",
     "EpisodeClient",
     "EpisodeConfig",
