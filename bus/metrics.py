@@ -28,6 +28,7 @@ from prometheus_client import (
 
 from bus.host_metrics import HostCollector
 from schemas.errors import RewardstreamError
+from schemas.status import SANDBOX_ERROR_KINDS, SandboxErrorKind
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
@@ -63,7 +64,8 @@ class WorkerMetrics:
             registry=self.registry,
         )  # fmt: skip
         self._sandbox_errors = Counter(
-            "rewardstream_sandbox_errors", "Sandbox infrastructure failures (retried, then sandbox_error)", labels,
+            "rewardstream_sandbox_errors", "Sandbox infrastructure failures (retried, then sandbox_error), by kind: "
+            "host_contention, not_started, admission, shutdown, daemon, exception, other", (*labels, "kind"),
             registry=self.registry,
         )  # fmt: skip
         self._retries = Counter(
@@ -100,8 +102,10 @@ class WorkerMetrics:
             (*labels, "topic", "partition"), registry=self.registry,
         )  # fmt: skip
         # Series born at 0: an alert on their increase sees the first one (a counter first scraped at 1 has none).
-        for counter in (self._processed, self._sandbox_errors, self._host_retries):
+        for counter in (self._processed, self._host_retries):
             counter.labels(role)
+        for kind in SANDBOX_ERROR_KINDS:
+            self._sandbox_errors.labels(role, kind)
 
     def processed(self, n: int = 1) -> None:
         """Count ``n`` messages as done."""
@@ -111,9 +115,9 @@ class WorkerMetrics:
         """Count ``n`` messages dead-lettered, by a short reason (the error class)."""
         self._dead_letters.labels(self.role, reason).inc(n)
 
-    def sandbox_error(self, n: int = 1) -> None:
-        """Count a sandbox infrastructure failure."""
-        self._sandbox_errors.labels(self.role).inc(n)
+    def sandbox_error(self, kind: SandboxErrorKind = "other", n: int = 1) -> None:
+        """Count a sandbox infrastructure failure of ``kind`` (what part of the host failed)."""
+        self._sandbox_errors.labels(self.role, kind).inc(n)
 
     def sandbox_run(self, wait_s: float, host_retries: int) -> None:
         """Record what the host did to a graded run: its wait for a CPU, the times it was repeated for it."""

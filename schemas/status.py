@@ -10,7 +10,7 @@ status is its plain string, and the JSON Schema lists the strings inline.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, get_args
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -86,3 +86,9 @@ SandboxStatusField = Annotated[SandboxStatus, _exactly(_SANDBOX), _AS_STRING, _l
 RunStatusField = Annotated[RunStatus, _exactly(_RUN), _AS_STRING, _listed(_RUN)]
 #: How an agent's step ended, as its observation says: the sandbox's status, or ``rejected``.
 ObservationStatus = Annotated[SandboxStatus | Rejected, _exactly(_OBSERVATION), _AS_STRING, _listed(_OBSERVATION)]
+
+
+#: What part of the host failed a ``sandbox_error`` run (``workers.sandbox.error_kinds`` tells it from the run's
+#: error text): the bounded label of ``rewardstream_sandbox_errors_total``.
+SandboxErrorKind = Literal["host_contention", "not_started", "admission", "shutdown", "daemon", "exception", "other"]
+SANDBOX_ERROR_KINDS: tuple[SandboxErrorKind, ...] = get_args(SandboxErrorKind)

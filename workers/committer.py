@@ -23,6 +23,7 @@ from workers.handler import Done, Output, Reject
 from workers.in_flight import Item, PartitionState, timestamp_ms
 from workers.logs.shipper import LogShipper
 from workers.loop_config import WorkerConfig, WorkerStats
+from workers.sandbox.error_kinds import sandbox_error_kind
 
 log = logging.getLogger("workers.transactional_loop")
 
@@ -91,7 +92,7 @@ class Committer:
             self.stats.results += 1
             self.metrics.processed()
             if outcome.status == "sandbox_error":
-                self.metrics.sandbox_error()
+                self.metrics.sandbox_error(sandbox_error_kind(outcome.run.error if outcome.run is not None else None))
             if outcome.run is not None:
                 self.metrics.sandbox_run(outcome.run.wait_ms / 1000, outcome.run.host_retries)
             if outcome.committed is not None:

@@ -108,8 +108,9 @@ SECTIONS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
               (Query(f"sum by (role) (changes(process_start_time_seconds{{{SEL}}}[15m]))", "{{role}}"),), width=6),
     )),
     ("Errors and retries", (
-        Panel("Sandbox errors/s", "Sandbox infrastructure failures (retried, then sandbox_error), per role",
-              (Query(_rate_by("rewardstream_sandbox_errors_total", "role"), "{{role}}"),), "ops", width=6),
+        Panel("Sandbox errors/s", "Sandbox infrastructure failures (retried, then sandbox_error), per role and kind "
+              "(host_contention, not_started, admission, shutdown, daemon, exception, other)",
+              (Query("role_kind:rewardstream_sandbox_errors:rate5m", "{{role}} {{kind}}"),), "ops", width=6),
         Panel("Sandbox error share", "Sandbox errors / runs over 5 min (RewardstreamSandboxErrors: above 5%)",
               (Query("role:rewardstream_sandbox_errors:rate5m / role:rewardstream_processed:rate5m", "{{role}}"),),
               "percentunit", width=6),

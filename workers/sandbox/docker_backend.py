@@ -48,6 +48,7 @@ from workers.sandbox.docker_config import ContainerConfig, Limits
 from workers.sandbox.docker_entry import nsenter_path
 from workers.sandbox.docker_pool import WarmPool
 from workers.sandbox.docker_runs import BACKEND, RunPaths, archive_of
+from workers.sandbox.error_kinds import ADMISSION, CLOSED, SLOTS
 from workers.sandbox.fleet_pace import FleetPace
 from workers.sandbox.seccomp import docker_profile
 
@@ -152,14 +153,14 @@ class DockerSandbox:
     def run(self, spec: SandboxSpec) -> SandboxResult:
         """Run ``spec`` in a pristine container; infrastructure failures become ``sandbox_error``."""
         if self.pool.closed:
-            return error_result(self.name, "sandbox is closed")
+            return error_result(self.name, CLOSED)
         try:
             with self._admission.admit():
                 return self._run(spec)
         except OSError as exc:  # the slot files: the host's fault
-            return error_result(self.name, f"sandbox slots: {type(exc).__name__}: {exc}")
+            return error_result(self.name, f"{SLOTS}: {type(exc).__name__}: {exc}")
         except SandboxError as exc:  # this worker may start nothing now (its fleet share is 0, or it is stopping)
-            return error_result(self.name, f"admission: {exc}")
+            return error_result(self.name, f"{ADMISSION}: {exc}")
 
     def _run(self, spec: SandboxSpec) -> SandboxResult:
         t0 = time.monotonic()
@@ -189,5 +190,5 @@ class DockerSandbox:
         shim) is the container's own command; same limits; no pool, no exec, no reset. For benchmarks: it
         measures no cpu or memory (the container's cgroup is gone when the exit code is known)."""
         if self.pool.closed:
-            return error_result(self.name, "sandbox is closed")
+            return error_result(self.name, CLOSED)
         return self._runs.oneshot(spec, self._image_for, self.pool.remove_soon)

@@ -31,6 +31,7 @@ from workers.sandbox.docker_config import ContainerConfig, Limits
 from workers.sandbox.docker_entry import ENTRY_DEADLINES, EntryServer
 from workers.sandbox.docker_pool import Container
 from workers.sandbox.docker_reset import kill_run
+from workers.sandbox.error_kinds import NOT_STARTED
 from workers.sandbox.output_pump import Deadlines, Observed, RunClock, pump
 from workers.sandbox.run_spec import encode_spec, memfd
 from workers.sandbox.socket_watch import TcpQueueWatch, netns_of, own_netns, queue_limit
@@ -83,7 +84,7 @@ class RunPaths:
         # A stopped run's container is gone with its exec; its exit code is irrelevant anyway.
         exit_code_raw = None if stopped_for is not None else self._api.exec_inspect(exec_id).get("ExitCode")
         if started_at is None:
-            return error_result(BACKEND, f"sandbox did not start (exit {exit_code_raw}): {cap.error_detail()}")
+            return error_result(BACKEND, f"{NOT_STARTED} (exit {exit_code_raw}): {cap.error_detail()}")
         return cap.result(
             BACKEND,
             stopped_for=stopped_for,
@@ -147,7 +148,7 @@ class RunPaths:
         self, obs: Observed, cap: Capture, returncode: int | None, *, cpu_ms: float, oom: int, peak_kb: int
     ) -> SandboxResult:
         if obs.started_at is None:
-            return error_result(BACKEND, f"sandbox did not start (exit {returncode}): {cap.error_detail()}")
+            return error_result(BACKEND, f"{NOT_STARTED} (exit {returncode}): {cap.error_detail()}")
         if obs.stopped_for is None and returncode is None and oom == 0:
             # The supervisor (root, out of the program's reach) always reports; only the infrastructure
             # failing (the entry server or its container gone) loses the status.
@@ -194,7 +195,7 @@ class RunPaths:
         finally:
             remove_soon(cid)
         if started_at is None:
-            return error_result(BACKEND, f"sandbox did not start (exit {code}): {cap.error_detail()}")
+            return error_result(BACKEND, f"{NOT_STARTED} (exit {code}): {cap.error_detail()}")
         return cap.result(BACKEND, stopped_for=stopped_for, returncode=code, started_at=started_at, ended_at=ended_at)
 
 

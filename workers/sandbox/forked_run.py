@@ -12,6 +12,7 @@ from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.capture import Capture, start_marker
 from workers.sandbox.cgroups import CgroupManager, CgroupStats, RunCgroup
 from workers.sandbox.common import error_result
+from workers.sandbox.error_kinds import NOT_STARTED
 from workers.sandbox.fork_server import ForkServer
 from workers.sandbox.output_pump import Deadlines, Observed, pump
 from workers.sandbox.run_spec import encode_spec, memfd
@@ -113,7 +114,7 @@ def _result(
         # No start marker: the sandbox never reached the program, so nothing here is the program's doing.
         why = obs.stopped_for or f"exit {returncode}"
         detail = cap.error_detail()
-        return error_result(BACKEND, f"sandbox did not start ({why}): {detail}", (ended - spawn_at) * 1e3)
+        return error_result(BACKEND, f"{NOT_STARTED} ({why}): {detail}", (ended - spawn_at) * 1e3)
     if returncode is not None and returncode < 0:
         returncode = 128 - returncode  # killed by signal N (subprocess: -N): as bwrap reports it, 128 + N
     return cap.result(

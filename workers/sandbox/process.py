@@ -29,6 +29,7 @@ from workers.sandbox.api import SandboxResult, SandboxSpec
 from workers.sandbox.audit import pid_alive, poll_until_empty, processes_of_uid
 from workers.sandbox.cgroups import GROUP_NAME, CgroupManager
 from workers.sandbox.common import error_result
+from workers.sandbox.error_kinds import CLOSED
 from workers.sandbox.fleet_pace import FleetPace
 from workers.sandbox.fork_server import HOST_ENV, ForkServer
 from workers.sandbox.forked_run import BACKEND, run_forked
@@ -160,7 +161,7 @@ class ProcessSandbox:
         t0 = time.monotonic()
         with self._lock:
             if self._closed:
-                return error_result(self.name, "sandbox is closed")
+                return error_result(self.name, CLOSED)
             self._active += 1
         try:
             with self._admission.admit():
@@ -178,7 +179,7 @@ class ProcessSandbox:
             return self._fork_server
         with self._family_lock:
             if self._closed:
-                raise SandboxError("sandbox is closed")
+                raise SandboxError(CLOSED)
             server = self._family_servers.get(family)
             if server is not None:
                 return server

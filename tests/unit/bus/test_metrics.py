@@ -21,7 +21,7 @@ def test_every_series_the_issue_asks_for_is_exposed() -> None:
     m = WorkerMetrics("verifier")
     m.processed()
     m.dead_letter("DecodeError")
-    m.sandbox_error()
+    m.sandbox_error("host_contention")
     m.retry("s3")
     m.set_lag("rs.generations", 2, 17)
     with m.in_flight():
@@ -29,7 +29,8 @@ def test_every_series_the_issue_asks_for_is_exposed() -> None:
     assert m.value("rewardstream_in_flight") == 0
     assert m.value("rewardstream_run_seconds_count") == 1
     assert m.value("rewardstream_dead_letters_total", reason="DecodeError") == 1
-    assert m.value("rewardstream_sandbox_errors_total") == 1
+    assert m.value("rewardstream_sandbox_errors_total", kind="host_contention") == 1
+    assert m.value("rewardstream_sandbox_errors_total", kind="other") == 0
     assert m.value("rewardstream_retries_total", dependency="s3") == 1
     assert m.value("rewardstream_consumer_lag", topic="rs.generations", partition="2") == 17
     m.set_lag("rs.generations", 2, -5)
@@ -84,7 +85,8 @@ def test_counters_alerts_watch_are_born_at_zero_beside_process_and_host_series()
     """An alert on increase() sees a counter's first step only if the series existed before it (at 0)."""
     text = WorkerMetrics("executor").exposition().decode()
     for line in ('rewardstream_processed_total{role="executor"} 0.0',
-                 'rewardstream_sandbox_errors_total{role="executor"} 0.0'):  # fmt: skip
+                 'rewardstream_sandbox_errors_total{kind="host_contention",role="executor"} 0.0',
+                 'rewardstream_sandbox_errors_total{kind="other",role="executor"} 0.0'):  # fmt: skip
         assert line in text
     for name in ("process_start_time_seconds", "rewardstream_host_memory_available_ratio",
                  "rewardstream_host_disk_free_ratio", "rewardstream_host_load_per_cpu"):  # fmt: skip
