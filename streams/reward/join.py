@@ -106,9 +106,9 @@ class Absorbed:
 
 def absorb(state: JoinState | None, event: PartEvent, partition: int, now: float) -> Absorbed:
     """Add one part to a generation's state (a new state when the generation is new)."""
-    if state is None:
-        state = JoinState(**result_ids(event), partition=partition, first_seen=now)
     part = part_of(event)
+    if state is None:  # built with its part: one validation, no copy
+        return Absorbed(JoinState(**result_ids(event), partition=partition, first_seen=now, **{part: event}))
     if state.status != "pending":
         return Absorbed(state, f"{part} {event.event_id} arrived after the generation was {state.status}")
     old: PartEvent | None = getattr(state, part)
