@@ -11,6 +11,7 @@ producer bug, never silently dropped).
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ import orjson
 import pydantic
 import pydantic_core
 from pydantic import AfterValidator, BaseModel, ConfigDict, JsonValue, StringConstraints
-from pydantic_core import PydanticCustomError, SchemaSerializer
+from pydantic_core import CoreSchema, PydanticCustomError, SchemaSerializer
 
 from schemas.errors import ValidationError
 
@@ -159,6 +160,17 @@ def encode(model: Contract) -> bytes:
             "(put large payloads in S3 and send a *_ref URL)"
         )
     return data
+
+
+def without_wrap(schema: CoreSchema) -> SchemaSerializer:
+    """A serializer of a model's core ``schema`` that ignores its ``model_serializer``: the fields' own
+    serialization, exclusions (``exclude_if``) included (what a wrap serializer's ``handler`` returns)."""
+    plain = copy.deepcopy(schema)
+    node: Any = plain
+    while node["type"] != "model":  # the after-validators and definitions wrapped around the model's schema
+        node = node["schema"]
+    node.pop("serialization", None)
+    return SchemaSerializer(plain)
 
 
 def decode(data: bytes, model: type[M], *, max_bytes: int | None = None) -> M:

@@ -11,7 +11,6 @@ every topic. Large code goes to S3 and travels as ``code_ref`` (claim check), ne
 from __future__ import annotations
 
 import base64
-import copy
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
@@ -24,10 +23,10 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic_core import CoreSchema, PydanticCustomError, SchemaSerializer
+from pydantic_core import PydanticCustomError, SchemaSerializer
 
 from schemas.caps import fit
-from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
+from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256, without_wrap
 from schemas.result_rules import InvalidReason, VerifierOutcome, check_counts, check_validity, check_verifier
 from schemas.signals import Signal
 from schemas.status import RunStatusField
@@ -388,24 +387,12 @@ class RewardEvent(Event):
         return data
 
     def wire_serializer(self) -> SchemaSerializer:
-        """A reward with a claim (every one this code makes) is encoded without ``_serialize``, which would
-        leave nothing out of it: the same bytes, without a Python dict of the reward (10 µs of the reward
-        processor's ~200 µs a reward)."""
+        """A claimed reward (every one this code makes) skips ``_serialize``, which leaves nothing out of it:
+        the same bytes without a Python dict of the reward (~10 µs of the reward processor's ~250 µs)."""
         return self.__pydantic_serializer__ if self.valid is None else _CLAIMED_REWARD
 
 
-def _without_wrap(schema: CoreSchema) -> SchemaSerializer:
-    """A serializer of the model ``schema`` (a model's core schema) that ignores its ``model_serializer``: the
-    fields' own serialization, exclusions (``exclude_if``) included."""
-    plain = copy.deepcopy(schema)
-    node: Any = plain
-    while node["type"] != "model":  # the after-validators and definitions wrapped around the model's schema
-        node = node["schema"]
-    node.pop("serialization", None)
-    return SchemaSerializer(plain)
-
-
-_CLAIMED_REWARD = _without_wrap(RewardEvent.__pydantic_core_schema__)
+_CLAIMED_REWARD = without_wrap(RewardEvent.__pydantic_core_schema__)
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
