@@ -27,6 +27,7 @@ from prometheus_client import (
 )
 
 from bus.host_metrics import HostCollector
+from bus.labels import Children
 from schemas.errors import RewardstreamError
 from schemas.status import SANDBOX_ERROR_KINDS, SandboxErrorKind
 
@@ -97,6 +98,8 @@ class WorkerMetrics:
             "(or giving up), by the processor's clock", labels, buckets=REWARD_SECONDS_BUCKETS,
             registry=self.registry,
         )  # fmt: skip
+        self._reward_children = Children(self._rewards)
+        self._reward_seconds_children = Children(self._reward_seconds)
         self._lag = Gauge(
             "rewardstream_consumer_lag", "Messages behind the partition's high watermark",
             (*labels, "topic", "partition"), registry=self.registry,
@@ -127,8 +130,8 @@ class WorkerMetrics:
 
     def reward(self, outcome: str, seconds: float) -> None:
         """Count one decided generation by outcome and observe how long it took from its first result."""
-        self._rewards.labels(self.role, outcome).inc()
-        self._reward_seconds.labels(self.role).observe(max(seconds, 0.0))
+        self._reward_children(self.role, outcome).inc()
+        self._reward_seconds_children(self.role).observe(max(seconds, 0.0))
 
     def retry(self, dependency: str) -> None:
         """Count one retry of an unavailable dependency."""

@@ -23,10 +23,10 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, SchemaSerializer
 
 from schemas.caps import fit
-from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256
+from schemas.codec import Contract, S3Url, SchemaVersion1, Sha256, without_wrap
 from schemas.result_rules import InvalidReason, VerifierOutcome, check_counts, check_validity, check_verifier
 from schemas.signals import Signal
 from schemas.status import RunStatusField
@@ -385,6 +385,14 @@ class RewardEvent(Event):
             for name in ("valid", "canary", "invalid_reason"):
                 data.pop(name, None)
         return data
+
+    def wire_serializer(self) -> SchemaSerializer:
+        """A claimed reward (every one this code makes) skips ``_serialize``, which leaves nothing out of it:
+        the same bytes without a Python dict of the reward (~10 µs of the reward processor's ~250 µs)."""
+        return self.__pydantic_serializer__ if self.valid is None else _CLAIMED_REWARD
+
+
+_CLAIMED_REWARD = without_wrap(RewardEvent.__pydantic_core_schema__)
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from bus.labels import MAX_DATASETS, BoundedLabel, dataset_of
+from bus.labels import MAX_DATASETS, BoundedLabel, Children, dataset_of
 from schemas.events import RewardEvent
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX
 
@@ -88,26 +88,35 @@ class IntegrityMetrics:
             "rewardstream_judge_tests_disagreements", "Rewards where the judge and the tests disagree, by direction "
             "(judge_pass_tests_fail, tests_pass_judge_fail)", (*base, "direction"), registry=registry,
         )  # fmt: skip
+        self._rewards = Children(self.rewards)
+        self._invalid = Children(self.invalid)
+        self._canary_rewards = Children(self.canary_rewards)
+        self._canary_hits = Children(self.canary_hits)
+        self._missing = Children(self.missing)
+        self._hack_flags = Children(self.hack_flags)
+        self._static_gate = Children(self.static_gate)
+        self._overfit = Children(self.overfit)
+        self._judge_disagree = Children(self.judge_disagree)
 
     def observe(self, reward: RewardEvent) -> None:
         """Count one committed reward."""
         base = (reward.policy_name, reward.policy_version, self._datasets(dataset_of(reward.task_id)))
-        self.rewards.labels(*base, "unknown" if reward.valid is None else str(reward.valid).lower()).inc()
+        self._rewards(*base, "unknown" if reward.valid is None else str(reward.valid).lower()).inc()
         if reward.invalid_reason is not None:
-            self.invalid.labels(*base, reward.invalid_reason).inc()
+            self._invalid(*base, reward.invalid_reason).inc()
         if reward.canary:
-            self.canary_rewards.labels(*base).inc()
+            self._canary_rewards(*base).inc()
             if reward.reward > 0:
-                self.canary_hits.labels(*base, self._tasks(reward.task_id)).inc()
+                self._canary_hits(*base, self._tasks(reward.task_id)).inc()
         for part in reward.missing:
-            self.missing.labels(*base, part).inc()
+            self._missing(*base, part).inc()
         rules = hack_rules(reward)
         for rule in rules:
-            self.hack_flags.labels(*base, self._rules(rule)).inc()
+            self._hack_flags(*base, self._rules(rule)).inc()
         if rules:
-            self.static_gate.labels(*base).inc()
+            self._static_gate(*base).inc()
         if PUBLIC_PASSED_HIDDEN_FAILED in reward.flags:
-            self.overfit.labels(*base).inc()
+            self._overfit(*base).inc()
         direction = judge_disagreement(reward)
         if direction is not None:
-            self.judge_disagree.labels(*base, direction).inc()
+            self._judge_disagree(*base, direction).inc()

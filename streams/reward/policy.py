@@ -136,8 +136,8 @@ class Signals:
 
     def present(self) -> tuple[Signal, ...]:
         """Parts that arrived."""
-        have = {"execution": self.execution, "verdict": self.verdict, "judgement": self.judgement}
-        return tuple(p for p in SIGNALS if have[p] is not None)
+        parts = (self.execution, self.verdict, self.judgement)  # SIGNALS' order
+        return tuple(p for p, event in zip(SIGNALS, parts, strict=True) if event is not None)
 
 
 def image_task(signals: Signals) -> bool:

@@ -6,13 +6,14 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import DecodeError, decode, encode
 from schemas.events import HiddenVerdict, RewardEvent
 from schemas.result_rules import INVALID_REASONS
 from tests.unit.reward_events import verdict
+from tests.unit.schemas.strategies import reward_events
 
 #: A reward as the processor wrote it before 1.1 (the field order of the model; no claim).
 LEGACY = (
@@ -94,3 +95,11 @@ def test_a_verdict_says_canary_only_when_it_is_one() -> None:
     assert b'"canary"' not in encode(plain)  # encodes as before canaries
     marked = verdict("g", canary=True)
     assert decode(encode(marked), HiddenVerdict).canary is True
+
+
+@settings(max_examples=400, deadline=None)
+@given(reward=reward_events())
+def test_a_reward_encodes_as_its_model_serializer_writes_it(reward: RewardEvent) -> None:
+    """``encode`` skips RewardEvent's wrap serializer for a reward with a claim (``wire_serializer``): the bytes
+    must be the ones the model's own serializer writes, for 1.0 rewards (which keep it) and claimed ones."""
+    assert encode(reward) == reward.__pydantic_serializer__.to_json(reward, by_alias=True)

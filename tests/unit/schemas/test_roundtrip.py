@@ -31,7 +31,6 @@ from schemas.events import (
     GenerationEvent,
     HiddenCaseResult,
     HiddenVerdict,
-    InputRef,
     JudgeScore,
     LogRecord,
     RewardEvent,
@@ -63,6 +62,7 @@ from tests.unit.schemas.strategies import (
     ids,
     json_values,
     nonneg,
+    reward_events,
     short,
     task_ids,
     unit,
@@ -385,45 +385,6 @@ run_replies = st.builds(
     notes=st.lists(st.text(max_size=20), max_size=3),
     started_at=st.none() | when,
 )
-
-#: A reward's validity claims, each consistent with itself (``schemas.result_rules.check_validity``).
-_CLAIMS: list[dict[str, Any]] = [
-    {"valid": True},
-    {"valid": False, "invalid_reason": "sandbox_error"},
-    {"valid": False, "invalid_reason": "missing_signals"},
-    {"valid": False, "canary": True, "invalid_reason": "canary"},
-]
-
-
-def reward_events() -> st.SearchStrategy[RewardEvent]:
-    """1.0 rewards (no claim) and 1.1-or-newer ones with every kind of claim."""
-    fields: dict[str, Any] = dict(
-        **event,
-        turn=turn,
-        reward=unit,
-        policy_name=short,
-        policy_version=short,
-        components=st.dictionaries(st.text(max_size=10), finite, max_size=4),
-        reasons=st.lists(st.text(max_size=30), max_size=3),
-        flags=st.lists(st.text(max_size=10), max_size=3),
-        missing=st.lists(st.sampled_from(["execution", "verdict", "judgement"]), max_size=3, unique=True),
-        inputs=st.lists(
-            st.builds(
-                InputRef, role=st.sampled_from(["generation", "execution", "verdict", "judgement"]), event_id=ids
-            ),
-            max_size=4,
-        ),
-    )
-    legacy = st.builds(RewardEvent, **{**fields, "schema_version": st.just("1.0")})
-    claimed = st.sampled_from(_CLAIMS).flatmap(
-        lambda claim: st.builds(
-            RewardEvent,
-            **{**fields, "schema_version": st.sampled_from(["1.1", "1.3"])},
-            **{k: st.just(v) for k, v in claim.items()},
-        )
-    )
-    return legacy | claimed
-
 
 STRATEGIES: dict[type[Contract], st.SearchStrategy[Any]] = {
     Task: st.builds(Task, **task_fields, hidden_tests=suites, canary=st.booleans()) | workspace_tasks,
