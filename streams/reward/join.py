@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+import pydantic
+import pydantic_core
 from pydantic import BaseModel, ConfigDict
 
 from schemas.caps import cap, fit_list
+from schemas.codec import DecodeError, decode
 from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore, RewardEvent
 from schemas.ids import result_ids
 from schemas.result_rules import InvalidReason
@@ -60,8 +63,24 @@ class JoinState(BaseModel):
 
     @classmethod
     def loads(cls, data: bytes) -> JoinState:
-        """Inverse of ``dumps``."""
-        return cls.model_validate_json(data)
+        """Inverse of ``dumps``; a part of a newer minor version (a newer processor stored it, before a rollback or
+        a rebalance in the middle of a rolling upgrade) loads as the topic's reader would: its new fields dropped."""
+        try:
+            return cls.model_validate_json(data)
+        except pydantic.ValidationError as exc:
+            return cls._loads_newer_parts(data, exc)
+
+    @classmethod
+    def _loads_newer_parts(cls, data: bytes, exc: pydantic.ValidationError) -> JoinState:
+        """Each part decoded by the codec's rule (forgiving only a newer minor's fields); else ``exc`` again."""
+        try:
+            row = pydantic_core.from_json(data)
+            for name, model in _PART_MODELS.items():
+                if isinstance(row, dict) and isinstance(row.get(name), dict):
+                    row[name] = decode(pydantic_core.to_json(row[name]), model)
+            return cls.model_validate(row)
+        except (ValueError, DecodeError):
+            raise exc from None
 
     def signals(self) -> Signals:
         """The parts as the policy sees them."""
@@ -72,6 +91,14 @@ class JoinState(BaseModel):
         signals = self.signals()
         present = set(signals.present())
         return tuple(p for p in awaited(policy, signals) if p not in present)
+
+
+#: The model of each part a state holds (what ``JoinState.loads`` decodes a newer minor's part as).
+_PART_MODELS: dict[str, type[PartEvent]] = {
+    "execution": ExecutionResult,
+    "verdict": HiddenVerdict,
+    "judgement": JudgeScore,
+}
 
 
 def part_of(event: PartEvent) -> Signal:

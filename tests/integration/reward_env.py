@@ -49,15 +49,21 @@ class RewardEnv:
     app_id: str
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     restarts: int = 0
-    _args: dict[int, tuple[Path | None, str, int | None, str]] = field(default_factory=dict)
+    _args: dict[int, tuple[Path | None, str, int | None, str, str]] = field(default_factory=dict)
 
     def name(self, role: str) -> str:
         return topic_for(role, catalog(self.prefix, PARTITIONS)).name  # type: ignore[arg-type]
 
     def start(
-        self, policy: Path | None = None, tag: str = "p", kill_after: int | None = None, engine: str = "kafka"
+        self,
+        policy: Path | None = None,
+        tag: str = "p",
+        kill_after: int | None = None,
+        engine: str = "kafka",
+        module: str = "rewardstream",
     ) -> subprocess.Popen[bytes]:
-        """The processor as a subprocess, logging to tmp/<tag>-N.log."""
+        """The processor as a subprocess, logging to tmp/<tag>-N.log (``module``: what ``python -m`` runs, e.g. a
+        wrapper that upgrades the code first)."""
         env = {
             **os.environ,
             "RS_TOPIC_PREFIX": self.prefix,
@@ -68,7 +74,7 @@ class RewardEnv:
         cmd = [
             sys.executable,
             "-m",
-            "rewardstream",
+            module,
             "reward",
             "run",
             "--app-id",
@@ -94,16 +100,16 @@ class RewardEnv:
         finally:
             out.close()
         self.procs.append(proc)
-        self._args[proc.pid] = (policy, tag, kill_after, engine)
+        self._args[proc.pid] = (policy, tag, kill_after, engine, module)
         return proc
 
     def supervise(self) -> None:
         """What ``up --pipeline`` must do: restart a processor that stopped itself (stall watchdog, code 70)."""
         for proc in list(self.procs):
             if proc.poll() == RESTART_EXIT_CODE and proc.pid in self._args:
-                policy, tag, kill_after, engine = self._args.pop(proc.pid)
+                policy, tag, kill_after, engine, module = self._args.pop(proc.pid)
                 self.restarts += 1
-                self.start(policy, tag, kill_after, engine)
+                self.start(policy, tag, kill_after, engine, module)
 
     @contextmanager
     def supervised(self) -> Iterator[None]:

@@ -85,6 +85,23 @@ class Pipeline:
         return self.env.logs()
 
 
+def worker_environment(prefix: str, registry_dir: Path, tmp: Path, index_prefix: str | None = None) -> dict[str, str]:
+    """The environment of a ``rewardstream worker`` process on the topics under ``prefix``."""
+    return {
+        **os.environ,
+        "RS_TOPIC_PREFIX": prefix,
+        "RS_TOPIC_PARTITIONS": str(PARTITIONS),
+        "RS_TASKS_DIR": str(registry_dir),
+        "RS_CACHE_DIR": str(shared_cache(tmp)),
+        "RS_METRICS_PORT": "0",
+        "RS_WORKER_STORE_ARTIFACTS": "false",
+        "RS_WORKER_TRANSACTION_TIMEOUT_MS": "10000",
+        "RS_OPENSEARCH_INDEX_PREFIX": index_prefix or "unused",
+        "RS_OPENSEARCH_REPLICAS": "0",
+        "PYTHONWARNINGS": "ignore",
+    }
+
+
 @contextmanager
 def pipeline(
     kafka_config: dict[str, str],
@@ -97,19 +114,7 @@ def pipeline(
 ) -> Iterator[Pipeline]:
     """Topics, the reward processor and one worker per role (and an indexer when ``index_prefix``)."""
     with reward_env(kafka_config, unique_name, tmp) as env:
-        worker_env = {
-            **os.environ,
-            "RS_TOPIC_PREFIX": env.prefix,
-            "RS_TOPIC_PARTITIONS": str(PARTITIONS),
-            "RS_TASKS_DIR": str(registry_dir),
-            "RS_CACHE_DIR": str(shared_cache(tmp)),
-            "RS_METRICS_PORT": "0",
-            "RS_WORKER_STORE_ARTIFACTS": "false",
-            "RS_WORKER_TRANSACTION_TIMEOUT_MS": "10000",
-            "RS_OPENSEARCH_INDEX_PREFIX": index_prefix or "unused",
-            "RS_OPENSEARCH_REPLICAS": "0",
-            "PYTHONWARNINGS": "ignore",
-        }
+        worker_env = worker_environment(env.prefix, registry_dir, tmp, index_prefix)
         env.start(tag="processor")
         roles = [*ROLES, "indexer"] if index_prefix else list(ROLES)
         for role in roles:

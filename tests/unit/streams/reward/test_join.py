@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import orjson
+import pydantic
 import pytest
 
 from streams.reward.join import (
@@ -202,3 +204,30 @@ def test_a_candidate_cannot_make_its_reward_invalid(policy: Policy) -> None:
         decision = decide(state, T0, policy)
         assert isinstance(decision, Emit), status
         assert (decision.reward.valid, decision.reward.invalid_reason) == (True, None), status
+
+
+def with_part_field(state: JoinState, part: str, version: str, **extra: object) -> bytes:
+    """The stored form of ``state`` with its ``part`` rewritten as ``version`` with ``extra`` fields."""
+    row = orjson.loads(state.dumps())
+    row[part] = {**row[part], "schema_version": version, **extra}
+    return orjson.dumps(row)
+
+
+def test_a_part_of_a_newer_minor_loads_without_its_new_fields() -> None:
+    """A newer processor's pending state (its parts a newer minor) reaches an older one in a rolling upgrade
+    (a rebalance, a rollback): it loads as the topic's reader decodes, not dropped as "no join state"."""
+    state = join(execution("g"), judgement("g", score=0.4))
+    raw = with_part_field(state, "judgement", "1.1", trace_id="t-1")
+    loaded = JoinState.loads(raw)
+    assert loaded.judgement is not None
+    assert loaded.judgement.model_dump(exclude={"schema_version"}) == state.judgement.model_dump(  # type: ignore[union-attr]
+        exclude={"schema_version"}
+    )
+    assert loaded.execution == state.execution
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_an_unknown_field_of_a_known_minor_or_another_major_still_fails(version: str) -> None:
+    state = join(execution("g"))
+    with pytest.raises(pydantic.ValidationError, match=r"trace_id|schema_version"):
+        JoinState.loads(with_part_field(state, "execution", version, trace_id="t-1"))
