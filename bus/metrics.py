@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 #: Run-time buckets (seconds): sandboxed runs take from milliseconds to the task's timeout.
 RUN_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-#: Reward buckets (seconds, from a generation's first result to its reward): a join, up to past the deadline.
+#: Reward buckets (seconds, from a generation's publish to its reward): a join, up to past the deadline.
 REWARD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 
 
@@ -94,9 +94,9 @@ class WorkerMetrics:
             "sandbox failed)", (*labels, "outcome"), registry=self.registry,
         )  # fmt: skip
         self._reward_seconds = Histogram(
-            "rewardstream_reward_seconds", "From a generation's first result reaching the processor to its reward "
-            "(or giving up), by the processor's clock", labels, buckets=REWARD_SECONDS_BUCKETS,
-            registry=self.registry,
+            "rewardstream_reward_seconds", "From a generation's publish (its Kafka timestamp, which every result "
+            "of it carries) to its reward (or giving up), by the processor's clock", labels,
+            buckets=REWARD_SECONDS_BUCKETS, registry=self.registry,
         )  # fmt: skip
         self._reward_children = Children(self._rewards)
         self._reward_seconds_children = Children(self._reward_seconds)
@@ -129,7 +129,7 @@ class WorkerMetrics:
             self._host_retries.labels(self.role).inc(host_retries)
 
     def reward(self, outcome: str, seconds: float) -> None:
-        """Count one decided generation by outcome and observe how long it took from its first result."""
+        """Count one decided generation by outcome and observe how long it took from its publish."""
         self._reward_children(self.role, outcome).inc()
         self._reward_seconds_children(self.role).observe(max(seconds, 0.0))
 

@@ -89,7 +89,7 @@ SECTIONS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
         Panel("Rewards/s by outcome", "Generations the reward processor decided: complete, partial (emitted at "
               "the deadline with parts missing), gave_up (no reward)",
               (Query(_rate_by("rewardstream_rewards_total", "outcome"), "{{outcome}}"),), "ops"),
-        Panel("Reward latency", "From a generation's first result reaching the processor to its reward "
+        Panel("Reward latency", "From a generation's publish (the Kafka timestamp its results carry) to its reward "
               "(RewardstreamRewardLatencyHigh: p99 over 120 s)", _quantiles("rewardstream_reward_seconds", ""), "s"),
         Panel("Rewards past their deadline (10 min)", "Partial or given-up generations in the last 10 min "
               "(RewardstreamRewardsLate fires above 0)",

@@ -154,7 +154,8 @@ class RewardProcessor:
         #: Called with the reason (error class) of every dead letter: the engine's metrics.
         self.on_dead_letter: Callable[[str], None] = lambda _reason: None
         #: Called with every decided generation's outcome (complete, partial, gave_up) and the seconds from its
-        #: first result to the decision: the engine's metrics (rewards past their deadline, reward latency).
+        #: publish to the decision (``first_seen``: its results carry the generation's Kafka timestamp): the
+        #: engine's metrics (rewards past their deadline, publish-to-reward latency).
         self.on_outcome: Callable[[str, float], None] = lambda _outcome, _seconds: None
         #: The table's pending states, parsed, by due time: what a tick and a message read instead of the bytes.
         self.pending = PendingIndex(store, self._due_at)
