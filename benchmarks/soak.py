@@ -171,6 +171,7 @@ def slopes(rows: list[dict[str, Any]], procs: list[ProcessProbe], warmup_s: floa
             fit[f"{unit}_per_h"] = round(fitted[0], 2)
             fit[f"{unit}_per_h_halves"] = [round(x, 2) for x in fitted[1:]]
             fit[f"{unit}_last"] = kept[-1][metric] if kept else None
+        fit["members_exited"] = p.exited()
         out[p.name] = fit
     return out
 
@@ -238,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = soak(load, rate, args, procs, args.out / "soak.csv")
         finally:
             load.close()
+        fit = slopes(rows, procs, args.warmup_minutes * 60)  # while the processes run: who exited is in it
         once = exactly_once(settings)
-    fit = slopes(rows, procs, args.warmup_minutes * 60)
     plot(rows, [p.name for p in procs], args.warmup_minutes * 60, args.out / "soak.png")
     failures = verdict(args, load, rows, fit, once)
     limits = {"rss_mb_per_h": args.rss_limit_mb_h, "fds_per_h": args.fd_limit_h, "warmup_minutes": args.warmup_minutes}

@@ -49,6 +49,10 @@ class ProcessProbe:
             rss_kb += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
         return rss_kb / 1024, fds
 
+    def exited(self) -> list[int]:
+        """Long-lived members gone since the start (a crashed, restarted process; a recycled helper)."""
+        return sorted(self.baseline - set(group_members(self.pid)))
+
     def lag(self) -> int | None:
         """Messages behind the high watermarks over its partitions, as it reports them (None: it has no lag)."""
         if self.metrics is None:
