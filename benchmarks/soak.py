@@ -47,7 +47,7 @@ from benchmarks.soak_load import MIX, MixedLoad, Paced, closed_loop
 from benchmarks.soak_plot import plot
 from benchmarks.soak_probe import ProcessProbe, probes, slope_per_hour
 from infra.local.paths import shared_cache
-from rewardstream.cli.replay import _delete_namespace, _free_port_base
+from rewardstream.cli.replay import delete_namespace, free_port_base
 from rewardstream.pipeline import Pipeline, pipeline_processes
 from schemas.settings import Settings
 from workers.artifacts import minio_client, remove_bucket
@@ -68,7 +68,7 @@ def namespace(tmp: Path, concurrency: int) -> Iterator[tuple[Settings, Pipeline]
     tag = uuid.uuid4().hex[:8]
     prefix = f"rs-soak-{tag}."
     count = len(pipeline_processes(Settings()))  # a metrics port each (the gateway's is its own), + the gateway
-    base = _free_port_base("127.0.0.1", count)
+    base = free_port_base("127.0.0.1", count)
     cache = shared_cache(tmp, main_cache)
     os.environ.update({
         "RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(PARTITIONS), "RS_CACHE_DIR": str(cache),
@@ -86,7 +86,7 @@ def namespace(tmp: Path, concurrency: int) -> Iterator[tuple[Settings, Pipeline]
         yield settings, pipeline
     finally:
         pipeline.stop()
-        _delete_namespace(settings, prefix)
+        delete_namespace(settings, prefix)
         remove_bucket(s3, settings.s3.bucket)
         _delete_log_indices(settings)
 
