@@ -95,14 +95,14 @@ def _environ(overrides: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _free_port_base(host: str, count: int = 5) -> int:
+def free_port_base(host: str, count: int = 5) -> int:
     """A port with ``count`` free consecutive ports above it, below the ephemeral range (workers' /metrics)."""
     rng = random.SystemRandom()
     for _ in range(_PORTS_TRIED):
         base = rng.randrange(20_000, 30_000)
         if all(_free(host, base + i) for i in range(count)):
             return base
-    raise PlatformError(f"no {count} consecutive free ports on {host} for the replay workers' /metrics")
+    raise PlatformError(f"no {count} consecutive free ports on {host} for the workers' /metrics")
 
 
 def _free(host: str, port: int) -> bool:
@@ -136,8 +136,9 @@ class _Bar:
             self._progress.update(self._task, completed=completed)
 
 
-def _delete_namespace(settings: Settings, prefix: str) -> list[str]:
-    """Delete every topic and consumer group under the replay prefix (catalog, the processor's changelog, workers')."""
+def delete_namespace(settings: Settings, prefix: str) -> list[str]:
+    """Delete every topic and consumer group under ``prefix`` (catalog, the processor's changelog, workers'): a
+    replay's namespace, or a benchmark's (``benchmarks/soak.py``)."""
     from bus.admin import delete_groups_with_prefix, delete_topics
 
     config = settings.kafka_client_config()
@@ -153,7 +154,7 @@ def _teardown(settings: Settings, prefix: str, workdir: Path, *, keep: bool, ok:
     if keep:
         err.print(f"kept the replay topics {prefix}* and the process logs in {workdir / 'logs'}")
         return
-    deleted = _delete_namespace(settings, prefix)
+    deleted = delete_namespace(settings, prefix)
     err.print(f"deleted {len(deleted)} replay topics")
     if ok:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -249,7 +250,7 @@ def replay(
             "topic_prefix": prefix,
             "topic_partitions": count,
             "cache_dir": workdir,
-            "metrics_port": _free_port_base(settings.worker.metrics_host),
+            "metrics_port": free_port_base(settings.worker.metrics_host),
         }
     )
     child_env = {"RS_TOPIC_PREFIX": prefix, "RS_TOPIC_PARTITIONS": str(count), "RS_TASKS_DIR": str(settings.tasks_dir)}
