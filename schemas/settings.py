@@ -79,6 +79,14 @@ class LocalPlatformSettings(_Group):
         "`status` reads its alerts (not 9090: Debian's own prometheus service may hold it)",
     )  # fmt: skip
     alertmanager_url: str = Field("http://127.0.0.1:9493", description="Alertmanager that `up --pipeline` starts")
+    kafka_auth: Literal["none", "scram"] = Field(
+        "none",
+        description="the local Kafka's authentication: none (open PLAINTEXT), or scram (SASL/SCRAM-SHA-512 over TLS, "
+        "a principal per role and trainer with ACLs; credentials under <cache>/kafka-auth, 0600)",
+    )
+    kafka_trainers: str = Field(
+        "trainer", description="with kafka_auth=scram: the trainer principals `up` creates, comma-separated"
+    )
 
 
 class KafkaSettings(_Group):
@@ -95,6 +103,9 @@ class KafkaSettings(_Group):
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    ssl_ca_location: Path | None = Field(
+        None, description="PEM file of the CA the brokers' certificates are checked against (default: the system's)"
+    )
     topic_prefix: str = "rs."
     topic_partitions: int = Field(6, ge=1, le=10_000, description="partitions of every catalog topic")
     topic_replication_factor: int | None = Field(
@@ -119,6 +130,8 @@ class KafkaSettings(_Group):
             config["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             config["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location is not None:
+            config["ssl.ca.location"] = str(self.ssl_ca_location)
         return config
 
 
