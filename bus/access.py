@@ -9,9 +9,11 @@ times out. These lines name the principal, the resource, the operation and the s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaError as LibKafkaError
+from confluent_kafka import KafkaException
 
 from schemas.errors import KafkaError
 
@@ -48,7 +50,19 @@ def access_problem(
     caller was doing."""
     if error is None:
         return None
-    code, text = error.name(), scrub(error.str(), client_config)
+    return access_line(error.name(), error.str(), client_config, operation=operation, resource=resource)
+
+
+def access_line(
+    code: str | None,
+    text: str,
+    client_config: Mapping[str, object],
+    *,
+    operation: str = "use",
+    resource: str | None = None,
+) -> str | None:
+    """``access_problem`` of an error known by its code name and text (a ``KafkaClientError``'s ``code``)."""
+    text = scrub(text, client_config)
     if code == "_AUTHENTICATION" or "SASL authentication error" in text:
         if "SSL handshake failed" in text or "certificate verify failed" in text:
             return (
@@ -58,7 +72,7 @@ def access_problem(
             )
         user = client_config.get("sasl.username") or "(none)"
         return f"Kafka refused the credentials of user {user} ({_CREDENTIALS}): {_mechanism(text)}"
-    kind = _ACL.get(code)
+    kind = _ACL.get(code or "")
     if kind is None:
         return None
     named = f"{kind} {resource}" if resource and kind != "cluster" else kind
@@ -80,6 +94,11 @@ def access_error(
     return None if line is None else KafkaAccessError(line)
 
 
+def is_denied(code: str | None) -> bool:
+    """Whether ``code`` (a librdkafka error name) is a missing ACL."""
+    return code in _ACL
+
+
 def scrub(text: str, client_config: Mapping[str, object]) -> str:
     """``text`` with the config's password replaced, whatever echoed it."""
     password = client_config.get("sasl.password")
@@ -90,3 +109,32 @@ def _mechanism(text: str) -> str:
     """What the broker said of the mechanism, without librdkafka's connection prefix and timing."""
     said = text.split("SASL authentication error: ", 1)[-1]
     return said.split(" (after ", 1)[0]
+
+
+class AccessWatch:
+    """One client's refusals: its ``error_cb`` (a refused login, retried by librdkafka forever, said once) and
+    the line of any error a call or a delivery report carries."""
+
+    def __init__(self, client_config: Mapping[str, object], log: logging.Logger) -> None:
+        self.client_config = client_config
+        self.log = log
+        #: The refused login (or TLS handshake), once one was reported.
+        self.line: str | None = None
+
+    def on_error(self, err: object) -> None:
+        """librdkafka's ``error_cb``: a refusal logged once as its line, anything else as it comes."""
+        line = access_problem(err, self.client_config) if isinstance(err, LibKafkaError) else None
+        if line is None:
+            self.log.warning("kafka: %s", err)
+        elif line != self.line:
+            self.line = line
+            self.log.error("kafka: %s", line)
+
+    def refused(self, cause: object, operation: str, topic: str, group: str | None = None) -> str | None:
+        """The line of ``cause`` (a ``KafkaException``, a librdkafka error or None) if it is a refusal of
+        ``operation`` on ``topic`` (or on ``group``, the error says which), else None."""
+        error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else cause
+        if not isinstance(error, LibKafkaError):
+            return None
+        resource = group if group is not None and error.name() == "GROUP_AUTHORIZATION_FAILED" else topic
+        return access_problem(error, self.client_config, operation=operation, resource=resource)

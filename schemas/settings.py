@@ -79,14 +79,9 @@ class LocalPlatformSettings(_Group):
         "`status` reads its alerts (not 9090: Debian's own prometheus service may hold it)",
     )  # fmt: skip
     alertmanager_url: str = Field("http://127.0.0.1:9493", description="Alertmanager that `up --pipeline` starts")
-    kafka_auth: Literal["none", "scram"] = Field(
-        "none",
-        description="the local Kafka's authentication: none (open PLAINTEXT), or scram (SASL/SCRAM-SHA-512 over TLS, "
-        "a principal per role and trainer with ACLs; credentials under <cache>/kafka-auth, 0600)",
-    )
-    kafka_trainers: str = Field(
-        "trainer", description="with kafka_auth=scram: the trainer principals `up` creates, comma-separated"
-    )
+    kafka_auth: Literal["none", "scram"] = Field("none", description="the local Kafka: none (open), or scram (SASL/"
+        "SCRAM over TLS, a principal per role and trainer with ACLs; credentials in <cache>/kafka-auth)")  # fmt: skip
+    kafka_trainers: str = Field("trainer", description="kafka_auth=scram: the trainer principals, comma-separated")
 
 
 class KafkaSettings(_Group):
@@ -103,9 +98,7 @@ class KafkaSettings(_Group):
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
-    ssl_ca_location: Path | None = Field(
-        None, description="PEM file of the CA the brokers' certificates are checked against (default: the system's)"
-    )
+    ssl_ca_location: Path | None = Field(None, description="PEM file of the CA that signed the brokers' certificates")
     topic_prefix: str = "rs."
     topic_partitions: int = Field(6, ge=1, le=10_000, description="partitions of every catalog topic")
     topic_replication_factor: int | None = Field(

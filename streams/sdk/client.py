@@ -25,9 +25,8 @@ from typing import Any
 
 import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka import KafkaError as LibKafkaError
 
-from bus.access import access_problem
+from bus.access import AccessWatch
 from bus.config import reader_config
 from schemas.codec import decode, encode, one_line, problems_of
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
@@ -80,10 +79,9 @@ class TrainerClient:
         self._state = _State()
         self._stop = threading.Event()
         self._delivery_errors: list[str] = []
-        #: A refused credential or missing ACL, said once as the line that names what to fix.
-        self._access: str | None = None
+        self._access = AccessWatch(config.kafka, log)  # a refused login or missing ACL: one line naming the fix
         self._since_poll = 0
-        self._producer = Producer({**producer_config(config), "error_cb": self._on_error})
+        self._producer = Producer({**producer_config(config), "error_cb": self._access.on_error})
         self._producer_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._thread: threading.Thread | None = None
@@ -168,25 +166,14 @@ class TrainerClient:
         if self._delivery_errors:
             first, self._delivery_errors = self._delivery_errors[0], []
             raise SdkError(first)
-        if remaining and self._access is not None:
-            raise SdkError(self._access)
-        if remaining:
-            raise SdkError(f"{remaining} generation(s) not acknowledged by Kafka within {timeout_s:g}s")
+        if remaining:  # a refused login is why, if there was one
+            unacked = f"{remaining} generation(s) not acknowledged by Kafka within {timeout_s:g}s"
+            raise SdkError(self._access.line or unacked)
 
     def _on_delivery(self, err: object, _msg: Message) -> None:
         if err is not None and len(self._delivery_errors) < 100:
-            topic = self.config.generations_topic
-            line = access_problem(err, self.config.kafka, operation="write", resource=topic) if isinstance(
-                err, LibKafkaError) else None  # fmt: skip
-            self._delivery_errors.append(line or f"publishing to {topic} failed: {err}")
-
-    def _on_error(self, err: object) -> None:
-        line = access_problem(err, self.config.kafka) if isinstance(err, LibKafkaError) else None
-        if line is None:
-            log.warning("kafka: %s", err)
-        elif line != self._access:  # librdkafka retries a refused login forever: say it once
-            self._access = line
-            log.error("kafka: %s", line)
+            to = self.config.generations_topic
+            self._delivery_errors.append(self._access.refused(err, "write", to) or f"publishing to {to} failed: {err}")
 
     # ---- rewards ----------------------------------------------------------------------------------------
 
@@ -330,7 +317,7 @@ class TrainerClient:
     def _start_consumer(self, timeout_s: float) -> None:
         # It assigns itself every partition and commits the trainer's checkpoints to its own group.
         reader = reader_config(self.config.kafka, self.config.group_id, **{"auto.offset.reset": "earliest"})
-        self._consumer = Consumer({**reader, "error_cb": self._on_error})
+        self._consumer = Consumer({**reader, "error_cb": self._access.on_error})
         self._thread = threading.Thread(target=self._consume_loop, name="rewardstream-sdk-rewards", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -351,11 +338,10 @@ class TrainerClient:
                 self._assign(consumer)
                 return
             except (KafkaException, SdkError) as exc:
-                consumer.poll(0)  # serves the error callback: a refused login is told there, not in exc
-                if self._access is not None:  # refused credentials: retrying cannot help
-                    raise SdkError(self._access) from exc
-                if (denied := self._denied(exc)) is not None:
-                    raise SdkError(denied) from exc
+                consumer.poll(0)  # serves the error callback: a refused login is told there, not in ``exc``
+                topic, group = self.config.rewards_topic, self.config.group_id
+                if line := self._access.line or self._access.refused(exc, "read", topic, group):
+                    raise SdkError(line) from exc  # refused: retrying cannot help
                 waited = time.monotonic() - started
                 if waited > (3.0 if isinstance(exc, SdkError) else timeout_s) or self._stop.is_set():
                     if isinstance(exc, SdkError):
@@ -363,22 +349,12 @@ class TrainerClient:
                     raise KafkaError(f"cannot read {self.config.rewards_topic}: {exc.args[0]}") from exc
                 time.sleep(0.2)
 
-    def _denied(self, exc: Exception) -> str | None:
-        """The line of a missing ACL (on the rewards topic or the trainer's group) that ``exc`` carries, if any."""
-        error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-        if not isinstance(error, LibKafkaError):
-            return None
-        group = error.name() == "GROUP_AUTHORIZATION_FAILED"
-        resource = self.config.group_id if group else self.config.rewards_topic
-        return access_problem(error, self.config.kafka, operation="read", resource=resource)
-
     def _assign(self, consumer: Consumer) -> None:
         """Own every partition; start below the committed offsets to rebuild the delivered-id set."""
         topic = self.config.rewards_topic
         meta = consumer.list_topics(topic, timeout=10)
         info = meta.topics.get(topic)
-        denied = access_problem(info.error, self.config.kafka, operation="read", resource=topic) if info else None
-        if denied is not None:
+        if info is not None and (denied := self._access.refused(info.error, "read", topic)):
             raise SdkError(denied)
         if info is None or info.error is not None or not info.partitions:
             raise SdkError(f"rewards topic {topic} does not exist (run `rewardstream topics create`)")
