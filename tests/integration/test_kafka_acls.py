@@ -13,19 +13,27 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from bus.access import access_problem
 from bus.clients import make_consumer, make_producer, make_reader, make_transactional_producer
+from bus.metrics import WorkerMetrics
+from schemas.events import GenerationEvent
+from schemas.runs import RunRequest
 from schemas.settings import Settings
 from streams.sdk.client import TrainerClient
 from streams.sdk.config import SdkError, TrainerConfig
 from tests.integration.platform_env import CliResult, IsolatedPlatform, shared_cache
+from workers.handler import Done, Outcome, Output, Source
+from workers.loop_config import WorkerStats
+from workers.roles.service import loop_clients, worker_config
+from workers.transactional_loop import TransactionalWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -225,6 +233,68 @@ def test_a_wrong_password_is_one_line_naming_the_user_and_settings(
     assert wrong.kafka.sasl_password is not None
     assert wrong.kafka.sasl_password.get_secret_value() not in shown
     _no_secret_in(shown, platform)
+
+
+class _Echo:
+    """Stands in for the executor's grading: echoes each generation's id to ``out_topic``."""
+
+    def __init__(self, out_topic: str) -> None:
+        self.out_topic = out_topic
+        self.seen: list[str] = []
+
+    def handle(self, event: GenerationEvent, source: Source) -> Outcome:
+        self.seen.append(event.generation_id)
+        return Done((Output(self.out_topic, event.key(), event.generation_id.encode()),))
+
+
+def _run_executor_loop(platform: IsolatedPlatform, out_topic: str, generation_id: str) -> tuple[WorkerStats, str]:
+    """The production loop as User:executor (its group, its transactional ids) over one published generation,
+    until it commits or stops; its stats and the error it stopped on ('' for none)."""
+    trainer = _settings(platform, "trainer")
+    with TrainerClient(_trainer_config(trainer), consume=False) as client:
+        client.send(client.generation("acl-task", "print(1)", generation_id=generation_id))
+        client.flush(30)
+    settings = _settings(platform, "executor").model_copy(update={"worker_commit_interval_s": 0.1})
+    config = worker_config(settings, "executor")
+    producer, consumer, shipper = loop_clients(settings, config, "acl-test")
+    stop = threading.Event()
+    worker = TransactionalWorker(config, _Echo(out_topic), consumer=consumer, producer=producer,
+                                 metrics=WorkerMetrics("executor"), stop=stop, shipper=shipper,
+                                 models={"rs.run_requests": RunRequest})  # fmt: skip
+    outcome: list[WorkerStats | BaseException] = []
+    thread = threading.Thread(target=lambda: outcome.append(_stats_or_error(worker.run)), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not outcome and worker.stats.committed == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    thread.join(60)
+    assert outcome, "the worker did not stop within 60s"
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        return worker.stats, str(result)
+    return result, ""
+
+
+def _stats_or_error(run: Callable[[], WorkerStats]) -> WorkerStats | BaseException:
+    try:
+        return run()
+    except Exception as exc:
+        return exc
+
+
+@pytest.mark.timeout(180)
+def test_the_executor_loop_commits_its_results_and_stops_on_a_missing_acl(
+    secured: tuple[IsolatedPlatform, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    platform, _ = secured
+    stats, error = _run_executor_loop(platform, "rs.executions", uuid.uuid4().hex)
+    assert error == ""
+    assert stats.committed >= 1
+    # A handler writing another role's topic: the loop stops on the one line, not retrying forever.
+    _stats, error = _run_executor_loop(platform, "rs.verdicts", uuid.uuid4().hex)
+    assert error.startswith("principal User:executor may not write topic rs.verdicts: add an ACL"), error
+    _no_secret_in(error + caplog.text, platform)
 
 
 def _read_until(consumer: Consumer, value: bytes, timeout_s: float) -> Message | None:

@@ -87,6 +87,7 @@ def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency
         commit_interval_s=settings.worker.commit_interval_s,
         drain_timeout_s=settings.worker.drain_timeout_s,
         rebalance_drain_s=settings.worker.rebalance_drain_s,
+        kafka_user=settings.kafka.sasl_username,
     )
 
 
