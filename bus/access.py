@@ -115,9 +115,11 @@ class AccessWatch:
     """One client's refusals: its ``error_cb`` (a refused login, retried by librdkafka forever, said once) and
     the line of any error a call or a delivery report carries."""
 
-    def __init__(self, client_config: Mapping[str, object], log: logging.Logger) -> None:
+    def __init__(self, client_config: Mapping[str, object], log: logging.Logger, others: int = logging.WARNING) -> None:
         self.client_config = client_config
         self.log = log
+        #: The level other client errors are logged at (a worker's transient ones are its metrics' business).
+        self.others = others
         #: The refused login (or TLS handshake), once one was reported.
         self.line: str | None = None
 
@@ -125,7 +127,7 @@ class AccessWatch:
         """librdkafka's ``error_cb``: a refusal logged once as its line, anything else as it comes."""
         line = access_problem(err, self.client_config) if isinstance(err, LibKafkaError) else None
         if line is None:
-            self.log.warning("kafka: %s", err)
+            self.log.log(self.others, "kafka: %s", err)
         elif line != self.line:
             self.line = line
             self.log.error("kafka: %s", line)

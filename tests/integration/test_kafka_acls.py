@@ -297,6 +297,36 @@ def test_the_executor_loop_commits_its_results_and_stops_on_a_missing_acl(
     _no_secret_in(error + caplog.text, platform)
 
 
+@pytest.mark.timeout(90)
+def test_a_worker_with_a_wrong_password_says_so_once(
+    secured: tuple[IsolatedPlatform, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    platform, _ = secured
+    wrong = "not-" + uuid.uuid4().hex
+    settings = _settings(platform, "executor", RS_KAFKA_SASL_PASSWORD=wrong)
+    config = worker_config(settings, "executor")
+    producer, consumer, shipper = loop_clients(settings, config, "acl-test")
+    caplog.set_level(logging.INFO)
+    expected = "Kafka refused the credentials of user executor (RS_KAFKA_SASL_USERNAME/RS_KAFKA_SASL_PASSWORD)"
+    deadline = time.monotonic() + 30
+    try:
+        consumer.subscribe(["rs.generations"])
+        while expected not in caplog.text and time.monotonic() < deadline:
+            consumer.poll(0.2)
+            producer.poll(0.2)
+        for _ in range(10):  # librdkafka goes on retrying: the line stays one
+            consumer.poll(0.2)
+            producer.poll(0.2)
+    finally:
+        consumer.close()
+    lines = [record.getMessage() for record in caplog.records if expected in record.getMessage()]
+    assert len(lines) == 1, lines  # once for the worker (its producer and consumer share one watch)
+    shown = caplog.text
+    assert wrong not in shown
+    _no_secret_in(shown, platform)
+    del shipper
+
+
 def _read_until(consumer: Consumer, value: bytes, timeout_s: float) -> Message | None:
     """The message whose value is ``value``, read within ``timeout_s`` (None if it never came)."""
     deadline = time.monotonic() + timeout_s

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from confluent_kafka import KafkaError
 
-from bus.access import access_problem, scrub
+from bus.access import AccessWatch, access_problem, scrub
 
 CONFIG = {"bootstrap.servers": "127.0.0.1:9092", "sasl.username": "trainer", "sasl.password": "pw-123456"}
 
@@ -45,3 +48,20 @@ def test_the_password_is_scrubbed() -> None:
     assert scrub("echo pw-123456 back", CONFIG) == "echo *** back"
     error = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: bad pw-123456")
     assert "pw-123456" not in str(access_problem(error, CONFIG))
+
+
+def test_a_watch_says_a_refused_login_once_and_other_errors_at_its_level(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    watch = AccessWatch(CONFIG, logging.getLogger("test.access"), others=logging.DEBUG)
+    refused = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed")
+    for _ in range(5):
+        watch.on_error(refused)
+    watch.on_error(KafkaError(KafkaError._TRANSPORT, "broker down"))
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert watch.line is not None
+    assert watch.line.startswith("Kafka refused the credentials of user trainer")
+    assert [r.levelno for r in caplog.records if "broker down" in r.getMessage()] == [logging.DEBUG]
+    denied = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    assert "consumer group g" in str(watch.refused(denied, "read", "t", "g"))
+    assert watch.refused(KafkaError(KafkaError._TRANSPORT, "x"), "read", "t") is None
