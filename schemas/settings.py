@@ -79,6 +79,9 @@ class LocalPlatformSettings(_Group):
         "`status` reads its alerts (not 9090: Debian's own prometheus service may hold it)",
     )  # fmt: skip
     alertmanager_url: str = Field("http://127.0.0.1:9493", description="Alertmanager that `up --pipeline` starts")
+    kafka_auth: Literal["none", "scram"] = Field("none", description="the local Kafka: none (open), or scram (SASL/"
+        "SCRAM over TLS, a principal per role and trainer with ACLs; credentials in <cache>/kafka-auth)")  # fmt: skip
+    kafka_trainers: str = Field("trainer", description="kafka_auth=scram: the trainer principals, comma-separated")
 
 
 class KafkaSettings(_Group):
@@ -95,6 +98,7 @@ class KafkaSettings(_Group):
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    ssl_ca_location: Path | None = Field(None, description="PEM file of the CA that signed the brokers' certificates")
     topic_prefix: str = "rs."
     topic_partitions: int = Field(6, ge=1, le=10_000, description="partitions of every catalog topic")
     topic_replication_factor: int | None = Field(
@@ -119,6 +123,8 @@ class KafkaSettings(_Group):
             config["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             config["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.ssl_ca_location is not None:
+            config["ssl.ca.location"] = str(self.ssl_ca_location)
         return config
 
 

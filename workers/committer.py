@@ -13,6 +13,7 @@ from typing import Literal
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bus.access import KafkaAccessError, access_line, is_denied
 from bus.crash_guard import CrashGuard
 from bus.dead_letters import publish_dead_letter
 from bus.delivery import DeliveryTracker
@@ -86,6 +87,23 @@ class Committer:
             self._count(item.outcome)
         return "committed"
 
+    def _denied(self, exc: KafkaClientError) -> KafkaAccessError | None:
+        """The missing ACL behind a failed transaction: a refused delivery (its topic), the offsets' group or
+        the transactional id; None when it failed otherwise."""
+        cfg = self.config
+        refused = [error for error in self._tracker.errors
+                   if isinstance(error, KafkaClientError) and is_denied(error.code)]  # fmt: skip
+        if refused:
+            self._tracker.errors = []
+            cause, operation, resource = refused[0], "write", refused[0].topic
+        elif is_denied(exc.code):
+            cause, operation = exc, "use"
+            resource = cfg.group_id if exc.code == "GROUP_AUTHORIZATION_FAILED" else cfg.transactional_id
+        else:
+            return None
+        line = access_line(cause.code, str(cause), cfg.principal_config, operation=operation, resource=resource)
+        return None if line is None else KafkaAccessError(line)
+
     def _count(self, outcome: Done | Reject | None) -> None:
         """The stats and metrics of one committed outcome."""
         if isinstance(outcome, Done):
@@ -140,6 +158,9 @@ class Committer:
         committed offsets). A fatal one (fenced by a newer instance) ends the worker."""
         if exc.fatal:
             raise exc
+        if (denied := self._denied(exc)) is not None:
+            self.abort()
+            raise denied from exc  # an ACL is missing: re-running the batch would be refused again, forever
         log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
         self.abort()
         return "aborted"

@@ -41,6 +41,13 @@ class WorkerConfig:
     timer_interval_s: float = 1.0
     #: Deaths of the process while one message ran alone before that message is dead-lettered unrun.
     crash_attempts: int = DEFAULT_ATTEMPTS
+    #: The SASL user this worker's clients log in as (``RS_KAFKA_SASL_USERNAME``): what a refused ACL names.
+    kafka_user: str | None = None
+
+    @property
+    def principal_config(self) -> dict[str, str]:
+        """The part of a client config ``bus.access`` names a principal from (no password: none is needed)."""
+        return {"sasl.username": self.kafka_user} if self.kafka_user else {}
 
     @property
     def handler_retry(self) -> RetryPolicy:

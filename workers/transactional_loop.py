@@ -56,6 +56,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as LibKafkaError
 
+from bus.access import access_error
 from bus.clients import consume_available
 from bus.crash_guard import CrashGuard, GiveUp
 from bus.errors import from_exception, from_message
@@ -158,7 +159,9 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         try:
             self.producer.init_transactions(cfg.kafka_timeout_s)
         except KafkaException as exc:
-            raise from_exception("init transactions", exc) from exc
+            cause = exc.args[0] if exc.args and isinstance(exc.args[0], LibKafkaError) else None
+            denied = access_error(cause, cfg.principal_config, resource=cfg.transactional_id)
+            raise denied or from_exception("init transactions", exc) from exc
         self._runners.start()
         try:
             self.consumer.subscribe(
@@ -238,6 +241,10 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         if error is not None:
             if error.code() == LibKafkaError._PARTITION_EOF:
                 return
+            group = error.code() == LibKafkaError.GROUP_AUTHORIZATION_FAILED
+            resource = self.config.group_id if group else msg.topic()
+            if denied := access_error(error, self.config.principal_config, operation="read", resource=resource):
+                raise denied  # an ACL is missing or the login refused: polling on cannot help
             wrapped = from_message("consume", msg)
             if error.fatal():
                 raise wrapped

@@ -37,6 +37,8 @@ LEFT_TO_SETTINGS: dict[str, str] = {
     "RS_JUDGE_TIMEOUT_S": _KNOB,
     "RS_KAFKA_BROKERS": "how many brokers `rewardstream up` runs locally; the chart's cluster is the operator's, "
     "its topics' replicas are kafka.replicationFactor (RS_TOPIC_REPLICATION_FACTOR)",
+    "RS_KAFKA_SSL_CA_LOCATION": "a path inside the pod: mount the cluster's CA (a Secret or ConfigMap volume) and "
+    "name the file through settings (unset: the image's system CAs)",
     "RS_OPENSEARCH_INDEX_PREFIX": _KNOB,
     "RS_INDEXER_BATCH_SIZE": _KNOB,
     "RS_LOG_RETENTION_DAYS": _KNOB,

@@ -12,12 +12,15 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bus.admin import ensure_topics
 from infra.local.download import require_free_space
 from infra.local.java import find_java
+from infra.local.kafka_auth import KafkaAuth
 from infra.local.kafka_nodes import (
     MAX_NODES,
     KafkaNode,
@@ -31,7 +34,9 @@ from infra.local.process import group_rss_kb, tail
 from infra.local.service import Health, PortClaim, ProcessService, port_is_open, require_port_free
 from infra.local.versions import KAFKA_SCALA_VERSION, KAFKA_VERSION, SLF4J_RELOAD4J_VERSION
 from schemas.errors import PlatformError
+from schemas.kafka_acls import ADMIN
 from schemas.settings import Settings
+from schemas.topics import catalog_for
 
 #: The heap of each node of a three-node cluster (the single broker keeps its 512 MB): three fit a small host.
 CLUSTER_NODE_HEAP = "-Xmx384m"
@@ -97,6 +102,8 @@ class KafkaService(ProcessService):
         super().__init__(settings, paths, first.host, first.port)
         self._process = first.process
         self._home = paths.dist / f"kafka_{KAFKA_SCALA_VERSION}-{KAFKA_VERSION}"
+        #: SASL/SCRAM over TLS with ACLs (``RS_KAFKA_AUTH=scram``), else None: open PLAINTEXT listeners.
+        self.auth = KafkaAuth(settings, paths) if settings.local.kafka_auth == "scram" else None
 
     @property
     def nodes(self) -> tuple[KafkaNode, ...]:
@@ -157,6 +164,10 @@ class KafkaService(ProcessService):
     def _write_config(self, node: KafkaNode) -> None:
         node.data.mkdir(parents=True, exist_ok=True)
         lines = server_properties(node, self._nodes)
+        if self.auth is not None:
+            lines |= self.auth.server_properties(node.host, node.port, node.controller_port)
+        node.config.touch(mode=0o600)  # it holds the admin's password in auth mode
+        node.config.chmod(0o600)
         node.config.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         (node.data / "log4j.properties").write_text(_LOG4J)
 
@@ -184,7 +195,15 @@ class KafkaService(ProcessService):
         return cluster_id
 
     def _format_storage(self, java: Path, node: KafkaNode) -> None:
+        mode = self._settings.local.kafka_auth
+        kept = node.data / "auth-mode"
         if (node.log_dir / "meta.properties").exists():
+            formatted = kept.read_text().strip() if kept.exists() else "none"
+            if formatted != mode:  # the super user's credential is written at format time, or not at all
+                raise PlatformError(
+                    f"the Kafka storage in {node.data} was formatted with RS_KAFKA_AUTH={formatted}, not {mode}: "
+                    f"`down --only kafka`, remove {node.data} (its topics are lost) and `up` again, or set it back"
+                )
             return
         argv = self._java_argv(
             java,
@@ -194,11 +213,14 @@ class KafkaService(ProcessService):
             f"--cluster-id={self._cluster_id()}",
             "-c",
             str(node.config),
+            *(self.auth.format_arguments() if self.auth is not None else ()),
         )
         result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
         if result.returncode != 0:
             out, err = result.stdout[-_FORMAT_OUTPUT_CHARS:], result.stderr[-_FORMAT_OUTPUT_CHARS:]
-            raise PlatformError(f"formatting Kafka storage failed: {out}{err}")
+            said = f"{out}{err}" if self.auth is None else self.auth.redact(f"{out}{err}")
+            raise PlatformError(f"formatting Kafka storage failed: {said}")
+        kept.write_text(mode + "\n")
 
     def start(self) -> None:
         """Start every node that is not running (the others go on as they are)."""
@@ -210,6 +232,8 @@ class KafkaService(ProcessService):
         for claim in self.ports():
             require_port_free(claim.label, claim.host, claim.port, claim.setting)
         java = find_java(self._settings.local.java_home)
+        if self.auth is not None:
+            self.auth.ensure(node.host for node in self._nodes)
         for node in down:
             self._write_config(node)
             self._format_storage(java, node)
@@ -287,6 +311,21 @@ class KafkaService(ProcessService):
             f"RS_KAFKA_BROKERS={wanted} (status, clients and roles must agree with `up`), or `rewardstream down` first"
         )
 
+    def admin_config(self) -> dict[str, str]:
+        """The client config of the platform's own admin work (health, provisioning): the settings' connection,
+        or in auth mode the super user's, at every node."""
+        if self.auth is not None:
+            return self.auth.client_config(ADMIN, self.endpoint)
+        return {**self._settings.kafka_client_config(), "bootstrap.servers": self.endpoint}
+
+    def provision(self, report: Callable[[str], None]) -> None:
+        """In auth mode, after the cluster is healthy: every principal's credential, the ACL table and the
+        catalog topics (no role may create them). Idempotent; nothing in the open mode."""
+        if self.auth is None or not self.is_local():
+            return
+        self.auth.provision(self.endpoint, report)
+        ensure_topics(catalog_for(self._settings), self.admin_config())
+
     def _registered_brokers(self) -> set[int]:
         """The ids of the brokers the cluster's metadata lists (a fenced or dead one is not among them)."""
         from confluent_kafka.admin import AdminClient
@@ -294,9 +333,7 @@ class KafkaService(ProcessService):
         quiet = logging.getLogger("rewardstream.kafka.health")
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
-        config: dict[str, Any] = {**self._settings.kafka_client_config(), "socket.timeout.ms": 3000, "logger": quiet}
-        if len(self._nodes) > 1:
-            config["bootstrap.servers"] = self.endpoint
+        config: dict[str, Any] = {**self.admin_config(), "socket.timeout.ms": 3000, "logger": quiet}
         metadata = AdminClient(config).list_topics(timeout=self._settings.local.health_timeout_s)
         return set(metadata.brokers)
 

@@ -97,6 +97,8 @@ class Platform:
                 failures.append(f"{name}: {exc}")
         if failures:
             raise PlatformError("; ".join(failures))
+        if self.kafka in self.services:
+            self.kafka.provision(report)  # auth mode: credentials, ACLs and topics, kept as the repo's table says
         if self.docker in self.services and self.docker.is_local():
             # Idempotent and quick when present: the process backend's rootfs may be missing even
             # when the image exists (e.g. a new cache dir).

@@ -26,7 +26,8 @@ from typing import Any
 import pydantic
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from bus.clients import make_reader
+from bus.access import AccessWatch
+from bus.config import reader_config
 from schemas.codec import decode, encode, one_line, problems_of
 from schemas.errors import KafkaError, RewardstreamError, ValidationError
 from schemas.events import GenerationEvent, RewardEvent
@@ -78,8 +79,9 @@ class TrainerClient:
         self._state = _State()
         self._stop = threading.Event()
         self._delivery_errors: list[str] = []
+        self._access = AccessWatch(config.kafka, log)  # a refused login or missing ACL: one line naming the fix
         self._since_poll = 0
-        self._producer = Producer({**producer_config(config), "error_cb": self._on_error})
+        self._producer = Producer({**producer_config(config), "error_cb": self._access.on_error})
         self._producer_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._thread: threading.Thread | None = None
@@ -163,16 +165,15 @@ class TrainerClient:
             remaining = self._producer.flush(timeout_s)
         if self._delivery_errors:
             first, self._delivery_errors = self._delivery_errors[0], []
-            raise SdkError(f"publishing to {self.config.generations_topic} failed: {first}")
-        if remaining:
-            raise SdkError(f"{remaining} generation(s) not acknowledged by Kafka within {timeout_s:g}s")
+            raise SdkError(first)
+        if remaining:  # a refused login is why, if there was one
+            unacked = f"{remaining} generation(s) not acknowledged by Kafka within {timeout_s:g}s"
+            raise SdkError(self._access.line or unacked)
 
     def _on_delivery(self, err: object, _msg: Message) -> None:
         if err is not None and len(self._delivery_errors) < 100:
-            self._delivery_errors.append(str(err))
-
-    def _on_error(self, err: object) -> None:
-        log.warning("kafka: %s", err)
+            to = self.config.generations_topic
+            self._delivery_errors.append(self._access.refused(err, "write", to) or f"publishing to {to} failed: {err}")
 
     # ---- rewards ----------------------------------------------------------------------------------------
 
@@ -315,7 +316,8 @@ class TrainerClient:
 
     def _start_consumer(self, timeout_s: float) -> None:
         # It assigns itself every partition and commits the trainer's checkpoints to its own group.
-        self._consumer = make_reader(self.config.kafka, self.config.group_id, **{"auto.offset.reset": "earliest"})
+        reader = reader_config(self.config.kafka, self.config.group_id, **{"auto.offset.reset": "earliest"})
+        self._consumer = Consumer({**reader, "error_cb": self._access.on_error})
         self._thread = threading.Thread(target=self._consume_loop, name="rewardstream-sdk-rewards", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -336,6 +338,10 @@ class TrainerClient:
                 self._assign(consumer)
                 return
             except (KafkaException, SdkError) as exc:
+                consumer.poll(0)  # serves the error callback: a refused login is told there, not in ``exc``
+                topic, group = self.config.rewards_topic, self.config.group_id
+                if line := self._access.line or self._access.refused(exc, "read", topic, group):
+                    raise SdkError(line) from exc  # refused: retrying cannot help
                 waited = time.monotonic() - started
                 if waited > (3.0 if isinstance(exc, SdkError) else timeout_s) or self._stop.is_set():
                     if isinstance(exc, SdkError):
@@ -348,6 +354,8 @@ class TrainerClient:
         topic = self.config.rewards_topic
         meta = consumer.list_topics(topic, timeout=10)
         info = meta.topics.get(topic)
+        if info is not None and (denied := self._access.refused(info.error, "read", topic)):
+            raise SdkError(denied)
         if info is None or info.error is not None or not info.partitions:
             raise SdkError(f"rewards topic {topic} does not exist (run `rewardstream topics create`)")
         tps = [TopicPartition(topic, p) for p in sorted(info.partitions)]

@@ -6,6 +6,7 @@ Kept apart from the handlers so tests can build a worker with their own registry
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from bus.clients import make_consumer, make_producer
-from bus.config import RANGE
+from bus.access import AccessWatch
+from bus.config import RANGE, consumer_config, producer_config
 from bus.instance import new_instance_id
 from bus.metrics import WorkerMetrics
 from schemas.errors import ConfigError
@@ -87,6 +88,7 @@ def loop_config(settings: Settings, role: str, source: TopicRole, *, concurrency
         commit_interval_s=settings.worker.commit_interval_s,
         drain_timeout_s=settings.worker.drain_timeout_s,
         rebalance_drain_s=settings.worker.rebalance_drain_s,
+        kafka_user=settings.kafka.sasl_username,
     )
 
 
@@ -169,10 +171,12 @@ def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple
         "transactional.id": config.transactional_id,
         "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
     }
-    producer = make_producer(kafka, **overrides)
+    # A refused login is said once, as the line naming the user and the settings (librdkafka retries it forever).
+    watch = AccessWatch(kafka, logging.getLogger(f"rewardstream.{config.role}"), others=logging.DEBUG)
+    producer = Producer({**producer_config(kafka, **overrides), "error_cb": watch.on_error})
     group: dict[str, str | int | bool] = {"max.poll.interval.ms": 300_000,
                                           "partition.assignment.strategy": config.assignment}  # fmt: skip
-    consumer = make_consumer(kafka, config.group_id, **group)
+    consumer = Consumer({**consumer_config(kafka, config.group_id, **group), "error_cb": watch.on_error})
     shipper = LogShipper(producer, topic_for("logs", catalog_for(settings)).name, config.role, worker=worker)
     return producer, consumer, shipper
 

@@ -65,7 +65,7 @@ def test_each_setting_is_declared_once_in_its_group() -> None:
     """The flat names are derived from the groups' fields, one each, none shared; a name the groups do not
     declare is no attribute."""
     names = flat_names()
-    assert len(names) == len(set(names.values())) == 83
+    assert len(names) == len(set(names.values())) == 86
     assert names["kafka_bootstrap"] == ("kafka", "bootstrap")
     assert names["topic_prefix"] == ("kafka", "topic_prefix")
     assert names["docker_host"] == ("sandbox", "docker_host")
