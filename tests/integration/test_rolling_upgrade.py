@@ -192,13 +192,14 @@ def test_a_rolling_minor_upgrade_loses_nothing_and_decodes_everything(
                 phases["D"] = time.monotonic() - started
                 # E. the old processor leaves: the new code alone
                 sigterm(old_processor, env)
+                before_alone = set(trainers.sent)  # published while an old processor could still store their parts
                 after = versions("rewards")["1.2"]
                 topics.wait(lambda: versions("rewards")["1.2"] >= after + 6, 120, "rewards of the new pipeline")
                 phases["E"] = time.monotonic() - started
             topics.wait(lambda: len(topics.readers["rewards"].values) >= len(trainers.sent), 180, "every reward")
             for reader in topics.readers.values():
                 reader.settle()
-            check(topics, trainers.sent)
+            check(topics, trainers.sent, before_alone)
             refuse_a_major(env, topics, trainers.sent)
         finally:
             topics.close()
@@ -207,8 +208,12 @@ def test_a_rolling_minor_upgrade_loses_nothing_and_decodes_everything(
           f"done at {time.monotonic() - started:.0f}s")  # fmt: skip
 
 
-def check(topics: Topics, sent: dict[str, dict[str, object]]) -> None:
-    """Exactly one reward each, of the right value; the trace where a new member read it; nothing dead."""
+def check(topics: Topics, sent: dict[str, dict[str, object]], before_alone: set[str]) -> None:
+    """Exactly one reward each, of the right value; the trace where a new member read it; nothing dead.
+
+    A new processor's reward carries the trace of the parts it joined; of a generation published before the old
+    processor left, it may carry none: the old processor can have stored a traced part (dropping its new field, as
+    an old reader does) and handed the partition over. Never a wrong trace; published after, always the trace."""
     assert topics.readers["dlq"].values == [], "dead letters in a minor upgrade"
     rewards = topics.readers["rewards"].exactly_one_each(list(sent), "(old reader: the stock RewardEvent)")
     assert {g: r.reward for g, r in rewards.items()} == {g: s["reward"] for g, s in sent.items()}
@@ -236,7 +241,8 @@ def check(topics: Topics, sent: dict[str, dict[str, object]]) -> None:
         new_reward = decode(value, upgraded.RewardEvent)
         if raw_reward["schema_version"] == "1.2":  # a new processor: the trace of the parts it joined
             expected = sent[str(gid)]["trace"] if gid in traced_results else None
-            assert new_reward.trace_id == expected, raw_reward
+            allowed = {expected, None} if gid in before_alone else {expected}
+            assert new_reward.trace_id in allowed, raw_reward
         else:
             assert raw_reward["schema_version"] == "1.1", raw_reward
             assert "trace_id" not in raw_reward, raw_reward

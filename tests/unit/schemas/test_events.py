@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import Field
 
-from schemas.codec import DecodeError, decode, encode
+from schemas.codec import DecodeError, SchemaVersion1, decode, encode
 from schemas.events import HiddenVerdict, RewardEvent
 from schemas.result_rules import INVALID_REASONS
 from tests.unit.reward_events import verdict
@@ -103,3 +104,23 @@ def test_a_reward_encodes_as_its_model_serializer_writes_it(reward: RewardEvent)
     """``encode`` skips RewardEvent's wrap serializer for a reward with a claim (``wire_serializer``): the bytes
     must be the ones the model's own serializer writes, for 1.0 rewards (which keep it) and claimed ones."""
     assert encode(reward) == reward.__pydantic_serializer__.to_json(reward, by_alias=True)
+
+
+class _NextMinorReward(RewardEvent):
+    """A later minor version's reward: one field more (what a rolling upgrade's new processor writes)."""
+
+    version: ClassVar[tuple[int, int]] = (1, 2)
+    schema_version: SchemaVersion1 = Field("1.2", description="major.minor of this contract")
+    trace_id: str | None = Field(None, description="a field the next minor adds")
+
+
+def test_a_later_minors_claimed_reward_keeps_its_new_fields() -> None:
+    """The claimed-reward serializer is each class's own: a subclass's fields are written, not the base's alone."""
+    reward = _NextMinorReward(
+        generation_id="g", episode_id="g", run_id="r", task_id="T/0", reward=1.0, policy_name="p",
+        policy_version="1", valid=True, trace_id="t-1",
+    )  # fmt: skip
+    data = orjson.loads(encode(reward))
+    assert (data["schema_version"], data["trace_id"]) == ("1.2", "t-1")
+    assert encode(reward) == reward.__pydantic_serializer__.to_json(reward, by_alias=True)
+    assert decode(encode(reward), RewardEvent).reward == 1.0  # an older reader ignores the newer minor's field
