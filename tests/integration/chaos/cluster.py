@@ -137,6 +137,24 @@ class ChaosCluster:
         os.kill(pid, signal.SIGKILL)
         return time.monotonic()
 
+    def pause(self, node_id: int) -> float:
+        """SIGSTOP the node: its sockets stay open but it answers nothing; the monotonic time it was sent."""
+        os.kill(self.pid(node_id), signal.SIGSTOP)
+        return time.monotonic()
+
+    def resume(self, node_id: int) -> None:
+        _signal(self.pid(node_id), signal.SIGCONT)
+
+    def leads_none_of(self, node_id: int, topic: str) -> bool:
+        """Whether no partition of ``topic`` is led by ``node_id`` (False while the cluster cannot tell)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            partitions = self._admin().list_topics(topic, timeout=5).topics[topic].partitions
+        except KafkaException:
+            return False
+        return bool(partitions) and all(meta.leader not in (node_id, -1) for meta in partitions.values())
+
     def heal(self, topics: Iterable[str] = ()) -> float:
         """``up`` restarts whatever node is down; then wait until every partition of ``topics`` and of Kafka's
         own topics has all three replicas in sync again. Seconds it took."""

@@ -1,6 +1,7 @@
 """Chaos on a three-broker cluster of the test's own: a node SIGKILLed in the middle of a mixed load (one-shot
 generations and agent episodes through the SDK, the pipeline as processes under their supervisor): the leader of
-the generations topic, of the rewards topic, the reward processor's transaction coordinator. Afterwards every
+the generations topic, of the rewards topic, the reward processor's transaction coordinator; or that leader
+SIGSTOPped until the controllers fence it, then resumed. Afterwards every
 generation has exactly one reward, every episode step exactly one observation, nothing dead-lettered, every
 reward the fault-free one, and nobody helped: the cluster keeps two of three nodes until the scenario's end,
 when ``up`` restores the third for the next one.
@@ -10,6 +11,7 @@ The figures (time to the first reward after the fault, to the backlog drained) a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,5 +119,37 @@ def test_kill_9_a_node_mid_run(cluster: ChaosCluster, pipe: Pipeline, problems: 
     if deadline_zeros(differing):
         # Known (docs/operations.md, "Chaos"): a role fenced by the fault restarts and re-runs its backlog alone
         # (crash guard) for longer than the join deadline, and the processor's liveness hold does not cover it.
+        pytest.xfail(f"rewards decided at the join deadline: {describe(differing)}")
+    assert not differing, describe(differing)
+
+
+@pytest.mark.xfail(
+    run=False,
+    reason="after the paused node is fenced and resumed, generations published later get no results within 180 s",
+)
+@pytest.mark.timeout(600)
+def test_sigstop_a_node_past_its_session_timeout(cluster: ChaosCluster, pipe: Pipeline, problems: Problems) -> None:
+    """The leader of generations/0 paused (SIGSTOP) until the controllers fenced it (no heartbeat within
+    ``broker.session.timeout.ms``: its partitions get other leaders), then resumed (SIGCONT)."""
+    generations = _topic(pipe, "generations")
+    load = MixedLoad(pipe, problems, run_id=f"{pipe.env.prefix}run")
+    try:
+        load.start()
+        victim = _generations_leader(cluster, pipe)
+        wait_for(lambda: load.rewarded() >= BEFORE_FAULT or bool(load.errors), 240,
+                 lambda: f"{BEFORE_FAULT} rewards before the fault\n{pipe.logs()}")  # fmt: skip
+        fault_at = cluster.pause(victim)
+        try:
+            wait_for(lambda: cluster.leads_none_of(victim, generations), 120, f"node {victim} fenced")
+            paused_s = time.monotonic() - fault_at
+        finally:
+            cluster.resume(victim)
+        load.finish()
+    finally:
+        load.close()
+    recovery = load.check(fault_at)
+    print(f"\nSIGSTOP node {victim} for {paused_s:.1f}s (until fenced), then SIGCONT: {recovery.line()}")
+    differing = load.differing()
+    if deadline_zeros(differing):
         pytest.xfail(f"rewards decided at the join deadline: {describe(differing)}")
     assert not differing, describe(differing)
