@@ -137,6 +137,14 @@ class ChaosCluster:
         os.kill(pid, signal.SIGKILL)
         return time.monotonic()
 
+    def restart(self, node_id: int, topics: Iterable[str]) -> None:
+        """Stop the node gracefully (SIGTERM: a controlled shutdown moves its leaders first), start it again
+        with ``up``, and wait until every replica of ``topics`` is back in sync."""
+        pid = self.pid(node_id)
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not _alive(pid), 120, f"node {node_id} (pid {pid}) to stop")
+        self.heal(topics)
+
     def pause(self, node_id: int) -> float:
         """SIGSTOP the node: its sockets stay open but it answers nothing; the monotonic time it was sent."""
         os.kill(self.pid(node_id), signal.SIGSTOP)
@@ -185,3 +193,11 @@ class ChaosCluster:
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,7 +1,7 @@
 """Chaos on a three-broker cluster of the test's own: a node SIGKILLed in the middle of a mixed load (one-shot
 generations and agent episodes through the SDK, the pipeline as processes under their supervisor): the leader of
 the generations topic, of the rewards topic, the reward processor's transaction coordinator; or that leader
-SIGSTOPped until the controllers fence it, then resumed. Afterwards every
+SIGSTOPped until the controllers fence it, then resumed; a rolling restart of the three. Afterwards every
 generation has exactly one reward, every episode step exactly one observation, nothing dead-lettered, every
 reward the fault-free one, and nobody helped: the cluster keeps two of three nodes until the scenario's end,
 when ``up`` restores the third for the next one.
@@ -149,6 +149,31 @@ def test_sigstop_a_node_past_its_session_timeout(cluster: ChaosCluster, pipe: Pi
         load.close()
     recovery = load.check(fault_at)
     print(f"\nSIGSTOP node {victim} for {paused_s:.1f}s (until fenced), then SIGCONT: {recovery.line()}")
+    differing = load.differing()
+    if deadline_zeros(differing):
+        pytest.xfail(f"rewards decided at the join deadline: {describe(differing)}")
+    assert not differing, describe(differing)
+
+
+@pytest.mark.timeout(600)
+def test_a_rolling_restart_of_every_broker(cluster: ChaosCluster, pipe: Pipeline, problems: Problems) -> None:
+    """Each node in turn stopped (SIGTERM), started again and caught up before the next, while the load runs
+    (at one generation per 3 s, so that it spans the restarts)."""
+    topics = [_topic(pipe, role) for role in ("generations", "rewards", "actions", "observations")]
+    load = MixedLoad(pipe, problems, run_id=f"{pipe.env.prefix}run", pace_s=3.0)
+    try:
+        load.start()
+        wait_for(lambda: load.rewarded() >= BEFORE_FAULT or bool(load.errors), 240,
+                 lambda: f"{BEFORE_FAULT} rewards before the fault\n{pipe.logs()}")  # fmt: skip
+        fault_at = time.monotonic()
+        for node in sorted(n["id"] for n in cluster.nodes()):
+            cluster.restart(node, topics)
+        rolled_s = time.monotonic() - fault_at
+        load.finish()
+    finally:
+        load.close()
+    recovery = load.check(fault_at)
+    print(f"\nrolling restart of the three nodes in {rolled_s:.1f}s: {recovery.line()}")
     differing = load.differing()
     if deadline_zeros(differing):
         pytest.xfail(f"rewards decided at the join deadline: {describe(differing)}")
