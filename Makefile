@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint up down status clean-venv image deploy-check k8s-build k8s-up k8s-down k8s-status k8s-test k8s-e2e
+.PHONY: demo test chaos lint up down status clean-venv image deploy-check k8s-build k8s-up k8s-down k8s-status k8s-test k8s-e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,7 @@ test: $(STAMP)
 	test $$lint -eq 0 && test $$deploy -eq 0 && test $$built -eq 0
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS); status=0; \
 	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/1-integration.xml tests/integration \
-		$(ALONE:%=--ignore=%) || status=$$?; \
+		$(ALONE:%=--ignore=%) --ignore=tests/integration/chaos || status=$$?; \
 	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/2-unit-sandbox.xml tests/unit tests/sandbox \
 		$(MEASURING:%=--ignore=%) || status=$$?; \
 	$(BIN)/pytest --junitxml=$(REPORTS)/3-measuring.xml $(MEASURING) || status=$$?; \
@@ -64,6 +64,13 @@ test: $(STAMP)
 	docker image prune --force --filter label=rewardstream.base || status=$$?; \
 	$(BIN)/python -m infra.test_timings $(REPORTS)/*.xml; \
 	exit $$status
+
+## chaos: the three-broker chaos scenarios (tests/integration/chaos, about 6 minutes, a cluster of their own on
+# ports 19872-19877 beside the local services). Not part of `make test` yet: they found faults the pipeline does not
+# yet recover from (docs/operations.md, "Chaos"), kept as expected failures until fixed.
+chaos: $(STAMP)
+	$(BIN)/rewardstream up
+	$(BIN)/pytest -s tests/integration/chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -30,6 +30,7 @@ from schemas.events import (
     JudgeScore,
     RewardEvent,
 )
+from schemas.settings import Settings
 from schemas.topics import catalog, topic_for
 from streams.reward.policy import default_policy_path
 from streams.reward.processor import RESTART_EXIT_CODE
@@ -281,9 +282,10 @@ def short_deadline_policy(tmp_path: Path, deadline_s: float = 3.0, retry_s: floa
 
 @contextmanager
 def reward_env(kafka_config: dict[str, str], unique_name: str, tmp: Path) -> Iterator[RewardEnv]:
-    """Topics under a unique prefix, deleted (with the reward processor's changelog) afterwards."""
+    """Topics under a unique prefix, deleted (with the reward processor's changelog) afterwards; replicated as
+    the environment's settings say (three times on a three-broker cluster: ``RS_KAFKA_BROKERS=3``)."""
     prefix = f"{unique_name}."
-    specs = catalog(prefix, PARTITIONS)
+    specs = catalog(prefix, PARTITIONS, Settings().kafka.replication_factor())
     ensure_topics(specs, kafka_config)
     env = RewardEnv(prefix, kafka_config, tmp, app_id=f"{unique_name}-app")
     try:

@@ -12,7 +12,7 @@ import argparse
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,14 +111,18 @@ def pipeline(
     *,
     index_prefix: str | None = None,
     concurrency: int = 2,
+    supervised: bool = False,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[Pipeline]:
-    """Topics, the reward processor and one worker per role (and an indexer when ``index_prefix``)."""
+    """Topics, the reward processor and one worker per role (and an indexer when ``index_prefix``); with
+    ``supervised``, each worker under ``rewardstream.supervisor`` (restarted when it exits, as ``up --pipeline``
+    runs it); ``extra_env`` on top of the workers' environment."""
     with reward_env(kafka_config, unique_name, tmp) as env:
-        worker_env = worker_environment(env.prefix, registry_dir, tmp, index_prefix)
+        worker_env = {**worker_environment(env.prefix, registry_dir, tmp, index_prefix), **(extra_env or {})}
         env.start(tag="processor")
         roles = [*ROLES, "indexer"] if index_prefix else list(ROLES)
         for role in roles:
-            argv = [sys.executable, "-m", "rewardstream", "worker", role]
+            argv = [*(supervised_argv(role) if supervised else [sys.executable, "-m", "rewardstream"]), "worker", role]
             if role != "indexer":
                 argv += ["--concurrency", str(concurrency)]
             with (tmp / f"{role}.log").open("wb") as out:
@@ -134,6 +138,11 @@ def pipeline(
         )
         with env.supervised():
             yield Pipeline(env, settings, worker_env)
+
+
+def supervised_argv(name: str) -> list[str]:
+    """The start of a command line running ``rewardstream ...`` under the restarting supervisor."""
+    return [sys.executable, "-m", "rewardstream.supervisor", name, "--", sys.executable, "-m", "rewardstream"]
 
 
 def trainer_main(argv: list[str]) -> None:
