@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -65,6 +66,8 @@ def test_worker_indexer_process_throughput_metrics_and_sigterm(
         "RS_METRICS_PORT": "0",
     }
     started = time.monotonic()
+    said: list[str] = []
+    reader: threading.Thread | None = None
     proc = subprocess.Popen(
         [sys.executable, "-m", "rewardstream", "worker", "indexer", "--concurrency", "2"],
         env=env, stderr=subprocess.PIPE, text=True,
@@ -74,12 +77,16 @@ def test_worker_indexer_process_throughput_metrics_and_sigterm(
         line = proc.stderr.readline()
         match = re.search(r"metrics on (http://\S+/metrics)", line)
         assert match, line
+        # The rest of its stderr is read all along: a pipe left full would block the process's next log line
+        # (a busy host's Kafka warnings), and with it the SIGTERM drain this test times.
+        reader = threading.Thread(target=lambda: said.extend(proc.stderr or ()), daemon=True)
+        reader.start()
         deadline = time.monotonic() + 120
         first_at: float | None = None
         while (indexed := _count(opensearch_client, index_prefix)) < RECORDS:
             if first_at is None and indexed > 0:
                 first_at = time.monotonic()
-            assert proc.poll() is None, proc.stderr.read()
+            assert proc.poll() is None, "".join(said[-20:])
             assert time.monotonic() < deadline, f"indexed {_count(opensearch_client, index_prefix)} of {RECORDS}"
             time.sleep(0.2)
         done_at = time.monotonic()
@@ -94,7 +101,10 @@ def test_worker_indexer_process_throughput_metrics_and_sigterm(
 
         stop_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        try:
+            assert proc.wait(timeout=30) == 0, "".join(said[-20:])
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"no exit 30 s after SIGTERM; its last stderr lines:\n{''.join(said[-20:])}")
         stop_s = time.monotonic() - stop_at
         print(
             f"\nindexer process (2 consumers, bulk 1000): {RECORDS} records in {elapsed:.1f}s including startup "
@@ -105,6 +115,8 @@ def test_worker_indexer_process_throughput_metrics_and_sigterm(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+        if reader is not None:
+            reader.join(timeout=10)  # the pipe's end: the process is gone
         if proc.stderr is not None:
             proc.stderr.close()
         for name in opensearch_client.indices.get(index=f"{index_prefix}-*", ignore_unavailable=True):
