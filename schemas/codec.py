@@ -12,6 +12,7 @@ producer bug, never silently dropped).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -162,10 +163,12 @@ def encode(model: Contract) -> bytes:
     return data
 
 
-def without_wrap(schema: CoreSchema) -> SchemaSerializer:
-    """A serializer of a model's core ``schema`` that ignores its ``model_serializer``: the fields' own
-    serialization, exclusions (``exclude_if``) included (what a wrap serializer's ``handler`` returns)."""
-    plain = copy.deepcopy(schema)
+@functools.cache
+def without_wrap(model: type[BaseModel]) -> SchemaSerializer:
+    """A serializer of ``model`` that ignores its ``model_serializer``: the fields' own serialization, exclusions
+    (``exclude_if``) included (what a wrap serializer's ``handler`` returns). Each class its own (a later minor's
+    subclass keeps its new fields), made once."""
+    plain: CoreSchema = copy.deepcopy(model.__pydantic_core_schema__)
     node: Any = plain
     while node["type"] != "model":  # the after-validators and definitions wrapped around the model's schema
         node = node["schema"]
