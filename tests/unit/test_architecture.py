@@ -117,3 +117,27 @@ def test_lint_imports_refuses_a_guest_module_that_imports_first_party_code(tmp_p
     broken = lint_imports(tmp_path / "broken", {"leaky.py": "from schemas.text import is_clean_text\n"})
     assert broken.returncode != 0, broken.stdout
     assert "guest.leaky -> schemas.text" in broken.stdout, broken.stdout
+
+
+def conflict_markers(paths: list[Path]) -> list[str]:
+    """Lines a merge left behind (``<<<<<<<``, ``=======``, ``>>>>>>>`` at a line's start): ``path:line``."""
+    found = []
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "=======":
+                found.append(f"{path}:{number}")
+    return found
+
+
+def test_no_merge_left_its_conflict_markers_in_the_tree() -> None:
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    texts = [ROOT / name for name in tracked.decode().split("\0") if name.endswith((".py", ".md", ".yml", ".yaml",
+             ".toml", ".json", ".cfg", ".txt")) and (ROOT / name).is_file()]  # fmt: skip
+    assert texts, "git ls-files listed no text file"
+    assert conflict_markers(texts) == []
+
+
+def test_conflict_markers_are_found(tmp_path: Path) -> None:
+    marked = tmp_path / "merged.md"
+    marked.write_text("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> branch\n======== a rule\n", encoding="utf-8")
+    assert conflict_markers([marked]) == [f"{marked}:{n}" for n in (2, 4, 6)]
