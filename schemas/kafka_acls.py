@@ -113,11 +113,12 @@ def gateway_grants(prefix: str) -> list[Grant]:
 
 
 def trainer_grants(prefix: str, trainer: str) -> list[Grant]:
-    """A trainer: publishes generations and agent actions, reads rewards and observations, in its own groups.
-    Nothing else: it never reads a verdict (hidden tests' results) nor writes a reward."""
+    """A trainer: publishes generations and agent actions, reads rewards and observations, in its own groups,
+    and the actions back (``EpisodeClient.resume`` finds the turns it sent). Nothing else: it never reads a
+    verdict (hidden tests' results) nor writes a reward."""
     return [
         *_topics(trainer, prefix, ("generations", "actions"), "write"),
-        *_topics(trainer, prefix, ("rewards", "observations"), "read"),
+        *_topics(trainer, prefix, ("rewards", "observations", "actions"), "read"),
         *(Grant(trainer, "group", group, "read", "prefixed") for group in TRAINER_GROUP_PREFIXES),
     ]
 
