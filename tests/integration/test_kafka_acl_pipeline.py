@@ -50,6 +50,8 @@ class Secured:
     env: dict[str, str]
     cache: Path
     said: str
+    #: The trainer's one-shot run and how many generations it rewarded (what the operator replays).
+    run: tuple[str, int] | None = None
 
     def cli(self, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "rewardstream", *args], env=self.env, capture_output=True,
@@ -186,6 +188,7 @@ def test_the_trainers_generations_get_their_rewards_through_every_role(
         client.flush(30)
         got = {r.generation_id: r.reward for r in client.rewards(timeout_s=300, limit=len(expected))}
     assert got == expected, _logs(secured.cache)
+    secured.run = (config.run_id, len(expected))
     _no_password_in(capfd, caplog, secured)
 
 
@@ -218,6 +221,26 @@ def test_an_agent_episode_and_a_run_code_call_are_answered(
     assert answer.run_result is not None
     assert answer.run_result.stdout == "42\n", answer
     _no_password_in(capfd, caplog, secured)
+
+
+@pytest.mark.timeout(600)
+def test_the_operator_replays_the_run_in_its_own_namespace(secured: Secured) -> None:
+    """``rewardstream replay`` as User:operator: it reads the live topics, makes the replay namespace, runs its
+    pipeline (as the operator: no role principal has rights there), diffs and deletes the namespace."""
+    import orjson
+
+    assert secured.run is not None, "the trainer's run did not complete"
+    run_id, count = secured.run
+    path = secured.cache / "kafka-auth" / "clients" / "operator.env"
+    operator = dict(line.split("=", 1) for line in path.read_text().splitlines())
+    done = subprocess.run([sys.executable, "-m", "rewardstream", "replay", "--run-id", run_id, "--json",
+                           "--replay-id", "acl", "--timeout", "300"], env={**secured.env, **operator},
+                          capture_output=True, text=True, timeout=560, check=False)  # fmt: skip
+    secured.said += done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = orjson.loads(done.stdout)
+    assert result["replayed"] == count
+    assert result["counts"]["same"] == count, result["counts"]
 
 
 def test_no_process_was_refused_anything(secured: Secured) -> None:
