@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from bus.clients import make_reader
 from bus.partition_reader import settled_watermarks
 from schemas.errors import KafkaError
+from schemas.kafka_acls import REPLAY_SCAN_GROUP
 
 #: A read fails when no partition made progress for this long (a stuck broker, not a big topic).
 STALL_TIMEOUT_S = 30.0
@@ -33,7 +34,7 @@ class Record:
 
 
 def scan_consumer(config: Mapping[str, str]) -> Consumer:
-    return make_reader(config, "rewardstream-replay-scan")
+    return make_reader(config, REPLAY_SCAN_GROUP)
 
 
 def partitions(config: Mapping[str, str], topic: str, timeout_s: float = 30.0) -> list[int]:

@@ -4,6 +4,10 @@ episode worker, the auditor and the HTTP gateway.
 ``rewardstream up --pipeline`` starts them in the background (after the services and the topics), and
 ``rewardstream down`` stops them first. Each is the same ``rewardstream`` command an operator would run on
 any number of machines; here they are tracked by pid files next to the services'.
+
+With ``RS_KAFKA_AUTH=scram`` each process runs as its own Kafka principal (``schemas.kafka_acls``): the
+``RS_KAFKA_*`` lines of ``<cache>/kafka-auth/clients/<principal>.env`` (0600, written by ``up``) go into its
+environment, never onto its command line (which ``ps`` shows to every user).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from infra.local.kafka_auth import KafkaAuth
 from infra.local.paths import PlatformPaths
 from infra.local.process import ManagedProcess, group_rss_kb
 from schemas.errors import PlatformError
+from schemas.kafka_acls import ADMIN, AUDITOR, EPISODE, GATEWAY, REWARDS
 from schemas.settings import Settings, WorkerSettings, defaults
 
 READY_TIMEOUT_S = 60.0
@@ -35,6 +41,8 @@ class PipelineProcess:
     metrics_port: int | None
     #: An HTTP server's base URL (the gateway): ready when its ``/health`` answers 200; metrics on its ``/metrics``.
     endpoint: str | None = None
+    #: The Kafka principal it runs as when ``RS_KAFKA_AUTH=scram`` (None: the credentials of the environment).
+    principal: str | None = None
 
     def managed(self, paths: PlatformPaths) -> ManagedProcess:
         return ManagedProcess(
@@ -56,33 +64,34 @@ def pipeline_processes(settings: Settings, concurrency: int | None = None) -> li
     first_port = settings.worker.metrics_port or defaults(WorkerSettings).metrics_port  # 0: from the default
     procs = []
     for offset, role in enumerate(roles):
-        argv = [*_supervised(role), "worker", role, "--metrics-port", str(first_port + offset)]
+        argv = [*supervised(role), "worker", role, "--metrics-port", str(first_port + offset)]  # principal: role
         if concurrency is not None and role != "indexer":
             argv += ["--concurrency", str(concurrency)]
-        procs.append(PipelineProcess(role, tuple(argv), first_port + offset))
+        procs.append(PipelineProcess(role, tuple(argv), first_port + offset, principal=role))
     # The app id is the processor's consumer group and names its changelog topic: scope it like the workers'.
     app_id = f"{settings.kafka.topic_prefix}rewards"
     port = first_port + len(roles)
-    argv = [*_supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]
-    procs.append(PipelineProcess("reward", tuple(argv), port))
+    argv = [*supervised("reward"), "reward", "run", "--app-id", app_id, "--metrics-port", str(port)]
+    procs.append(PipelineProcess("reward", tuple(argv), port, principal=REWARDS))
     port += 1
-    argv = [*_supervised("episode"), "worker", "episode", "--metrics-port", str(port)]
+    argv = [*supervised("episode"), "worker", "episode", "--metrics-port", str(port)]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
-    procs.append(PipelineProcess("episode", tuple(argv), port))
+    procs.append(PipelineProcess("episode", tuple(argv), port, principal=EPISODE))
     port += 1
-    argv = [*_supervised("auditor"), "worker", "auditor", "--metrics-port", str(port)]
+    argv = [*supervised("auditor"), "worker", "auditor", "--metrics-port", str(port)]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]
-    procs.append(PipelineProcess("auditor", tuple(argv), port))
+    procs.append(PipelineProcess("auditor", tuple(argv), port, principal=AUDITOR))
     host = f"[{settings.gateway.host}]" if ":" in settings.gateway.host else settings.gateway.host
     endpoint = f"http://{host}:{settings.gateway.port}"
-    procs.append(PipelineProcess("gateway", (*_supervised("gateway"), "serve"), None, endpoint))
+    procs.append(PipelineProcess("gateway", (*supervised("gateway"), "serve"), None, endpoint, principal=GATEWAY))
     return procs
 
 
-def _supervised(name: str) -> list[str]:
-    """The start of a command line that runs ``rewardstream ...`` under the restarting supervisor."""
+def supervised(name: str) -> list[str]:
+    """The start of a command line that runs ``rewardstream ...`` under the restarting supervisor (the
+    pipeline's processes, and the tests' that run the same way)."""
     return [sys.executable, "-m", "rewardstream.supervisor", name, "--", sys.executable, "-m", "rewardstream"]
 
 
@@ -100,7 +109,7 @@ class Pipeline:
         from schemas.topics import catalog_for
 
         specs = catalog_for(self._settings)
-        topics = ensure_topics(specs, self._settings.kafka_client_config())
+        topics = ensure_topics(specs, self._admin_config())
         differing = [f"{t.name}: {'; '.join(t.differences)}" for t in topics.topics if t.differences]
         if differing:
             raise PlatformError(f"topics differ from the catalog ({', '.join(differing)}): fix or delete them")
@@ -111,11 +120,36 @@ class Pipeline:
             if managed.pid() is not None:
                 report(f"{proc.name}: already running (pid {managed.pid()})")
                 continue
-            managed.start(proc.argv, env=env, cwd=self._paths.root)
+            managed.start(proc.argv, env={**env, **self.credentials(proc)}, cwd=self._paths.root)
             started.append((proc, managed))
         for proc, managed in started:
             self._wait_ready(proc, managed)
             report(f"{proc.name}: running (pid {managed.pid()}, log {managed.logfile})")
+
+    def _auth(self) -> KafkaAuth | None:
+        """This cache dir's authenticated Kafka (``RS_KAFKA_AUTH=scram``), or None for the open one."""
+        return KafkaAuth(self._settings, self._paths) if self._settings.local.kafka_auth == "scram" else None
+
+    def _admin_config(self) -> dict[str, str]:
+        """Who creates the catalog topics: the settings' principal, or with auth the super user (no role may)."""
+        config = self._settings.kafka_client_config()
+        auth = self._auth()
+        return config if auth is None else auth.client_config(ADMIN, config["bootstrap.servers"])
+
+    def credentials(self, proc: PipelineProcess) -> dict[str, str]:
+        """The ``RS_KAFKA_*`` settings ``proc`` runs with on top of the environment: its principal's client file
+        when auth is on (read here, handed over in the environment), else none."""
+        auth = self._auth()
+        if auth is None or proc.principal is None:
+            return {}
+        path = auth.client_file(proc.principal)
+        if not path.exists():
+            raise PlatformError(
+                f"no Kafka credentials for {proc.name}'s principal {proc.principal} ({path} is missing): run "
+                f"`rewardstream up` with RS_KAFKA_AUTH=scram first, which writes every principal's"
+            )
+        lines = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        return {key: value for key, value in lines}
 
     def _wait_ready(self, proc: PipelineProcess, managed: ManagedProcess) -> None:
         started = time.monotonic()

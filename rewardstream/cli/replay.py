@@ -74,6 +74,15 @@ class _ReplayPipeline(Pipeline):
 
     started = False
 
+    def _admin_config(self) -> dict[str, str]:
+        """The replay's topics are made as the CLI's principal (the operator's, which owns the namespace)."""
+        return self._settings.kafka_client_config()
+
+    def credentials(self, proc: PipelineProcess) -> dict[str, str]:
+        """Every replay process runs as the CLI's principal (the operator's): no role principal has ACLs on the
+        replay namespace."""
+        return {}
+
     def start(self, report: Callable[[str], None] = lambda _msg: None) -> None:
         self.started = True  # a failed start may have left some processes: stop and clean up anyway
         with _environ(self._child_env):

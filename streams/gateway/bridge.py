@@ -31,6 +31,7 @@ from bus.config import producer_config
 from schemas.codec import decode
 from schemas.errors import KafkaError, RewardstreamError
 from schemas.events import RewardEvent
+from schemas.kafka_acls import GATEWAY_GROUP_PREFIX
 from schemas.runs import RunReply
 
 log = logging.getLogger("rewardstream.gateway")
@@ -192,7 +193,7 @@ class ReplyTail(_Tail):
     name = "replies"
 
     def __init__(self, kafka: Mapping[str, str], topic: str, partition: int, instance_id: str) -> None:
-        super().__init__(kafka, f"rewardstream-gateway.{instance_id}")
+        super().__init__(kafka, f"{GATEWAY_GROUP_PREFIX}{instance_id}")
         self.topic = topic
         self.partition = partition
         self.instance_id = instance_id

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import uvicorn
 
 from schemas.errors import ConfigError
+from schemas.kafka_acls import GATEWAY_GROUP_PREFIX
 from streams.gateway.app import GatewayDeps, create_app
 from streams.gateway.bridge import Publisher, ReplyTail, RewardTail
 from streams.gateway.config import GatewayConfig
@@ -60,7 +61,7 @@ def serve(
     replies = ReplyTail(config.kafka, config.run_replies_topic, config.reply_partition, config.instance_id)
     rewards = RewardTail(
         config.kafka, config.rewards_topic, cache_size=config.reward_cache, lookback=config.reward_lookback,
-        group=f"rewardstream-gateway.{config.instance_id}",
+        group=f"{GATEWAY_GROUP_PREFIX}{config.instance_id}",
     )  # fmt: skip
     try:
         replies.start()

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from bus.clients import make_reader
 from schemas.errors import KafkaError
+from schemas.kafka_acls import LIVENESS_GROUP
 from schemas.settings import Settings
 from schemas.topics import WRITER_ROLE, catalog_for, group_for, topic_for
 from streams.reward.processor import InputEnds
@@ -73,7 +74,7 @@ class WriterLiveness:
 
     def _ends(self) -> dict[int, tuple[int, int]]:
         """partition -> (low, high) watermark of the generations topic."""
-        reader = make_reader(self.client_config, "rewardstream-liveness", **{"isolation.level": "read_uncommitted"})
+        reader = make_reader(self.client_config, LIVENESS_GROUP, **{"isolation.level": "read_uncommitted"})
         try:
             meta = reader.list_topics(self._generations, timeout=self._timeout_s).topics.get(self._generations)
             if meta is None or meta.error is not None:

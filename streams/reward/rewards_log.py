@@ -10,15 +10,14 @@ from confluent_kafka import KafkaException, TopicPartition
 from bus.clients import make_reader
 from bus.partition_reader import read_to_end
 from schemas.errors import KafkaError
+from schemas.kafka_acls import PROBE_GROUP, SCAN_GROUP
 
 
 def read_partition(
     client_config: Mapping[str, str], topic: str, partition: int, start: int, timeout_s: float = 60.0
 ) -> tuple[list[tuple[int, bytes]], int]:
     """``(offset, value)`` of every committed record in ``topic[partition]`` from ``start`` to the end."""
-    records, end = read_to_end(
-        client_config, topic, partition, start, group="rewardstream-rewards-scan", timeout_s=timeout_s
-    )
+    records, end = read_to_end(client_config, topic, partition, start, group=SCAN_GROUP, timeout_s=timeout_s)
     return [(offset, value) for offset, _key, value in records if value is not None], end
 
 
@@ -77,7 +76,7 @@ def _only_markers_left(
     probe = {tp: span for tp, span in behind.items() if span[1] - span[0] <= _PROBE_LIMIT}
     if not probe:
         return set()
-    consumer = make_reader(client_config, "rewardstream-rewards-probe")
+    consumer = make_reader(client_config, PROBE_GROUP)
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _high) in probe.items()])
         undecided = dict(probe)

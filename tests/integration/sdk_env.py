@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rewardstream.pipeline import supervised
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 from tests.integration.platform_env import shared_cache
@@ -27,6 +28,8 @@ from tests.integration.reward_env import PARTITIONS, REPO, RewardEnv, reward_env
 from workers.sandbox.api import Sandbox
 
 ROLES = ("executor", "verifier", "judge")
+#: The start of a supervised command line: the pipeline's own (``up --pipeline`` runs its processes so).
+supervised_argv = supervised
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,6 @@ def pipeline(
         )
         with env.supervised():
             yield Pipeline(env, settings, worker_env)
-
-
-def supervised_argv(name: str) -> list[str]:
-    """The start of a command line running ``rewardstream ...`` under the restarting supervisor."""
-    return [sys.executable, "-m", "rewardstream.supervisor", name, "--", sys.executable, "-m", "rewardstream"]
 
 
 def trainer_main(argv: list[str]) -> None:

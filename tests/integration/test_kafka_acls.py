@@ -25,6 +25,7 @@ from bus.access import access_problem
 from bus.clients import make_consumer, make_producer, make_reader, make_transactional_producer
 from bus.metrics import WorkerMetrics
 from schemas.events import GenerationEvent
+from schemas.kafka_acls import ROLES
 from schemas.runs import RunRequest
 from schemas.settings import Settings
 from streams.sdk.client import TrainerClient
@@ -38,7 +39,7 @@ from workers.transactional_loop import TransactionalWorker
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PORT = 19592
-PRINCIPALS = ("admin", "executor", "verifier", "judge", "rewards", "trainer")
+PRINCIPALS = ("admin", *ROLES, "trainer")
 
 
 def _ok(result: CliResult) -> CliResult:

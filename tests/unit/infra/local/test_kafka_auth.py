@@ -20,7 +20,8 @@ def _auth(tmp_path: Path) -> KafkaAuth:
 def test_files_are_made_once_and_kept_private(tmp_path: Path) -> None:
     auth = _auth(tmp_path)
     passwords = auth.ensure(["127.0.0.1"])
-    assert set(passwords) == {"admin", "executor", "verifier", "judge", "rewards", "t1", "t2"}
+    roles = {"executor", "verifier", "judge", "rewards", "episode", "auditor", "indexer", "gateway", "operator"}
+    assert set(passwords) == {"admin", *roles, "t1", "t2"}
     assert len(set(passwords.values())) == len(passwords)
     assert auth.ensure(["127.0.0.1"]) == passwords  # kept, not made again
     for private in [auth.credentials, auth.keystore, *(auth.root / "clients").glob("*.env")]:
