@@ -181,14 +181,20 @@ def decode(data: bytes, model: type[M], *, max_bytes: int | None = None) -> M:
 
     Whatever the bytes, the only exception is DecodeError: a consumer dead-letters it and goes on.
     """
+    return decode_verbatim(data, model, max_bytes=max_bytes)[0]
+
+
+def decode_verbatim(data: bytes, model: type[M], *, max_bytes: int | None = None) -> tuple[M, bool]:
+    """``decode``, and whether ``data`` validated as it is (not forgiven a newer minor's fields): then ``data``
+    is a faithful encoding of the model, which a store may keep instead of serialising the model again."""
     cap = model.max_bytes if max_bytes is None else max_bytes
     if len(data) > cap:
         raise DecodeError(model.__name__, [("", f"message is {len(data)} bytes, over the {cap}-byte cap")])
     try:
-        return model.model_validate_json(data)
+        return model.model_validate_json(data), True
     except pydantic.ValidationError as exc:
         try:
-            return _decode_slow(data, model, exc)
+            return _decode_slow(data, model, exc), False
         except DecodeError:
             raise
         except Exception as bug:  # a bug in the error path must not take the consumer down with it

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.caps import fit
-from schemas.codec import DecodeError, decode, encode
+from schemas.codec import DecodeError, decode_verbatim, encode
 from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
 from schemas.ids import generation_ids
 from schemas.signals import SIGNAL_TOPIC
@@ -186,9 +186,10 @@ class RewardProcessor:
     ) -> None:
         key_tp = (topic, partition)
         self._topic_time[key_tp] = max(timestamp, self._topic_time.get(key_tp, 0.0))
-        event = await self._decode(topic, partition, offset, key, value)
-        if event is None:
+        decoded = await self._decode(topic, partition, offset, key, value)
+        if decoded is None:
             return
+        event, raw = decoded
         state = self.pending.state(event.generation_id)
         if state is not None and state.partition != partition:
             log.warning(
@@ -197,7 +198,7 @@ class RewardProcessor:
                 state.partition,
                 partition,
             )
-        result = absorb(state, event, partition, timestamp)
+        result = absorb(state, event, partition, timestamp, raw)
         if result.note:
             log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
             if result.state.status == "pending":
@@ -258,7 +259,7 @@ class RewardProcessor:
             log.exception("deciding the reward of %s failed", state.generation_id)
             self.counts["gave_up"] += 1
             self.on_outcome("gave_up", self.clock() - state.first_seen)
-            await self._store(state.model_copy(update={"status": "gave_up"}))
+            await self._store(state.replace(status="gave_up"))
             await self._log(state, "error", f"no reward: deciding it crashed ({type(exc).__name__}: {exc})")
 
     def note_waiting(self, why: str) -> None:
@@ -331,14 +332,17 @@ class RewardProcessor:
 
     async def _decode(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
-    ) -> PartEvent | None:
+    ) -> tuple[PartEvent, bytes | None] | None:
+        """The part, and its bytes if they are its faithful encoding (kept to be stored as it); None if the
+        message is dead-lettered."""
         role = self.topics.roles.get(topic)
         try:
             if role is None:
                 raise DecodeError("message", [("", f"topic {topic} is not an input of the reward processor")])
             if value is None:
                 raise DecodeError(_MODELS[role].__name__, [("", "empty message (tombstone)")])
-            return decode(value, _MODELS[role])
+            event, verbatim = decode_verbatim(value, _MODELS[role])
+            return event, value if verbatim else None
         except DecodeError as exc:
             await self.dead_letter(topic, partition, offset, key=key, value=value, error=exc)
             return None
@@ -403,7 +407,7 @@ class RewardProcessor:
                 await self._store(state)
         elif isinstance(decision, Withhold):
             self.counts["withheld"] += 1
-            await self._store(state.model_copy(update={"withheld_reported": True}))
+            await self._store(state.replace(withheld_reported=True))
             await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1
