@@ -75,6 +75,14 @@ def _find_non_finite(value: object, path: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_semver(raw: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a version string (cached: a handful of versions are on the wire, and a reward's
+    validity check reads its own on every reward)."""
+    match = _SEMVER.match(raw)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 #: A ``1.x`` version string; checked in Rust (fast path), explained by ``Contract.check_version`` on error.
 SchemaVersion1 = Annotated[str, StringConstraints(pattern=r"^1\.(0|[1-9][0-9]{0,5})$")]
 
@@ -115,10 +123,7 @@ class Contract(BaseModel):
     @classmethod
     def parse_version(cls, raw: object) -> tuple[int, int] | None:
         """``(major, minor)`` from the version field's wire value, or None if it is malformed."""
-        if not isinstance(raw, str):
-            return None
-        match = _SEMVER.match(raw)
-        return (int(match.group(1)), int(match.group(2))) if match else None
+        return _parse_semver(raw) if isinstance(raw, str) else None
 
     @classmethod
     def check_version(cls, raw: str) -> str:

@@ -131,22 +131,24 @@ class GiveUp:
 
 
 Decision = Wait | Emit | Withhold | GiveUp
+#: The one ``Wait`` (decided on most messages; equal to any other).
+_WAIT = Wait()
 
 
 def decide(state: JoinState, now: float, policy: Policy) -> Decision:
     """Emit when every awaited part is in, or at the deadline; hold back on sandbox_error."""
     if state.status != "pending":
-        return Wait()
+        return _WAIT
     missing = state.missing(policy)
     deadline_passed = now >= state.first_seen + policy.join.deadline_s
     if missing and not deadline_passed:
-        return Wait()
+        return _WAIT
     outcome = evaluate(policy, state.signals(), missing)
     if isinstance(outcome, Withheld):
         if now >= state.first_seen + policy.join.sandbox_retry_s:
             why = (*outcome.reasons, f"no retry within {policy.join.sandbox_retry_s:g}s: an invalid reward")
             return GiveUp(why, reward_event(state, Scored(0.0, {}, why, ()), missing, policy, broken=True))
-        return Wait() if state.withheld_reported else Withhold(outcome.reasons)
+        return _WAIT if state.withheld_reported else Withhold(outcome.reasons)
     return Emit(reward_event(state, outcome, missing, policy))
 
 

@@ -140,6 +140,8 @@ class RewardProcessor:
         self._progress_since = clock()
         self.worker = fit(LogRecord, "worker", f"{socket.gethostname()}:{os.getpid()}")
         self._topic_time: dict[tuple[str, int], float] = {}
+        #: ``_event_time`` of each partition, dropped when one of its inputs' times moves (rarely, per message).
+        self._event_times: dict[int, float] = {}
         self.processed: dict[tuple[str, int], int] = {}
         #: Late generation -> input -> the offset that input must be read to before the generation's missing part
         #: on it may be given up (``_drained``); kept only while the generation is a deadline candidate.
@@ -185,7 +187,9 @@ class RewardProcessor:
         self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
     ) -> None:
         key_tp = (topic, partition)
-        self._topic_time[key_tp] = max(timestamp, self._topic_time.get(key_tp, 0.0))
+        if timestamp > self._topic_time.get(key_tp, 0.0):
+            self._topic_time[key_tp] = timestamp
+            self._event_times.pop(partition, None)
         decoded = await self._decode(topic, partition, offset, key, value)
         if decoded is None:
             return
@@ -307,9 +311,13 @@ class RewardProcessor:
                 self.counts["expired"] += 1
 
     def _event_time(self, partition: int) -> float:
-        """``_partition_time`` with no input idle: the slowest input's newest timestamp (per message: kept lean)."""
-        times = self._topic_time
-        return min([times.get((topic, partition), 0.0) for topic in self.topics.roles], default=0.0)
+        """``_partition_time`` with no input idle: the slowest input's newest timestamp (per message: cached)."""
+        known = self._event_times.get(partition)
+        if known is None:
+            times = self._topic_time
+            known = min([times.get((topic, partition), 0.0) for topic in self.topics.roles], default=0.0)
+            self._event_times[partition] = known
+        return known
 
     def _partition_time(self, partition: int, wall: float, idle: set[tuple[str, int]]) -> float:
         """Event time of a partition: the slowest input's newest timestamp (results carry their generation's
