@@ -195,8 +195,8 @@ def decode_verbatim(data: bytes, model: type[M], *, max_bytes: int | None = None
     cap = model.max_bytes if max_bytes is None else max_bytes
     if len(data) > cap:
         raise DecodeError(model.__name__, [("", f"message is {len(data)} bytes, over the {cap}-byte cap")])
-    try:
-        return model.model_validate_json(data), True
+    try:  # the model's validator itself: ``model_validate_json`` only adds a Python call and its checks
+        return model.__pydantic_validator__.validate_json(data), True
     except pydantic.ValidationError as exc:
         try:
             return _decode_slow(data, model, exc), False

@@ -190,8 +190,9 @@ class RewardProcessor:
         if timestamp > self._topic_time.get(key_tp, 0.0):
             self._topic_time[key_tp] = timestamp
             self._event_times.pop(partition, None)
-        decoded = await self._decode(topic, partition, offset, key, value)
-        if decoded is None:
+        decoded = self._decode(topic, value)
+        if isinstance(decoded, DecodeError):
+            await self.dead_letter(topic, partition, offset, key=key, value=value, error=decoded)
             return
         event, raw = decoded
         state = self.pending.state(event.generation_id)
@@ -338,11 +339,9 @@ class RewardProcessor:
         ]
         return min(times, default=0.0)
 
-    async def _decode(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
-    ) -> tuple[PartEvent, bytes | None] | None:
-        """The part, and its bytes if they are its faithful encoding (kept to be stored as it); None if the
-        message is dead-lettered."""
+    def _decode(self, topic: str, value: bytes | None) -> tuple[PartEvent, bytes | None] | DecodeError:
+        """The part, and its bytes if they are its faithful encoding (kept to be stored as it); or why the
+        message is to be dead-lettered."""
         role = self.topics.roles.get(topic)
         try:
             if role is None:
@@ -352,8 +351,7 @@ class RewardProcessor:
             event, verbatim = decode_verbatim(value, _MODELS[role])
             return event, value if verbatim else None
         except DecodeError as exc:
-            await self.dead_letter(topic, partition, offset, key=key, value=value, error=exc)
-            return None
+            return exc
 
     async def dead_letter(
         self,
@@ -411,8 +409,9 @@ class RewardProcessor:
             self.counts["rewards"] += 1
             self.on_outcome("partial" if decision.reward.missing else "complete", self.clock() - state.first_seen)
         elif isinstance(decision, Wait):
-            if changed:
-                await self._store(state)
+            if changed:  # _store, inline: most messages end here
+                await self.store.put(state.partition, state.generation_id, state)
+                self.pending.stored(state, state)
         elif isinstance(decision, Withhold):
             self.counts["withheld"] += 1
             await self._store(state.replace(withheld_reported=True))
