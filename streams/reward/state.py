@@ -63,11 +63,11 @@ class JoinState:
 
     def missing(self, policy: Policy) -> tuple[Signal, ...]:
         """Awaited parts that have not arrived (none when every part did: whatever is awaited is among them)."""
-        if self.execution is not None and self.verdict is not None and self.judgement is not None:
+        execution, verdict, judgement = self.execution, self.verdict, self.judgement
+        if execution is not None and verdict is not None and judgement is not None:
             return ()
-        signals = self.signals()
-        present = set(signals.present())
-        return tuple(p for p in awaited(policy, signals) if p not in present)
+        parts = {"execution": execution, "verdict": verdict, "judgement": judgement}
+        return tuple(p for p in awaited(policy, Signals(execution, verdict, judgement)) if parts[p] is None)
 
     def replace(self, **changes: object) -> JoinState:
         """A copy with ``changes``."""
