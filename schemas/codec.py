@@ -75,6 +75,14 @@ def _find_non_finite(value: object, path: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_semver(raw: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a version string (cached: a handful of versions are on the wire, and a reward's
+    validity check reads its own on every reward)."""
+    match = _SEMVER.match(raw)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 #: A ``1.x`` version string; checked in Rust (fast path), explained by ``Contract.check_version`` on error.
 SchemaVersion1 = Annotated[str, StringConstraints(pattern=r"^1\.(0|[1-9][0-9]{0,5})$")]
 
@@ -115,10 +123,7 @@ class Contract(BaseModel):
     @classmethod
     def parse_version(cls, raw: object) -> tuple[int, int] | None:
         """``(major, minor)`` from the version field's wire value, or None if it is malformed."""
-        if not isinstance(raw, str):
-            return None
-        match = _SEMVER.match(raw)
-        return (int(match.group(1)), int(match.group(2))) if match else None
+        return _parse_semver(raw) if isinstance(raw, str) else None
 
     @classmethod
     def check_version(cls, raw: str) -> str:
@@ -181,14 +186,20 @@ def decode(data: bytes, model: type[M], *, max_bytes: int | None = None) -> M:
 
     Whatever the bytes, the only exception is DecodeError: a consumer dead-letters it and goes on.
     """
+    return decode_verbatim(data, model, max_bytes=max_bytes)[0]
+
+
+def decode_verbatim(data: bytes, model: type[M], *, max_bytes: int | None = None) -> tuple[M, bool]:
+    """``decode``, and whether ``data`` validated as it is (not forgiven a newer minor's fields): then ``data``
+    is a faithful encoding of the model, which a store may keep instead of serialising the model again."""
     cap = model.max_bytes if max_bytes is None else max_bytes
     if len(data) > cap:
         raise DecodeError(model.__name__, [("", f"message is {len(data)} bytes, over the {cap}-byte cap")])
-    try:
-        return model.model_validate_json(data)
+    try:  # the model's validator itself: ``model_validate_json`` only adds a Python call and its checks
+        return model.__pydantic_validator__.validate_json(data), True
     except pydantic.ValidationError as exc:
         try:
-            return _decode_slow(data, model, exc)
+            return _decode_slow(data, model, exc), False
         except DecodeError:
             raise
         except Exception as bug:  # a bug in the error path must not take the consumer down with it

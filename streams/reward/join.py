@@ -10,95 +10,44 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
-
-import pydantic
-import pydantic_core
-from pydantic import BaseModel, ConfigDict
 
 from schemas.caps import cap, fit_list
-from schemas.codec import DecodeError, decode
 from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore, RewardEvent
 from schemas.ids import result_ids
 from schemas.result_rules import InvalidReason
 from schemas.signals import SIGNALS, Signal
-from streams.reward.policy import Policy, Scored, Signals, Withheld, awaited, evaluate
+from streams.reward.policy import Policy, Scored, Withheld, evaluate
+from streams.reward.state import (
+    PENDING_PREFIX,
+    JoinState,
+    PartEvent,
+    Row,
+    Status,
+    emitted,
+    row_bytes,
+    row_pending,
+)
 
-PartEvent = ExecutionResult | HiddenVerdict | JudgeScore
-Status = Literal["pending", "emitted", "gave_up"]
+__all__ = [
+    "PENDING_PREFIX",
+    "JoinState",
+    "PartEvent",
+    "Row",
+    "Status",
+    "absorb",
+    "decide",
+    "emitted",
+    "emitted_from_reward",
+    "reward_event",
+    "row_bytes",
+    "row_pending",
+]
+
 _NAMESPACE = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
 #: Its bytes (``UUID.bytes`` converts its int on every read).
 _NAMESPACE_BYTES = _NAMESPACE.bytes
-#: Serialized states begin with this when pending (``status`` is the first field): the deadline scan skips
-#: every other state without decoding it.
-PENDING_PREFIX = b'{"status":"pending"'
 #: A UUID is 16 bytes.
 _UUID_BYTES = 16
-
-
-class JoinState(BaseModel):
-    """Everything known about one generation; the table value, keyed by ``generation_id``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    status: Status = "pending"  # must stay the first field (PENDING_PREFIX)
-    generation_id: str
-    episode_id: str
-    run_id: str
-    task_id: str
-    turn: int = 0
-    partition: int
-    first_seen: float  # Kafka timestamp (s) of the first part: deadlines count from here, in event time
-    execution: ExecutionResult | None = None
-    verdict: HiddenVerdict | None = None
-    judgement: JudgeScore | None = None
-    withheld_reported: bool = False
-    reward_event_id: str | None = None
-    reward_offset: int | None = None
-
-    def dumps(self) -> bytes:
-        """The stored form. Nulls are kept: events have required-but-nullable fields (e.g. the
-        ``suite_kind`` of a task without public tests) that must survive the round trip."""
-        return self.model_dump_json().encode()
-
-    @classmethod
-    def loads(cls, data: bytes) -> JoinState:
-        """Inverse of ``dumps``; a part of a newer minor version (a newer processor stored it, before a rollback or
-        a rebalance in the middle of a rolling upgrade) loads as the topic's reader would: its new fields dropped."""
-        try:
-            return cls.model_validate_json(data)
-        except pydantic.ValidationError as exc:
-            return cls._loads_newer_parts(data, exc)
-
-    @classmethod
-    def _loads_newer_parts(cls, data: bytes, exc: pydantic.ValidationError) -> JoinState:
-        """Each part decoded by the codec's rule (forgiving only a newer minor's fields); else ``exc`` again."""
-        try:
-            row = pydantic_core.from_json(data)
-            for name, model in _PART_MODELS.items():
-                if isinstance(row, dict) and isinstance(row.get(name), dict):
-                    row[name] = decode(pydantic_core.to_json(row[name]), model)
-            return cls.model_validate(row)
-        except (ValueError, DecodeError):
-            raise exc from None
-
-    def signals(self) -> Signals:
-        """The parts as the policy sees them."""
-        return Signals(self.execution, self.verdict, self.judgement)
-
-    def missing(self, policy: Policy) -> tuple[Signal, ...]:
-        """Awaited parts that have not arrived."""
-        signals = self.signals()
-        present = set(signals.present())
-        return tuple(p for p in awaited(policy, signals) if p not in present)
-
-
-#: The model of each part a state holds (what ``JoinState.loads`` decodes a newer minor's part as).
-_PART_MODELS: dict[str, type[PartEvent]] = {
-    "execution": ExecutionResult,
-    "verdict": HiddenVerdict,
-    "judgement": JudgeScore,
-}
 
 
 def part_of(event: PartEvent) -> Signal:
@@ -133,17 +82,24 @@ class Absorbed:
     note: str | None = None
 
 
-def absorb(state: JoinState | None, event: PartEvent, partition: int, now: float) -> Absorbed:
-    """Add one part to a generation's state (a new state when the generation is new)."""
+def absorb(state: JoinState | None, event: PartEvent, partition: int, now: float, raw: bytes | None = None) -> Absorbed:
+    """Add one part to a generation's state (a new state when the generation is new); ``raw``: the input bytes
+    the part was decoded from as they are, if it was (``decode_verbatim``), kept to be stored as the part."""
     part = part_of(event)
-    if state is None:  # built with its part: one validation, no copy
-        return Absorbed(JoinState(**result_ids(event), partition=partition, first_seen=now, **{part: event}))
+    if state is None:
+        raws = {part: raw} if raw is not None else None
+        return Absorbed(JoinState(
+            **result_ids(event), partition=partition, first_seen=now, raw=raws,
+            execution=event if isinstance(event, ExecutionResult) else None,
+            verdict=event if isinstance(event, HiddenVerdict) else None,
+            judgement=event if isinstance(event, JudgeScore) else None,
+        ))  # fmt: skip
     if state.status != "pending":
         return Absorbed(state, f"{part} {event.event_id} arrived after the generation was {state.status}")
     old: PartEvent | None = getattr(state, part)
     if not _better(old, event):
         return Absorbed(state, f"{part} {event.event_id} ignored: already have {old.event_id if old else '?'}")
-    return Absorbed(state.model_copy(update={part: event}))
+    return Absorbed(state.with_part(part, event, raw))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,22 +131,24 @@ class GiveUp:
 
 
 Decision = Wait | Emit | Withhold | GiveUp
+#: The one ``Wait`` (decided on most messages; equal to any other).
+_WAIT = Wait()
 
 
 def decide(state: JoinState, now: float, policy: Policy) -> Decision:
     """Emit when every awaited part is in, or at the deadline; hold back on sandbox_error."""
     if state.status != "pending":
-        return Wait()
+        return _WAIT
     missing = state.missing(policy)
     deadline_passed = now >= state.first_seen + policy.join.deadline_s
     if missing and not deadline_passed:
-        return Wait()
+        return _WAIT
     outcome = evaluate(policy, state.signals(), missing)
     if isinstance(outcome, Withheld):
         if now >= state.first_seen + policy.join.sandbox_retry_s:
             why = (*outcome.reasons, f"no retry within {policy.join.sandbox_retry_s:g}s: an invalid reward")
             return GiveUp(why, reward_event(state, Scored(0.0, {}, why, ()), missing, policy, broken=True))
-        return Wait() if state.withheld_reported else Withhold(outcome.reasons)
+        return _WAIT if state.withheld_reported else Withhold(outcome.reasons)
     return Emit(reward_event(state, outcome, missing, policy))
 
 
@@ -273,36 +231,6 @@ def reward_event(
         "canary": why == "canary",
         "invalid_reason": why,
     })  # fmt: skip
-
-
-def emitted(state: JoinState, event_id: str, offset: int | None) -> JoinState:
-    """The slim state kept after emission: ids only, so late parts are recognised and the table stays small."""
-    return state.model_copy(
-        update={
-            "status": "emitted",
-            "reward_event_id": event_id,
-            "reward_offset": offset,
-            "execution": None,
-            "verdict": None,
-            "judgement": None,
-        }
-    )
-
-
-#: A row of the join table: a state's stored bytes, or the state itself in a table that serialises its rows
-#: only when it writes them out (the Kafka engine's: once per transaction, so a generation whose parts meet in
-#: one batch never serialises its pending states).
-Row = bytes | JoinState
-
-
-def row_bytes(row: Row) -> bytes:
-    """The stored form of a row."""
-    return row if isinstance(row, bytes) else row.dumps()
-
-
-def row_pending(row: Row) -> bool:
-    """Whether a row is a pending state (bytes: by their prefix, unparsed)."""
-    return row.startswith(PENDING_PREFIX) if isinstance(row, bytes) else row.status == "pending"
 
 
 def emitted_from_reward(reward: RewardEvent, partition: int, offset: int, now: float) -> JoinState:

@@ -102,7 +102,10 @@ class PendingIndex:
                 if self._queued.get(key) != queued:
                     continue  # superseded by an earlier entry of the same generation
                 del self._queued[key]
-                state = self.state(key)
+                raw = self._rows.get(key)
+                if raw is None or not row_pending(raw):
+                    continue  # decided since (its marker is not parsed: every reward's entry comes due once)
+                state = self.parse(key, raw)
                 if state is None or state.status != "pending":
                     continue
                 at = self._due_at(state)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.caps import fit
-from schemas.codec import DecodeError, decode, encode
+from schemas.codec import DecodeError, decode_verbatim, encode
 from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
 from schemas.ids import generation_ids
 from schemas.signals import SIGNAL_TOPIC
@@ -140,6 +140,8 @@ class RewardProcessor:
         self._progress_since = clock()
         self.worker = fit(LogRecord, "worker", f"{socket.gethostname()}:{os.getpid()}")
         self._topic_time: dict[tuple[str, int], float] = {}
+        #: ``_event_time`` of each partition, dropped when one of its inputs' times moves (rarely, per message).
+        self._event_times: dict[int, float] = {}
         self.processed: dict[tuple[str, int], int] = {}
         #: Late generation -> input -> the offset that input must be read to before the generation's missing part
         #: on it may be given up (``_drained``); kept only while the generation is a deadline candidate.
@@ -185,10 +187,14 @@ class RewardProcessor:
         self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None
     ) -> None:
         key_tp = (topic, partition)
-        self._topic_time[key_tp] = max(timestamp, self._topic_time.get(key_tp, 0.0))
-        event = await self._decode(topic, partition, offset, key, value)
-        if event is None:
+        if timestamp > self._topic_time.get(key_tp, 0.0):
+            self._topic_time[key_tp] = timestamp
+            self._event_times.pop(partition, None)
+        decoded = self._decode(topic, value)
+        if isinstance(decoded, DecodeError):
+            await self.dead_letter(topic, partition, offset, key=key, value=value, error=decoded)
             return
+        event, raw = decoded
         state = self.pending.state(event.generation_id)
         if state is not None and state.partition != partition:
             log.warning(
@@ -197,7 +203,7 @@ class RewardProcessor:
                 state.partition,
                 partition,
             )
-        result = absorb(state, event, partition, timestamp)
+        result = absorb(state, event, partition, timestamp, raw)
         if result.note:
             log.info("%s (at %s[%d]@%d)", result.note, topic, partition, offset)
             if result.state.status == "pending":
@@ -258,7 +264,7 @@ class RewardProcessor:
             log.exception("deciding the reward of %s failed", state.generation_id)
             self.counts["gave_up"] += 1
             self.on_outcome("gave_up", self.clock() - state.first_seen)
-            await self._store(state.model_copy(update={"status": "gave_up"}))
+            await self._store(state.replace(status="gave_up"))
             await self._log(state, "error", f"no reward: deciding it crashed ({type(exc).__name__}: {exc})")
 
     def note_waiting(self, why: str) -> None:
@@ -306,9 +312,13 @@ class RewardProcessor:
                 self.counts["expired"] += 1
 
     def _event_time(self, partition: int) -> float:
-        """``_partition_time`` with no input idle: the slowest input's newest timestamp (per message: kept lean)."""
-        times = self._topic_time
-        return min([times.get((topic, partition), 0.0) for topic in self.topics.roles], default=0.0)
+        """``_partition_time`` with no input idle: the slowest input's newest timestamp (per message: cached)."""
+        known = self._event_times.get(partition)
+        if known is None:
+            times = self._topic_time
+            known = min([times.get((topic, partition), 0.0) for topic in self.topics.roles], default=0.0)
+            self._event_times[partition] = known
+        return known
 
     def _partition_time(self, partition: int, wall: float, idle: set[tuple[str, int]]) -> float:
         """Event time of a partition: the slowest input's newest timestamp (results carry their generation's
@@ -329,19 +339,19 @@ class RewardProcessor:
         ]
         return min(times, default=0.0)
 
-    async def _decode(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
-    ) -> PartEvent | None:
+    def _decode(self, topic: str, value: bytes | None) -> tuple[PartEvent, bytes | None] | DecodeError:
+        """The part, and its bytes if they are its faithful encoding (kept to be stored as it); or why the
+        message is to be dead-lettered."""
         role = self.topics.roles.get(topic)
         try:
             if role is None:
                 raise DecodeError("message", [("", f"topic {topic} is not an input of the reward processor")])
             if value is None:
                 raise DecodeError(_MODELS[role].__name__, [("", "empty message (tombstone)")])
-            return decode(value, _MODELS[role])
+            event, verbatim = decode_verbatim(value, _MODELS[role])
+            return event, value if verbatim else None
         except DecodeError as exc:
-            await self.dead_letter(topic, partition, offset, key=key, value=value, error=exc)
-            return None
+            return exc
 
     async def dead_letter(
         self,
@@ -399,11 +409,12 @@ class RewardProcessor:
             self.counts["rewards"] += 1
             self.on_outcome("partial" if decision.reward.missing else "complete", self.clock() - state.first_seen)
         elif isinstance(decision, Wait):
-            if changed:
-                await self._store(state)
+            if changed:  # _store, inline: most messages end here
+                await self.store.put(state.partition, state.generation_id, state)
+                self.pending.stored(state, state)
         elif isinstance(decision, Withhold):
             self.counts["withheld"] += 1
-            await self._store(state.model_copy(update={"withheld_reported": True}))
+            await self._store(state.replace(withheld_reported=True))
             await self._log(state, "warning", "reward withheld: " + "; ".join(decision.reasons))
         elif isinstance(decision, GiveUp):
             self.counts["gave_up"] += 1

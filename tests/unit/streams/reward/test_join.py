@@ -77,7 +77,7 @@ def test_sandbox_error_is_withheld_once_then_retried(policy: Policy) -> None:
     state = join(execution("g"), verdict("g", status="sandbox_error"), judgement("g"))
     decision = decide(state, T0, policy)
     assert isinstance(decision, Withhold)
-    reported = state.model_copy(update={"withheld_reported": True})
+    reported = state.replace(withheld_reported=True)
     assert decide(reported, T0 + policy.join.deadline_s, policy) == Wait()
     retried = absorb(reported, verdict("g", attempt=2), 2, T0 + 5).state
     decision = decide(retried, T0 + 5, policy)

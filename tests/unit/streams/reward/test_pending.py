@@ -81,7 +81,7 @@ def test_a_rolled_back_write_never_delays_the_restored_state(rows: Rows) -> None
     index = PendingIndex(rows, due_at)
     first = pending("g", T0)
     raw = write(rows, index, first)
-    write(rows, index, first.model_copy(update={"first_seen": T0 + 500}))  # later due; then rolled back:
+    write(rows, index, first.replace(first_seen=T0 + 500))  # later due; then rolled back:
     rows.data["g"] = raw
     assert [s.generation_id for s in index.due({0: T0 + DEADLINE})] == ["g"]
 
@@ -90,7 +90,7 @@ def test_a_state_due_later_than_queued_is_requeued_at_its_own_time(rows: Rows) -
     index = PendingIndex(rows, due_at)
     state = pending("g", T0)
     write(rows, index, state)
-    rows.data["g"] = state.model_copy(update={"first_seen": T0 + 100}).dumps()
+    rows.data["g"] = state.replace(first_seen=T0 + 100).dumps()
     assert index.due({0: T0 + DEADLINE}) == []
     assert [s.generation_id for s in index.due({0: T0 + 100 + DEADLINE})] == ["g"]
 

@@ -101,15 +101,15 @@ def test_a_reward_records_the_version_and_notes_parts_graded_against_different_o
         state = absorb(state, part, 0, 0.0).state
     assert state is not None
     assert task_versions(state) == (V1, None)
-    state = state.model_copy(update={"execution": _with(execution("g"), V2)})
+    state = state.replace(execution=_with(execution("g"), V2))
     chosen, note = task_versions(state)
     assert chosen == V1  # the verdict's: the hidden tests decide the reward
     assert note is not None
     assert f"execution {V2[:12]}" in note
     assert f"verdict {V1[:12]}" in note
-    unknown = state.model_copy(update={"execution": _with(execution("g"), None), "judgement": None})
+    unknown = state.replace(execution=_with(execution("g"), None), judgement=None)
     assert task_versions(unknown) == (V1, None)  # a part that names none disagrees with nobody
-    assert task_versions(unknown.model_copy(update={"verdict": None})) == (None, None)
+    assert task_versions(unknown.replace(verdict=None)) == (None, None)
 
 
 # ---- the CLI ------------------------------------------------------------------------------------------------
