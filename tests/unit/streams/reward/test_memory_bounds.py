@@ -1,7 +1,8 @@
 """What the reward processor keeps per generation, and its bound (docs/operations.md, "Memory that levels off"):
 once a generation is decided, only its slim ``emitted`` row stays in the join table (so a late part is known
 late), until the retention ends; every other per-generation structure is empty once its deadline passed.
-Measured with tracemalloc in process, through the Kafka engine's own table, savepoint and outputs."""
+Measured with tracemalloc in process, through the Kafka engine's own table, savepoint and outputs. The expiry
+reads a chunk of the table a run, so a week's table never makes one run outlast its transaction."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from typing import cast
 
 import orjson
 import pydantic_core
+import pytest
 
 from bus.transaction import Transaction
 from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore
 from schemas.settings import Settings
+from streams.reward import processor as processor_module
 from streams.reward.join import row_pending
 from streams.reward.kafka_engine import EngineOptions, _Outputs, _Savepoint, _Table
 from streams.reward.liveness import WriterLiveness
@@ -134,3 +137,20 @@ def test_a_decided_generation_keeps_only_its_slim_row_until_the_retention() -> N
     finally:
         tracemalloc.stop()
         rig.loop.close()
+
+
+def test_expiry_reads_a_chunk_of_the_table_a_run_and_the_sweep_gets_through_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processor_module, "EXPIRY_CHUNK", 300)
+    rig = Rig()
+    rig.generations(0)
+    rig.expire()  # the retention of all 1,000 ended: one run forgets at most a chunk of them
+    expired = [rig.processor.counts["expired"]]
+    while list(rig.table.items()) and len(expired) < 10:
+        rig.clock.now += 61  # the next run
+        rig.batch([], tick=True)
+        expired.append(rig.processor.counts["expired"])
+    # (the first sweep began at the deadline's tick: its first chunk then had nothing old enough)
+    assert all(b - a <= 300 for a, b in zip([0, *expired], expired, strict=False))
+    assert expired[-1] == 1000
+    assert len(expired) <= 5
+    rig.loop.close()
