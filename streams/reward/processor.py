@@ -46,6 +46,8 @@ COMPONENT = "rewards"
 #: Exit code (EX_SOFTWARE) of a processor that stopped itself so that its supervisor restarts it from
 #: committed state: crash-only recovery in both engines.
 RESTART_EXIT_CODE = 70
+#: Rows one expiry run reads at most (``RewardProcessor._expire``): ~0.25 s of a transaction.
+EXPIRY_CHUNK = 50_000
 _MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore]] = {
     "executions": ExecutionResult,
     "verdicts": HiddenVerdict,
@@ -135,6 +137,8 @@ class RewardProcessor:
         self.clock = clock
         self.retention_s = retention_s
         self._next_expiry = 0.0
+        #: Keys the expiry sweep in progress has yet to read (``_expire``).
+        self._sweep: list[str] = []
         self._next_note = 0.0
         self._progress: dict[tuple[str, int], float] = {}
         self._progress_since = clock()
@@ -299,10 +303,20 @@ class RewardProcessor:
         return state.first_seen + (join.sandbox_retry_s if state.withheld_reported else join.deadline_s)
 
     async def _expire(self, partitions: set[int], wall: float) -> None:
-        """Forget finished generations after the retention (a part arriving later than that starts anew)."""
+        """Forget finished generations after the retention (a part arriving later than that starts anew).
+
+        A sweep over the table's keys as they were when it began, at most ``EXPIRY_CHUNK`` rows a run: the table
+        holds a week of decided generations (millions at a few per second), ~5 us each to read, and a run over
+        all of them would outlast the transaction it runs in (a fenced processor, a restart loop). A row is
+        forgotten at most one sweep (rows / ``EXPIRY_CHUNK`` runs, a minute apart) after its retention ends."""
+        if not self._sweep:
+            self._sweep = [key for key, _row in self.store.items()]
+        chunk = self._sweep[-EXPIRY_CHUNK:]
+        del self._sweep[-EXPIRY_CHUNK:]
         cutoff = wall - self.retention_s
-        for key, raw in list(self.store.items()):
-            if row_pending(raw):
+        for key in chunk:
+            raw = self.store.get(key)
+            if raw is None or row_pending(raw):
                 continue
             state = load_state(key, raw)
             if state is None:
