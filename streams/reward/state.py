@@ -13,8 +13,9 @@ those bytes instead of being serialised again: it decodes to the same part.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 import pydantic
@@ -126,25 +127,19 @@ def _part_bytes(part: PartEvent | None, raw: bytes | None) -> bytes:
     return raw if raw is not None else part.__pydantic_serializer__.to_json(part)
 
 
-class _Stored(BaseModel):
-    """The stored form's schema: what ``loads`` validates a row against (the fields of ``JoinState``)."""
+def _stored_model() -> type[BaseModel]:
+    """The stored form's schema, made from ``JoinState``'s own fields (all but ``raw``): what ``loads``
+    validates a row against, so that the two cannot drift apart."""
+    hints = typing.get_type_hints(JoinState)
+    fields: dict[str, Any] = {
+        f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(JoinState)
+        if f.name != "raw"
+    }
+    return pydantic.create_model("StoredJoinState", __config__=ConfigDict(extra="forbid"), **fields)
 
-    model_config = ConfigDict(extra="forbid")
 
-    status: Status = "pending"
-    generation_id: str
-    episode_id: str
-    run_id: str
-    task_id: str
-    turn: int = 0
-    partition: int
-    first_seen: float
-    execution: ExecutionResult | None = None
-    verdict: HiddenVerdict | None = None
-    judgement: JudgeScore | None = None
-    withheld_reported: bool = False
-    reward_event_id: str | None = None
-    reward_offset: int | None = None
+_Stored = _stored_model()
 
 
 #: The model of each part a state holds (what ``loads`` decodes a newer minor's part as).
@@ -155,7 +150,7 @@ _PART_MODELS: dict[str, type[PartEvent]] = {
 }
 
 
-def _loads_newer_parts(data: bytes, exc: pydantic.ValidationError) -> _Stored:
+def _loads_newer_parts(data: bytes, exc: pydantic.ValidationError) -> BaseModel:
     """Each part decoded by the codec's rule (forgiving only a newer minor's fields); else ``exc`` again."""
     try:
         row = pydantic_core.from_json(data)
