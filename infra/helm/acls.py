@@ -10,10 +10,11 @@ as markdown (what docs/operations.md shows) or as ``kafka-acls`` commands to run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 
-from schemas.kafka_acls import Grant, acl_table, markdown_table, trainer_names
+from schemas.kafka_acls import Grant, acl_table, trainer_names
 
 #: ``kafka-acls`` spells each operation and resource this way.
 _OPERATION = {"read": "Read", "write": "Write", "create": "Create", "describe": "Describe",
@@ -31,27 +32,52 @@ def command(grant: Grant, bootstrap: str, config: str) -> str:
     return shlex.join(args)
 
 
+def renamed(grants: tuple[Grant, ...], names: list[str]) -> tuple[Grant, ...]:
+    """The grants with principals renamed (``PRINCIPAL=USERNAME``: a username given in
+    ``credentials.kafkaPrincipals``); a new name that is another principal's is refused (it would merge rights)."""
+    taken = {grant.principal for grant in grants}
+    rename: dict[str, str] = {}
+    for item in names:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new or any(c.isspace() or c in ",=" for c in new):
+            raise ValueError(f"--principal {item!r}: expected PRINCIPAL=USERNAME (e.g. indexer=indexer-prod)")
+        if old not in taken:
+            raise ValueError(f"--principal {item!r}: {old!r} is no principal of the table")
+        if new in taken:
+            raise ValueError(f"--principal {item!r}: {new!r} is another principal of the table (its rights too)")
+        rename[old] = new
+    return tuple(dataclasses.replace(g, principal=rename.get(g.principal, g.principal)) for g in grants)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table (or the commands); exit 2 on a bad trainer name."""
+    """Print the table (or the commands); exit 2 on a bad trainer name or rename."""
     parser = argparse.ArgumentParser(prog="python -m infra.helm.acls", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prefix", default="rs.", help="kafka.topicPrefix (default rs.)")
     parser.add_argument("--release", default="rs", help="the Helm release name (the app id's default)")
     parser.add_argument("--app-id", default="", help="roles.rewardProcessor.appId (default <release>-rewards)")
     parser.add_argument("--trainers", default="trainer", help="the trainer principals, comma-separated")
+    parser.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        metavar="PRINCIPAL=USERNAME",
+        help="a principal under another username (credentials.kafkaPrincipals.<role>.username)",
+    )
     parser.add_argument("--format", choices=("markdown", "kafka-acls"), default="markdown")
     parser.add_argument("--bootstrap", default="<bootstrap>", help="kafka-acls: --bootstrap-server")
     parser.add_argument("--command-config", default="admin.properties", help="kafka-acls: the admin's client file")
     args = parser.parse_args(argv)
     try:
-        trainers = trainer_names(args.trainers)
+        grants = renamed(acl_table(args.prefix, trainer_names(args.trainers), args.app_id or f"{args.release}-rewards"),
+                         args.principal)  # fmt: skip
     except ValueError as exc:
         print(f"acls: {exc}", file=sys.stderr)
         return 2
-    app = args.app_id or f"{args.release}-rewards"
     if args.format == "markdown":
-        sys.stdout.write(markdown_table(args.prefix, trainers, app))
+        rows = ["| principal | may | resource | name |", "|---|---|---|---|", *(grant.row() for grant in grants)]
+        sys.stdout.write("\n".join(rows) + "\n")
     else:
-        for grant in acl_table(args.prefix, trainers, app):
+        for grant in grants:
             print(command(grant, args.bootstrap, args.command_config))
     return 0
 

@@ -14,7 +14,7 @@ from infra.helm import acls, check
 from infra.helm.semantics import check_all
 from infra.helm.sources import ensure_helm
 from infra.helm.validate import load_manifests
-from schemas.kafka_acls import REWARDS, ROLES, acl_table
+from schemas.kafka_acls import REWARDS, ROLES, acl_table, markdown_table
 
 pytestmark = pytest.mark.timeout(1800)  # a cold machine builds helm first
 Manifest = dict[str, Any]
@@ -172,3 +172,16 @@ def test_the_acl_rows_of_a_release_name_its_reward_app(capsys: pytest.CaptureFix
         "User:rewards --operation Write --transactional-id x-rewards- --resource-pattern-type prefixed"
     ) in commands
     assert acls.main(["--trainers", "executor"]) == 2
+
+
+def test_the_acl_rows_follow_a_renamed_principal(capsys: pytest.CaptureFixture[str]) -> None:
+    """A username given in credentials.kafkaPrincipals gets the rows of the principal it replaces, and only it."""
+    assert acls.main(["--principal", "indexer=indexer-prod"]) == 0
+    table = capsys.readouterr().out
+    assert "| `User:indexer-prod` | read | group | `rs.indexer` |" in table
+    assert "`User:indexer`" not in table
+    assert table == markdown_table("rs.", ("trainer",), "rs-rewards").replace("User:indexer`", "User:indexer-prod`")
+    assert acls.main(["--principal", "indexr=x"]) == 2
+    assert acls.main(["--principal", "indexer"]) == 2
+    assert acls.main(["--principal", "indexer=executor"]) == 2
+    assert "expected PRINCIPAL=USERNAME" in capsys.readouterr().err
