@@ -123,12 +123,12 @@ def trainer_grants(prefix: str, trainer: str) -> list[Grant]:
     ]
 
 
-def reward_grants(prefix: str) -> list[Grant]:
-    """The reward processor (app ``<prefix>rewards``): joins the signals in its group, writes rewards under
-    transactional ids ``<prefix>rewards-*``, keeps its changelog ``<prefix>rewards-*`` (which it creates and
-    restores), reads back its rewards after a crash, and for its liveness check the generations' ends and the
-    writer roles' committed offsets (DESCRIBE on their groups and on the generations topic, no READ)."""
-    app = f"{prefix}{REWARDS}"
+def reward_grants(prefix: str, app: str | None = None) -> list[Grant]:
+    """The reward processor (app ``<prefix>rewards``, or ``app``: the chart's is per release): joins the signals
+    in its group, writes rewards under transactional ids ``<app>-*``, keeps its changelog ``<app>-*`` (which it
+    creates and restores), reads back its rewards after a crash, and for its liveness check the generations' ends
+    and the writer roles' committed offsets (DESCRIBE on their groups and on the generations topic, no READ)."""
+    app = app or f"{prefix}{REWARDS}"
     return [
         *_topics(REWARDS, prefix, SIGNAL_TOPICS, "read"),
         *_topics(REWARDS, prefix, ("rewards",), "read"),
@@ -163,10 +163,11 @@ def operator_grants(prefix: str) -> list[Grant]:
 ROLES: tuple[str, ...] = (*SIGNAL_WRITER.values(), REWARDS, EPISODE, AUDITOR, INDEXER, GATEWAY, OPERATOR)
 
 
-def acl_table(prefix: str, trainers: tuple[str, ...]) -> tuple[Grant, ...]:
+def acl_table(prefix: str, trainers: tuple[str, ...], reward_app: str | None = None) -> tuple[Grant, ...]:
     """Every grant of every principal but the super user: the three signal writers (executor also answers the
     gateway's run requests), the reward processor, the episode worker, the auditor (re-grades verdicts into
-    audits), the indexer, the gateway, the operator, and each trainer."""
+    audits), the indexer, the gateway, the operator, and each trainer. ``reward_app``: the reward processor's app
+    id when it is not ``<prefix>rewards`` (a Helm release's, ``roles.rewardProcessor.appId``)."""
     grants: list[Grant] = []
     for signal, writer in SIGNAL_WRITER.items():
         reads: tuple[Role, ...] = ("generations", "run_requests") if writer == "executor" else ("generations",)
@@ -174,7 +175,7 @@ def acl_table(prefix: str, trainers: tuple[str, ...]) -> tuple[Grant, ...]:
             (SIGNAL_TOPIC[signal], "run_replies") if writer == "executor" else (SIGNAL_TOPIC[signal],)
         )
         grants += worker_grants(prefix, writer, reads, writes)
-    grants += reward_grants(prefix)
+    grants += reward_grants(prefix, reward_app)
     grants += episode_grants(prefix)
     grants += worker_grants(prefix, AUDITOR, ("verdicts",), ("audits",))
     grants += indexer_grants(prefix)
@@ -203,8 +204,8 @@ def trainer_names(setting: str) -> tuple[str, ...]:
     return names
 
 
-def markdown_table(prefix: str, trainers: tuple[str, ...]) -> str:
+def markdown_table(prefix: str, trainers: tuple[str, ...], reward_app: str | None = None) -> str:
     """The table as docs/operations.md prints it."""
     rows = ["| principal | may | resource | name |", "|---|---|---|---|"]
-    rows += [grant.row() for grant in acl_table(prefix, trainers)]
+    rows += [grant.row() for grant in acl_table(prefix, trainers, reward_app)]
     return "\n".join(rows) + "\n"

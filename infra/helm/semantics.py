@@ -1,6 +1,8 @@
 """What the apiserver refuses that no schema says: names, label syntax, a Deployment's selector matching its
 pods, each ScaledObject and PodDisruptionBudget pointing at a Deployment of the same render, KEDA's replica
-bounds. Cheap and offline; the first errors a hand edit of the chart makes."""
+bounds, each KEDA trigger's authenticationRef naming a TriggerAuthentication of the render, and each key a pod or a
+TriggerAuthentication requires from a Secret of the render being in it (a role's own Kafka principal's keys). Cheap
+and offline; the first errors a hand edit of the chart makes."""
 
 from __future__ import annotations
 
@@ -90,9 +92,46 @@ def _network_policy_errors(manifest: Manifest) -> Iterator[str]:
                     yield f"spec.{direction}[{n}].{side}: an empty peer (list none to mean any)"
 
 
+def _secret_keys(manifests: list[Manifest]) -> dict[str, set[str]]:
+    """The keys of each Secret the render makes (an existing Secret is not here: its keys are unknown offline)."""
+    return {(m.get("metadata") or {}).get("name", ""): {*(m.get("stringData") or {}), *(m.get("data") or {})}
+            for m in manifests if m.get("kind") == "Secret"}  # fmt: skip
+
+
+def _required_secret_refs(manifest: Manifest) -> Iterator[tuple[str, str]]:
+    """(Secret, key) each required reference of a Deployment's containers or a TriggerAuthentication."""
+    spec = manifest.get("spec") or {}
+    if manifest.get("kind") == "TriggerAuthentication":
+        yield from ((ref.get("name", ""), ref.get("key", "")) for ref in spec.get("secretTargetRef") or [])
+    elif manifest.get("kind") == "Deployment":
+        pod = (spec.get("template") or {}).get("spec") or {}
+        for container in pod.get("containers") or []:
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if ref and not ref.get("optional"):
+                    yield ref.get("name", ""), ref.get("key", "")
+
+
+def _reference_errors(manifests: list[Manifest]) -> Iterator[str]:
+    """A trigger authenticating with no TriggerAuthentication of the render, a required key a made Secret lacks."""
+    auths = {(m.get("metadata") or {}).get("name") for m in manifests if m.get("kind") == "TriggerAuthentication"}
+    secrets = _secret_keys(manifests)
+    for manifest in manifests:
+        where = describe(manifest)
+        if manifest.get("kind") == "ScaledObject":
+            for trigger in (manifest.get("spec") or {}).get("triggers") or []:
+                ref = (trigger.get("authenticationRef") or {}).get("name")
+                if ref is not None and ref not in auths:
+                    yield f"{where}: a trigger's authenticationRef names {ref!r}, no TriggerAuthentication here"
+        for secret, key in _required_secret_refs(manifest):
+            if secret in secrets and key not in secrets[secret]:
+                yield f"{where}: requires key {key!r} of Secret {secret!r}, which does not hold it"
+
+
 def check_all(manifests: list[Manifest]) -> Iterator[str]:
     """``Kind/name: problem`` for each cross-object or syntax rule broken."""
     deployments = {(m.get("metadata") or {}).get("name"): m for m in manifests if m.get("kind") == "Deployment"}
+    yield from _reference_errors(manifests)
     for manifest in manifests:
         where = describe(manifest)
         yield from (f"{where}: {e}" for e in _name_errors(manifest))

@@ -66,6 +66,44 @@ Context: root
 {{- if $facts.app -}}{{ $facts.app }}{{- else -}}{{ .root.Values.kafka.topicPrefix }}{{ $facts.group }}{{- end -}}
 {{- end -}}
 
+{{/*
+The Kafka principal each role runs as when it has its own (credentials.kafkaPrincipals.<role>): the names
+schemas/kafka_acls.py gives them, so the ACL rows `python -m infra.helm.acls` prints are that principal's
+(tests/unit/infra/helm/test_kafka_principals.py keeps the two lists equal).
+*/}}
+{{- define "rs.kafkaPrincipalNames" -}}
+executor: executor
+verifier: verifier
+judge: judge
+episode: episode
+auditor: auditor
+indexer: indexer
+rewardProcessor: rewards
+gateway: gateway
+{{- end -}}
+
+{{/*
+The suffix of a role's Kafka keys in the Secret: "_<ROLE>" (KAFKA_SASL_USERNAME_REWARD_PROCESSOR...) when
+credentials.kafkaPrincipals names the role, else "" (the shared KAFKA_SASL_USERNAME/PASSWORD every role without
+its own reads). Fails on an entry that cannot work: a chart-made Secret needs the password; with existingSecret
+the values hold none (that Secret holds both keys, and a value here would be ignored). Context: dict root role
+*/}}
+{{- define "rs.kafkaKeySuffix" -}}
+{{- $c := .root.Values.credentials -}}
+{{- $own := $c.kafkaPrincipals | default dict -}}
+{{- if hasKey $own .role -}}
+{{- $p := index $own .role | default dict -}}
+{{- if $c.existingSecret -}}
+{{- if or $p.username $p.password -}}
+{{- fail (printf "credentials.kafkaPrincipals.%s: with existingSecret the Secret %s holds KAFKA_SASL_USERNAME_%s and KAFKA_SASL_PASSWORD_%s; leave username/password empty ({})" .role $c.existingSecret (.role | snakecase | upper) (.role | snakecase | upper)) -}}
+{{- end -}}
+{{- else if not $p.password -}}
+{{- fail (printf "credentials.kafkaPrincipals.%s: no password (the role's Kafka principal needs one; remove the entry to use the shared kafkaSaslUsername/Password)" .role) -}}
+{{- end -}}
+_{{ .role | snakecase | upper }}
+{{- end -}}
+{{- end -}}
+
 {{/* A credential from the Secret, set only when the Secret has it. Context: list name key root */}}
 {{- define "rs.secretEnv" -}}
 - name: {{ index . 0 }}

@@ -107,3 +107,31 @@ def test_the_dashboard_config_map_must_carry_the_generated_dashboard() -> None:
     assert "is not rewardstream/dashboards/rewardstream.json" in edited
     [broken] = check_all([config_map(text[:-3])])
     assert "is not JSON" in broken
+
+
+def test_a_trigger_authenticating_with_no_trigger_authentication_of_the_render() -> None:
+    scaled = _scaled("rs-executor")
+    scaled["spec"]["triggers"] = [{"type": "kafka", "metadata": {}, "authenticationRef": {"name": "rs-kafka-executor"}}]
+    errors = list(check_all([_deployment(), scaled]))
+    assert any("'rs-kafka-executor', no TriggerAuthentication" in e for e in errors), errors
+    auth = {"kind": "TriggerAuthentication", "metadata": {"name": "rs-kafka-executor"}, "spec": {"secretTargetRef": []}}
+    assert list(check_all([_deployment(), scaled, auth])) == []
+
+
+def test_a_required_key_the_rendered_secret_lacks() -> None:
+    """A role's own principal's keys are required: the Secret the chart makes must hold them (an existing
+    Secret's keys are unknown offline and not checked); an optional reference may miss."""
+    secret = {"kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"KAFKA_SASL_USERNAME": "u"}}
+    deployment = _deployment()
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "KAFKA_SASL_PASSWORD", "optional": True}}},
+        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "other", "key": "KAFKA_SASL_PASSWORD_JUDGE"}}},
+    ]
+    refs = [{"parameter": "username", "name": "creds", "key": "KAFKA_SASL_USERNAME"}]
+    auth = {"kind": "TriggerAuthentication", "metadata": {"name": "t"}, "spec": {"secretTargetRef": refs}}
+    assert list(check_all([secret, deployment, auth])) == []
+    refs.append({"parameter": "password", "name": "creds", "key": "KAFKA_SASL_PASSWORD_X"})
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"][1]["valueFrom"]["secretKeyRef"]["name"] = "creds"
+    errors = list(check_all([secret, deployment, auth]))
+    assert len(errors) == 2, errors
+    assert all("which does not hold it" in e for e in errors)
