@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.integration.platform_env import CliResult, IsolatedPlatform, shared_cache
+from tests.integration.platform_env import IsolatedPlatform, kafka_platform, ok
 
 BASE_PORT = 19872
 #: The first node's broker port: the others follow at +2 and +4 (each node's controller on the port after).
@@ -41,11 +41,6 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str | Callab
     return value
 
 
-def _ok(result: CliResult) -> CliResult:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
 @dataclass
 class ChaosCluster:
     """Three KRaft nodes of the test's own; the methods a scenario needs to hurt them and heal them."""
@@ -54,18 +49,7 @@ class ChaosCluster:
 
     @classmethod
     def in_dir(cls, tmp: Path) -> ChaosCluster:
-        cache = shared_cache(tmp)
-        env = {
-            **os.environ,
-            "RS_CACHE_DIR": str(cache),
-            **CLIENT_ENV,
-            # Never the shared services: the CLI is told `--only kafka`, and these ports hold nothing anyway.
-            "RS_OPENSEARCH_URL": f"http://127.0.0.1:{BASE_PORT + 100}",
-            "RS_S3_ENDPOINT": f"127.0.0.1:{BASE_PORT + 110}",
-            "RS_PROMETHEUS_URL": f"http://127.0.0.1:{BASE_PORT + 120}",
-            "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{BASE_PORT + 121}",
-        }
-        return cls(IsolatedPlatform(cache, env))
+        return cls(kafka_platform(tmp, BASE_PORT, brokers=3))
 
     @property
     def config(self) -> dict[str, str]:
@@ -76,7 +60,7 @@ class ChaosCluster:
     def up(self) -> float:
         """Start (or complete) the three nodes; seconds it took."""
         started = time.monotonic()
-        _ok(self.platform.cli("up", "--only", "kafka"))
+        ok(self.platform.cli("up", "--only", "kafka"))
         return time.monotonic() - started
 
     def down(self) -> None:
@@ -84,7 +68,7 @@ class ChaosCluster:
         for node in self.nodes():
             if node["pid"] is not None:
                 _signal(node["pid"], signal.SIGCONT)
-        _ok(self.platform.cli("down", "--only", "kafka"))
+        ok(self.platform.cli("down", "--only", "kafka"))
 
     def nodes(self) -> list[dict[str, Any]]:
         """``status --json``'s nodes: id, pid, endpoint, healthy, rss_mb."""

@@ -240,12 +240,6 @@ class MixedLoad:
         return {g: r for g, r in self.rewards.items() if r.reward != self.expected[g]}
 
 
-def deadline_zeros(differing: dict[str, RewardEvent]) -> bool:
-    """Whether every differing reward is a 0.0 the processor decided at its join deadline with a part missing
-    (``RewardEvent.missing``): a role's result came later than ``deadline_s`` after the first part."""
-    return bool(differing) and all(r.reward == 0.0 and r.missing for r in differing.values())
-
-
 def describe(differing: dict[str, RewardEvent]) -> str:
     return "; ".join(
         f"{g}: {r.reward} missing {r.missing} ({' / '.join(r.reasons)[:300]})" for g, r in differing.items()
