@@ -33,9 +33,10 @@ from streams.reward.processor import InputEnds
 from streams.reward.rewards_log import idle_partitions
 
 #: How much longer than the quiet period a writer group with members may commit nothing before it counts as stopped:
-#: a worker's recovery from a broker fault (a failed commit, the abort or its producer's replacement, the re-read of
-#: its committed offsets: each bounded by its 30 s Kafka timeout), or a restart and the crash guard's first run.
-RECOVERY_S = 120.0
+#: a worker's recovery from a broker fault (a commit that fails or hangs, its producer's replacement, the re-read of
+#: its committed offsets), or a restart. Not longer: a group whose last generation record is a transaction marker
+#: it can never commit past looks "behind" for good, and a part that will not come would wait that long.
+RECOVERY_S = 60.0
 
 
 def still_working(silent_s: float, quiet_s: float, members: int | None) -> bool:
