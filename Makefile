@@ -65,7 +65,7 @@ test: $(STAMP)
 	$(BIN)/python -m infra.test_timings $(REPORTS)/*.xml; \
 	exit $$status
 
-## chaos: the three-broker chaos scenarios (tests/integration/chaos, about 14 minutes, a cluster of their own on
+## chaos: the three-broker chaos scenarios (tests/integration/chaos, 9-14 minutes, a cluster of their own on
 # ports 19872-19877 and the gateway on 19880, beside the local services; the disk-full scenario needs root). Not in
 # `make test`: its 60-minute budget is the main session's call (docs/operations.md, "Chaos").
 chaos: $(STAMP)
