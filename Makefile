@@ -65,9 +65,9 @@ test: $(STAMP)
 	$(BIN)/python -m infra.test_timings $(REPORTS)/*.xml; \
 	exit $$status
 
-## chaos: the three-broker chaos scenarios (tests/integration/chaos, about 6 minutes, a cluster of their own on
-# ports 19872-19877 beside the local services). Not part of `make test` yet: they found faults the pipeline does not
-# yet recover from (docs/operations.md, "Chaos"), kept as expected failures until fixed.
+## chaos: the three-broker chaos scenarios (tests/integration/chaos, 9-14 minutes, a cluster of their own on
+# ports 19872-19877 and the gateway on 19880, beside the local services; the disk-full scenario needs root). Not in
+# `make test`: its 60-minute budget is the main session's call (docs/operations.md, "Chaos").
 chaos: $(STAMP)
 	$(BIN)/rewardstream up
 	$(BIN)/pytest -s tests/integration/chaos

@@ -212,3 +212,14 @@ def delete_groups_with_prefix(prefix: str, client_config: Mapping[str, str], tim
                 continue
             raise _fail(f"deleting consumer group {name}", exc, bootstrap) from exc
     return ours
+
+
+def group_members(client_config: Mapping[str, str], group: str, timeout_s: float = 10.0) -> int | None:
+    """How many members consumer group ``group`` has now; None when the cluster cannot tell (a broker fault:
+    the caller decides what unknown means)."""
+    admin = _admin(client_config)
+    try:
+        described = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result()
+    except KafkaException:
+        return None
+    return len(described.members)

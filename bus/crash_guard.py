@@ -15,6 +15,9 @@ read it, whatever machine it runs on: in the metadata of the partition's committ
   its result is committed before anything else starts.
 * A message whose mark says the process died ``attempts`` times while it ran alone is dead-lettered without
   running it again (``CrashLoopError``), with a log line and a metric.
+* A partition this process *lost* (its group session timed out, as while the group coordinator's broker fails
+  over) and gets back with its own last mark still on it was not left by a death: that mark counts as a clean
+  release. Any other owner in between would have committed marks of its own.
 
 The guard only decides; the consumer loop commits the marks it returns (in a transaction, or plainly).
 """
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: Deaths of a process while one message ran alone in it, before that message is dead-lettered unrun.
 DEFAULT_ATTEMPTS = defaults(WorkerSettings).crash_attempts
+#: The marks a partition remembers having committed (newest kept): only the last one that committed matters.
+_ISSUED_KEPT = 64
 _MARK = re.compile(r"^rs-guard/1 o=(\d+) n=(\d+) a=(\d+) u=(-?\d+)$")
 
 
@@ -94,6 +99,19 @@ class _Partition:
     committed: int
     until: int
     alone: dict[int, int] = field(default_factory=dict)
+    #: The metadata of each mark this process committed (or tried to) -> that mark as if the partition had been
+    #: released cleanly there: what a lost partition's own mark means when it comes back.
+    issued: dict[str, Mark] = field(default_factory=dict)
+
+    def issue(self, mark: Mark, clean: Mark) -> Mark:
+        """Remember ``mark`` (and its ``clean`` meaning); return it."""
+        text = mark.encode()
+        if text:
+            self.issued.pop(text, None)
+            self.issued[text] = clean
+            if len(self.issued) > _ISSUED_KEPT:
+                self.issued.pop(next(iter(self.issued)))
+        return mark
 
 
 @dataclass
@@ -105,27 +123,36 @@ class CrashGuard:
     #: Offsets after a suspect start that run alone (the most a dead owner could have had in flight).
     window: int = 64
     _parts: dict[tuple[str, int], _Partition] = field(default_factory=dict)
+    #: Partitions this process lost (not released): the marks it had issued on each.
+    _lost: dict[tuple[str, int], dict[str, Mark]] = field(default_factory=dict)
 
     def assigned(self, topic: str, partition: int, committed: int, metadata: str | None) -> Mark:
         """Take over ``topic[partition]`` at ``committed``; return the start mark to commit before consuming."""
-        found = Mark.parse(metadata)
+        ours = self._lost.pop((topic, partition), {}).get(metadata or "")
+        found = ours if ours is not None else Mark.parse(metadata)
         prior = found if found is not None and found.offset == committed else Mark(committed)
         until = prior.until
         if prior.owners >= 1 and until <= committed:
             until = committed + self.window
-        self._parts[(topic, partition)] = _Partition(committed, until, {committed: prior.alone} if prior.alone else {})
-        return Mark(committed, prior.owners + 1, prior.alone, until)
+        part = _Partition(committed, until, {committed: prior.alone} if prior.alone else {})
+        self._parts[(topic, partition)] = part
+        return part.issue(Mark(committed, prior.owners + 1, prior.alone, until),
+                          Mark(committed, prior.owners, prior.alone, until))  # fmt: skip
 
     def released(self, topic: str, partition: int) -> Mark | None:
         """The partition is given up cleanly: the mark that says so (None if it was never assigned here)."""
+        self._lost.pop((topic, partition), None)
         part = self._parts.pop((topic, partition), None)
         if part is None:
             return None
         return Mark(part.committed, 0, 0, part.until)
 
     def lost(self, topic: str, partition: int) -> None:
-        """The partition was taken away uncleanly: forget it (its mark stays, as after a crash)."""
-        self._parts.pop((topic, partition), None)
+        """The partition was taken away uncleanly: forget it (its mark stays, as after a crash), but remember
+        the marks this process left on it (``assigned``: getting it back under one of them is no death)."""
+        part = self._parts.pop((topic, partition), None)
+        if part is not None:
+            self._lost[(topic, partition)] = part.issued
 
     def suspect(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the message at ``offset`` must run alone."""
@@ -148,7 +175,7 @@ class CrashGuard:
             )
         part.alone[offset] = deaths + 1
         part.committed = offset
-        return Isolate(Mark(offset, 0, deaths + 1, part.until))
+        return Isolate(part.issue(Mark(offset, 0, deaths + 1, part.until), Mark(offset, 0, deaths, part.until)))
 
     def progress(self, topic: str, partition: int, next_offset: int) -> str:
         """The metadata to commit with ``next_offset``: this owner is still active (and the window, if any)."""
@@ -157,7 +184,7 @@ class CrashGuard:
             return ""
         part.committed = next_offset
         part.alone.pop(next_offset - 1, None)
-        return Mark(next_offset, 1, 0, part.until).encode()
+        return part.issue(Mark(next_offset, 1, 0, part.until), Mark(next_offset, 0, 0, part.until)).encode()
 
 
 def start_marks(

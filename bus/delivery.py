@@ -6,12 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaError as LibKafkaError
 from confluent_kafka import Message, Producer
 
 from bus.errors import KafkaClientError, from_exception, from_lib_error
 
 #: How often ``produce`` serves delivery reports and tries again while the producer's local queue is full.
 QUEUE_FULL_ATTEMPTS = 100
+#: A message purged on purpose: by an aborted transaction (it is produced again when its input is re-run) or by
+#: purging a discarded producer. Its report comes with a later poll, inside the next transaction: counting it
+#: as a failure of that one ended a worker that had recovered.
+PURGED = frozenset({LibKafkaError._PURGE_QUEUE, LibKafkaError._PURGE_INFLIGHT})
 
 
 @dataclass
@@ -21,8 +26,8 @@ class DeliveryTracker:
     errors: list[Exception] = field(default_factory=list)
 
     def callback(self, err: object, msg: Message) -> None:
-        """``on_delivery`` callback: remember the first failures (with the message's topic)."""
-        if err is not None and len(self.errors) < 100:
+        """``on_delivery`` callback: remember the first failures (with the message's topic), not a purge."""
+        if err is not None and len(self.errors) < 100 and getattr(err, "code", lambda: None)() not in PURGED:
             self.errors.append(from_lib_error("delivery failed", err, topic=msg.topic()))  # type: ignore[arg-type]
 
     def raise_first(self) -> None:

@@ -10,19 +10,29 @@ The shape is confluent-kafka's ``examples/eos_transactions.py``, once::
     txn.commit()                                 # offsets sent with the group metadata (a zombie is fenced)
 
 A failure raises ``KafkaClientError``; ``txn_requires_abort`` says the caller may ``abort()`` and re-run from
-the committed offsets, ``fatal`` that the producer is unusable (the process must restart).
+the committed offsets, ``fatal`` that the producer is unusable (replace it, or restart the process).
+
+A commit or abort that does not return within its timeout (plus ``HUNG_GRACE_S``) is fatal too: under a broker
+killed in the chaos tests, librdkafka's ``send_offsets_to_transaction`` blocked for minutes past its timeout
+and the whole worker with it. The call runs on a thread of its own; when it hangs, the caller gets the error and
+replaces the producer (a new one with the same transactional id fences the hung one, whose call then fails).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bus.delivery import DeliveryTracker, produce
-from bus.errors import from_exception
+from bus.errors import KafkaClientError, from_exception
 
 log = logging.getLogger(__name__)
+
+#: Past its own timeout, how long a transactional call may take before its producer counts as hung.
+HUNG_GRACE_S = 10.0
 
 
 class Transaction:
@@ -58,21 +68,49 @@ class Transaction:
 
     def commit(self) -> None:
         """Send the offsets and commit (a message that failed delivery is in ``tracker``: raise it after)."""
-        try:
-            if self._offsets:
-                self.producer.send_offsets_to_transaction(
-                    list(self._offsets.values()), self.consumer.consumer_group_metadata(), self.timeout_s
-                )
+        offsets, metadata = list(self._offsets.values()), self.consumer.consumer_group_metadata()
+
+        def commit() -> None:
+            if offsets:
+                self.producer.send_offsets_to_transaction(offsets, metadata, self.timeout_s)
             self.producer.commit_transaction(self.timeout_s)
+
+        try:
+            bounded("commit transaction", commit, self.timeout_s)
         except KafkaException as exc:
             raise from_exception("commit transaction", exc) from exc
 
     def abort(self) -> None:
         """Abort the open transaction: nothing it produced is ever read_committed, no offset moved."""
         try:
-            self.producer.abort_transaction(self.timeout_s)
+            bounded("abort transaction", lambda: self.producer.abort_transaction(self.timeout_s), self.timeout_s)
         except KafkaException as exc:
             raise from_exception("abort transaction", exc) from exc
+
+
+def bounded(what: str, call: Callable[[], None], timeout_s: float) -> None:
+    """``call()`` (a transactional call given ``timeout_s``), raising what it raises; if it has not returned
+    ``HUNG_GRACE_S`` after its timeout, a fatal ``KafkaClientError`` (the call is left to fail on its daemon
+    thread once its producer is fenced)."""
+    done = threading.Event()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread
+            raised.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"kafka-{what.replace(' ', '-')}", daemon=True).start()
+    if not done.wait(timeout_s + HUNG_GRACE_S):
+        log.error("%s: no answer from the producer %.0fs past its %.0fs timeout: it counts as hung", what,
+                  HUNG_GRACE_S, timeout_s)  # fmt: skip
+        raise KafkaClientError(f"{what}: the producer hung past its {timeout_s:.0f}s timeout", code="_TIMED_OUT",
+                               fatal=True)  # fmt: skip
+    if raised:
+        raise raised[0]
 
 
 def commit_offsets(producer: Producer, consumer: Consumer, offsets: list[TopicPartition], timeout_s: float) -> bool:

@@ -2,13 +2,15 @@
 dead letter of its partitions and the input offsets after them (``bus.transaction``).
 
 Why apart from the loop: the loop decides when to commit and what to do after an abort (rewind to the
-committed offsets); what one transaction contains, and what it counts, is this module's.
+committed offsets); what one transaction contains, and what it counts, is this module's. A failed transaction is
+aborted; a producer it left unusable is replaced in place (``workers.producer_recovery``): either way the loop
+re-runs what was not committed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -24,17 +26,20 @@ from workers.handler import Done, Output, Reject
 from workers.in_flight import Item, PartitionState, timestamp_ms
 from workers.logs.shipper import LogShipper
 from workers.loop_config import WorkerConfig, WorkerStats
+from workers.producer_recovery import recovery_for
 from workers.sandbox.error_kinds import sandbox_error_kind
 
 log = logging.getLogger("workers.transactional_loop")
 
 #: What a commit did: nothing was ready, a transaction committed, or it failed and was aborted (the loop
-#: then re-runs what was not committed).
+#: then re-runs what was not committed; the producer may have been replaced meanwhile).
 Committed = Literal["nothing", "committed", "aborted"]
 
 
 class Committer:
-    """The loop's transactional producer, as one transaction per commit."""
+    """The loop's transactional producer, as one transaction per commit; ``renew`` replaces a producer that a
+    failure left unusable (given the old one, returns a new one with its transactions initialised), or None:
+    such a failure then ends the worker."""
 
     def __init__(  # noqa: PLR0917 - the loop's own parts
         self,
@@ -45,8 +50,11 @@ class Committer:
         guard: CrashGuard,
         metrics: WorkerMetrics,
         stats: WorkerStats,
+        renew: Callable[[Producer], Producer] | None = None,
     ) -> None:
         self.config = config
+        self.consumer = consumer
+        self.renew = renew
         self.producer = producer
         self.shipper = shipper
         self.guard = guard
@@ -57,7 +65,7 @@ class Committer:
 
     def commit(self, parts: Iterable[PartitionState], extra: Sequence[Output] = ()) -> Committed:
         """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
-        ``extra``: what timers expired). A fatal failure (fenced by a newer instance) raises."""
+        ``extra``: what timers expired). A failure aborts (``_transaction_failed``)."""
         ready, offsets = self._take_ready(parts)
         if not offsets and not extra:
             return "nothing"
@@ -71,8 +79,10 @@ class Committer:
                 self._publish(item, txn)
             for out in extra:
                 txn.produce(out.topic, out.key, out.value, partition=out.partition)
-        except KafkaClientError:  # the producer's queue stayed full: the broker is gone
-            self.abort()
+        except KafkaClientError as exc:
+            if exc.fatal:  # the producer failed under the transaction (a broker fault): abort or replace it
+                return self._transaction_failed(exc)
+            self.abort()  # its queue stayed full, or a message Kafka refuses: running again cannot help
             raise
         for tp in offsets:
             txn.offset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
@@ -154,13 +164,31 @@ class Committer:
             self.shipper.emit(outcome.log)
 
     def _transaction_failed(self, exc: KafkaClientError) -> Committed:
-        """An abortable failure (e.g. a rebalance took the partitions): abort (the loop re-runs from the
-        committed offsets). A fatal one (fenced by a newer instance) ends the worker."""
-        if exc.fatal:
-            raise exc
+        """Abort the failed transaction (the loop re-runs from the committed offsets); a producer left unusable
+        (fatal, or its abort failed too) is replaced first. A missing ACL ends the worker: re-running the batch
+        would be refused again, forever."""
         if (denied := self._denied(exc)) is not None:
-            self.abort()
-            raise denied from exc  # an ACL is missing: re-running the batch would be refused again, forever
-        log.warning("%s: transaction failed, aborting and re-running uncommitted work: %s", self.config.role, exc)
-        self.abort()
+            if not exc.fatal:
+                self.abort()
+            raise denied from exc
+        recovery = recovery_for(exc)
+        if not recovery.renew:
+            log.warning("%s: transaction failed, %s: %s", self.config.role, recovery.why, exc)
+            try:
+                self.abort()
+                return "aborted"
+            except KafkaClientError as again:
+                exc, recovery = again, recovery_for(again, abort_failed=True)
+        if self.renew is None:
+            raise exc
+        log.warning("%s: transaction failed, %s: %s", self.config.role, recovery.why, exc)
+        self.stats.aborted += 1
+        self.stats.renewed += 1
+        self.use(self.renew(self.producer))
         return "aborted"
+
+    def use(self, producer: Producer) -> None:
+        """Commit with ``producer`` from now on (a replacement, its transactions initialised)."""
+        self.producer = producer
+        self._tracker = DeliveryTracker()
+        self._txn = Transaction(producer, self.consumer, self.config.kafka_timeout_s, self._tracker)

@@ -74,3 +74,5 @@ class WorkerStats:
     dead_letters: int = 0
     transactions: int = 0
     aborted: int = 0
+    #: Producers replaced after a failure left them unusable (``workers.producer_recovery``).
+    renewed: int = 0

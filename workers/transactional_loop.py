@@ -30,6 +30,10 @@ Why it is shaped like this:
   a sandbox_error or an outage, is retried until the worker stops). A message that kills the whole process is
   caught by the crash guard (``bus.crash_guard``): after an owner died, the partition's next messages run alone,
   and one that kills the process alone ``crash_attempts`` times is dead-lettered without running again.
+* A broker fault is not a crash: a failed transaction is aborted and its work re-run from the committed offsets;
+  a producer it left unusable (fatal in librdkafka) is replaced in place when the loop is given ``renew`` (a
+  factory of its producer, ``workers.producer_recovery``), so the member keeps its partitions and no crash guard
+  runs. Only a fencing by the group drops the work (the partitions' new owner re-runs it).
 
 This module is the loop itself; each of its parts has a module of its own: ``runners`` (the threads that
 run the handler), ``committer`` (what one transaction holds), ``backpressure``, ``in_flight`` (what is held
@@ -82,12 +86,16 @@ from workers.handler import (
 from workers.in_flight import Item, PartitionState, timestamp_ms
 from workers.logs.shipper import LogShipper
 from workers.loop_config import WorkerConfig, WorkerStats
+from workers.producer_recovery import ProducerRenewal
 from workers.rebalancing import PartitionOwnership
 from workers.runners import NOT_STARTED, Runners
 
 log = logging.getLogger(__name__)
 
 _IDS = ("generation_id", "episode_id", "run_id", "task_id")
+#: Reads of the committed offsets after an abort before the worker gives up (each up to ``kafka_timeout_s``):
+#: without them it would run on from its fetch position, past the work the abort undid.
+_REWIND_ATTEMPTS = 3
 
 E = TypeVar("E", bound=Contract)
 
@@ -95,7 +103,9 @@ E = TypeVar("E", bound=Contract)
 class TransactionalWorker(PartitionOwnership, Generic[E]):
     """One consumer + one transactional producer + a pool of ``concurrency`` runner threads; ``model`` is the
     input's type (``GenerationEvent`` unless given), ``listener`` the handler's per-partition state if any,
-    ``shares`` what paces the sandbox starts by this member's share of the partitions (``fleet_pace``)."""
+    ``shares`` what paces the sandbox starts by this member's share of the partitions (``fleet_pace``),
+    ``renew`` builds a producer like ``producer`` (same config and transactional id) to replace one a broker
+    fault left unusable (without it, such a fault ends the worker)."""
 
     def __init__(
         self,
@@ -114,6 +124,7 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         ends: Ends | None = None,
         models: Mapping[str, type[Contract]] | None = None,
         shares: ShareListener | None = None,
+        renew: Callable[[], Producer] | None = None,
     ) -> None:
         if models and config.incremental:
             raise ValueError("a worker reading several topics needs a per-topic assignor (WorkerConfig.assignment)")
@@ -139,7 +150,10 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         self._clock = clock
         self.guard = CrashGuard(config.role, attempts=config.crash_attempts, window=config.buffer_limit)
         self._runners = Runners(config.role, config.concurrency, handler, metrics)
-        self._committer = Committer(config, producer, consumer, shipper, self.guard, metrics, self.stats)
+        renewal = None if renew is None else ProducerRenewal(renew, config, stop)
+        self._renewal = renewal
+        self._committer = Committer(config, producer, consumer, shipper, self.guard, metrics, self.stats,
+                                    renew=None if renewal is None else self._renew_producer)  # fmt: skip
         self._parts: dict[tuple[str, int], PartitionState] = {}
         self._runnable: deque[Item] = deque()
         self._delayed: list[tuple[float, Item]] = []
@@ -437,6 +451,15 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         elif done == "aborted":
             self._rewind()
 
+    def _renew_producer(self, old: Producer) -> Producer:
+        """A new transactional producer in place of ``old`` for everything of the loop that produces."""
+        if self._renewal is None:
+            raise RuntimeError("no renew was given to replace the producer")
+        self.producer = self._renewal(old)
+        self.shipper.use(self.producer)
+        self.metrics.retry("kafka")
+        return self.producer
+
     def _rewind(self) -> None:
         """Forget every buffered item and seek each partition back to its committed offset."""
         tps = [TopicPartition(p.topic, p.partition) for p in self._parts.values()]
@@ -448,13 +471,17 @@ class TransactionalWorker(PartitionOwnership, Generic[E]):
         self._alone.clear()
         if not tps:
             return
-        try:
-            committed = self.consumer.committed(tps, timeout=self.config.kafka_timeout_s)
-            for tp in committed:
-                offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-        except KafkaException as exc:
-            raise from_exception("rewind to committed offsets", exc) from exc
+        for attempt in range(1, _REWIND_ATTEMPTS + 1):
+            try:
+                committed = self.consumer.committed(tps, timeout=self.config.kafka_timeout_s)
+                for tp in committed:
+                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                    self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+                break
+            except KafkaException as exc:  # the group coordinator moving (a broker fault): ask again
+                if attempt == _REWIND_ATTEMPTS or self.stop.is_set():
+                    raise from_exception("rewind to committed offsets", exc) from exc
+                log.warning("%s: reading the committed offsets failed (attempt %d): %s", self.config.role, attempt, exc)
         self._tell_assigned(tps)  # the aborted transaction's state writes are gone: back to the committed state
 
     def _tell_assigned(self, partitions: list[TopicPartition]) -> None:

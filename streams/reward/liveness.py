@@ -7,6 +7,13 @@ would score correct code 0.0 for the time it waited in the queue. So a writer co
 partition while its consumer group has generations of that partition left to finish and has committed
 something (on any partition) within the quiet period; a stopped writer commits nothing, and after the quiet
 period its parts are given up as before.
+
+A writer recovering from a broker fault is neither: it commits nothing while its transaction fails, its producer
+is replaced and its offsets are read again (``workers.producer_recovery``), or while its process restarts, and
+that can outlast the quiet period (the join deadline). Scoring its generations then would give correct answers
+0.0 for what the infrastructure did. So a group that still has members (a live or restarting worker: a dead
+one's membership ends with its session, ``session.timeout.ms``) gets ``RECOVERY_S`` more before it counts as
+stopped; a group without members (the role scaled to zero, or stopped) gets the quiet period alone.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from bus.admin import group_members
 from bus.clients import make_reader
 from schemas.errors import KafkaError
 from schemas.kafka_acls import LIVENESS_GROUP
@@ -24,6 +32,21 @@ from schemas.settings import Settings
 from schemas.topics import WRITER_ROLE, catalog_for, group_for, topic_for
 from streams.reward.processor import InputEnds
 from streams.reward.rewards_log import idle_partitions
+
+#: How much longer than the quiet period a writer group with members may commit nothing before it counts as stopped:
+#: a worker's recovery from a broker fault (a commit that fails or hangs, its producer's replacement, the re-read of
+#: its committed offsets), or a restart. Not longer: a group whose last generation record is a transaction marker
+#: it can never commit past looks "behind" for good, and a part that will not come would wait that long.
+RECOVERY_S = 60.0
+
+
+def still_working(silent_s: float, quiet_s: float, members: int | None) -> bool:
+    """Whether a writer group that has generations left and committed nothing for ``silent_s`` is on its way:
+    within the quiet period, or with ``members`` (None: unknown, as while the cluster cannot tell) within
+    ``RECOVERY_S`` more."""
+    if silent_s < quiet_s:
+        return True
+    return members != 0 and silent_s < quiet_s + RECOVERY_S
 
 
 @dataclass(slots=True)
@@ -46,8 +69,10 @@ class WriterLiveness:
         *,
         clock: Callable[[], float] = time.monotonic,
         timeout_s: float = 10.0,
+        members: Callable[[str], int | None] | None = None,
     ) -> None:
-        """``writers``: joined input topic -> the consumer group whose worker writes it."""
+        """``writers``: joined input topic -> the consumer group whose worker writes it; ``members``: how many
+        members a group has (None when unknown), read from the cluster unless given."""
         self.client_config = dict(client_config)
         self._generations = generations_topic
         self._writers = dict(writers)
@@ -55,6 +80,7 @@ class WriterLiveness:
         self._clock = clock
         self._timeout_s = timeout_s
         self._progress: dict[str, _Progress] = {}
+        self._members = members or (lambda group: group_members(self.client_config, group, self._timeout_s))
 
     def working(self, inputs: set[tuple[str, int]]) -> set[tuple[str, int]]:
         """Of ``inputs`` ((topic, partition)), those whose writer is still on its way to them."""
@@ -102,7 +128,10 @@ class WriterLiveness:
         seen = self._progress.get(group)
         if seen is None or total != seen.total:
             self._progress[group] = seen = _Progress(total, now)
-        return left if now - seen.since < self._quiet_s else set()
+        silent_s = now - seen.since
+        if not left or silent_s < self._quiet_s:
+            return left
+        return left if still_working(silent_s, self._quiet_s, self._members(group)) else set()
 
     @classmethod
     def for_settings(cls, settings: Settings, quiet_s: float) -> WriterLiveness:

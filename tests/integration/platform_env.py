@@ -71,6 +71,34 @@ def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:
     return IsolatedPlatform(cache, env)
 
 
+def kafka_platform(tmp: Path, base_port: int, brokers: int | None = None) -> IsolatedPlatform:
+    """A platform for Kafka-only tests (``--only kafka``): a cache dir of its own, the first node's broker on
+    ``base_port`` (a cluster's next nodes at +2, +4), ``brokers`` nodes (None: the single broker, whatever the
+    caller's environment says), and the other services pointed at ports that hold nothing, so that no command
+    of the test ever reaches the machine's shared ones."""
+    cache = shared_cache(tmp)
+    env = {
+        **os.environ,
+        "RS_CACHE_DIR": str(cache),
+        "RS_KAFKA_BOOTSTRAP": f"127.0.0.1:{base_port}",
+        "RS_OPENSEARCH_URL": f"http://127.0.0.1:{base_port + 100}",
+        "RS_S3_ENDPOINT": f"127.0.0.1:{base_port + 110}",
+        "RS_PROMETHEUS_URL": f"http://127.0.0.1:{base_port + 120}",
+        "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{base_port + 121}",
+    }
+    if brokers is None:
+        env.pop("RS_KAFKA_BROKERS", None)
+    else:
+        env["RS_KAFKA_BROKERS"] = str(brokers)
+    return IsolatedPlatform(cache, env)
+
+
+def ok(result: CliResult) -> CliResult:
+    """``result`` of a command that must have succeeded (else its output is the failure)."""
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
 def one_line_error(result: CliResult) -> str:
     """The CLI's error: exactly one line, the last on stderr (after any progress lines), no traceback."""
     lines = result.stderr.strip().splitlines()

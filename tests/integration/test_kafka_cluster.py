@@ -21,7 +21,7 @@ from bus.admin import ExistingTopic, delete_topics, describe_topics, ensure_topi
 from infra.local.process import group_members
 from schemas.settings import Settings
 from schemas.topics import catalog_for
-from tests.integration.platform_env import CliResult, IsolatedPlatform, shared_cache
+from tests.integration.platform_env import IsolatedPlatform, kafka_platform, ok
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,18 +44,8 @@ def _wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
 def cluster(tmp_path: Path) -> Iterator[IsolatedPlatform]:
     """The CLI on a cache dir of its own (sharing the main one's Kafka jars) and ports nobody else uses; every
     process it started is stopped afterwards, by its pid file."""
-    cache = shared_cache(tmp_path)
-    env = {
-        **os.environ,
-        "RS_CACHE_DIR": str(cache),
-        "RS_KAFKA_BOOTSTRAP": NODE_ADDRESSES[0],
-        "RS_OPENSEARCH_URL": f"http://127.0.0.1:{BASE_PORT + 100}",
-        "RS_S3_ENDPOINT": f"127.0.0.1:{BASE_PORT + 110}",
-        "RS_PROMETHEUS_URL": f"http://127.0.0.1:{BASE_PORT + 120}",
-        "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{BASE_PORT + 121}",
-    }
-    env.pop("RS_KAFKA_BROKERS", None)
-    platform = IsolatedPlatform(cache, env)
+    platform = kafka_platform(tmp_path, BASE_PORT)
+    env = platform.env
     try:
         yield platform
     finally:
@@ -66,11 +56,6 @@ def _nodes(platform: IsolatedPlatform, env: dict[str, str]) -> list[dict[str, An
     result = platform.cli("status", "--json", "--only", "kafka", env=env)
     nodes: list[dict[str, Any]] = result.json()["services"]["kafka"]["nodes"]
     return nodes
-
-
-def _ok(result: CliResult) -> CliResult:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
 
 
 def _admin(config: dict[str, str]) -> Any:
@@ -134,7 +119,7 @@ def _consume_all(config: dict[str, str], topic: str, count: int) -> set[bytes]:
 @pytest.mark.timeout(300)
 def test_three_brokers_survive_a_lost_node_and_up_restores_it(cluster: IsolatedPlatform) -> None:
     started = time.monotonic()
-    _ok(cluster.cli("up", "--kafka-brokers", "3", "--only", "kafka"))
+    ok(cluster.cli("up", "--kafka-brokers", "3", "--only", "kafka"))
     print(f"\nthree-node `up`: {time.monotonic() - started:.1f}s")
     env = {**cluster.env, "RS_KAFKA_BROKERS": "3"}
 
@@ -187,7 +172,7 @@ def test_three_brokers_survive_a_lost_node_and_up_restores_it(cluster: IsolatedP
         assert describe_topics(["__consumer_offsets"], config)["__consumer_offsets"].replication_factor == 3
 
         restarted = time.monotonic()
-        _ok(cluster.cli("up", "--only", "kafka", env=env))
+        ok(cluster.cli("up", "--only", "kafka", env=env))
         print(f"`up` with one node down: {time.monotonic() - restarted:.1f}s")
         back = _nodes(cluster, env)
         assert all(n["healthy"] for n in back), back
@@ -197,6 +182,6 @@ def test_three_brokers_survive_a_lost_node_and_up_restores_it(cluster: IsolatedP
         delete_topics([s.name for s in specs], config)
 
     pids = [n["pid"] for n in back]
-    _ok(cluster.cli("down", "--only", "kafka", env=env))
+    ok(cluster.cli("down", "--only", "kafka", env=env))
     assert all(not group_members(pid) for pid in pids)
     assert not list((cluster.cache_dir / "run").glob("kafka*.pid"))

@@ -45,6 +45,11 @@ class LogShipper:
         self.worker = worker or worker_name()
         self._tracker = DeliveryTracker()
 
+    def use(self, producer: Producer) -> None:
+        """Emit through ``producer`` from now on: the worker's replacement of its failed transactional producer
+        (the records are part of its transactions)."""
+        self._producer = producer
+
     def emit(self, record: LogRecord) -> LogRecord:
         """Queue ``record`` for sending; its ``event_id`` is the document id in OpenSearch."""
         produce(self._producer, self._topic, key=record.key(), value=encode(record), on_delivery=self._tracker.callback)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 
 from bus.admin import ensure_topics
 from bus.broker_clock import BrokerClock, clock_spec
@@ -28,7 +29,7 @@ from workers.logs.shipper import worker_name
 from workers.roles.common import TaskSource
 from workers.roles.episodes import EpisodeHandler, EpisodeTopics
 from workers.roles.image_episodes import ImageEpisodes
-from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config
+from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config, loop_producer
 from workers.sandbox.fleet_pace import fleet_pace
 from workers.tasks.reader import registry_from_settings
 from workers.transactional_loop import TransactionalWorker
@@ -95,4 +96,5 @@ def build_episode_worker(
                                  shipper=shipper, retention_s=settings.worker.episode_retention_s)  # fmt: skip
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
                                   shipper=shipper, model=ActionEvent, listener=table, timers=handler,
-                                  ends=EndOffsets(kafka), shares=fleet)  # fmt: skip
+                                  ends=EndOffsets(kafka), shares=fleet,
+                                  renew=partial(loop_producer, settings, config))  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -128,15 +129,16 @@ def build_worker(
         if fleet is not None:  # closed first (LIFO): a run still waiting for a token gives up, never starts
             stack.callback(fleet.close)
         producer, consumer, shipper = loop_clients(settings, config, context.worker)
+        renew = partial(loop_producer, settings, config)
         if role == "executor":  # the gateway's runs take the same slots and the same share: one scheduling plane
             runs = topic_for("run_requests", specs)
             router = ExecutorRouter(handler, _run_handler(settings, handler, context))
             yield TransactionalWorker(config, router, consumer=consumer, producer=producer, metrics=metrics,
                                       stop=stop, shipper=shipper, models={runs.name: RunRequest},
-                                      shares=fleet)  # fmt: skip
+                                      shares=fleet, renew=renew)  # fmt: skip
             return
         yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
-                                  shipper=shipper, shares=fleet)  # fmt: skip
+                                  shipper=shipper, shares=fleet, renew=renew)  # fmt: skip
 
 
 def _run_handler(settings: Settings, grading: Handler[GenerationEvent], context: RoleContext) -> RunHandler:
@@ -167,18 +169,26 @@ def artifact_store(settings: Settings, stop: threading.Event, metrics: WorkerMet
 def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple[Producer, Consumer, LogShipper]:
     """The transactional producer, the consumer of ``config``'s group and the log shipper of one worker."""
     kafka = settings.kafka_client_config()
-    overrides: dict[str, str | int | bool] = {
-        "transactional.id": config.transactional_id,
-        "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
-    }
+    producer = loop_producer(settings, config)
     # A refused login is said once, as the line naming the user and the settings (librdkafka retries it forever).
     watch = AccessWatch(kafka, logging.getLogger(f"rewardstream.{config.role}"), others=logging.DEBUG)
-    producer = Producer({**producer_config(kafka, **overrides), "error_cb": watch.on_error})
     group: dict[str, str | int | bool] = {"max.poll.interval.ms": 300_000,
                                           "partition.assignment.strategy": config.assignment}  # fmt: skip
     consumer = Consumer({**consumer_config(kafka, config.group_id, **group), "error_cb": watch.on_error})
     shipper = LogShipper(producer, topic_for("logs", catalog_for(settings)).name, config.role, worker=worker)
     return producer, consumer, shipper
+
+
+def loop_producer(settings: Settings, config: WorkerConfig) -> Producer:
+    """One worker's transactional producer (not initialised): the loop's first, and each replacement of one a
+    broker fault left unusable (``TransactionalWorker``'s ``renew``: the same transactional id)."""
+    kafka = settings.kafka_client_config()
+    overrides: dict[str, str | int | bool] = {
+        "transactional.id": config.transactional_id,
+        "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
+    }
+    watch = AccessWatch(kafka, logging.getLogger(f"rewardstream.{config.role}"), others=logging.DEBUG)
+    return Producer({**producer_config(kafka, **overrides), "error_cb": watch.on_error})
 
 
 def _handler(

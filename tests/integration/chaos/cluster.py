@@ -9,15 +9,18 @@ starts or stops (the CLI it runs sees other ports for them and ``--only kafka``)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import signal
+import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.integration.platform_env import CliResult, IsolatedPlatform, shared_cache
+from tests.integration.platform_env import IsolatedPlatform, kafka_platform, ok
 
 BASE_PORT = 19872
 #: The first node's broker port: the others follow at +2 and +4 (each node's controller on the port after).
@@ -41,11 +44,6 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float, what: str | Callab
     return value
 
 
-def _ok(result: CliResult) -> CliResult:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
 @dataclass
 class ChaosCluster:
     """Three KRaft nodes of the test's own; the methods a scenario needs to hurt them and heal them."""
@@ -54,18 +52,7 @@ class ChaosCluster:
 
     @classmethod
     def in_dir(cls, tmp: Path) -> ChaosCluster:
-        cache = shared_cache(tmp)
-        env = {
-            **os.environ,
-            "RS_CACHE_DIR": str(cache),
-            **CLIENT_ENV,
-            # Never the shared services: the CLI is told `--only kafka`, and these ports hold nothing anyway.
-            "RS_OPENSEARCH_URL": f"http://127.0.0.1:{BASE_PORT + 100}",
-            "RS_S3_ENDPOINT": f"127.0.0.1:{BASE_PORT + 110}",
-            "RS_PROMETHEUS_URL": f"http://127.0.0.1:{BASE_PORT + 120}",
-            "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{BASE_PORT + 121}",
-        }
-        return cls(IsolatedPlatform(cache, env))
+        return cls(kafka_platform(tmp, BASE_PORT, brokers=3))
 
     @property
     def config(self) -> dict[str, str]:
@@ -76,7 +63,7 @@ class ChaosCluster:
     def up(self) -> float:
         """Start (or complete) the three nodes; seconds it took."""
         started = time.monotonic()
-        _ok(self.platform.cli("up", "--only", "kafka"))
+        ok(self.platform.cli("up", "--only", "kafka"))
         return time.monotonic() - started
 
     def down(self) -> None:
@@ -84,7 +71,7 @@ class ChaosCluster:
         for node in self.nodes():
             if node["pid"] is not None:
                 _signal(node["pid"], signal.SIGCONT)
-        _ok(self.platform.cli("down", "--only", "kafka"))
+        ok(self.platform.cli("down", "--only", "kafka"))
 
     def nodes(self) -> list[dict[str, Any]]:
         """``status --json``'s nodes: id, pid, endpoint, healthy, rss_mb."""
@@ -145,6 +132,53 @@ class ChaosCluster:
         wait_for(lambda: not _alive(pid), 120, f"node {node_id} (pid {pid}) to stop")
         self.heal(topics)
 
+    def stop(self, node_id: int) -> None:
+        """Stop the node if it runs (SIGTERM, then SIGKILL if it will not) and wait until it is gone."""
+        pids = {n["id"]: n["pid"] for n in self.nodes()}
+        pid = pids.get(node_id)
+        if pid is None or not _alive(pid):
+            return
+        _signal(pid, signal.SIGCONT)
+        _signal(pid, signal.SIGTERM)
+        try:
+            wait_for(lambda: not _alive(pid), 90, f"node {node_id} (pid {pid}) to stop")
+        except AssertionError:
+            _signal(pid, signal.SIGKILL)
+            wait_for(lambda: not _alive(pid), 30, f"node {node_id} (pid {pid}) to die")
+
+    def log_dir(self, node_id: int) -> Path:
+        """Where the node keeps its partitions and its metadata log (``infra.local.kafka_nodes``)."""
+        return self.platform.cache_dir / "data" / "kafka-cluster" / f"node-{node_id}" / "log"
+
+    @contextlib.contextmanager
+    def small_disk(self, node_id: int, topics: Iterable[str], headroom_mb: int = 48) -> Iterator[SmallDisk]:
+        """The node's log dir moved onto a tmpfs of its own with ``headroom_mb`` free (root mounts it), the node
+        running on it with full ISRs; afterwards the node is stopped and its data copied back to the real disk,
+        the tmpfs unmounted (in every case), and the node left stopped for ``heal``."""
+        log_dir = self.log_dir(node_id)
+        disk = log_dir.with_name("log.disk")
+        self.stop(node_id)
+        used_mb = _used_bytes(log_dir) // (1 << 20) + 1
+        log_dir.rename(disk)
+        log_dir.mkdir()
+        mounted = False
+        try:
+            _run("mount", "-t", "tmpfs", "-o", f"size={used_mb + headroom_mb}m", "rs-chaos-kafka", str(log_dir))
+            mounted = True
+            _run("cp", "-a", f"{disk}/.", str(log_dir))
+            self.heal(topics)
+            yield SmallDisk(log_dir)
+        finally:
+            self.stop(node_id)
+            if mounted:
+                (log_dir / SmallDisk.FILLER).unlink(missing_ok=True)
+                shutil.rmtree(disk)
+                disk.mkdir()
+                _run("cp", "-a", f"{log_dir}/.", str(disk))  # the newest data: the node comes back caught up
+                _run("umount", str(log_dir))
+            log_dir.rmdir()
+            disk.rename(log_dir)
+
     def pause(self, node_id: int) -> float:
         """SIGSTOP the node: its sockets stay open but it answers nothing; the monotonic time it was sent."""
         os.kill(self.pid(node_id), signal.SIGSTOP)
@@ -162,6 +196,20 @@ class ChaosCluster:
         except KafkaException:
             return False
         return bool(partitions) and all(meta.leader not in (node_id, -1) for meta in partitions.values())
+
+    def serving(self, node_id: int, topic: str) -> bool:
+        """Whether the node runs and holds an in-sync replica of some partition of ``topic`` (a node whose log
+        dir went offline drops out of every ISR; True while the cluster cannot tell)."""
+        from confluent_kafka import KafkaException
+
+        pid = {n["id"]: n["pid"] for n in self.nodes()}.get(node_id)
+        if pid is None or not _alive(pid):
+            return False
+        try:
+            partitions = self._admin().list_topics(topic, timeout=5).topics[topic].partitions
+        except KafkaException:
+            return True
+        return any(node_id in meta.isrs for meta in partitions.values())
 
     def heal(self, topics: Iterable[str] = ()) -> float:
         """``up`` restarts whatever node is down; then wait until every partition of ``topics`` and of Kafka's
@@ -188,6 +236,44 @@ class ChaosCluster:
         from confluent_kafka.admin import AdminClient
 
         return AdminClient({**self.config, "log_level": 0})
+
+
+@dataclass
+class SmallDisk:
+    """A node's log dir on a small tmpfs: ``fill`` it to the last byte, ``free`` it again."""
+
+    FILLER = "rs-chaos-filler"
+    path: Path
+
+    def fill(self) -> float:
+        """Write a file until the tmpfs is full (the node's next append fails); the monotonic time it was."""
+        fd = os.open(self.path / self.FILLER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for chunk in (1 << 20, 1 << 12):
+                block = b"\0" * chunk
+                while True:
+                    try:
+                        os.write(fd, block)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOSPC:
+                            raise
+                        break
+        finally:
+            os.close(fd)
+        return time.monotonic()
+
+    def free(self) -> None:
+        (self.path / self.FILLER).unlink(missing_ok=True)
+
+
+def _used_bytes(path: Path) -> int:
+    """Bytes ``path``'s files take on disk (sparse index files count what they hold)."""
+    return sum(entry.stat().st_blocks * 512 for entry in path.rglob("*") if entry.is_file())
+
+
+def _run(*argv: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, f"{' '.join(argv)}: {result.stderr.strip()}"
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

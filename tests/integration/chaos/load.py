@@ -1,12 +1,14 @@
 """The mixed load of a chaos scenario and what must hold after it.
 
 The pipeline is ``sdk_env.pipeline`` (executor, verifier, judge and the reward processor as processes) plus an
-episode worker process, all pointed at the test's own cluster by their environment (``cluster.CLIENT_ENV``)
-and at the machine's shared S3. The load is a trainer (``TrainerClient``) publishing one-shot HumanEval
-generations at a steady pace (canonical solutions: reward 1.0; wrong ones: 0.0) while agent episodes
-(``EpisodeClient``) step through a workspace task and submit (fixed: 1.0; left buggy: 0.0), so the fault lands
-in the middle of both. Afterwards the topics themselves are read: exactly one reward per generation and
-episode, exactly one observation per step, every reward the fault-free one, and how long recovery took.
+episode worker and the HTTP gateway (``rewardstream serve``), all pointed at the test's own cluster by their
+environment (``cluster.CLIENT_ENV``) and at the machine's shared S3. The load is a trainer (``TrainerClient``)
+publishing one-shot HumanEval generations at a steady pace (canonical solutions: reward 1.0; wrong ones: 0.0)
+while agent episodes (``EpisodeClient``) step through a workspace task and submit (fixed: 1.0; left buggy: 0.0)
+and a sandbox client calls the gateway's ``/run_code`` (retrying a 503 or 504 as verl's client does), so the
+fault lands in the middle of all three. Afterwards the topics themselves are read: exactly one reward per
+generation and episode, exactly one observation per step, every reward the fault-free one, every run answered
+right, and how long recovery took.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from functools import partial
 from pathlib import Path
 
 import orjson
+import requests
 
 from bus.admin import delete_topics
 from bus.partition_reader import read_to_end
@@ -42,6 +45,14 @@ EPISODE_TASK = "swe/chaos-calc"
 RUN_TESTS = "python3 -m unittest -q tests.test_ops"
 #: How long one action may wait for its observation, one reward for its generation (a fault costs seconds).
 ANSWER_TIMEOUT_S = 180.0
+#: The gateway's port: inside the chaos module's range (19872-19899), beside the cluster's 19872-19877.
+GATEWAY_PORT = 19880
+GATEWAY_URL = f"http://127.0.0.1:{GATEWAY_PORT}"
+#: What each ``/run_code`` call runs, and what it must print.
+RUN_CODE = "import sys\nprint(sum(range(10)), sys.stdin.read().strip())"
+RUN_STDIN, RUN_STDOUT = "chaos", "45 chaos\n"
+#: The gateway's answers a sandbox client retries (verl's does): Kafka unreachable, or no executor in time.
+RETRIED = frozenset({502, 503, 504})
 
 
 def store_episode_task(registry_dir: Path) -> None:
@@ -69,11 +80,32 @@ def chaos_pipeline(
                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         pipe.env.procs.append(proc)
+        with (tmp / "gateway.log").open("wb") as out:
+            proc = subprocess.Popen(
+                [*supervised_argv("gateway"), "serve", "--port", str(GATEWAY_PORT)],
+                cwd=REPO, env=pipe.worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        pipe.env.procs.append(proc)
         try:
+            _wait_healthy(GATEWAY_URL, 120, pipe)
             yield pipe
         finally:
             pipe.env.stop_all()
             delete_topics([state_changelog(pipe.settings).name, clock_topic(pipe.settings).name], kafka_config)
+
+
+def _wait_healthy(url: str, timeout_s: float, pipe: Pipeline) -> None:
+    """Until the gateway's ``/health`` answers 200 (it reads its replies topic), or AssertionError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if requests.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the gateway at {url} was not healthy within {timeout_s:.0f}s\n{pipe.logs()}")
+        time.sleep(0.5)
 
 
 @dataclass
@@ -84,10 +116,14 @@ class Recovery:
     first_reward_s: float
     backlog_s: float
     run_s: float
+    #: The gateway's ``/run_code`` calls: the longest one (retries included) and the retries they took.
+    run_code_max_s: float = 0.0
+    run_code_retries: int = 0
 
     def line(self) -> str:
         return (f"first reward {self.first_reward_s:.1f}s after the fault, backlog drained after "
-                f"{self.backlog_s:.1f}s, run {self.run_s:.1f}s")  # fmt: skip
+                f"{self.backlog_s:.1f}s, run {self.run_s:.1f}s; /run_code slowest {self.run_code_max_s:.1f}s, "
+                f"{self.run_code_retries} retried")  # fmt: skip
 
 
 @dataclass
@@ -99,6 +135,7 @@ class MixedLoad:
     run_id: str
     generations: int = 24
     episodes: int = 2
+    run_codes: int = 12
     pace_s: float = 0.5
     expected: dict[str, float] = field(default_factory=dict)  # generation or episode id -> its reward
     published: dict[str, float] = field(default_factory=dict)  # id -> when published (monotonic)
@@ -107,6 +144,7 @@ class MixedLoad:
     turns: dict[str, int] = field(default_factory=dict)  # episode id -> turns sent (open is turn 0)
     errors: list[BaseException] = field(default_factory=list)
     started: float = 0.0
+    runs: list[tuple[float, float, int]] = field(default_factory=list)  # /run_code: (started, answered, retries)
 
     def __post_init__(self) -> None:
         settings = self.pipe.settings
@@ -120,6 +158,7 @@ class MixedLoad:
             threading.Thread(target=self._guarded, args=(lambda n=n: self._episode(n),), name=f"chaos-episode-{n}")
             for n in range(self.episodes)
         ]
+        self._threads.append(threading.Thread(target=self._guarded, args=(self._run_code,), name="chaos-run-code"))
 
     def start(self) -> None:
         self.started = time.monotonic()
@@ -201,6 +240,32 @@ class MixedLoad:
         self.turns[episode.episode_id] = episode.turn
         self._arrive(episode.episode_id, reward.result(timeout=ANSWER_TIMEOUT_S))
 
+    def _run_code(self) -> None:
+        """``run_codes`` calls of the gateway's ``/run_code``, each until it is answered (a 503 or 504 retried
+        within ``ANSWER_TIMEOUT_S``, as a sandbox client does); each answer must be the right one."""
+        body = {"code": RUN_CODE, "language": "python", "stdin": RUN_STDIN, "run_timeout": 10}
+        with requests.Session() as session:
+            for _ in range(self.run_codes):
+                started, retries = time.monotonic(), 0
+                while True:
+                    try:
+                        answer = session.post(f"{GATEWAY_URL}/run_code", json=body, timeout=ANSWER_TIMEOUT_S)
+                        if answer.status_code not in RETRIED:
+                            break
+                    except requests.ConnectionError:  # the gateway restarting under its supervisor
+                        pass
+                    retries += 1
+                    if time.monotonic() - started > ANSWER_TIMEOUT_S:
+                        raise AssertionError(f"/run_code unanswered for {ANSWER_TIMEOUT_S:.0f}s ({retries} tries)")
+                    time.sleep(1.0)  # a client's backoff, not a wait for a condition
+                answer.raise_for_status()
+                got = answer.json()
+                stdout = (got.get("run_result") or {}).get("stdout")
+                assert (got["status"], stdout) == ("Success", RUN_STDOUT), f"/run_code answered {answer.text[:500]}"
+                with self._lock:
+                    self.runs.append((started, time.monotonic(), retries))
+                time.sleep(self.pace_s * 2)  # the client's pace
+
     def _arrived(self, gid: str, future: Future[RewardEvent]) -> None:
         """A reward future's callback (one that failed, e.g. closed with the client, is no reward)."""
         if future.exception() is None:
@@ -233,17 +298,18 @@ class MixedLoad:
         after = [t for t in self.arrived.values() if t > fault_at]
         before = [self.arrived[g] for g, t in self.published.items() if t <= fault_at]
         assert after, "no reward after the fault"
-        return Recovery(min(after) - fault_at, max(before) - fault_at, max(self.arrived.values()) - self.started)
+        assert len(self.runs) == self.run_codes, f"/run_code answered {len(self.runs)} of {self.run_codes}"
+        return Recovery(
+            min(after) - fault_at,
+            max(before) - fault_at,
+            max(self.arrived.values()) - self.started,
+            max(done - began for began, done, _ in self.runs),
+            sum(retries for _, _, retries in self.runs),
+        )
 
     def differing(self) -> dict[str, RewardEvent]:
         """The rewards that differ from the fault-free ones (canonical 1.0, wrong 0.0, fixed episode 1.0)."""
         return {g: r for g, r in self.rewards.items() if r.reward != self.expected[g]}
-
-
-def deadline_zeros(differing: dict[str, RewardEvent]) -> bool:
-    """Whether every differing reward is a 0.0 the processor decided at its join deadline with a part missing
-    (``RewardEvent.missing``): a role's result came later than ``deadline_s`` after the first part."""
-    return bool(differing) and all(r.reward == 0.0 and r.missing for r in differing.values())
 
 
 def describe(differing: dict[str, RewardEvent]) -> str:

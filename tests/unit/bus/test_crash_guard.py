@@ -142,3 +142,40 @@ def test_the_gate_lets_many_run_together_or_one_alone() -> None:
     assert late_in.wait(5)
     for thread in (*holders, lone, latecomer):
         thread.join(5)
+
+
+def test_a_partition_lost_and_got_back_under_its_own_mark_is_no_death() -> None:
+    """A group session that timed out (the coordinator's broker failing over) takes the partition away; when it
+    comes back with this process's own last mark on it, nobody died: nothing runs alone."""
+    guard = CrashGuard("t", window=10)
+    start = guard.assigned("gen", 0, 0, None)
+    progress = guard.progress("gen", 0, 5)
+    guard.lost("gen", 0)
+    again = guard.assigned("gen", 0, 5, progress)
+    assert not guard.suspect("gen", 0, 5)
+    assert again.owners == 1  # active, as after a clean release
+    guard.lost("gen", 0)  # lost before any progress: its start mark is on the partition
+    guard.assigned("gen", 0, 5, again.encode())
+    assert not guard.suspect("gen", 0, 5)
+    assert start.owners == 1
+
+
+def test_a_lost_partition_that_another_owner_left_unreleased_is_suspect() -> None:
+    guard = CrashGuard("t", window=10)
+    guard.assigned("gen", 0, 0, None)
+    guard.progress("gen", 0, 5)
+    guard.lost("gen", 0)
+    theirs = Mark(7, 1, 0).encode()  # another member took it, progressed to 7 and died
+    guard.assigned("gen", 0, 7, theirs)
+    assert guard.suspect("gen", 0, 7)
+
+
+def test_losing_a_partition_while_a_message_runs_alone_is_not_its_death() -> None:
+    guard = CrashGuard("t", window=10, attempts=1)
+    guard.assigned("gen", 0, 3, Mark(3, 1, 0).encode())  # a dead owner: suspect from 3
+    decision = guard.before_alone("gen", 0, 3)
+    assert isinstance(decision, Isolate)
+    guard.lost("gen", 0)
+    guard.assigned("gen", 0, 3, decision.mark.encode())
+    assert isinstance(guard.before_alone("gen", 0, 3), Isolate)  # counted as a death, it would be given up
+    assert guard.suspect("gen", 0, 3)  # still in the window the dead owner left

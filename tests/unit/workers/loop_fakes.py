@@ -153,11 +153,29 @@ class FakeProducer:
     aborted: int = 0
     timestamps: dict[bytes, int] = field(default_factory=dict)
     marks: list[list[TopicPartition]] = field(default_factory=list)
+    #: The next commit of results fails with a fatal error (as after a broker fault): the producer is dead.
+    fatal_next_commit: bool = False
+    #: Aborting fails (with a fatal error) once the producer is dead, or always when set.
+    abort_fails: bool = False
+    #: init_transactions fails this many times (the coordinator being moved) before it works.
+    init_failures: int = 0
+    dead: bool = False
+    purged: bool = False
 
     def init_transactions(self, _timeout: float) -> None:
-        pass
+        if self.init_failures:
+            self.init_failures -= 1
+            raise KafkaException(LibKafkaError(LibKafkaError._TIMED_OUT, "coordinator moving", retriable=True))
+
+    def _alive(self) -> None:
+        if self.dead:
+            raise KafkaException(LibKafkaError(LibKafkaError._FENCED, "producer fenced", fatal=True))
+
+    def purge(self, **_kw: bool) -> None:
+        self.purged = True
 
     def begin_transaction(self) -> None:
+        self._alive()
         assert self.open is None
         self.open = []
 
@@ -171,6 +189,7 @@ class FakeProducer:
         timestamp: int = 0,
         partition: int = -1,
     ) -> None:
+        self._alive()
         assert self.open is not None, "produced outside a transaction"
         self.open.append((topic, key, value))
         self.timestamps[value] = timestamp
@@ -179,7 +198,11 @@ class FakeProducer:
         self.offsets = offsets
 
     def commit_transaction(self, _timeout: float) -> None:
+        self._alive()
         assert self.open is not None
+        if self.fatal_next_commit and self.open:
+            self.fatal_next_commit, self.dead = False, True
+            raise KafkaException(LibKafkaError(LibKafkaError.INVALID_TXN_STATE, "invalid txn state", fatal=True))
         if self.fail_next_commit and self.open:
             self.fail_next_commit = False
             raise KafkaException(LibKafkaError(LibKafkaError._FENCED, "fenced", txn_requires_abort=True))
@@ -194,6 +217,9 @@ class FakeProducer:
         self.open = None
 
     def abort_transaction(self, _timeout: float) -> None:
+        if self.abort_fails:
+            self.dead = True
+        self._alive()
         self.aborted += 1
         self.open = None
 
@@ -250,6 +276,7 @@ def make_worker(
     listener: Any = None,
     timers: Any = None,
     shares: Any = None,
+    renew: Any = None,
     **config: Any,
 ) -> tuple[TransactionalWorker[GenerationEvent], FakeConsumer, FakeProducer, threading.Event]:
     consumer = FakeConsumer(log)
@@ -261,6 +288,7 @@ def make_worker(
         cfg, handler, consumer=consumer, producer=producer, metrics=WorkerMetrics("executor"), stop=stop,  # type: ignore[arg-type]
         shipper=LogShipper(producer, "logs", "executor", worker="test:1"),  # type: ignore[arg-type]
         listener=listener, timers=timers, ends=FakeEnds(consumer) if timers is not None else None, shares=shares,
+        renew=renew,
     )  # fmt: skip
     return worker, consumer, producer, stop
 
