@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rewardstream.pipeline import supervised
+from rewardstream.pipeline import supervised as supervised_command
 from schemas.errors import RewardstreamError
 from schemas.settings import Settings
 from tests.integration.platform_env import shared_cache
@@ -28,8 +28,6 @@ from tests.integration.reward_env import PARTITIONS, REPO, RewardEnv, reward_env
 from workers.sandbox.api import Sandbox
 
 ROLES = ("executor", "verifier", "judge")
-#: The start of a supervised command line: the pipeline's own (``up --pipeline`` runs its processes so).
-supervised_argv = supervised
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,11 @@ def pipeline(
         env.start(tag="processor")
         roles = [*ROLES, "indexer"] if index_prefix else list(ROLES)
         for role in roles:
-            argv = [*(supervised_argv(role) if supervised else [sys.executable, "-m", "rewardstream"]), "worker", role]
+            argv = [
+                *(supervised_command(role) if supervised else [sys.executable, "-m", "rewardstream"]),
+                "worker",
+                role,
+            ]
             if role != "indexer":
                 argv += ["--concurrency", str(concurrency)]
             with (tmp / f"{role}.log").open("wb") as out:

@@ -29,6 +29,7 @@ import requests
 
 from bus.admin import delete_topics
 from bus.partition_reader import read_to_end
+from rewardstream.pipeline import supervised as supervised_command
 from schemas.codec import decode
 from schemas.episodes import ObservationEvent
 from schemas.events import RewardEvent
@@ -36,7 +37,7 @@ from schemas.topics import catalog_for, topic_for
 from streams.sdk import TrainerClient, TrainerConfig
 from streams.sdk.episodes import Episode, EpisodeClient, EpisodeConfig
 from tests.integration.reward_env import PARTITIONS, REPO
-from tests.integration.sdk_env import Pipeline, Problems, pipeline, supervised_argv
+from tests.integration.sdk_env import Pipeline, Problems, pipeline
 from tests.sandbox.swe_task import OPS_FIXED, task
 from workers.roles.episode_worker import clock_topic, state_changelog
 from workers.tasks.registry import TaskRegistry
@@ -76,13 +77,13 @@ def chaos_pipeline(
                "RS_WORKER_COMMIT_INTERVAL_S": "0.1"}  # fmt: skip
         with (tmp / "episode.log").open("wb") as out:
             proc = subprocess.Popen(
-                [*supervised_argv("episode"), "worker", "episode", "--concurrency", str(concurrency)],
+                [*supervised_command("episode"), "worker", "episode", "--concurrency", str(concurrency)],
                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         pipe.env.procs.append(proc)
         with (tmp / "gateway.log").open("wb") as out:
             proc = subprocess.Popen(
-                [*supervised_argv("gateway"), "serve", "--port", str(GATEWAY_PORT)],
+                [*supervised_command("gateway"), "serve", "--port", str(GATEWAY_PORT)],
                 cwd=REPO, env=pipe.worker_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         pipe.env.procs.append(proc)

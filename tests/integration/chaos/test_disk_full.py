@@ -18,7 +18,7 @@ from tests.integration.chaos.load import MixedLoad
 from tests.integration.chaos.scenario import generations_leader, recovered, topic, under_fault
 from tests.integration.sdk_env import Pipeline, Problems
 
-pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow, pytest.mark.chaos]
 
 TOPICS = ("generations", "rewards", "actions", "observations")
 

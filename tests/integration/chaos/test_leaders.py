@@ -21,7 +21,7 @@ from tests.integration.chaos.load import MixedLoad
 from tests.integration.chaos.scenario import generations_leader, recovered, rewards_leader, topic, under_fault
 from tests.integration.sdk_env import Pipeline, Problems
 
-pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow, pytest.mark.chaos]
 
 
 def _processor_coordinator(cluster: ChaosCluster, pipe: Pipeline) -> int:
@@ -42,7 +42,7 @@ VICTIMS = {
     [
         pytest.param("leader of generations/0", id="generations-leader"),
         pytest.param("leader of rewards/0", id="rewards-leader"),
-        pytest.param("the reward processor's transaction coordinator", id="txn-coordinator"),
+        pytest.param("the reward processor's transaction coordinator", id="txn-coordinator", marks=pytest.mark.ci),
     ],
 )
 @pytest.mark.timeout(600)
