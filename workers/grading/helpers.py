@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 
+from workers import python_ast
 from workers.grading.static_analysis import PARSE_LOCK
 
 #: Top-level statements of a prompt that define something a check may use.
@@ -31,7 +32,7 @@ def prompt_helpers(prompt: str, entry_point: str | None) -> str:
     source; empty when the prompt is not Python (a prose prompt defines nothing)."""
     try:
         with PARSE_LOCK:
-            tree = ast.parse(prompt)
+            tree = python_ast.parse(prompt)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return ""
     lines = prompt.splitlines(keepends=True)

@@ -19,6 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from workers import python_ast
 from workers.grading.static_rules import RULES, Flag, Severity, flag
 from workers.grading.static_visitor import HackVisitor
 
@@ -60,7 +61,7 @@ def analyze(code: str) -> list[Flag]:
         return [flag("too_large", f"{len(code)} characters", None)]
     try:
         with PARSE_LOCK:
-            tree = ast.parse(code)
+            tree = python_ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         line = getattr(exc, "lineno", None)
         return [flag("syntax_error", f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}", line)]

@@ -15,6 +15,7 @@ import time
 
 from schemas.caps import fit
 from schemas.events import JudgeScore
+from workers import python_ast
 from workers.grading.static_analysis import analyze, hack_rules
 from workers.judge.base import JudgeOutcome, JudgeRequest
 
@@ -92,7 +93,7 @@ class RubricJudge:
     def _score(self, request: JudgeRequest) -> JudgeOutcome:
         started = time.perf_counter()
         try:
-            tree = ast.parse(request.code)
+            tree = python_ast.parse(request.code)
         except (SyntaxError, ValueError) as exc:
             why = fit(JudgeScore, "rationale", f"does not parse: {type(exc).__name__}: {exc}")
             return self._outcome(0.0, why, started, request)

@@ -15,6 +15,7 @@ import marshal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workers import python_ast
 from workers.sandbox.guest_source import program_source
 
 #: What every guest program runs under: ``-I`` ignores PYTHON* variables, the user site and the work dir on
@@ -27,7 +28,7 @@ DEFAULT_PYTHON: tuple[str, ...] = ("python3", *PYTHON_FLAGS)
 def bare_source(source: bytes) -> str:
     """``source`` without its docstrings and comments: what a ``-c`` argument carries, as ``ps`` shows it for
     every guest process, should be the code only."""
-    tree = ast.parse(source)
+    tree = python_ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and _is_docstring(body[0]):

@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 from schemas.errors import RewardstreamError, ValidationError
 from schemas.tasks import AssertSuite, CallCase, CallSuite, Limits, Task
+from workers import python_ast
 
 DEFAULT_ATOL = 1e-6
 #: Wrappers around ``candidate(...)`` that keep order and content, so an exact expected value is
@@ -253,7 +254,7 @@ def _shape(test: ast.expr) -> tuple[ast.Call, dict[str, Any]] | None:  # noqa: P
 
 def extract_calls(test_source: str) -> Extraction:
     """Find the literal candidate calls among the top-level asserts of ``check(candidate)``."""
-    tree = ast.parse(test_source)
+    tree = python_ast.parse(test_source)
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1:
         raise ConversionError("test code must define exactly one check(candidate)")

@@ -13,6 +13,8 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from workers import python_ast
+
 _COMPARE_SWAPS: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
     ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
@@ -48,7 +50,7 @@ def mutants(code: str, entry_point: str, limit: int) -> list[Mutant]:
     if limit <= 0:
         return []
     try:
-        tree = ast.parse(code)
+        tree = python_ast.parse(code)
     except SyntaxError:
         return []
     target = _function(tree, entry_point)

@@ -12,6 +12,7 @@ import ast
 import json
 
 from schemas.tasks import AssertSuite, CallCase, IoCase, Task
+from workers import python_ast
 
 
 def hidden_repeats_public(task: Task) -> str | None:
@@ -36,7 +37,7 @@ def hidden_repeats_public(task: Task) -> str | None:
 def _code_shape(code: str) -> str:
     """Check code without its formatting and comments (its AST), or its stripped text if it does not parse."""
     try:
-        return ast.dump(ast.parse(code))
+        return ast.dump(python_ast.parse(code))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return code.strip()
 
