@@ -10,6 +10,7 @@ times out. These lines name the principal, the resource, the operation and the s
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 
 from confluent_kafka import KafkaError as LibKafkaError
@@ -122,14 +123,18 @@ class AccessWatch:
         self.others = others
         #: The refused login (or TLS handshake), once one was reported.
         self.line: str | None = None
+        self._said = threading.Lock()  # clients of one worker report from their own threads
 
     def on_error(self, err: object) -> None:
         """librdkafka's ``error_cb``: a refusal logged once as its line, anything else as it comes."""
         line = access_problem(err, self.client_config) if isinstance(err, LibKafkaError) else None
         if line is None:
             self.log.log(self.others, "kafka: %s", err)
-        elif line != self.line:
+            return
+        with self._said:
+            new = line != self.line
             self.line = line
+        if new:
             self.log.error("kafka: %s", line)
 
     def refused(self, cause: object, operation: str, topic: str, group: str | None = None) -> str | None:

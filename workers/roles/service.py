@@ -170,8 +170,7 @@ def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple
     """The transactional producer, the consumer of ``config``'s group and the log shipper of one worker."""
     kafka = settings.kafka_client_config()
     producer = loop_producer(settings, config)
-    # A refused login is said once, as the line naming the user and the settings (librdkafka retries it forever).
-    watch = AccessWatch(kafka, logging.getLogger(f"rewardstream.{config.role}"), others=logging.DEBUG)
+    watch = access_watch(settings, config)
     group: dict[str, str | int | bool] = {"max.poll.interval.ms": 300_000,
                                           "partition.assignment.strategy": config.assignment}  # fmt: skip
     consumer = Consumer({**consumer_config(kafka, config.group_id, **group), "error_cb": watch.on_error})
@@ -187,8 +186,22 @@ def loop_producer(settings: Settings, config: WorkerConfig) -> Producer:
         "transactional.id": config.transactional_id,
         "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
     }
-    watch = AccessWatch(kafka, logging.getLogger(f"rewardstream.{config.role}"), others=logging.DEBUG)
+    watch = access_watch(settings, config)
     return Producer({**producer_config(kafka, **overrides), "error_cb": watch.on_error})
+
+
+#: Each worker's refusal watch, by its transactional id (unique per worker instance).
+_WATCHES: dict[str, AccessWatch] = {}
+
+
+def access_watch(settings: Settings, config: WorkerConfig) -> AccessWatch:
+    """The one watch of a worker's clients: its consumer, its producer and every producer that replaces it say
+    a refused login once between them (librdkafka retries it forever, on every client)."""
+    watch = _WATCHES.get(config.transactional_id)
+    if watch is None:
+        logger = logging.getLogger(f"rewardstream.{config.role}")
+        watch = _WATCHES[config.transactional_id] = AccessWatch(settings.kafka_client_config(), logger, logging.DEBUG)
+    return watch
 
 
 def _handler(
