@@ -19,7 +19,7 @@ from confluent_kafka.admin._config import ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
-from schemas.errors import KafkaError
+from schemas.errors import KafkaError, KafkaUnavailableError
 from schemas.topics import TopicSpec
 
 Status = Literal["created", "exists", "differs"]
@@ -68,11 +68,21 @@ def _admin(client_config: Mapping[str, str]) -> AdminClient:
     return AdminClient({**client_config, "log_level": 3})
 
 
+#: Codes of a cluster that did not answer (yet), beside what librdkafka calls retriable.
+UNAVAILABLE = frozenset({
+    LibKafkaError._TIMED_OUT, LibKafkaError._TRANSPORT, LibKafkaError._ALL_BROKERS_DOWN,
+    LibKafkaError.REQUEST_TIMED_OUT, LibKafkaError.NOT_CONTROLLER, LibKafkaError.LEADER_NOT_AVAILABLE,
+})  # fmt: skip
+
+
 def _fail(what: str, exc: BaseException, bootstrap: str) -> KafkaError:
+    """The error naming ``what`` failed; ``KafkaUnavailableError`` when the cluster only did not answer."""
     detail = exc.args[0] if exc.args else exc
+    unavailable = isinstance(detail, LibKafkaError) and (detail.code() in UNAVAILABLE or detail.retriable())
     if isinstance(detail, LibKafkaError):
         detail = f"{detail.name()}: {detail.str()}"
-    return KafkaError(f"{what} failed (Kafka at {bootstrap}): {detail}")
+    kind = KafkaUnavailableError if unavailable else KafkaError
+    return kind(f"{what} failed (Kafka at {bootstrap}): {detail}")
 
 
 def describe_topics(

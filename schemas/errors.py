@@ -56,6 +56,11 @@ class KafkaError(RewardstreamError):
     """A Kafka client operation failed."""
 
 
+class KafkaUnavailableError(KafkaError):
+    """The cluster did not answer in time (a node down, its controller or a leader moving): the same request
+    may succeed later; nothing is wrong with it."""
+
+
 #: What ``exception_line`` keeps of an exception's message: enough to name the cause in a log line or an error.
 ONE_LINE_CHARS = 300
 

@@ -47,7 +47,7 @@ from bus.errors import KafkaClientError, from_message
 from bus.metrics import WorkerMetrics
 from bus.transaction import Transaction, commit_offsets
 from schemas.codec import encode
-from schemas.errors import HandlerCrashError
+from schemas.errors import HandlerCrashError, KafkaUnavailableError
 from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
@@ -59,6 +59,8 @@ from streams.reward.policy import Policy
 from streams.reward.processor import RESTART_EXIT_CODE, InputEnds, RewardProcessor, Topics
 
 log = logging.getLogger("rewardstream.rewards")
+#: How long a start retries a cluster that does not answer before exiting for a restart.
+START_RETRY_S = 60.0
 #: Allocations between the garbage collector's young-generation passes (CPython's default: 700).
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -290,7 +292,7 @@ class RewardEngine:
 
     def run(self) -> None:
         """The consume-process-produce loop; returns after ``stop``, raises (or exits 70) on Kafka failures."""
-        ensure_topics([self._changelog_spec], self.settings.kafka_client_config())
+        self._ensure_changelog()
         self.producer.init_transactions(30)
         self.consumer.subscribe(
             self.inputs, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
@@ -432,6 +434,23 @@ class RewardEngine:
         self.table.drop(numbers)
         self.processor.restart_progress_clock()
         log.info("partitions revoked: %s", sorted(numbers))
+
+    def _ensure_changelog(self) -> None:
+        """The changelog topic, created or checked. A cluster that just lost a node may not answer an admin
+        request for a while (its controller or the topic's leader moving): retried for ``START_RETRY_S``, then
+        the process exits 70 as on any Kafka failure, for its supervisor to start it again."""
+        deadline = time.monotonic() + START_RETRY_S
+        while True:
+            try:
+                ensure_topics([self._changelog_spec], self.settings.kafka_client_config())
+                return
+            except KafkaUnavailableError as exc:
+                if self.stop.is_set():
+                    raise
+                if time.monotonic() >= deadline:
+                    _restart(f"the cluster did not answer at start for {START_RETRY_S:.0f}s ({exc})")
+                log.warning("%s; retrying", exc)
+                self.stop.wait(2.0)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
