@@ -60,15 +60,18 @@ def shared_cache(tmp: Path) -> Path:
 
 def isolated_platform(tmp: Path, base_port: int) -> IsolatedPlatform:
     """A platform config on ports base_port+{92,93,200,300,0} sharing the main cache's downloads."""
-    cache = shared_cache(tmp)
-    env = {
-        **os.environ,
-        "RS_CACHE_DIR": str(cache),
+    return _platform(tmp, {
         "RS_KAFKA_BOOTSTRAP": f"127.0.0.1:{base_port + 92}",
         "RS_OPENSEARCH_URL": f"http://127.0.0.1:{base_port + 200}",
         "RS_S3_ENDPOINT": f"127.0.0.1:{base_port}",
-    }
-    return IsolatedPlatform(cache, env)
+    })  # fmt: skip
+
+
+def _platform(tmp: Path, endpoints: dict[str, str]) -> IsolatedPlatform:
+    """A cache dir of its own under ``tmp`` (the main one's downloads shared) and this environment's settings
+    with ``endpoints`` (name -> value) over them."""
+    cache = shared_cache(tmp)
+    return IsolatedPlatform(cache, {**os.environ, "RS_CACHE_DIR": str(cache), **endpoints})
 
 
 def kafka_platform(tmp: Path, base_port: int, brokers: int | None = None) -> IsolatedPlatform:
@@ -76,21 +79,18 @@ def kafka_platform(tmp: Path, base_port: int, brokers: int | None = None) -> Iso
     ``base_port`` (a cluster's next nodes at +2, +4), ``brokers`` nodes (None: the single broker, whatever the
     caller's environment says), and the other services pointed at ports that hold nothing, so that no command
     of the test ever reaches the machine's shared ones."""
-    cache = shared_cache(tmp)
-    env = {
-        **os.environ,
-        "RS_CACHE_DIR": str(cache),
+    platform = _platform(tmp, {
         "RS_KAFKA_BOOTSTRAP": f"127.0.0.1:{base_port}",
         "RS_OPENSEARCH_URL": f"http://127.0.0.1:{base_port + 100}",
         "RS_S3_ENDPOINT": f"127.0.0.1:{base_port + 110}",
         "RS_PROMETHEUS_URL": f"http://127.0.0.1:{base_port + 120}",
         "RS_ALERTMANAGER_URL": f"http://127.0.0.1:{base_port + 121}",
-    }
+    })  # fmt: skip
     if brokers is None:
-        env.pop("RS_KAFKA_BROKERS", None)
+        platform.env.pop("RS_KAFKA_BROKERS", None)
     else:
-        env["RS_KAFKA_BROKERS"] = str(brokers)
-    return IsolatedPlatform(cache, env)
+        platform.env["RS_KAFKA_BROKERS"] = str(brokers)
+    return platform
 
 
 def ok(result: CliResult) -> CliResult:
