@@ -157,7 +157,8 @@ def _noop_executor(settings: Settings, concurrency: int, artifacts: bool, stop: 
     replies = topic_for("run_replies", specs)
     router = ExecutorRouter(handler, RunHandler(grader.sandbox, replies_topic=replies.name,
                                                 partitions=replies.partitions, worker=context.worker))  # fmt: skip
-    producer, consumer, shipper = loop_clients(settings, config, context.worker)
+    clients = loop_clients(settings, config, context.worker)
+    producer, consumer, shipper = clients.producer, clients.consumer, clients.shipper
     TransactionalWorker(config, router, consumer=consumer, producer=producer, metrics=metrics, stop=halt,
                         shipper=shipper, models={topic_for("run_requests", specs).name: RunRequest}).run()  # fmt: skip
     if uploads is not None:

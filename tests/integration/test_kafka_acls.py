@@ -257,7 +257,8 @@ def _run_executor_loop(platform: IsolatedPlatform, out_topic: str, generation_id
         client.flush(30)
     settings = _settings(platform, "executor").model_copy(update={"worker_commit_interval_s": 0.1})
     config = worker_config(settings, "executor")
-    producer, consumer, shipper = loop_clients(settings, config, "acl-test")
+    clients = loop_clients(settings, config, "acl-test")
+    producer, consumer, shipper = clients.producer, clients.consumer, clients.shipper
     stop = threading.Event()
     worker = TransactionalWorker(config, _Echo(out_topic), consumer=consumer, producer=producer,
                                  metrics=WorkerMetrics("executor"), stop=stop, shipper=shipper,
@@ -306,7 +307,8 @@ def test_a_worker_with_a_wrong_password_says_so_once(
     wrong = "not-" + uuid.uuid4().hex
     settings = _settings(platform, "executor", RS_KAFKA_SASL_PASSWORD=wrong)
     config = worker_config(settings, "executor")
-    producer, consumer, shipper = loop_clients(settings, config, "acl-test")
+    clients = loop_clients(settings, config, "acl-test")
+    producer, consumer, shipper = clients.producer, clients.consumer, clients.shipper
     caplog.set_level(logging.INFO)
     expected = "Kafka refused the credentials of user executor (RS_KAFKA_SASL_USERNAME/RS_KAFKA_SASL_PASSWORD)"
     deadline = time.monotonic() + 30

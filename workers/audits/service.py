@@ -12,7 +12,6 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from functools import partial
 
 from bus.metrics import WorkerMetrics
 from schemas.backends import BACKENDS
@@ -25,7 +24,7 @@ from workers.audits.metrics import AuditMetrics
 from workers.grading import Grader
 from workers.logs.shipper import worker_name
 from workers.roles.common import TaskSource
-from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config, loop_producer
+from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config
 from workers.sandbox.api import Sandbox
 from workers.tasks.reader import registry_from_settings
 from workers.transactional_loop import TransactionalWorker
@@ -78,10 +77,10 @@ def build_auditor(
             rate=settings.worker.audit_rate,
             metrics=AuditMetrics(metrics.registry),
         )
-        producer, consumer, shipper = loop_clients(settings, config, context.worker)
-        yield TransactionalWorker(config, AuditHandler(context), consumer=consumer, producer=producer,
-                                  metrics=metrics, stop=stop, shipper=shipper, model=HiddenVerdict,
-                                  renew=partial(loop_producer, settings, config))  # fmt: skip
+        clients = loop_clients(settings, config, context.worker)
+        yield TransactionalWorker(config, AuditHandler(context), consumer=clients.consumer, producer=clients.producer,
+                                  metrics=metrics, stop=stop, shipper=clients.shipper, model=HiddenVerdict,
+                                  renew=clients.renew)  # fmt: skip
 
 
 def run_auditor(settings: Settings, stop: threading.Event, metrics: WorkerMetrics) -> None:

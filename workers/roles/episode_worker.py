@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from functools import partial
 
 from bus.admin import ensure_topics
 from bus.broker_clock import BrokerClock, clock_spec
@@ -29,7 +28,7 @@ from workers.logs.shipper import worker_name
 from workers.roles.common import TaskSource
 from workers.roles.episodes import EpisodeHandler, EpisodeTopics
 from workers.roles.image_episodes import ImageEpisodes
-from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config, loop_producer
+from workers.roles.service import Dependencies, artifact_store, loop_clients, loop_config
 from workers.sandbox.fleet_pace import fleet_pace
 from workers.tasks.reader import registry_from_settings
 from workers.transactional_loop import TransactionalWorker
@@ -89,12 +88,13 @@ def build_episode_worker(
         tasks = TaskSource(deps.registry or registry_from_settings(settings))
         broker = BrokerClock(kafka, clock.name)
         stack.callback(broker.close)
-        producer, consumer, shipper = loop_clients(settings, config, worker_name())
+        clients = loop_clients(settings, config, worker_name())
+        shipper = clients.shipper
         images = None if deps.image_tasks is None else ImageEpisodes(deps.image_tasks)
         handler = EpisodeHandler(topics, tasks, sandbox=sandbox, workspaces=Workspaces(store), table=table,
                                  committed=committed, store=store, clock=broker.now_ms, images=images,
                                  shipper=shipper, retention_s=settings.worker.episode_retention_s)  # fmt: skip
-        yield TransactionalWorker(config, handler, consumer=consumer, producer=producer, metrics=metrics, stop=stop,
-                                  shipper=shipper, model=ActionEvent, listener=table, timers=handler,
-                                  ends=EndOffsets(kafka), shares=fleet,
-                                  renew=partial(loop_producer, settings, config))  # fmt: skip
+        yield TransactionalWorker(config, handler, consumer=clients.consumer, producer=clients.producer,
+                                  metrics=metrics, stop=stop, shipper=shipper, model=ActionEvent, listener=table,
+                                  timers=handler, ends=EndOffsets(kafka), shares=fleet,
+                                  renew=clients.renew)  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -128,8 +128,8 @@ def build_worker(
         handler = _handler(settings, role, context, deps, stack, fleet=fleet)
         if fleet is not None:  # closed first (LIFO): a run still waiting for a token gives up, never starts
             stack.callback(fleet.close)
-        producer, consumer, shipper = loop_clients(settings, config, context.worker)
-        renew = partial(loop_producer, settings, config)
+        clients = loop_clients(settings, config, context.worker)
+        producer, consumer, shipper, renew = clients.producer, clients.consumer, clients.shipper, clients.renew
         if role == "executor":  # the gateway's runs take the same slots and the same share: one scheduling plane
             runs = topic_for("run_requests", specs)
             router = ExecutorRouter(handler, _run_handler(settings, handler, context))
@@ -166,42 +166,39 @@ def artifact_store(settings: Settings, stop: threading.Event, metrics: WorkerMet
     return store
 
 
-def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> tuple[Producer, Consumer, LogShipper]:
-    """The transactional producer, the consumer of ``config``'s group and the log shipper of one worker."""
+@dataclass(frozen=True, slots=True)
+class LoopClients:
+    """One worker's Kafka clients: its transactional producer (not initialised), its group's consumer, its log
+    shipper, and ``renew`` making the replacement of a producer a broker fault left unusable (the same
+    transactional id: ``TransactionalWorker``'s ``renew``). All of them report to one refusal watch, so a
+    refused login is said once between them (librdkafka retries it forever, on every client)."""
+
+    producer: Producer
+    consumer: Consumer
+    shipper: LogShipper
+    renew: Callable[[], Producer]
+
+
+def loop_clients(settings: Settings, config: WorkerConfig, worker: str) -> LoopClients:
+    """The clients of one worker of ``config``'s group."""
     kafka = settings.kafka_client_config()
-    producer = loop_producer(settings, config)
-    watch = access_watch(settings, config)
+    watch = AccessWatch(kafka, logging.getLogger(f"rewardstream.{config.role}"), logging.DEBUG)
+    renew = partial(_loop_producer, settings, config, watch)
+    producer = renew()
     group: dict[str, str | int | bool] = {"max.poll.interval.ms": 300_000,
                                           "partition.assignment.strategy": config.assignment}  # fmt: skip
     consumer = Consumer({**consumer_config(kafka, config.group_id, **group), "error_cb": watch.on_error})
     shipper = LogShipper(producer, topic_for("logs", catalog_for(settings)).name, config.role, worker=worker)
-    return producer, consumer, shipper
+    return LoopClients(producer, consumer, shipper, renew)
 
 
-def loop_producer(settings: Settings, config: WorkerConfig) -> Producer:
-    """One worker's transactional producer (not initialised): the loop's first, and each replacement of one a
-    broker fault left unusable (``TransactionalWorker``'s ``renew``: the same transactional id)."""
-    kafka = settings.kafka_client_config()
+def _loop_producer(settings: Settings, config: WorkerConfig, watch: AccessWatch) -> Producer:
+    """One worker's transactional producer (not initialised): the loop's first, and each replacement."""
     overrides: dict[str, str | int | bool] = {
         "transactional.id": config.transactional_id,
         "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
     }
-    watch = access_watch(settings, config)
-    return Producer({**producer_config(kafka, **overrides), "error_cb": watch.on_error})
-
-
-#: Each worker's refusal watch, by its transactional id (unique per worker instance).
-_WATCHES: dict[str, AccessWatch] = {}
-
-
-def access_watch(settings: Settings, config: WorkerConfig) -> AccessWatch:
-    """The one watch of a worker's clients: its consumer, its producer and every producer that replaces it say
-    a refused login once between them (librdkafka retries it forever, on every client)."""
-    watch = _WATCHES.get(config.transactional_id)
-    if watch is None:
-        logger = logging.getLogger(f"rewardstream.{config.role}")
-        watch = _WATCHES[config.transactional_id] = AccessWatch(settings.kafka_client_config(), logger, logging.DEBUG)
-    return watch
+    return Producer({**producer_config(settings.kafka_client_config(), **overrides), "error_cb": watch.on_error})
 
 
 def _handler(
