@@ -4,6 +4,7 @@ the keys' luck), rates from the first output to the last, efficiency against one
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter
 
@@ -35,3 +36,17 @@ def test_efficiency_is_against_one_process_times_the_count() -> None:
 def test_cpu_seconds_reads_a_process_s_user_and_system_time() -> None:
     mine = time.process_time()
     assert 0.0 < cpu_seconds(os.getpid()) <= mine + 0.05  # clock ticks: coarser than process_time
+
+
+def test_cpu_seconds_of_the_main_thread_leaves_out_the_other_threads() -> None:
+    spin_until = time.process_time() + 0.3
+
+    def spin() -> None:
+        while time.process_time() < spin_until:
+            pass
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    worker.join()
+    whole, main = cpu_seconds(os.getpid()), cpu_seconds(os.getpid(), thread=threading.get_native_id())
+    assert main < whole - 0.1  # the spinning thread's CPU is the process's, not the main thread's
