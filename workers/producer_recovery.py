@@ -33,6 +33,7 @@ from confluent_kafka import KafkaException, Producer
 from bus.access import access_error
 from bus.errors import KafkaClientError, from_exception
 from workers.loop_config import WorkerConfig
+from workers.retry import RetryPolicy
 
 log = logging.getLogger("workers.transactional_loop")
 
@@ -62,10 +63,15 @@ def recovery_for(exc: KafkaClientError, *, abort_failed: bool = False) -> Recove
     return Recovery(renew=exc.fatal or abort_failed, fenced_by_group=exc.code in GROUP_FENCING)
 
 
+#: How a replacement producer's ``init_transactions`` is retried while the coordinator moves: ~1, 2, 4 s apart,
+#: jittered (a broker fault makes every worker of the fleet renew at once; they should not ask in step).
+RENEWAL_RETRY = RetryPolicy(attempts=4, backoff_s=1.0, backoff_max_s=4.0)
+
+
 class ProducerRenewal:
     """Makes the replacement of a fatally failed transactional producer: ``factory`` builds one (the same
     config, the same transactional id), this initialises its transactions, retrying while the coordinator is
-    being moved, at most ``attempts`` times (then the failure ends the worker, as before: its supervisor)."""
+    being moved as ``retry`` says (then the failure ends the worker, as before: its supervisor)."""
 
     def __init__(
         self,
@@ -73,21 +79,19 @@ class ProducerRenewal:
         config: WorkerConfig,
         stop: threading.Event,
         *,
-        attempts: int = 4,
-        backoff_s: float = 1.0,
+        retry: RetryPolicy = RENEWAL_RETRY,
     ) -> None:
         self.factory = factory
         self.config = config
         self.stop = stop
-        self.attempts = attempts
-        self.backoff_s = backoff_s
+        self.retry = retry
 
     def __call__(self, old: Producer) -> Producer:
         """A new producer with its transactions initialised; ``old`` is purged (its queue holds only the failed
         transaction's messages) and dropped."""
         discard(old)
         cfg = self.config
-        for attempt in range(1, self.attempts + 1):
+        for attempt in self.retry.numbers():
             producer = self.factory()
             try:
                 producer.init_transactions(cfg.kafka_timeout_s)
@@ -96,11 +100,12 @@ class ProducerRenewal:
                 if denied := access_error(cause, cfg.principal_config, resource=cfg.transactional_id):
                     raise denied from exc
                 discard(producer)
-                if attempt == self.attempts or self.stop.is_set():
+                if not self.retry.again(attempt) or self.stop.is_set():
                     raise from_exception("init transactions of a new producer", exc) from exc
-                log.warning("%s: the new producer's init_transactions failed (attempt %d of %d), again in %.0fs: %s",
-                            cfg.role, attempt, self.attempts, self.backoff_s * attempt, exc)  # fmt: skip
-                self.stop.wait(self.backoff_s * attempt)
+                delay = self.retry.delay(attempt)
+                log.warning("%s: the new producer's init_transactions failed (attempt %d of %d), again in %.1fs: %s",
+                            cfg.role, attempt, self.retry.attempts, delay, exc)  # fmt: skip
+                self.stop.wait(delay)
                 continue
             log.warning("%s: transactional producer %s replaced", cfg.role, cfg.transactional_id)
             return producer

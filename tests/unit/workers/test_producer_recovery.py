@@ -26,6 +26,7 @@ from tests.unit.workers.loop_fakes import (
 )
 from workers.loop_config import WorkerConfig
 from workers.producer_recovery import ProducerRenewal, recovery_for
+from workers.retry import RetryPolicy
 
 CONFIG = WorkerConfig(role="executor", source_topic="gen", dlq_topic="dlq", group_id="g", transactional_id="t")
 
@@ -130,7 +131,8 @@ def test_without_a_way_to_renew_a_fatal_failure_ends_the_worker() -> None:
 def test_the_replacement_waits_out_a_moving_coordinator_then_gives_up() -> None:
     consumer = FakeConsumer({})
     fakes = [FakeProducer(consumer, init_failures=2)]
-    renewal = ProducerRenewal(lambda: _fake(fakes[-1]), CONFIG, threading.Event(), attempts=3, backoff_s=0.0)
+    renewal = ProducerRenewal(lambda: _fake(fakes[-1]), CONFIG, threading.Event(),
+                               retry=RetryPolicy(attempts=3, backoff_s=0.0, backoff_max_s=0.0))  # fmt: skip
     assert _fake(renewal(_fake(FakeProducer(consumer)))) is fakes[0]
     fakes.append(FakeProducer(consumer, init_failures=5))
     with pytest.raises(KafkaClientError, match="init transactions of a new producer"):
