@@ -58,6 +58,27 @@ def sample_outputs() -> tuple[bytes, bytes]:
     return reward, marker
 
 
+def validation_us(n: int = 5000, rounds: int = 5) -> float:
+    """CPU (us) to decode and validate one generation's three results with the codec, as the processor's first
+    step does (``decode_verbatim`` against each contract model): the fastest of ``rounds``. With the floor's
+    CPU, a lower bound of any processor that checks its inputs against the contracts."""
+    from benchmarks.profile_reward_path import messages
+    from schemas.codec import decode_verbatim
+    from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore
+
+    models: dict[str, type[ExecutionResult | HiddenVerdict | JudgeScore]] = {
+        "executions": ExecutionResult, "verdicts": HiddenVerdict, "judgements": JudgeScore,
+    }  # fmt: skip
+    msgs = [(models[topic], value) for topic, _p, _key, value in messages(n, 8)]
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.process_time()
+        for model, value in msgs:
+            decode_verbatim(value, model)
+        best = min(best, time.process_time() - started)
+    return best / n * 1e6
+
+
 def floor_process(reward: bytes, marker: bytes) -> None:
     """The floor's loop (a process of its own, started by ``floor_rps``): until SIGTERM."""
     settings = Settings()
@@ -161,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "processor_cpu_us_per_reward": median(r["cpu_us_per_reward"] for r in processor),
         "floor_main_thread_us_per_reward": median(r["main_thread_us_per_reward"] for r in floor),
         "processor_main_thread_us_per_reward": median(r["main_thread_us_per_reward"] for r in processor),
+        "validation_us_per_reward": round(validation_us(), 1),
         "reward_bytes": len(reward),
         "marker_bytes": len(marker),
     }))  # fmt: skip
