@@ -1,6 +1,6 @@
 """`rewardstream up --only kafka --pipeline` with `RS_KAFKA_AUTH=scram`: the whole pipeline of one machine, each
 process as its own principal under the repo's ACL table, on a broker of its own (cache dir of its own, ports
-19594-19595; the shared OpenSearch, S3 and sandbox rootfs as clients).
+19792-19793; the shared OpenSearch, S3 and sandbox rootfs as clients).
 
 A trainer principal's generations get their rewards (executor, verifier, judge, reward processor), an agent
 episode its observations and reward (episode worker), a `/run_code` call its answer (gateway, executor); the
@@ -33,7 +33,7 @@ from tests.integration.sdk_env import Problems, convert_problems
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.slow]
 
-PORT = 19594
+PORT = 19792
 #: Each pipeline process and the principal it must run as (``schemas.kafka_acls``).
 PRINCIPAL_OF = {"executor": "executor", "verifier": "verifier", "judge": "judge", "indexer": "indexer",
                 "reward": "rewards", "episode": "episode", "auditor": "auditor", "gateway": "gateway"}  # fmt: skip
