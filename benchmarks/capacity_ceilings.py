@@ -118,10 +118,10 @@ def reward_processor_rps(n: int, *, interleaved: bool = True) -> dict[str, Any]:
         with log.open("wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "rewardstream", "reward", "run", "--app-id", app_id],
                                     env={**os.environ, **run.env()}, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-        cpu_s = main_s = 0.0
+        spent = SteadyCpu(proc.pid)
         try:
-            timed = reader.wait(n, TIMEOUT_S, alive=lambda: proc.poll() is None)
-            cpu_s, main_s = cpu_seconds(proc.pid), cpu_seconds(proc.pid, thread=proc.pid)
+            timed = reader.wait(n, TIMEOUT_S, alive=lambda: proc.poll() is None, on_first=spent.start)
+            spent.stop()
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}; the processor's log: {log.read_text(errors='replace')[-3000:]}") from exc
         finally:
@@ -129,8 +129,41 @@ def reward_processor_rps(n: int, *, interleaved: bool = True) -> dict[str, Any]:
             proc.terminate()
             proc.wait(60)
     return {"rewards": n, "interleaved": interleaved, "rps": round(timed.rate(), 1),
-            "cpu_us_per_reward": round(cpu_s / n * 1e6),
-            "main_thread_us_per_reward": round(main_s / n * 1e6)}  # fmt: skip
+            "cpu_us_per_reward": round(spent.whole_s / n * 1e6), **spent.per_output_us("reward", n)}  # fmt: skip
+
+
+class SteadyCpu:
+    """A process's CPU over its whole life, and over its steady state: from its first outputs read to its last
+    (start-up and the wait for its partitions left out), in all and in its main thread (the Python code's)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.whole_s = 0.0
+        self._first: tuple[int, float, float] | None = None
+        self._steady: tuple[float, float] = (0.0, 0.0)
+
+    def _now(self) -> tuple[float, float]:
+        return cpu_seconds(self.pid), cpu_seconds(self.pid, thread=self.pid)
+
+    def start(self, outputs: int) -> None:
+        """The first ``outputs`` were just read."""
+        self._first = (outputs, *self._now())
+
+    def stop(self) -> None:
+        """The last output was just read."""
+        whole, main = self._now()
+        self.whole_s = whole
+        if self._first is not None:
+            self._steady = (whole - self._first[1], main - self._first[2])
+
+    def per_output_us(self, name: str, n: int) -> dict[str, int]:
+        """The steady state's CPU per output of the ``n - first`` read after the first ones, all and main thread."""
+        left = n - (self._first[0] if self._first else 0)
+        if left <= 0:
+            return {}
+        whole, main = self._steady
+        return {f"steady_cpu_us_per_{name}": round(whole / left * 1e6),
+                f"steady_main_thread_us_per_{name}": round(main / left * 1e6)}  # fmt: skip
 
 
 def cpu_seconds(pid: int, *, thread: int | None = None) -> float:

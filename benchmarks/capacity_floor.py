@@ -28,7 +28,7 @@ import time
 from statistics import median
 from typing import Any
 
-from benchmarks.capacity_ceilings import cpu_seconds, results_of, reward_processor_rps
+from benchmarks.capacity_ceilings import SteadyCpu, results_of, reward_processor_rps
 from benchmarks.capacity_kafka import Reader, bench_run, call_task
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec
@@ -145,15 +145,16 @@ def floor_rps(n: int, reward: bytes, marker: bytes) -> dict[str, Any]:
         env = {**os.environ, **run.env(), "RS_FLOOR_APP_ID": app_id}
         code = f"from benchmarks.capacity_floor import floor_process; floor_process({reward!r}, {marker!r})"
         proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+        spent = SteadyCpu(proc.pid)
         try:
-            timed = reader.wait(n, TIMEOUT_S, alive=lambda: proc.poll() is None)
-            cpu_s, main_s = cpu_seconds(proc.pid), cpu_seconds(proc.pid, thread=proc.pid)
+            timed = reader.wait(n, TIMEOUT_S, alive=lambda: proc.poll() is None, on_first=spent.start)
+            spent.stop()
         finally:
             reader.close()
             proc.terminate()
             proc.wait(60)
-    return {"rewards": n, "rps": round(timed.rate(), 1), "cpu_us_per_reward": round(cpu_s / n * 1e6),
-            "main_thread_us_per_reward": round(main_s / n * 1e6)}  # fmt: skip
+    return {"rewards": n, "rps": round(timed.rate(), 1), "cpu_us_per_reward": round(spent.whole_s / n * 1e6),
+            **spent.per_output_us("reward", n)}  # fmt: skip
 
 
 def load() -> float:
@@ -180,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         "floor_cpu_us_per_reward": median(r["cpu_us_per_reward"] for r in floor),
         "processor_rps": median(r["rps"] for r in processor),
         "processor_cpu_us_per_reward": median(r["cpu_us_per_reward"] for r in processor),
-        "floor_main_thread_us_per_reward": median(r["main_thread_us_per_reward"] for r in floor),
-        "processor_main_thread_us_per_reward": median(r["main_thread_us_per_reward"] for r in processor),
+        **{f"{name}_{figure}": median(r[figure] for r in runs)
+           for name, runs in (("floor", floor), ("processor", processor))
+           for figure in ("steady_cpu_us_per_reward", "steady_main_thread_us_per_reward")},
         "validation_us_per_reward": round(validation_us(), 1),
         "reward_bytes": len(reward),
         "marker_bytes": len(marker),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,9 +143,18 @@ class Reader:
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(run.partitions)])
         self.topic = topic
 
-    def wait(self, n: int, timeout_s: float, alive: object = None, *, keep: bool = False) -> Timed:
+    def wait(
+        self,
+        n: int,
+        timeout_s: float,
+        alive: object = None,
+        *,
+        keep: bool = False,
+        on_first: Callable[[int], None] | None = None,
+    ) -> Timed:
         """Until ``n`` messages were read (RuntimeError after ``timeout_s``, or once ``alive()`` says False);
-        ``keep``: with their values."""
+        ``keep``: with their values; ``on_first`` is called with the count of the first messages read, as
+        they are read (to sample what the process making them has spent by then)."""
         deadline = time.monotonic() + timeout_s
         seen, first, last = 0, 0.0, 0.0
         values: list[bytes] = []
@@ -158,6 +167,8 @@ class Reader:
             got = [m for m in self._consumer.consume(1000, timeout=0.05) if m.error() is None]
             if got:
                 now = time.perf_counter()
+                if not first and on_first is not None:
+                    on_first(len(got))
                 first = first or now
                 last = now
                 seen += len(got)

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import Counter
 
-from benchmarks.capacity_ceilings import cpu_seconds
+from benchmarks.capacity_ceilings import SteadyCpu, cpu_seconds
 from benchmarks.capacity_kafka import Timed, balanced_keys
 from benchmarks.capacity_scaling import efficiencies
 from bus.keys import partition_for
@@ -50,3 +50,16 @@ def test_cpu_seconds_of_the_main_thread_leaves_out_the_other_threads() -> None:
     worker.join()
     whole, main = cpu_seconds(os.getpid()), cpu_seconds(os.getpid(), thread=threading.get_native_id())
     assert main < whole - 0.1  # the spinning thread's CPU is the process's, not the main thread's
+
+
+def test_the_steady_cpu_counts_only_what_was_spent_after_the_first_outputs() -> None:
+    spent = SteadyCpu(os.getpid())
+    spent.start(10)
+    until = time.process_time() + 0.2
+    while time.process_time() < until:
+        pass
+    spent.stop()
+    figures = spent.per_output_us("reward", 110)  # 100 outputs after the first 10
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK") / 100  # one clock tick, per output: thread and process tick apart
+    assert 1_500 <= figures["steady_cpu_us_per_reward"] <= spent.whole_s / 100 * 1e6
+    assert figures["steady_main_thread_us_per_reward"] <= figures["steady_cpu_us_per_reward"] + 2 * tick_us
