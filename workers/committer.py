@@ -10,6 +10,7 @@ re-runs what was not committed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
@@ -32,8 +33,17 @@ from workers.sandbox.error_kinds import sandbox_error_kind
 log = logging.getLogger("workers.transactional_loop")
 
 #: What a commit did: nothing was ready, a transaction committed, or it failed and was aborted (the loop
-#: then re-runs what was not committed; the producer may have been replaced meanwhile).
-Committed = Literal["nothing", "committed", "aborted"]
+#: then re-runs what was not committed; the producer may have been replaced meanwhile), or the group fenced it
+#: and its finished results were put back to be committed again ("requeued": nothing to re-run).
+Committed = Literal["nothing", "committed", "aborted", "requeued"]
+#: How long the finished results of transactions the group fenced are put back to be committed again: a
+#: rebalance bumped the group's generation under the commit, and the member keeps its partitions through it
+#: (cooperative rebalancing) once it has rejoined. Past this, they are dropped and re-run from the committed
+#: offsets, as for any other failed transaction.
+REQUEUE_WINDOW_S = 30.0
+#: After the group fenced a commit, how long the next one waits: the member's rejoin takes a poll or more, and
+#: asking sooner is refused the same way.
+REQUEUE_PAUSE_S = 0.5
 
 
 class Committer:
@@ -62,11 +72,18 @@ class Committer:
         self.stats = stats
         self._tracker = DeliveryTracker()
         self._txn = Transaction(producer, consumer, config.kafka_timeout_s, self._tracker)
+        #: When the first of the group's fencings in a row failed a commit (``REQUEUE_WINDOW_S``), or None.
+        self._fenced_since: float | None = None
+        #: No commit is tried before this (``REQUEUE_PAUSE_S`` after a fenced one).
+        self._paused_until = 0.0
+        self._clock = time.monotonic
 
     def commit(self, parts: Iterable[PartitionState], extra: Sequence[Output] = ()) -> Committed:
         """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
-        ``extra``: what timers expired). A failure aborts (``_transaction_failed``)."""
-        ready, offsets = self._take_ready(parts)
+        ``extra``: what timers expired). A failure aborts (``_transaction_failed``); a fencing by the group puts
+        the results back (``_requeue``), and the commits of the next ``REQUEUE_PAUSE_S`` do nothing."""
+        paused = not extra and self._clock() < self._paused_until
+        ready, offsets = ([], []) if paused else self._take_ready(parts)
         if not offsets and not extra:
             return "nothing"
         txn = self._txn
@@ -89,7 +106,10 @@ class Committer:
         try:
             txn.commit()
         except KafkaClientError as exc:
-            return self._transaction_failed(exc)
+            if extra or not self._fenced_by_group(exc):
+                return self._transaction_failed(exc)
+            return self._requeue(exc, ready)
+        self._fenced_since = None
         self._tracker.raise_first()
         self.stats.transactions += 1
         self.stats.committed += len(ready)
@@ -162,6 +182,39 @@ class Committer:
             txn.produce(out.topic, out.key, out.value, partition=out.partition, timestamp_ms=stamp)
         if outcome.log is not None:
             self.shipper.emit(outcome.log)
+
+    def _fenced_by_group(self, exc: KafkaClientError) -> bool:
+        """Whether ``exc`` is the group fencing the commit (its generation moved on) within the requeue window
+        (its first such failure in a row starts it)."""
+        recovery = recovery_for(exc)
+        if not recovery.fenced_by_group or recovery.renew or self._denied(exc) is not None:
+            return False
+        now = self._clock()
+        if self._fenced_since is None:
+            self._fenced_since = now
+        return now - self._fenced_since < REQUEUE_WINDOW_S
+
+    def _requeue(self, exc: KafkaClientError, ready: list[Item]) -> Committed:
+        """Abort the transaction the group fenced and put its finished results back in their partitions (those
+        still assigned; a revoked one's are its next owner's to run): the next commit, under the generation the
+        member rejoins with, holds them again. Without this, a rebalance on a busy cluster threw away every
+        finished run of the partitions a member kept, and ran them again."""
+        try:
+            self.abort()
+        except KafkaClientError as again:
+            return self._transaction_failed(again)
+        parts: dict[int, tuple[PartitionState, list[Item]]] = {}
+        for item in ready:
+            parts.setdefault(id(item.part), (item.part, []))[1].append(item)
+        kept = 0
+        for part, items in parts.values():
+            if part.live:
+                part.put_back(items)
+                kept += len(items)
+        log.warning("%s: transaction failed, the group's generation moved on under it: %d finished results kept "
+                    "for the next commit: %s", self.config.role, kept, exc)  # fmt: skip
+        self._paused_until = self._clock() + REQUEUE_PAUSE_S
+        return "requeued"
 
     def _transaction_failed(self, exc: KafkaClientError) -> Committed:
         """Abort the failed transaction (the loop re-runs from the committed offsets); a producer left unusable

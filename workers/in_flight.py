@@ -91,6 +91,14 @@ class PartitionState:
             count += 1
         return count
 
+    def put_back(self, items: list[Item]) -> None:
+        """Return ``items`` (its prefix, as ``take_ready`` gave it) to the front of ``pending``: their commit failed
+        and they are to be committed again as they are, not re-run."""
+        rest = dict(self.pending)
+        self.pending.clear()
+        self.pending.update({item.offset: item for item in items})
+        self.pending.update(rest)
+
     def take_ready(self) -> list[Item]:
         """Remove and return the finished prefix, in offset order."""
         ready: list[Item] = []

@@ -161,6 +161,8 @@ class FakeProducer:
     init_failures: int = 0
     dead: bool = False
     purged: bool = False
+    #: The next commits of results this many times are refused as the group's generation moved on under them.
+    group_fenced_commits: int = 0
 
     def init_transactions(self, _timeout: float) -> None:
         if self.init_failures:
@@ -203,6 +205,10 @@ class FakeProducer:
         if self.fatal_next_commit and self.open:
             self.fatal_next_commit, self.dead = False, True
             raise KafkaException(LibKafkaError(LibKafkaError.INVALID_TXN_STATE, "invalid txn state", fatal=True))
+        if self.group_fenced_commits and self.open:
+            self.group_fenced_commits -= 1
+            code = LibKafkaError.ILLEGAL_GENERATION
+            raise KafkaException(LibKafkaError(code, "generation moved on", txn_requires_abort=True))
         if self.fail_next_commit and self.open:
             self.fail_next_commit = False
             raise KafkaException(LibKafkaError(LibKafkaError._FENCED, "fenced", txn_requires_abort=True))

@@ -17,6 +17,7 @@ from bus.crash_guard import Mark
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, GenerationEvent, LogRecord
 from tests.unit.workers.loop_fakes import TOPIC, Recorder, event, make_worker, messages, run_until
+from workers import committer
 from workers.handler import Done, InfrastructureError, InvalidEventError, Outcome, Output, Source
 from workers.loop_config import WorkerConfig
 
@@ -178,6 +179,32 @@ def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets
     assert worker.stats.aborted == 1
     assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]  # each exactly once committed
     assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # some ran again after the abort
+
+
+def test_results_the_group_fenced_are_committed_again_not_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebalance bumped the group's generation under the commit; the member keeps its partition (cooperative
+    rebalancing): its finished runs are committed under the new generation, never thrown away and re-run."""
+    monkeypatch.setattr(committer, "REQUEUE_PAUSE_S", 0.05)
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
+    handler = Recorder()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler)
+    producer.group_fenced_commits = 2
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
+    assert producer.aborted == 2
+    assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]
+    assert sorted(g for kind, g, _ in handler.events if kind == "start") == ["g0", "g1", "g2"]  # each ran once
+
+
+def test_past_the_requeue_window_fenced_results_are_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(committer, "REQUEUE_WINDOW_S", 0.0)
+    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
+    handler = Recorder()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler)
+    producer.group_fenced_commits = 1
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
+    assert producer.aborted == 1
+    assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]  # each exactly once committed
+    assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # dropped and re-run, as before
 
 
 def test_a_results_committed_hook_runs_once_it_committed_never_for_an_aborted_run() -> None:
