@@ -22,7 +22,8 @@ demo: $(STAMP)
 
 ## test: start the local platform, then lint, type-check and run every test (none may be skipped in CI)
 # Four parts; all of them always run, and any one failing fails `make test`:
-# 1. the integration suite, two files at a time: it mostly waits (brokers, deadlines, killed processes);
+# 1. the integration suite, three files at a time: it mostly waits (brokers, deadlines, killed processes; two
+#    at a time left a quarter of the 2 cores idle);
 # 2. the unit tests and the sandbox suites that judge outcomes (grading, reward hacks, forced outcomes,
 #    agent steps), two files at a time: each file has its own sandboxes, and its verdicts do not hang on timing;
 # 3. one test at a time: the sandbox suites that measure time, memory and host-wide socket pages (and the one
@@ -53,7 +54,7 @@ test: $(STAMP)
 	built=0; wait $$build || built=$$?; cat .toolchains.log; rm -f .toolchains.log; \
 	test $$lint -eq 0 && test $$deploy -eq 0 && test $$built -eq 0
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS); status=0; \
-	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/1-integration.xml tests/integration \
+	$(BIN)/pytest -n 3 --dist loadfile --junitxml=$(REPORTS)/1-integration.xml tests/integration \
 		$(ALONE:%=--ignore=%) -m "not chaos or ci" || status=$$?; \
 	$(BIN)/pytest -n 2 --dist loadfile --junitxml=$(REPORTS)/2-unit-sandbox.xml tests/unit tests/sandbox \
 		$(MEASURING:%=--ignore=%) || status=$$?; \
