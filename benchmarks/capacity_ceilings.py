@@ -92,25 +92,31 @@ def results_of(task: Task, registry: TaskRegistry, n: int, partitions: int) -> d
     return out
 
 
+def publish_results(run: BenchRun, n: int, *, interleaved: bool = True) -> None:
+    """``n`` generations' execution, verdict and judgement on ``run``'s topics (its task stored), each generation's
+    three together (``interleaved``) or every execution first, then every verdict, then every judgement."""
+    task = call_task()
+    registry = TaskRegistry(run.settings.tasks_dir)
+    registry.store([task])
+    inputs = results_of(task, registry, n, run.partitions)
+    producer = make_producer(run.settings.kafka_client_config())
+    order = [(role, i) for i in range(n) for role in inputs] if interleaved else \
+        [(role, i) for role in inputs for i in range(n)]  # fmt: skip
+    for role, i in order:
+        key, value = inputs[role][i]
+        producer.produce(run.topic(role), key=key, value=value)
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError(f"could not publish {n} generations' results")
+
+
 def reward_processor_rps(n: int, *, interleaved: bool = True) -> dict[str, Any]:
     """Rewards/s of one ``rewardstream reward run`` process draining ``n`` generations' results, published a
     generation's three results together (``interleaved``, as the roles keep pace) or every execution first,
     then every verdict, then every judgement (one role far behind the others: every generation waits in the
     join table)."""
-    partitions = 8
-    with bench_run("rewards", partitions) as run:
-        task = call_task()
-        registry = TaskRegistry(run.settings.tasks_dir)
-        registry.store([task])
-        inputs = results_of(task, registry, n, partitions)
-        producer = make_producer(run.settings.kafka_client_config())
-        order = [(role, i) for i in range(n) for role in inputs] if interleaved else \
-            [(role, i) for role in inputs for i in range(n)]  # fmt: skip
-        for role, i in order:
-            key, value = inputs[role][i]
-            producer.produce(run.topic(role), key=key, value=value)
-            producer.poll(0)
-        producer.flush(60)
+    with bench_run("rewards", 8) as run:
+        publish_results(run, n, interleaved=interleaved)
         app_id = f"{run.settings.kafka.topic_prefix}rewards-app"
         run.extra_topics.append(changelog_name(app_id))
         reader = Reader(run, run.topic("rewards"))
@@ -156,14 +162,13 @@ class SteadyCpu:
         if self._first is not None:
             self._steady = (whole - self._first[1], main - self._first[2])
 
-    def per_output_us(self, name: str, n: int) -> dict[str, int]:
-        """The steady state's CPU per output of the ``n - first`` read after the first ones, all and main thread."""
+    def per_output_us(self, name: str, n: int) -> dict[str, int | None]:
+        """The steady state's CPU per output of the ``n - first`` read after the first ones, all and main thread
+        (None when every output came in the first read: a run too short to have one)."""
         left = n - (self._first[0] if self._first else 0)
-        if left <= 0:
-            return {}
         whole, main = self._steady
-        return {f"steady_cpu_us_per_{name}": round(whole / left * 1e6),
-                f"steady_main_thread_us_per_{name}": round(main / left * 1e6)}  # fmt: skip
+        return {f"steady_cpu_us_per_{name}": round(whole / left * 1e6) if left > 0 else None,
+                f"steady_main_thread_us_per_{name}": round(main / left * 1e6) if left > 0 else None}  # fmt: skip
 
 
 def cpu_seconds(pid: int, *, thread: int | None = None) -> float:

@@ -28,18 +28,17 @@ import time
 from statistics import median
 from typing import Any
 
-from benchmarks.capacity_ceilings import SteadyCpu, results_of, reward_processor_rps
-from benchmarks.capacity_kafka import Reader, bench_run, call_task
+from benchmarks.capacity_ceilings import SteadyCpu, publish_results, reward_processor_rps
+from benchmarks.capacity_kafka import Reader, bench_run
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec
-from bus.clients import make_consumer, make_producer, make_transactional_producer
+from bus.clients import make_consumer, make_transactional_producer
 from bus.config import RANGE
 from bus.transaction import Transaction
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import catalog_for, topic_for
 from streams.reward.kafka_engine import EngineOptions
-from workers.tasks.registry import TaskRegistry
 
 #: How long a run may take before it counts as failed.
 TIMEOUT_S = 600.0
@@ -128,17 +127,7 @@ def floor_rps(n: int, reward: bytes, marker: bytes) -> dict[str, Any]:
     """Rewards/s and CPU per reward of the floor process draining ``n`` generations' results (published as
     ``reward_processor_rps`` publishes them: each generation's three together)."""
     with bench_run("floor", 8) as run:
-        registry = TaskRegistry(run.settings.tasks_dir)
-        task = call_task()
-        registry.store([task])
-        inputs = results_of(task, registry, n, 8)
-        producer = make_producer(run.settings.kafka_client_config())
-        for i in range(n):
-            for role in inputs:
-                key, value = inputs[role][i]
-                producer.produce(run.topic(role), key=key, value=value)
-                producer.poll(0)
-        producer.flush(60)
+        publish_results(run, n)
         app_id = f"{run.settings.kafka.topic_prefix}floor-app"
         run.extra_topics.append(changelog_name(app_id))
         reader = Reader(run, run.topic("rewards"))
@@ -155,6 +144,12 @@ def floor_rps(n: int, reward: bytes, marker: bytes) -> dict[str, Any]:
             proc.wait(60)
     return {"rewards": n, "rps": round(timed.rate(), 1), "cpu_us_per_reward": round(spent.whole_s / n * 1e6),
             **spent.per_output_us("reward", n)}  # fmt: skip
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """The median of the runs that have the figure (a run too short has none)."""
+    known = [v for v in values if v is not None]
+    return median(known) if known else None
 
 
 def load() -> float:
@@ -181,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor_cpu_us_per_reward": median(r["cpu_us_per_reward"] for r in floor),
         "processor_rps": median(r["rps"] for r in processor),
         "processor_cpu_us_per_reward": median(r["cpu_us_per_reward"] for r in processor),
-        **{f"{name}_{figure}": median(r[figure] for r in runs)
+        **{f"{name}_{figure}": median_or_none([r[figure] for r in runs])
            for name, runs in (("floor", floor), ("processor", processor))
            for figure in ("steady_cpu_us_per_reward", "steady_main_thread_us_per_reward")},
         "validation_us_per_reward": round(validation_us(), 1),
