@@ -181,30 +181,26 @@ def test_failed_transaction_is_aborted_and_the_work_rerun_from_committed_offsets
     assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # some ran again after the abort
 
 
-def test_results_the_group_fenced_are_committed_again_not_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("window_s", "fencings", "run_again"), [(30.0, 2, False), (0.0, 1, True)], ids=["kept", "past-the-window"]
+)
+def test_results_the_group_fenced_are_committed_again_not_run_again(
+    monkeypatch: pytest.MonkeyPatch, window_s: float, fencings: int, run_again: bool
+) -> None:
     """A rebalance bumped the group's generation under the commit; the member keeps its partition (cooperative
-    rebalancing): its finished runs are committed under the new generation, never thrown away and re-run."""
+    rebalancing): its finished runs are committed under the new generation, never thrown away and re-run; past
+    the requeue window, they are dropped and re-run as after any failed transaction."""
     monkeypatch.setattr(committer, "REQUEUE_PAUSE_S", 0.05)
+    monkeypatch.setattr(committer, "REQUEUE_WINDOW_S", window_s)
     values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
     handler = Recorder()
     worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler)
-    producer.group_fenced_commits = 2
+    producer.group_fenced_commits = fencings
     run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
-    assert producer.aborted == 2
-    assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]
-    assert sorted(g for kind, g, _ in handler.events if kind == "start") == ["g0", "g1", "g2"]  # each ran once
-
-
-def test_past_the_requeue_window_fenced_results_are_run_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(committer, "REQUEUE_WINDOW_S", 0.0)
-    values = [(f"g{i}".encode(), encode(event(f"g{i}"))) for i in range(3)]
-    handler = Recorder()
-    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler)
-    producer.group_fenced_commits = 1
-    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 3)
-    assert producer.aborted == 1
+    assert producer.aborted == fencings
     assert sorted(v for _, _, v in producer.results()) == [b"g0", b"g1", b"g2"]  # each exactly once committed
-    assert len([g for kind, g, _ in handler.events if kind == "start"]) > 3  # dropped and re-run, as before
+    starts = sorted(g for kind, g, _ in handler.events if kind == "start")
+    assert (len(starts) > 3) == run_again, starts
 
 
 def test_a_results_committed_hook_runs_once_it_committed_never_for_an_aborted_run() -> None:
