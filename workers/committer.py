@@ -82,8 +82,8 @@ class Committer:
         """One transaction: every ready result, log record and dead letter, plus the offsets after them (and
         ``extra``: what timers expired). A failure aborts (``_transaction_failed``); a fencing by the group puts
         the results back (``_requeue``), and the commits of the next ``REQUEUE_PAUSE_S`` do nothing."""
-        paused = not extra and self._clock() < self._paused_until
-        ready, offsets = ([], []) if paused else self._take_ready(parts)
+        parts = list(parts)
+        ready, offsets = ([], []) if self._paused(parts, extra) else self._take_ready(parts)
         if not offsets and not extra:
             return "nothing"
         txn = self._txn
@@ -106,9 +106,9 @@ class Committer:
         try:
             txn.commit()
         except KafkaClientError as exc:
-            if extra or not self._fenced_by_group(exc):
-                return self._transaction_failed(exc)
-            return self._requeue(exc, ready)
+            if self._may_requeue(exc, ready, extra):
+                return self._requeue(exc, ready)
+            return self._transaction_failed(exc)
         self._fenced_since = None
         self._tracker.raise_first()
         self.stats.transactions += 1
@@ -183,11 +183,22 @@ class Committer:
         if outcome.log is not None:
             self.shipper.emit(outcome.log)
 
-    def _fenced_by_group(self, exc: KafkaClientError) -> bool:
-        """Whether ``exc`` is the group fencing the commit (its generation moved on) within the requeue window
-        (its first such failure in a row starts it)."""
+    def _paused(self, parts: list[PartitionState], extra: Sequence[Output]) -> bool:
+        """Whether this commit waits out ``REQUEUE_PAUSE_S``: never with timer outputs, nor when a suspect
+        message's result is ready (the crash guard commits it before anything else may start)."""
+        if extra or self._clock() >= self._paused_until:
+            return False
+        return not any(item.alone and item.ready() for part in parts for item in part.pending.values())
+
+    def _may_requeue(self, exc: KafkaClientError, ready: list[Item], extra: Sequence[Output]) -> bool:
+        """Whether the failed transaction's results may be put back rather than re-run: ``exc`` is the group
+        fencing the commit (its generation moved on), within the requeue window (its first such failure in a row
+        starts it), and the transaction held only results of ordinary messages, all delivered (no timer output,
+        no suspect message of the crash guard, no refused delivery: those keep the abort-and-rewind)."""
         recovery = recovery_for(exc)
-        if not recovery.fenced_by_group or recovery.renew or self._denied(exc) is not None:
+        if not recovery.fenced_by_group or recovery.renew or extra or self._tracker.errors:
+            return False
+        if any(item.alone for item in ready):
             return False
         now = self._clock()
         if self._fenced_since is None:

@@ -276,6 +276,22 @@ def test_after_an_owner_died_the_suspect_messages_run_alone_each_behind_its_own_
     assert [v for _, _, v in producer.results()] == [f"g{i}".encode() for i in range(6)]
 
 
+def test_a_suspect_message_the_group_fenced_runs_again_alone_never_waits_uncommitted() -> None:
+    """The crash guard commits a suspect message's result before anything else starts: a fenced commit of one is
+    not put back (others could start beside it uncommitted); it is rewound and run alone again."""
+    values = [(f"k{i}".encode(), encode(event(f"g{i}"))) for i in range(2)]
+    handler = Recorder()
+    worker, consumer, producer, stop = make_worker({0: messages(0, values)}, handler, concurrency=2, max_in_flight=4)
+    consumer.committed_offsets[0] = 0
+    consumer.committed_metadata[0] = Mark(0, 1).encode()  # the previous owner died with offset 0 on
+    producer.group_fenced_commits = 1
+    run_until(worker, stop, lambda: consumer.committed_offsets.get(0) == 2)
+    assert producer.aborted == 1
+    starts = [g for kind, g, _ in handler.events if kind == "start"]
+    assert starts[:2] == ["g0", "g0"], starts  # fenced, then run again alone before anything else started
+    assert [v for _, _, v in producer.results()] == [b"g0", b"g1"]
+
+
 def test_a_message_that_killed_the_process_alone_too_often_is_dead_lettered_unrun() -> None:
     values = [(f"k{i}".encode(), encode(event(f"g{i}"))) for i in range(4)]
     handler = Recorder()
