@@ -32,12 +32,11 @@ from benchmarks.capacity_ceilings import SteadyCpu, publish_results, reward_proc
 from benchmarks.capacity_kafka import Reader, bench_run
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec
-from bus.clients import make_consumer, make_transactional_producer
-from bus.config import RANGE
 from bus.transaction import Transaction
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import catalog_for, topic_for
+from streams.reward.clients import engine_clients
 from streams.reward.kafka_engine import EngineOptions
 
 #: How long a run may take before it counts as failed.
@@ -88,10 +87,7 @@ def floor_process(reward: bytes, marker: bytes) -> None:
     app_id = os.environ["RS_FLOOR_APP_ID"]
     changelog = changelog_name(app_id)
     ensure_topics([changelog_spec(app_id, topic_for("executions", specs))], settings.kafka_client_config())
-    client = settings.kafka_client_config()
-    consumer = make_consumer(client, app_id, **{"partition.assignment.strategy": RANGE})
-    producer = make_transactional_producer(client, f"{app_id}-{os.getpid()}", options.transaction_timeout_ms,
-                                           **{"linger.ms": 2})  # fmt: skip
+    consumer, producer = engine_clients(settings.kafka_client_config(), app_id, options.transaction_timeout_ms)
     producer.init_transactions(30)
     txn = Transaction(producer, consumer, 30)
     stop = False

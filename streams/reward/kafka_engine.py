@@ -30,7 +30,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +39,6 @@ from confluent_kafka import KafkaError as LibKafkaError
 
 from bus.admin import ensure_topics
 from bus.changelog import changelog_name, changelog_spec, restore_partition
-from bus.clients import make_consumer, make_transactional_producer
-from bus.config import RANGE
 from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks, start_marks
 from bus.errors import KafkaClientError, from_message
 from bus.metrics import WorkerMetrics
@@ -52,6 +49,7 @@ from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import Role, catalog_for, topic_for
+from streams.reward.clients import engine_clients
 from streams.reward.integrity import IntegrityMetrics
 from streams.reward.join import JoinState, Row, emitted, row_bytes
 from streams.reward.liveness import WriterLiveness, settled_inputs
@@ -265,11 +263,7 @@ class RewardEngine:
         self.changelog = changelog_name(options.app_id)
         self._changelog_spec = changelog_spec(options.app_id, topic_for("executions", specs))
         client = settings.kafka_client_config()
-        self.consumer = make_consumer(client, options.app_id, **{"partition.assignment.strategy": RANGE})
-        self.producer = make_transactional_producer(
-            client, f"{options.app_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", options.transaction_timeout_ms,
-            **{"linger.ms": 2},
-        )  # fmt: skip
+        self.consumer, self.producer = engine_clients(client, options.app_id, options.transaction_timeout_ms)
         self.txn = Transaction(self.producer, self.consumer, 30)
         self.stage = _Savepoint(self.txn)
         self.table = _Table(self.stage, self.txn, self.changelog)
