@@ -62,12 +62,9 @@ def validation_us(n: int = 5000, rounds: int = 5) -> float:
     CPU, a lower bound of any processor that checks its inputs against the contracts."""
     from benchmarks.profile_reward_path import messages
     from schemas.codec import decode_verbatim
-    from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore
+    from streams.reward.processor import INPUT_MODELS
 
-    models: dict[str, type[ExecutionResult | HiddenVerdict | JudgeScore]] = {
-        "executions": ExecutionResult, "verdicts": HiddenVerdict, "judgements": JudgeScore,
-    }  # fmt: skip
-    msgs = [(models[topic], value) for topic, _p, _key, value in messages(n, 8)]
+    msgs = [(INPUT_MODELS[topic], value) for topic, _p, _key, value in messages(n, 8)]
     best = float("inf")
     for _ in range(rounds):
         started = time.process_time()

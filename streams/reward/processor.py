@@ -48,7 +48,8 @@ COMPONENT = "rewards"
 RESTART_EXIT_CODE = 70
 #: Rows one expiry run reads at most (``RewardProcessor._expire``): ~0.25 s of a transaction.
 EXPIRY_CHUNK = 50_000
-_MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore]] = {
+#: The model each input role's messages are decoded and validated as.
+INPUT_MODELS: dict[str, type[ExecutionResult] | type[HiddenVerdict] | type[JudgeScore]] = {
     "executions": ExecutionResult,
     "verdicts": HiddenVerdict,
     "judgements": JudgeScore,
@@ -361,8 +362,8 @@ class RewardProcessor:
             if role is None:
                 raise DecodeError("message", [("", f"topic {topic} is not an input of the reward processor")])
             if value is None:
-                raise DecodeError(_MODELS[role].__name__, [("", "empty message (tombstone)")])
-            event, verbatim = decode_verbatim(value, _MODELS[role])
+                raise DecodeError(INPUT_MODELS[role].__name__, [("", "empty message (tombstone)")])
+            event, verbatim = decode_verbatim(value, INPUT_MODELS[role])
             return event, value if verbatim else None
         except DecodeError as exc:
             return exc
