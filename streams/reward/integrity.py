@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from bus.labels import MAX_DATASETS, BoundedLabel, Children, dataset_of
 from schemas.events import RewardEvent
+from streams.reward.decided import DecidedReward
 from streams.reward.policy import PUBLIC_PASSED_HIDDEN_FAILED, WARN_FLAG_PREFIX
 
 #: Distinct values a label keeps before further ones are counted as ``other`` (datasets: ``bus.labels``).
@@ -26,12 +27,12 @@ MAX_RULES = 64
 JUDGE_PASS = 0.5
 
 
-def hack_rules(reward: RewardEvent) -> list[str]:
+def hack_rules(reward: RewardEvent | DecidedReward) -> list[str]:
     """The gating hack flags of a reward (not ``warn:<rule>``, not the overfitting sign)."""
     return [f for f in reward.flags if f != PUBLIC_PASSED_HIDDEN_FAILED and not f.startswith(WARN_FLAG_PREFIX)]
 
 
-def judge_disagreement(reward: RewardEvent) -> str | None:
+def judge_disagreement(reward: RewardEvent | DecidedReward) -> str | None:
     """How the judge and the tests disagree on a reward, or None (no judge score, no gate, or they agree)."""
     judge, gate = reward.components.get("judge"), reward.components.get("gate")
     if judge is None or gate is None:
@@ -98,7 +99,7 @@ class IntegrityMetrics:
         self._overfit = Children(self.overfit)
         self._judge_disagree = Children(self.judge_disagree)
 
-    def observe(self, reward: RewardEvent) -> None:
+    def observe(self, reward: RewardEvent | DecidedReward) -> None:
         """Count one committed reward."""
         base = (reward.policy_name, reward.policy_version, self._datasets(dataset_of(reward.task_id)))
         self._rewards(*base, "unknown" if reward.valid is None else str(reward.valid).lower()).inc()

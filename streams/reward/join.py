@@ -11,11 +11,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from schemas.caps import cap, fit_list
+from schemas.caps import cap, item_cap
 from schemas.events import ExecutionResult, HiddenVerdict, JudgeScore, RewardEvent
 from schemas.ids import result_ids
 from schemas.result_rules import InvalidReason
 from schemas.signals import SIGNALS, Signal
+from streams.reward.decided import DecidedInput, DecidedReward
 from streams.reward.policy import Policy, Scored, Withheld, evaluate
 from streams.reward.state import (
     PENDING_PREFIX,
@@ -48,6 +49,11 @@ _NAMESPACE = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
 _NAMESPACE_BYTES = _NAMESPACE.bytes
 #: A UUID is 16 bytes.
 _UUID_BYTES = 16
+#: Reasons and flags a reward carries at most (the contract's caps).
+_REASONS = cap(RewardEvent, "reasons")
+_FLAGS = cap(RewardEvent, "flags")
+#: Characters a reason may have (a judge's error may be longer: its start is kept).
+_REASON_CHARS = item_cap(RewardEvent, "reasons")
 
 
 def part_of(event: PartEvent) -> Signal:
@@ -111,7 +117,7 @@ class Wait:
 class Emit:
     """Send this reward."""
 
-    reward: RewardEvent
+    reward: DecidedReward
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +133,7 @@ class GiveUp:
     sandbox_error: the trainer's one reward, never training data), reported, never a silent 0."""
 
     reasons: tuple[str, ...]
-    reward: RewardEvent
+    reward: DecidedReward
 
 
 Decision = Wait | Emit | Withhold | GiveUp
@@ -204,33 +210,31 @@ def invalid_reason(
 
 def reward_event(
     state: JoinState, scored: Scored, missing: tuple[Signal, ...], policy: Policy, *, broken: bool = False
-) -> RewardEvent:
-    """The RewardEvent for a scored state, carrying the policy version, the task version, the ids of the events
-    used and whether it is valid for training (``broken``: given up after a sandbox_error)."""
-    # the InputRefs as data: validated with the reward, in one call instead of one per input
-    inputs = [{"role": p, "event_id": ev.event_id} for p in SIGNALS if (ev := getattr(state, p)) is not None]
+) -> DecidedReward:
+    """The reward for a scored state, carrying the policy version, the task version, the ids of the events used
+    and whether it is valid for training (``broken``: given up after a sandbox_error). Each reason is cut to the
+    contract's cap (a judge's error may be longer than a reason may be)."""
+    execution, verdict, judgement = state.execution, state.verdict, state.judgement
+    inputs: list[DecidedInput] = []
+    if execution is not None:
+        inputs.append(DecidedInput("execution", execution.event_id))
+    if verdict is not None:
+        inputs.append(DecidedInput("verdict", verdict.event_id))
+    if judgement is not None:
+        inputs.append(DecidedInput("judgement", judgement.event_id))
     version, differ = task_versions(state)
-    reasons = fit_list(RewardEvent, "reasons", scored.reasons)
+    reasons = [r if len(r) <= _REASON_CHARS else r[:_REASON_CHARS] for r in scored.reasons[:_REASONS]]
     if differ is not None:  # never cut: it says the parts do not describe one task
-        reasons = [*reasons[: cap(RewardEvent, "reasons") - 1], differ]
+        reasons = [*reasons[: _REASONS - 1], differ]
     why = invalid_reason(state, missing, policy, broken=broken)
-    return RewardEvent.model_validate({
-        "event_id": reward_id(state.generation_id, policy),
-        "created_at": datetime.now(UTC),
-        **result_ids(state),
-        "task_version": version,
-        "reward": scored.reward,
-        "policy_name": policy.name,
-        "policy_version": policy.version,
-        "components": scored.components,
-        "reasons": reasons,
-        "flags": fit_list(RewardEvent, "flags", scored.flags),
-        "missing": list(missing),
-        "inputs": inputs,
-        "valid": why is None,
-        "canary": why == "canary",
-        "invalid_reason": why,
-    })  # fmt: skip
+    return DecidedReward(
+        event_id=reward_id(state.generation_id, policy), created_at=datetime.now(UTC),
+        generation_id=state.generation_id, episode_id=state.episode_id, run_id=state.run_id,
+        task_id=state.task_id, task_version=version, turn=state.turn, reward=scored.reward,
+        policy_name=policy.name, policy_version=policy.version, components=scored.components, reasons=reasons,
+        flags=list(scored.flags[:_FLAGS]), missing=list(missing), inputs=inputs, valid=why is None,
+        canary=why == "canary", invalid_reason=why,
+    )  # fmt: skip
 
 
 def emitted_from_reward(reward: RewardEvent, partition: int, offset: int, now: float) -> JoinState:

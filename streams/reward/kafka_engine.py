@@ -43,13 +43,12 @@ from bus.crash_guard import DEFAULT_ATTEMPTS, CrashGuard, GiveUp, release_marks,
 from bus.errors import KafkaClientError, from_message
 from bus.metrics import WorkerMetrics
 from bus.transaction import Transaction, commit_offsets
-from schemas.codec import encode
 from schemas.errors import HandlerCrashError, KafkaUnavailableError
-from schemas.events import RewardEvent
 from schemas.settings import Settings
 from schemas.signals import SIGNAL_TOPICS
 from schemas.topics import Role, catalog_for, topic_for
 from streams.reward.clients import engine_clients
+from streams.reward.decided import DecidedReward
 from streams.reward.integrity import IntegrityMetrics
 from streams.reward.join import JoinState, Row, emitted, row_bytes
 from streams.reward.liveness import WriterLiveness, settled_inputs
@@ -95,8 +94,8 @@ class _Savepoint:
         self.prior: dict[str, tuple[Row | None, int | None]] = {}
         #: Rewards among the records (held back with them), then those released into the open transaction:
         #: counted in the integrity metrics once it commits.
-        self.rewards: list[RewardEvent] = []
-        self.released: list[RewardEvent] = []
+        self.rewards: list[DecidedReward] = []
+        self.released: list[DecidedReward] = []
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
         self.records.append((topic, key, value, partition))
@@ -221,8 +220,8 @@ class _Outputs:
         self._options = options
         self._sent = 0
 
-    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
-        self._stage.produce(self._names["rewards"], reward.key(), encode(reward), state.partition)
+    async def send_reward(self, state: JoinState, reward: DecidedReward) -> None:
+        self._stage.produce(self._names["rewards"], reward.key(), reward.encode(), state.partition)
         self._stage.rewards.append(reward)
         self._sent += 1
         await self._table.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())

@@ -295,6 +295,8 @@ def _flags(policy: Policy, signals: Signals, reasons: list[str]) -> tuple[list[s
     if verdict is None:
         return [], [], 0.0
     raised = raised_rules(verdict)
+    if not raised:  # most verdicts: nothing to gate, warn about or charge
+        return [], [], 0.0
     warn = set(policy.gates.warn_rules)
     if _io_only(signals):
         lenient = sorted(raised & set(policy.gates.io_self_only_rules))

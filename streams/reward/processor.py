@@ -24,9 +24,10 @@ from typing import Protocol
 
 from schemas.caps import fit
 from schemas.codec import DecodeError, decode_verbatim, encode
-from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord, RewardEvent
+from schemas.events import DeadLetter, ExecutionResult, HiddenVerdict, JudgeScore, LogRecord
 from schemas.ids import generation_ids
 from schemas.signals import SIGNAL_TOPIC
+from streams.reward.decided import DecidedReward
 from streams.reward.join import (
     Emit,
     GiveUp,
@@ -74,7 +75,7 @@ class StateStore(Protocol):
 class Outputs(Protocol):
     """Where the processor's messages go."""
 
-    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
+    async def send_reward(self, state: JoinState, reward: DecidedReward) -> None:
         """Send ``reward`` and store ``state`` marked emitted (``join.emitted``), so it goes out exactly once."""
         ...
 

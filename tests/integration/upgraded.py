@@ -6,7 +6,8 @@ new version here is the real code with one compatible change, a minor bump that 
 
 * ``GenerationEvent``, ``ExecutionResult``, ``HiddenVerdict``, ``JudgeScore`` 1.0 -> 1.1, ``RewardEvent`` 1.1 -> 1.2;
 * a worker's results copy ``trace_id`` from the generation they are about (``schemas.ids.result_ids``);
-* the reward processor's reward copies it from the parts it joined (``streams.reward.join.reward_event``).
+* the reward processor's reward copies it from the parts it joined (``streams.reward.join.reward_event``, into a
+  ``DecidedReward`` that writes the new field).
 
 ``python -m tests.integration.upgraded <rewardstream arguments>`` installs this before any other module of the
 code imports the events, then runs the ``rewardstream`` CLI: the same worker or reward processor, upgraded. The
@@ -16,6 +17,7 @@ test process itself only uses ``NEW`` (to encode a new trainer's generations, or
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, cast
 
 from pydantic import Field
@@ -86,14 +88,24 @@ def install() -> None:
     schemas.ids.result_ids = result_ids
 
     from streams.reward import join
+    from streams.reward.decided import DecidedReward
+
+    @dataclass(slots=True, kw_only=True)
+    class TracedReward(DecidedReward):
+        trace_id: str | None = None
+
+        def fields(self) -> dict[str, Any]:
+            return {**DecidedReward.fields(self), "trace_id": self.trace_id}  # the new model's last field
 
     old_reward_event = join.reward_event
 
-    def reward_event(state: join.JoinState, *args: Any, **kwargs: Any) -> events.RewardEvent:
+    def reward_event(state: join.JoinState, *args: Any, **kwargs: Any) -> DecidedReward:
         reward = old_reward_event(state, *args, **kwargs)
         parts = (state.execution, state.verdict, state.judgement)
         trace = next((t for p in parts if p is not None and (t := getattr(p, "trace_id", None))), None)
-        return reward.model_copy(update={"trace_id": trace}) if trace is not None else reward
+        if trace is None:
+            return reward
+        return TracedReward(**{f.name: getattr(reward, f.name) for f in fields(DecidedReward)}, trace_id=trace)
 
     join.reward_event = reward_event
 

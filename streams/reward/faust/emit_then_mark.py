@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from schemas.codec import DecodeError, decode, encode
+from schemas.codec import DecodeError, decode
 from schemas.events import RewardEvent
+from streams.reward.decided import DecidedReward
 from streams.reward.join import PENDING_PREFIX, JoinState, Row, emitted, emitted_from_reward, row_bytes
 from streams.reward.processor import InputEnds
 
@@ -80,7 +81,7 @@ class EmitThenMark:
         #: What a tail scan awaits right now, for stall reports; None when no scan runs.
         self.doing: str | None = None
         #: Called with each reward once the broker acknowledged it: the integrity metrics.
-        self.on_reward: Callable[[RewardEvent], None] = lambda _reward: None
+        self.on_reward: Callable[[DecidedReward], None] = lambda _reward: None
 
     def forget_partitions(self) -> None:
         """After a rebalance: re-read each partition's rewards tail before using it again."""
@@ -99,10 +100,10 @@ class EmitThenMark:
         """Generation states only: the watermarks are this layer's bookkeeping."""
         return ((key, value) for key, value in self._table.items() if not key.startswith("#"))
 
-    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
+    async def send_reward(self, state: JoinState, reward: DecidedReward) -> None:
         self.doing = f"waiting for the ack of the reward for {state.generation_id}"
         try:
-            offset = await self._outputs.send_reward(state.partition, reward.key(), encode(reward))
+            offset = await self._outputs.send_reward(state.partition, reward.key(), reward.encode())
         finally:
             self.doing = None
         self.on_reward(reward)

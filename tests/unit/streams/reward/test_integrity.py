@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from bus.labels import OTHER, BoundedLabel, dataset_of
 from bus.metrics import WorkerMetrics
-from schemas.events import RewardEvent
+from streams.reward.decided import DecidedReward
 from streams.reward.integrity import MAX_CANARY_TASKS, IntegrityMetrics, judge_disagreement
 from streams.reward.join import Emit, JoinState, PartEvent, absorb, decide
 from streams.reward.policy import Policy, load_policy
@@ -21,7 +21,7 @@ def policy() -> Policy:
     return load_policy()
 
 
-def rewarded(policy: Policy, *events: PartEvent, now: float = T0) -> RewardEvent:
+def rewarded(policy: Policy, *events: PartEvent, now: float = T0) -> DecidedReward:
     state: JoinState | None = None
     for event in events:
         state = absorb(state, event, 0, T0).state

@@ -8,6 +8,9 @@ import orjson
 import pydantic
 import pytest
 
+from schemas.caps import item_cap
+from schemas.codec import decode
+from schemas.events import JudgeScore, RewardEvent
 from streams.reward.join import (
     PENDING_PREFIX,
     Emit,
@@ -117,6 +120,19 @@ def test_judge_error_is_replaced_by_a_score() -> None:
     state = join(error, judgement("g", score=0.4))
     assert state.judgement is not None
     assert state.judgement.score == 0.4
+
+
+def test_a_judge_error_longer_than_a_reason_still_gives_a_reward(policy: Policy) -> None:
+    """The judge's error (up to 4,096 characters) is quoted in a reason (at most 1,024): its start is kept; a
+    reward over the reason's cap was refused by the contract, and the generation had none."""
+    long = JudgeScore.model_validate(
+        {**judgement("g").model_dump(), "status": "error", "score": None, "error": "e" * 4096}
+    )
+    decision = decide(join(execution("g"), verdict("g"), long), T0 + 1, policy)
+    assert isinstance(decision, Emit)
+    quoted = next(r for r in decision.reward.reasons if r.startswith("judge error: "))
+    assert len(quoted) == item_cap(RewardEvent, "reasons")
+    assert decode(decision.reward.encode(), RewardEvent).reasons == decision.reward.reasons
 
 
 def test_stored_form_round_trips_and_marks_pending() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from bus.transaction import Transaction
-from schemas.events import RewardEvent
+from streams.reward.decided import DecidedReward
 from streams.reward.kafka_engine import GC_YOUNG_THRESHOLD, _Savepoint, _Table, tune_gc
 
 
@@ -69,10 +70,11 @@ def test_only_rewards_of_messages_that_succeeded_are_released_for_the_metrics() 
     assert [r.generation_id for r in stage.released] == ["kept"]
 
 
-def reward(gid: str) -> RewardEvent:
-    return RewardEvent(
-        generation_id=gid, episode_id=gid, run_id="r", task_id="t/1", reward=1.0, policy_name="p",
-        policy_version="1", valid=True,
+def reward(gid: str) -> DecidedReward:
+    return DecidedReward(
+        event_id=gid, created_at=datetime.now(UTC), generation_id=gid, episode_id=gid, run_id="r", task_id="t/1",
+        task_version=None, turn=0, reward=1.0, policy_name="p", policy_version="1", components={}, reasons=[],
+        flags=[], missing=[], inputs=[], valid=True, canary=False, invalid_reason=None,
     )  # fmt: skip
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from schemas.codec import decode, encode
 from schemas.events import DeadLetter, LogRecord, RewardEvent
+from streams.reward.decided import DecidedReward
 from streams.reward.faust.emit_then_mark import EmitThenMark, watermark_key
 from streams.reward.faust.join import FaustJoin
 from streams.reward.join import JoinState, PartEvent, Row, emitted, row_bytes
@@ -93,8 +94,8 @@ class TransactionalOutputs:
         self.store = store
         self.rewards: dict[int, list[bytes]] = {}
 
-    async def send_reward(self, state: JoinState, reward: RewardEvent) -> None:
-        self.rewards.setdefault(state.partition, []).append(encode(reward))
+    async def send_reward(self, state: JoinState, reward: DecidedReward) -> None:
+        self.rewards.setdefault(state.partition, []).append(reward.encode())
         await self.store.put(state.partition, state.generation_id, emitted(state, reward.event_id, None).dumps())
 
     async def send_dlq(self, key: bytes | None, value: bytes) -> None:
@@ -170,7 +171,7 @@ def test_complete_generation_emits_once_and_marks_it(policy: Policy) -> None:
 def test_each_acknowledged_reward_reaches_the_metrics_hook_once(policy: Policy) -> None:
     store, outputs = Store(), Outputs()
     proc = make(policy, store, outputs)
-    seen: list[RewardEvent] = []
+    seen: list[DecidedReward] = []
     marks_of(proc).on_reward = seen.append
     feed(proc, [execution("g"), verdict("g", canary=True), judgement("g"), judgement("g")])
     assert [(r.generation_id, r.canary, r.valid) for r in seen] == [("g", True, False)]
