@@ -37,7 +37,10 @@ def check_counts(cases: Sequence[_HasStatus], passed: int, total: int) -> None:
             "{total} does not match {n} case results",
             {"total": total, "n": len(cases), "field": "total"},
         )
-    really = sum(1 for c in cases if c.status == "passed")
+    really = 0
+    for case in cases:  # a loop, not a generator: this runs in the validation of every result
+        if case.status == "passed":
+            really += 1
     if passed != really:
         raise PydanticCustomError(
             "count_mismatch",

@@ -47,8 +47,8 @@ __all__ = [
 _NAMESPACE = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
 #: Its bytes (``UUID.bytes`` converts its int on every read).
 _NAMESPACE_BYTES = _NAMESPACE.bytes
-#: A UUID is 16 bytes.
-_UUID_BYTES = 16
+#: A hex digit with its two high bits set to the RFC 4122 variant (10).
+_VARIANT = {digit: f"{int(digit, 16) & 0x3 | 0x8:x}" for digit in "0123456789abcdef"}
 #: Reasons and flags a reward carries at most (the contract's caps).
 _REASONS = cap(RewardEvent, "reasons")
 _FLAGS = cap(RewardEvent, "flags")
@@ -94,8 +94,9 @@ def absorb(state: JoinState | None, event: PartEvent, partition: int, now: float
     part = part_of(event)
     if state is None:
         raws = {part: raw} if raw is not None else None
-        return Absorbed(JoinState(
-            **result_ids(event), partition=partition, first_seen=now, raw=raws,
+        return Absorbed(JoinState(  # the ids spelled out: ``result_ids`` makes two dicts a generation
+            generation_id=event.generation_id, episode_id=event.episode_id, run_id=event.run_id,
+            task_id=event.task_id, turn=event.turn, partition=partition, first_seen=now, raw=raws,
             execution=event if isinstance(event, ExecutionResult) else None,
             verdict=event if isinstance(event, HiddenVerdict) else None,
             judgement=event if isinstance(event, JudgeScore) else None,
@@ -168,10 +169,9 @@ def uuid5_hex(namespace: uuid.UUID | bytes, name: str) -> str:
     processor's CPU): the SHA-1's first 16 bytes with the version (5) and variant (RFC 4122) bits set.
     ``namespace``: the UUID or its bytes."""
     space = namespace.bytes if isinstance(namespace, uuid.UUID) else namespace
-    digest = bytearray(hashlib.sha1(space + name.encode(), usedforsecurity=False).digest()[:_UUID_BYTES])
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    return digest.hex()
+    digest = hashlib.sha1(space + name.encode(), usedforsecurity=False).hexdigest()
+    # hex digit 12 is the version's, 16 holds the variant's two bits
+    return f"{digest[:12]}5{digest[13:16]}{_VARIANT[digest[16]]}{digest[17:32]}"
 
 
 def task_versions(state: JoinState) -> tuple[str | None, str | None]:
@@ -185,9 +185,10 @@ def task_versions(state: JoinState) -> tuple[str | None, str | None]:
     named = [(p, ev.task_version) for p in SIGNALS if (ev := getattr(state, p)) is not None and ev.task_version]
     if not named:
         return None, None
-    chosen = next((v for p, v in named if p == "verdict"), named[0][1])
-    if len({v for _p, v in named}) == 1:
+    chosen = named[0][1]
+    if all(v == chosen for _p, v in named):  # the usual case: one version
         return chosen, None
+    chosen = next((v for p, v in named if p == "verdict"), chosen)
     parts = ", ".join(f"{p} {v[:12]}" for p, v in named)
     why = "an unpinned generation graded across a tasks load"
     return chosen, f"task versions differ: {parts} ({why}); the reward records {chosen[:12]}"

@@ -101,12 +101,14 @@ class _Savepoint:
         self.records.append((topic, key, value, partition))
 
     def release(self) -> None:
+        produce = self._txn.produce
         for topic, key, value, partition in self.records:
-            self._txn.produce(topic, key, value, partition=partition)
+            produce(topic, key, value, partition=partition)
         self.records.clear()
         self.prior.clear()
-        self.released.extend(self.rewards)
-        self.rewards.clear()
+        if self.rewards:
+            self.released.extend(self.rewards)
+            self.rewards.clear()
 
 
 class _Table:

@@ -186,8 +186,10 @@ class RewardProcessor:
         try:
             await self._handle(topic, partition, offset, timestamp=timestamp, key=key, value=value)
         finally:
-            self.processed[(topic, partition)] = max(offset, self.processed.get((topic, partition), -1))
-            self._progress[(topic, partition)] = self.clock()
+            key_tp = (topic, partition)
+            if offset > self.processed.get(key_tp, -1):
+                self.processed[key_tp] = offset
+            self._progress[key_tp] = self.clock()
 
     async def _handle(
         self, topic: str, partition: int, offset: int, *, timestamp: float, key: bytes | None, value: bytes | None

@@ -67,8 +67,7 @@ class JoinState:
         execution, verdict, judgement = self.execution, self.verdict, self.judgement
         if execution is not None and verdict is not None and judgement is not None:
             return ()
-        parts = {"execution": execution, "verdict": verdict, "judgement": judgement}
-        return tuple(p for p in awaited(policy, Signals(execution, verdict, judgement)) if parts[p] is None)
+        return tuple(p for p in awaited(policy, Signals(execution, verdict, judgement)) if getattr(self, p) is None)
 
     def replace(self, **changes: object) -> JoinState:
         """A copy with ``changes``."""
@@ -92,7 +91,9 @@ class JoinState:
 
     def dumps(self) -> bytes:
         """The stored form. Nulls are kept: events have required-but-nullable fields (e.g. the ``suite_kind`` of
-        a task without public tests) that must survive the round trip."""
+        a task without public tests) that must survive the round trip. Joined, not one ``orjson.dumps`` with
+        the parts as ``orjson.Fragment``: orjson's bytes keep its whole buffer (4 KB and up), and a decided
+        generation's row stays in the table for the retention (a test bounds it)."""
         head = orjson.dumps({
             "status": self.status, "generation_id": self.generation_id, "episode_id": self.episode_id,
             "run_id": self.run_id, "task_id": self.task_id, "turn": self.turn, "partition": self.partition,
