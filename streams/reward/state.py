@@ -76,9 +76,11 @@ class JoinState:
     def with_part(self, part: Signal, event: PartEvent, raw: bytes | None) -> JoinState:
         """A copy holding ``event`` as ``part`` (``raw``: its input bytes, if kept; the old part's are dropped).
         Spelled out: ``dataclasses.replace`` cost twice as much, on every part after a generation's first."""
-        raws = {p: b for p, b in self.raw.items() if p != part} if self.raw else {}
+        raws = dict(self.raw) if self.raw else {}
         if raw is not None:
             raws[part] = raw
+        else:
+            raws.pop(part, None)
         return JoinState(
             status=self.status, generation_id=self.generation_id, episode_id=self.episode_id, run_id=self.run_id,
             task_id=self.task_id, turn=self.turn, partition=self.partition, first_seen=self.first_seen,
