@@ -47,6 +47,10 @@ __all__ = [
 _NAMESPACE = uuid.UUID("5b0b7f5e-9a53-4c1e-8d0e-3f1f2f6f0a01")
 #: Its bytes (``UUID.bytes`` converts its int on every read).
 _NAMESPACE_BYTES = _NAMESPACE.bytes
+#: A UUID in hex: 32 digits; the 13th is the version, the 17th holds the variant's two bits.
+_UUID_DIGITS = 32
+_VERSION_DIGIT = 12
+_VARIANT_DIGIT = 16
 #: A hex digit with its two high bits set to the RFC 4122 variant (10).
 _VARIANT = {digit: f"{int(digit, 16) & 0x3 | 0x8:x}" for digit in "0123456789abcdef"}
 #: Reasons and flags a reward carries at most (the contract's caps).
@@ -170,8 +174,11 @@ def uuid5_hex(namespace: uuid.UUID | bytes, name: str) -> str:
     ``namespace``: the UUID or its bytes."""
     space = namespace.bytes if isinstance(namespace, uuid.UUID) else namespace
     digest = hashlib.sha1(space + name.encode(), usedforsecurity=False).hexdigest()
-    # hex digit 12 is the version's, 16 holds the variant's two bits
-    return f"{digest[:12]}5{digest[13:16]}{_VARIANT[digest[16]]}{digest[17:32]}"
+    version, variant = _VERSION_DIGIT, _VARIANT_DIGIT
+    return (
+        f"{digest[:version]}5{digest[version + 1 : variant]}{_VARIANT[digest[variant]]}"
+        f"{digest[variant + 1 : _UUID_DIGITS]}"
+    )
 
 
 def task_versions(state: JoinState) -> tuple[str | None, str | None]:
