@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import orjson
 import pydantic
@@ -122,15 +123,26 @@ def test_judge_error_is_replaced_by_a_score() -> None:
     assert state.judgement.score == 0.4
 
 
-def test_a_judge_error_longer_than_a_reason_still_gives_a_reward(policy: Policy) -> None:
-    """The judge's error (up to 4,096 characters) is quoted in a reason (at most 1,024): its start is kept; a
-    reward over the reason's cap was refused by the contract, and the generation had none."""
-    long = JudgeScore.model_validate(
-        {**judgement("g").model_dump(), "status": "error", "score": None, "error": "e" * 4096}
-    )
-    decision = decide(join(execution("g"), verdict("g"), long), T0 + 1, policy)
+def long_judge_error() -> tuple[PartEvent, ...]:
+    error = {**judgement("g").model_dump(), "status": "error", "score": None, "error": "e" * 4096}
+    return execution("g"), verdict("g"), JudgeScore.model_validate(error)
+
+
+def long_verifier_reason() -> tuple[PartEvent, ...]:
+    return (verified("g", 0.0, reason="r" * 1024),)
+
+
+@pytest.mark.parametrize(
+    ("parts", "prefix"), [(long_judge_error, "judge error: "), (long_verifier_reason, "verifier: ")]
+)
+def test_a_quoted_text_longer_than_a_reason_still_gives_a_reward(
+    policy: Policy, parts: Callable[[], tuple[PartEvent, ...]], prefix: str
+) -> None:
+    """A judge's error (up to 4,096 characters) or a verifier's reason (up to 1,024) is quoted in a reason (at most
+    1,024): its start is kept. A reward over a reason's cap was refused by the contract: the generation had none."""
+    decision = decide(join(*parts()), T0 + 1, policy)
     assert isinstance(decision, Emit)
-    quoted = next(r for r in decision.reward.reasons if r.startswith("judge error: "))
+    quoted = next(r for r in decision.reward.reasons if r.startswith(prefix))
     assert len(quoted) == item_cap(RewardEvent, "reasons")
     assert decode(decision.reward.encode(), RewardEvent).reasons == decision.reward.reasons
 
