@@ -104,6 +104,31 @@ _{{ .role | snakecase | upper }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+The suffix of a role's S3 keys in the Secret: "_<ROLE>" (S3_ACCESS_KEY_VERIFIER...) when credentials.s3Principals
+names the role, else "" (the shared S3_ACCESS_KEY/S3_SECRET_KEY). Fails on an entry that cannot work (a chart-made
+Secret needs both keys; with existingSecret the values hold none), and when tasks.registry is set and a role that
+reads the tasks' hidden part (the verifier, the auditor) has no pair of its own: the shared pair then reads hidden
+tests for every role, or the verifier cannot. Context: dict root role
+*/}}
+{{- define "rs.s3KeySuffix" -}}
+{{- $c := .root.Values.credentials -}}
+{{- $own := $c.s3Principals | default dict -}}
+{{- if hasKey $own .role -}}
+{{- $p := index $own .role | default dict -}}
+{{- if $c.existingSecret -}}
+{{- if or $p.accessKey $p.secretKey -}}
+{{- fail (printf "credentials.s3Principals.%s: with existingSecret the Secret %s holds S3_ACCESS_KEY_%s and S3_SECRET_KEY_%s; leave accessKey/secretKey empty ({})" .role $c.existingSecret (.role | snakecase | upper) (.role | snakecase | upper)) -}}
+{{- end -}}
+{{- else if not (and $p.accessKey $p.secretKey) -}}
+{{- fail (printf "credentials.s3Principals.%s: needs accessKey and secretKey (the role's own S3 identity; remove the entry to use the shared s3AccessKey/s3SecretKey)" .role) -}}
+{{- end -}}
+_{{ .role | snakecase | upper }}
+{{- else if and .root.Values.tasks.registry (has .role (list "verifier" "auditor")) -}}
+{{- fail (printf "tasks.registry is set and roles.%s reads the tasks' hidden part: give it its own S3 identity in credentials.s3Principals.%s (the `verifier` policy of `rewardstream tasks policy`), and keep the shared s3AccessKey/s3SecretKey to the `worker` policy, which may not read hidden/" .role .role) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* A credential from the Secret, set only when the Secret has it. Context: list name key root */}}
 {{- define "rs.secretEnv" -}}
 - name: {{ index . 0 }}

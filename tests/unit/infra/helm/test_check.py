@@ -177,7 +177,9 @@ def test_the_grace_period_must_outlast_a_rebalance_drain_and_the_sigterm_drain()
 
 
 def test_the_task_registry_in_s3_reaches_the_pods_and_excludes_a_host_path() -> None:
-    registry = ["--set-string", "tasks.registry=s3://rs-tasks/prod"]
+    verifier = ["--set", "credentials.s3Principals.verifier.accessKey=v", "--set",
+                "credentials.s3Principals.verifier.secretKey=s"]  # fmt: skip
+    registry = ["--set-string", "tasks.registry=s3://rs-tasks/prod", *verifier]
     manifests = load_manifests(check.render(ensure_helm(), check.CHART, [*TOKEN, *registry]))
     assert next(m for m in manifests if m["kind"] == "ConfigMap")["data"]["RS_TASKS_REGISTRY"] == "s3://rs-tasks/prod"
     both = check.check(check.CHART, [*TOKEN, *registry, "--set-string", "tasks.hostPath=/srv/tasks"])
