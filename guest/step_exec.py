@@ -106,18 +106,20 @@ class Pipes:
 
     def pump(self, until: float | ProcLimit, pidfd: int | None = None) -> bool:
         """Read until the child exits (``pidfd`` readable), or without one until both pipes are at EOF;
-        False when the deadline ``until`` passes, or the limit ``until`` stops it, first."""
+        False when the deadline ``until`` passes, or the limit ``until`` stops it, first. Output already in the
+        pipes is read even past the deadline: a runner the host kept off the CPU past it (a busy host) must
+        not lose what the command wrote, only stop waiting for more."""
         while self.open or pidfd is not None:
             if isinstance(until, ProcLimit):
                 if until.poll() is not None:
                     return False
                 wait = until.next_wait()
             else:
-                wait = until - time.monotonic()
-                if wait <= 0:
-                    return False
+                wait = max(until - time.monotonic(), 0.0)
             watch = self.open if pidfd is None else [*self.open, pidfd]
             ready, _, _ = select.select(watch, [], [], wait)
+            if not ready and not isinstance(until, ProcLimit) and wait <= 0:
+                return False
             if pidfd is not None and pidfd in ready:
                 return True
             for fd in ready:
