@@ -166,10 +166,11 @@ class OutputPipes:
 
     def finish(self) -> None:
         """After the child is dead: read what is left, then close. Bounded, should an escaped grandchild
-        still hold a pipe (it may keep writing): at most 0.5 s or 4 caps."""
+        still hold a pipe (it may keep writing): at most 0.5 s or 4 caps. The time is checked after a read, not
+        before: a parent the host kept off the CPU past it still reads what the pipes hold."""
         stop = time.monotonic() + 0.5
         budget = 4 * self.capture.cap
-        while self.fds and budget > 0 and time.monotonic() < stop:
+        while self.fds and budget > 0:
             ready, _, _ = select.select(self.fds, [], [], 0.02)
             if not ready:
                 break
@@ -177,6 +178,8 @@ class OutputPipes:
                 before = sum(self.capture.total)
                 self.pump(fd)
                 budget -= sum(self.capture.total) - before
+            if time.monotonic() >= stop:
+                break
         for fd in list(self.fds):
             self._close(fd)
 

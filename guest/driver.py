@@ -157,19 +157,20 @@ class Streams:
 
 def _pump(pid: int, streams: Streams, limit: ProcLimit) -> str | None:
     """Read the program's output until it ends (then drain briefly), its limit stops it or its output cap;
-    why the limit stopped it, or None."""
+    why the limit stopped it, or None. The drain reads what the pipes hold even past its deadline: a driver
+    the host kept off the CPU past it must not lose output the program wrote (a verdict measures the program,
+    not the host), only stop waiting for more."""
     exited = os.pidfd_open(pid)
     drain_until: float | None = None
     try:
         while streams.open and not streams.over:
-            now = time.monotonic()
             if drain_until is None:
                 stopped = limit.poll()
                 if stopped is not None:
                     return stopped
-            elif now >= drain_until:
-                return None
-            wait = drain_until - now if drain_until is not None else limit.next_wait()
+                wait = limit.next_wait()
+            else:
+                wait = max(drain_until - time.monotonic(), 0.0)
             watched = [*streams.open, *([exited] if drain_until is None else [])]
             ready, _, _ = select.select(watched, [], [], wait)
             if exited in ready:
@@ -178,6 +179,8 @@ def _pump(pid: int, streams: Streams, limit: ProcLimit) -> str | None:
                 _kill_group(pid)
                 drain_until = time.monotonic() + 0.5
                 continue
+            if not ready and drain_until is not None:
+                return None  # drained: nothing more came before the deadline
             for fd in ready:
                 streams.read(fd)
         return None
