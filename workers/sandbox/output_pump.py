@@ -190,10 +190,13 @@ def pump(
                 stop, obs.stopped_for = _stop_while_running(now, clock, watcher)
                 if stop:
                     return obs
-            elif now >= drain_until:
-                return obs
             wake = drain_until or min(clock.next_at, watcher.next_at)
-            for key, _ in sel.select(max(0.0, wake - now)):
+            events = sel.select(max(0.0, wake - now))
+            if not events and drain_until is not None and time.monotonic() >= drain_until:
+                # Drained. Checked after a read, never before: a worker the host kept off the CPU past the
+                # deadline (a busy host) still reads what the run wrote; it only stops waiting for more.
+                return obs
+            for key, _ in events:
                 fd, which = int(key.fd), str(key.data)
                 if which == "exit":
                     obs.ended_at = time.monotonic()
