@@ -53,7 +53,8 @@ _VERSION_DIGIT = 12
 _VARIANT_DIGIT = 16
 #: A hex digit with its two high bits set to the RFC 4122 variant (10).
 _VARIANT = {digit: f"{int(digit, 16) & 0x3 | 0x8:x}" for digit in "0123456789abcdef"}
-#: Reasons and flags a reward carries at most (the contract's caps).
+#: Reasons and flags a reward carries at most (the contract's caps, read once: ``reward_event`` cuts to them
+#: inline, as ``fit_list``/``fit_item`` would, without their lookups on every reward: ~5 us of ~150 in process).
 _REASONS = cap(RewardEvent, "reasons")
 _FLAGS = cap(RewardEvent, "flags")
 #: Characters a reason may have (a judge's error may be longer: its start is kept).
