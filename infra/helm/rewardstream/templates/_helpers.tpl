@@ -129,11 +129,17 @@ _{{ .role | snakecase | upper }}
 {{- end -}}
 {{- end -}}
 
-{{/* A credential from the Secret, set only when the Secret has it. Context: list name key root */}}
+{{/*
+A credential from the Secret: the shared key, set only when the Secret has it; with a role's suffix
+("_EXECUTOR": rs.kafkaKeySuffix, rs.s3KeySuffix) its own key, required (a missing one stops the pod, naming it).
+Context: list name key root [suffix]
+*/}}
 {{- define "rs.secretEnv" -}}
+{{- $suffix := "" -}}
+{{- if gt (len .) 3 }}{{ $suffix = index . 3 }}{{ end -}}
 - name: {{ index . 0 }}
   valueFrom:
-    secretKeyRef: {name: {{ include "rs.secretName" (index . 2) }}, key: {{ index . 1 }}, optional: true}
+    secretKeyRef: {name: {{ include "rs.secretName" (index . 2) }}, key: {{ index . 1 }}{{ $suffix }}{{ if not $suffix }}, optional: true{{ end }}}
 {{- end -}}
 
 {{/* An egress rule to one peer set. Context: {peers, ports} */}}
