@@ -105,6 +105,15 @@ _{{ .role | snakecase | upper }}
 {{- end -}}
 
 {{/*
+"true" for a role that reads the tasks' hidden part (the verifier grades with it, the auditor re-grades), else
+"": only these get it, from S3 with their own identity (rs.s3KeySuffix) or mounted from tasks.hostPath.
+Context: the role's name
+*/}}
+{{- define "rs.readsHidden" -}}
+{{- if has . (list "verifier" "auditor") }}true{{ end -}}
+{{- end -}}
+
+{{/*
 The suffix of a role's S3 keys in the Secret: "_<ROLE>" (S3_ACCESS_KEY_VERIFIER...) when credentials.s3Principals
 names the role, else "" (the shared S3_ACCESS_KEY/S3_SECRET_KEY). Fails on an entry that cannot work (a chart-made
 Secret needs both keys; with existingSecret the values hold none), and when tasks.registry is set and a role that
@@ -124,7 +133,7 @@ tests for every role, or the verifier cannot. Context: dict root role
 {{- fail (printf "credentials.s3Principals.%s: needs accessKey and secretKey (the role's own S3 identity; remove the entry to use the shared s3AccessKey/s3SecretKey)" .role) -}}
 {{- end -}}
 _{{ .role | snakecase | upper }}
-{{- else if and .root.Values.tasks.registry (has .role (list "verifier" "auditor")) -}}
+{{- else if and .root.Values.tasks.registry (include "rs.readsHidden" .role) -}}
 {{- fail (printf "tasks.registry is set and roles.%s reads the tasks' hidden part: give it its own S3 identity in credentials.s3Principals.%s (the `verifier` policy of `rewardstream tasks policy`), and keep the shared s3AccessKey/s3SecretKey to the `worker` policy, which may not read hidden/" .role .role) -}}
 {{- end -}}
 {{- end -}}

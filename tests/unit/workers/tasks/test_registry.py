@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,25 @@ def test_hidden_tests_stored_apart(tmp_path: Path) -> None:
     assert full.hidden_tests.cases[0].expected == 42
     assert full.public() == registry.public("HumanEval/0")
     assert not list((tmp_path / "reg").rglob(".tmp-*"))
+
+
+def test_its_public_part_alone_serves_every_public_read(tmp_path: Path) -> None:
+    """The chart mounts only ``public/`` into the roles that grade without hidden tests (their root could read
+    ``hidden/``): every read they make works from it, pinned versions and the latest alike."""
+    full = TaskRegistry(tmp_path / "reg")
+    full.store(parse_jsonl(jsonl(task("HumanEval/0"), task("x"))))
+    version = full.latest_version("HumanEval/0")
+    full.store(parse_jsonl(jsonl(task("HumanEval/0", prompt="def add(a, b):\n    pass\n"))))
+    shutil.copytree(tmp_path / "reg" / "public", tmp_path / "mounted" / "public")
+    public_only = TaskRegistry(tmp_path / "mounted")
+    assert public_only.ids() == ["HumanEval/0", "x"]
+    assert public_only.latest_version("HumanEval/0") == full.latest_version("HumanEval/0") != version
+    assert public_only.versions("HumanEval/0") == full.versions("HumanEval/0")
+    assert public_only.public("HumanEval/0") == full.public("HumanEval/0")
+    assert version is not None
+    assert public_only.public("HumanEval/0", version) == full.public("HumanEval/0", version)
+    with pytest.raises(TaskNotFoundError):
+        public_only.task("HumanEval/0")
 
 
 def test_a_canary_is_stored_with_its_hidden_part_only(tmp_path: Path) -> None:
