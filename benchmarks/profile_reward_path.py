@@ -38,13 +38,14 @@ ROLES = ("executions", "verdicts", "judgements")
 
 
 class _Collecting:
-    """A Transaction that keeps what is produced (the engine's ``_Savepoint`` and ``_Table`` write into it)."""
+    """A Transaction that keeps what is produced (the engine's ``_Savepoint`` and ``_Table`` write into it): a copy,
+    as librdkafka keeps one, so the processor's own bytes live only as long as they do in the engine."""
 
     def __init__(self) -> None:
         self.produced: list[tuple[str, bytes | None, bytes | None, int]] = []
 
     def produce(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int = -1) -> None:
-        self.produced.append((topic, key, value, partition))
+        self.produced.append((topic, key, None if value is None else memoryview(value).tobytes(), partition))
 
 
 def messages(n: int, partitions: int) -> list[tuple[str, int, bytes, bytes]]:
