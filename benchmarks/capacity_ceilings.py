@@ -110,32 +110,50 @@ def publish_results(run: BenchRun, n: int, *, interleaved: bool = True) -> None:
         raise RuntimeError(f"could not publish {n} generations' results")
 
 
-def reward_processor_rps(n: int, *, interleaved: bool = True) -> dict[str, Any]:
-    """Rewards/s of one ``rewardstream reward run`` process draining ``n`` generations' results, published a
-    generation's three results together (``interleaved``, as the roles keep pace) or every execution first,
-    then every verdict, then every judgement (one role far behind the others: every generation waits in the
-    join table)."""
+def reward_processor_rps(n: int, *, interleaved: bool = True, processors: int = 1) -> dict[str, Any]:
+    """Rewards/s of ``processors`` ``rewardstream reward run`` processes of one group (one by default) draining
+    ``n`` generations' results, published a generation's three results together (``interleaved``, as the roles
+    keep pace) or every execution first, then every verdict, then every judgement (one role far behind the
+    others: every generation waits in the join table). CPU figures are the processes' sums."""
     with bench_run("rewards", 8) as run:
         publish_results(run, n, interleaved=interleaved)
         app_id = f"{run.settings.kafka.topic_prefix}rewards-app"
         run.extra_topics.append(changelog_name(app_id))
         reader = Reader(run, run.topic("rewards"))
-        log = run.tmp / "rewards.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "rewardstream", "reward", "run", "--app-id", app_id],
-                                    env={**os.environ, **run.env()}, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-        spent = SteadyCpu(proc.pid)
+        logs = [run.tmp / f"rewards-{i}.log" for i in range(processors)]
+        procs: list[subprocess.Popen[bytes]] = []
+        for log in logs:
+            with log.open("wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "rewardstream", "reward", "run", "--app-id", app_id],
+                    env={**os.environ, **run.env()}, stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        spent = [SteadyCpu(proc.pid) for proc in procs]
+
+        def start(outputs: int) -> None:
+            for cpu in spent:
+                cpu.start(outputs)
+
+        def alive() -> bool:
+            return all(proc.poll() is None for proc in procs)
+
         try:
-            timed = reader.wait(n, TIMEOUT_S, alive=lambda: proc.poll() is None, on_first=spent.start)
-            spent.stop()
+            timed = reader.wait(n, TIMEOUT_S, alive=alive, on_first=start)
+            for cpu in spent:
+                cpu.stop()
         except RuntimeError as exc:
-            raise RuntimeError(f"{exc}; the processor's log: {log.read_text(errors='replace')[-3000:]}") from exc
+            tails = "; ".join(log.read_text(errors="replace")[-3000:] for log in logs)
+            raise RuntimeError(f"{exc}; the processors' logs: {tails}") from exc
         finally:
             reader.close()
-            proc.terminate()
-            proc.wait(60)
-    return {"rewards": n, "interleaved": interleaved, "rps": round(timed.rate(), 1),
-            "cpu_us_per_reward": round(spent.whole_s / n * 1e6), **spent.per_output_us("reward", n)}  # fmt: skip
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(60)
+    steady = [cpu.per_output_us("reward", n) for cpu in spent]
+    summed = {name: None if any(s[name] is None for s in steady) else sum(s[name] or 0 for s in steady)
+              for name in steady[0]}  # fmt: skip
+    return {"rewards": n, "interleaved": interleaved, "processors": processors, "rps": round(timed.rate(), 1),
+            "cpu_us_per_reward": round(sum(cpu.whole_s for cpu in spent) / n * 1e6), **summed}  # fmt: skip
 
 
 class SteadyCpu:
