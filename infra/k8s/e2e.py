@@ -23,6 +23,7 @@ from pathlib import Path
 
 from infra.helm.sources import ensure_helm
 from infra.image.build import REPOSITORY, project_version
+from infra.k8s import e2e_mounts as mounts
 from infra.k8s import e2e_steps as steps
 from infra.k8s import e2e_workload as workload
 from infra.k8s.__main__ import default_paths
@@ -167,6 +168,10 @@ def _burst(run: _Run, ns: Namespace) -> None:
     kubectl = run.cluster.kubectl
     install_chart(paths.admin_kubeconfig, install)
     _log(f"e2e: chart installed; every role available in {steps.wait_installed(kubectl, NAMESPACE, 600):.1f}s")
+    sights = mounts.seen(kubectl, NAMESPACE)
+    outcome.errors.extend(mounts.problems(sights))
+    hidden = sorted(role for role, sight in sights.items() if sight.hidden)
+    _log(f"e2e: of {len(sights)} roles' pods, these see the tasks' hidden part: {hidden}")
     solutions = workload.solutions(ns.run_id, args.tasks, args.rounds, args.slow_s)
     episodes = workload.episodes(args.episodes)
     with ReplicaWatch(kubectl, NAMESPACE) as watch, stopped_at_exit([]) as procs:
