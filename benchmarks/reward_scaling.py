@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from statistics import median
 from typing import Any
 
 from benchmarks.capacity_ceilings import reward_processor_rps
+from benchmarks.capacity_floor import load, median_or_none
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[int, list[dict[str, Any]]] = {c: [] for c in counts}
     for _ in range(args.rounds):
         for count in counts:
-            got = {**reward_processor_rps(args.rewards, processors=count), "load": round(os.getloadavg()[0], 1)}
+            got = {**reward_processor_rps(args.rewards, processors=count), "load": round(load(), 1)}
             runs[count].append(got)
             print(json.dumps(got), file=sys.stderr, flush=True)
     medians = {c: median(r["rps"] for r in rows) for c, rows in runs.items()}
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_rps": {str(c): m for c, m in medians.items()},
         "efficiency": {str(c): round(m / (c * base), 2) for c, m in medians.items()},
         "steady_main_thread_us_per_reward": {
-            str(c): median([r["steady_main_thread_us_per_reward"] or 0 for r in rows]) for c, rows in runs.items()
+            str(c): median_or_none([r["steady_main_thread_us_per_reward"] for r in rows]) for c, rows in runs.items()
         },
     }))  # fmt: skip
     return 0

@@ -31,11 +31,11 @@ def problems(seen: Mapping[str, Sight]) -> list[str]:
     """What is wrong with what each role sees; nothing when every role has the public part and only the hidden
     readers the hidden one."""
     out: list[str] = []
+    readers = " and ".join(sorted(HIDDEN_READERS))
     for role, sight in sorted(seen.items()):
         if not sight.public:
             out.append(f"{role}: the tasks' public part is not mounted at {TASKS_DIR}/public")
         if sight.hidden and role not in HIDDEN_READERS:
-            readers = " and ".join(sorted(HIDDEN_READERS))
             out.append(f"{role}: sees the hidden tests at {TASKS_DIR}/hidden, which only {readers} may")
         if role in HIDDEN_READERS and not sight.hidden:
             out.append(f"{role}: grades with hidden tests but has no {TASKS_DIR}/hidden")
